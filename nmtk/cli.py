@@ -1,0 +1,165 @@
+"""The `nmtk` command line: one thin function per subcommand (parse, load the recipe, call the library, render).
+
+Errors a user can fix arrive as `NmtkError` and are shown as one line on stderr with exit code 1;
+anything else is a bug and is shown as one line too, with the traceback only under ``--debug``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+
+from nmtk import __version__
+from nmtk.console import console, error_line, key_value_table
+from nmtk.errors import NmtkError
+
+app = typer.Typer(
+    name="nmtk",
+    help="Neural machine translation with the Transformer: prepare, train, average, translate, score.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+recipe_app = typer.Typer(help="Validate, inspect and describe recipes.", no_args_is_help=True)
+app.add_typer(recipe_app, name="recipe")
+
+_state = {"debug": False}
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a recipe field, e.g. --set model.dropout=0.3 (repeatable)."),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"nmtk {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+def _not_implemented(command: str) -> NoReturn:
+    raise NmtkError(f"nmtk {command}: not implemented yet")
+
+
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@app.command(context_settings=_PASS_THROUGH)
+def prepare(ctx: typer.Context) -> None:
+    """Get corpora, Moses-normalise, learn subwords, binarise."""
+    _not_implemented("prepare")
+
+
+@app.command(context_settings=_PASS_THROUGH)
+def train(ctx: typer.Context) -> None:
+    """Train a recipe's model (resumable; torchrun for several processes)."""
+    _not_implemented("train")
+
+
+@app.command(context_settings=_PASS_THROUGH)
+def average(ctx: typer.Context) -> None:
+    """Average the parameters of a run's last checkpoints."""
+    _not_implemented("average")
+
+
+@app.command(context_settings=_PASS_THROUGH)
+def translate(ctx: typer.Context) -> None:
+    """Translate text with batched beam search."""
+    _not_implemented("translate")
+
+
+@app.command(context_settings=_PASS_THROUGH)
+def score(ctx: typer.Context) -> None:
+    """Score translations with sacreBLEU (BLEU, chrF, TER)."""
+    _not_implemented("score")
+
+
+# ------------------------------------------------------------------------------------------ recipe
+
+
+@recipe_app.command("validate")
+def recipe_validate(
+    files: Annotated[list[Path], typer.Argument(help="Recipe files to check.")],
+    set_: SetOption = None,
+) -> None:
+    """Check recipes; exit 0 when every one is valid."""
+    from nmtk.recipe import load_recipe
+
+    failures = 0
+    for path in files:
+        try:
+            load_recipe(path, set_ or [])
+            console.print(f"[green]ok[/]  {path}")
+        except NmtkError as exc:
+            error_line(str(exc))
+            failures += 1
+    if failures:
+        raise typer.Exit(1)
+
+
+@recipe_app.command("show")
+def recipe_show(
+    file: Annotated[Path, typer.Argument(help="Recipe file.")],
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Show the fully resolved recipe and derived figures (parameter count, peak learning rate...)."""
+    from nmtk.recipe import derived_figures, load_recipe, recipe_to_toml
+
+    recipe = load_recipe(file, set_ or [])
+    derived = derived_figures(recipe)
+    if as_json:
+        print(json.dumps({"parameters": derived["parameters"], "derived": derived,
+                          "recipe": recipe.model_dump(mode="json")}))
+        return
+    stdout = Console(highlight=False)
+    stdout.print(f"# {recipe.name}: resolved from {file}")
+    stdout.print(Syntax(recipe_to_toml(recipe), "toml", theme="ansi_dark", background_color="default"))
+    stdout.print(key_value_table("derived figures", derived))
+
+
+@recipe_app.command("schema")
+def recipe_schema_cmd() -> None:
+    """Print the JSON Schema of recipes (for editor completion and validation)."""
+    from nmtk.recipe import recipe_schema
+
+    print(json.dumps(recipe_schema(), indent=2))
+
+
+# -------------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    """Console-script entry point: run the app, turning errors into one line and an exit code."""
+    try:
+        app()
+    except NmtkError as exc:
+        if _state["debug"]:
+            raise
+        error_line(str(exc))
+        sys.exit(1)
+    except KeyboardInterrupt:
+        error_line("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # a bug: still one line unless --debug
+        if _state["debug"] or "--debug" in sys.argv:
+            raise
+        error_line(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
+        sys.exit(1)

@@ -1,0 +1,55 @@
+"""Everything nmtk shows a person: one rich console on stderr (stdout is for data), rank 0 only."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+#: Messages, tables and progress go to stderr so that stdout can carry translations and JSON.
+console = Console(stderr=True, highlight=False)
+
+
+def is_main_process() -> bool:
+    """True on rank 0 of a torchrun job, and in a single process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def info(message: str) -> None:
+    if is_main_process():
+        console.print(message)
+
+
+def error_line(message: str) -> None:
+    """One plain line on stderr: no markup, no wrapping, so scripts and people read it alike."""
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+
+
+def key_value_table(title: str, rows: dict[str, Any]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="cyan")
+    table.add_column()
+    for key, value in rows.items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value))
+    return table
+
+
+class JsonlWriter:
+    """Appends one JSON object per line (metrics logs); each line is flushed as written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle = open(path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(record, sort_keys=False) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()

@@ -1,0 +1,1 @@
+"""Decoding: search algorithms over the model core, and the text-to-text translator."""

@@ -1,0 +1,7 @@
+"""The Transformer core shared by training and decoding. Knows nothing of recipes, training or the CLI."""
+
+from nmtk.model.attention import LayerCache
+from nmtk.model.config import ModelConfig
+from nmtk.model.transformer import DecoderCache, Transformer, count_parameters, parameter_count
+
+__all__ = ["DecoderCache", "LayerCache", "ModelConfig", "Transformer", "count_parameters", "parameter_count"]

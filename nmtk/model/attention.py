@@ -1,0 +1,108 @@
+"""Multi-head attention (paper §3.2) over `scaled_dot_product_attention`, with a key/value cache.
+
+Projections are fused (one matmul for Q, K, V in self-attention; one for K, V in encoder-decoder
+attention): the same parameters as separate W^Q, W^K, W^V matrices, fewer kernel launches.
+Masks are boolean, ``True`` where attention is allowed, shaped to broadcast as (batch, heads, query, key).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _init_fused(linear: nn.Linear, parts: int) -> None:
+    """Xavier-uniform each d×d block separately, as if W^Q, W^K, W^V were separate matrices."""
+    for block in linear.weight.data.chunk(parts, dim=0):
+        nn.init.xavier_uniform_(block)
+    nn.init.zeros_(linear.bias)
+
+
+class _Heads(nn.Module):
+    """Shared plumbing: split into heads, attend, merge heads, output projection W^O."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.d_head = d_model // heads
+        self.dropout = dropout
+        self.out = nn.Linear(d_model, d_model)
+        nn.init.xavier_uniform_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    def split(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
+        """(B, T, parts·d) -> `parts` tensors of (B, heads, T, d_head)."""
+        b, t, _ = x.shape
+        return x.view(b, t, parts, self.heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
+        p = self.dropout if self.training else 0.0
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+        b, _, t, _ = o.shape
+        return self.out(o.transpose(1, 2).reshape(b, t, self.heads * self.d_head))
+
+
+class SelfAttention(_Heads):
+    """Self-attention; with a `LayerCache`, keys and values of earlier steps are reused."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__(d_model, heads, dropout)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        _init_fused(self.qkv, 3)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, causal: bool = False, cache: LayerCache | None = None
+    ) -> Tensor:
+        q, k, v = self.split(self.qkv(x), 3)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        return self.attend(q, k, v, mask, causal)
+
+
+class CrossAttention(_Heads):
+    """Encoder-decoder attention: queries from the decoder, keys and values from the encoder output."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__(d_model, heads, dropout)
+        self.q = nn.Linear(d_model, d_model)
+        self.kv = nn.Linear(d_model, 2 * d_model)
+        _init_fused(self.q, 1)
+        _init_fused(self.kv, 2)
+
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of the encoder output: computed once per sentence when decoding."""
+        return self.split(self.kv(memory), 2)
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        (q,) = self.split(self.q(x), 1)
+        return self.attend(q, k, v, mask)
+
+
+class LayerCache:
+    """One decoder layer's state during incremental decoding.
+
+    Self-attention keys/values grow by one position per step; encoder-decoder keys/values are
+    projected once and only change when the batch is reordered or shrinks.
+    """
+
+    def __init__(self, memory_k: Tensor, memory_v: Tensor) -> None:
+        self.memory_k = memory_k
+        self.memory_v = memory_v
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.k is not None:
+            k = torch.cat([self.k, k], dim=2)
+            v = torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        return k, v
+
+    def reorder(self, index: Tensor, memory: bool) -> None:
+        if self.k is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+        if memory:
+            self.memory_k = self.memory_k.index_select(0, index)
+            self.memory_v = self.memory_v.index_select(0, index)

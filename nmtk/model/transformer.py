@@ -1,0 +1,160 @@
+"""The Transformer (paper §3): embeddings, encoder, decoder and output projection.
+
+`forward` serves training (teacher forcing over whole target prefixes); `encode`, `start_cache`
+and `decode_step` serve inference, one target position at a time with a key/value cache.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmtk.model.attention import LayerCache
+from nmtk.model.config import ModelConfig
+from nmtk.model.layers import DecoderLayer, EncoderLayer
+
+
+def sinusoidal_positions(length: int, d_model: int, offset: int = 0) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (paper §3.5), shape (length, d)."""
+    pos = torch.arange(offset, offset + length, dtype=torch.float32).unsqueeze(1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2] = torch.sin(pos * inv_freq)
+    pe[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
+    return pe
+
+
+class Embeddings(nn.Module):
+    """Token embedding scaled by √d_model plus sinusoidal position, then dropout (paper §3.4, §3.5, §5.4)."""
+
+    def __init__(self, table: nn.Embedding, d_model: int, dropout: float, max_positions: int) -> None:
+        super().__init__()
+        self.table = table
+        self.scale = math.sqrt(d_model)
+        self.dropout = dropout
+        self.max_positions = max_positions
+        # Not a parameter and not saved: it is a function of d_model alone.
+        self.register_buffer("pe", sinusoidal_positions(max_positions, d_model), persistent=False)
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        length = tokens.size(1)
+        if offset + length > self.max_positions:
+            raise ValueError(f"sequence of {offset + length} positions exceeds max_positions={self.max_positions}")
+        x = self.table(tokens) * self.scale + self.pe[offset : offset + length].to(self.table.weight.dtype)
+        return F.dropout(x, self.dropout, self.training)
+
+
+class DecoderCache:
+    """Incremental-decoding state for a batch: one `LayerCache` per decoder layer plus the source mask."""
+
+    def __init__(self, layers: list[LayerCache], memory_mask: Tensor | None) -> None:
+        self.layers = layers
+        self.memory_mask = memory_mask
+        self.length = 0  # target positions decoded so far
+
+    def reorder(self, index: Tensor, memory: bool = True) -> None:
+        """Select rows of the batch (beam search's chosen origins, or the sentences still running).
+
+        ``memory=False`` skips the encoder keys/values: reordering beams *within* a sentence leaves
+        them unchanged, since every beam of a sentence attends to the same source.
+        """
+        for layer in self.layers:
+            layer.reorder(index, memory)
+        if memory and self.memory_mask is not None:
+            self.memory_mask = self.memory_mask.index_select(0, index)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer with optional weight tying (paper §3.4)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        src_table = self._embedding(cfg.src_vocab)
+        tgt_table = src_table if cfg.share_embeddings == "all" else self._embedding(cfg.tgt_vocab)
+        self.src_embed = Embeddings(src_table, cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.tgt_embed = Embeddings(tgt_table, cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        pre = cfg.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        if cfg.share_embeddings == "none":
+            self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+            nn.init.normal_(self.output.weight, std=cfg.d_model**-0.5)
+        else:
+            self.output = None  # logits use the target embedding matrix (paper §3.4)
+
+    def _embedding(self, vocab: int) -> nn.Embedding:
+        """N(0, d^-0.5) as tensor2tensor and fairseq do: with the √d scaling, inputs have unit variance."""
+        table = nn.Embedding(vocab, self.cfg.d_model, padding_idx=self.cfg.pad_id)
+        nn.init.normal_(table.weight, std=self.cfg.d_model**-0.5)
+        with torch.no_grad():
+            table.weight[self.cfg.pad_id].zero_()
+        return table
+
+    # ------------------------------------------------------------------ encoder
+
+    def source_mask(self, src: Tensor) -> Tensor | None:
+        """(B, 1, 1, S) True at real tokens; None when nothing is padded (lets SDPA use faster kernels)."""
+        real = src.ne(self.cfg.pad_id)
+        if bool(real.all()):
+            return None
+        return real[:, None, None, :]
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Encoder output (B, S, d) and the source mask used by every attention over it."""
+        mask = self.source_mask(src)
+        x = self.src_embed(src)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.encoder_norm(x), mask
+
+    # ------------------------------------------------------------------ decoder
+
+    def project(self, h: Tensor) -> Tensor:
+        """Decoder states -> vocabulary logits (pre-softmax linear transformation, paper §3.4)."""
+        if self.output is not None:
+            return self.output(h)
+        return F.linear(h, self.tgt_embed.table.weight)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
+        """Decoder states (B, T, d) for whole target prefixes, causally masked."""
+        y = self.tgt_embed(tgt_in)
+        for layer in self.decoder:
+            y = layer(y, memory, memory_mask)
+        return self.decoder_norm(y)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V): position t predicts target token t+1."""
+        memory, mask = self.encode(src)
+        return self.project(self.decode(tgt_in, memory, mask))
+
+    # ------------------------------------------------------- incremental decoding
+
+    def start_cache(self, memory: Tensor, memory_mask: Tensor | None) -> DecoderCache:
+        """Project the encoder output once per layer for encoder-decoder attention."""
+        layers = [LayerCache(*layer.cross_attn.project_memory(memory)) for layer in self.decoder]
+        return DecoderCache(layers, memory_mask)
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
+        """Logits (B, V) for the next position, given the last tokens (B,); advances the cache."""
+        y = self.tgt_embed(tokens[:, None], offset=cache.length)
+        for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
+            y = layer(y, None, cache.memory_mask, cache=layer_cache)
+        cache.length += 1
+        return self.project(self.decoder_norm(y))[:, 0]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    """Exact parameter count of a configuration, built on the `meta` device (no memory, no init cost)."""
+    with torch.device("meta"):
+        return count_parameters(Transformer(cfg))

@@ -1,0 +1,500 @@
+"""Recipes: the validated TOML files that configure every nmtk command.
+
+A recipe is a set of pydantic models, one per section. Every model forbids unknown keys, so a
+misspelled key is an error naming the field rather than a silently ignored setting. Overrides given
+on the command line (``--set model.dropout=0.3``) are merged into the parsed TOML *before*
+validation, so they are checked exactly like the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from nmtk.errors import NmtkError
+from nmtk.model import ModelConfig, parameter_count
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+#: Special symbols every vocabulary reserves: <pad>, <unk>, <s>, </s> (ids 0-3).
+SPECIAL_SYMBOLS = ("<pad>", "<unk>", "<s>", "</s>")
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
+
+
+class Section(BaseModel):
+    """Base of every recipe section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+class CorpusFile(Section):
+    """One side of a corpus: a text file under the data root, optionally downloadable."""
+
+    path: str
+    """Path of the text file relative to the data root (``.gz`` is read compressed, ``.sgm`` as WMT SGML)."""
+    url: str | None = None
+    """Where to download ``path`` (or the archive that contains it) when it is not under the data root."""
+    sha256: str | None = None
+    """Expected sha256 of the downloaded file (the archive, when ``archive`` is set)."""
+    archive: str | None = None
+    """When ``url`` is an archive (.tgz/.tar.gz/.zip): where to store it under the data root; it is
+    unpacked next to itself and ``path`` is then a file inside it."""
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex_digest(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) != 64 or any(c not in "0123456789abcdef" for c in value.lower())):
+            raise ValueError("must be 64 hexadecimal digits")
+        return value.lower() if value else value
+
+
+class Corpus(Section):
+    """A parallel corpus: a source file and a target file with one sentence per line, line-aligned."""
+
+    name: str
+    """Short name shown in tables and used in file names."""
+    source: CorpusFile
+    """The source-language side."""
+    target: CorpusFile
+    """The target-language side."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_paths(cls, data: Any) -> Any:
+        """Allow ``source = "multi30k/train.en.gz"`` as shorthand for ``source = {path = ...}``."""
+        if isinstance(data, dict):
+            data = dict(data)
+            for side in ("source", "target"):
+                if isinstance(data.get(side), str):
+                    data[side] = {"path": data[side]}
+        return data
+
+
+class DataSection(Section):
+    """Which corpora to use and how to clean them."""
+
+    source_lang: str = Field(min_length=1)
+    """Source language code, e.g. ``en``."""
+    target_lang: str = Field(min_length=1)
+    """Target language code, e.g. ``de``."""
+    train: list[Corpus] = Field(min_length=1)
+    """Training corpora, concatenated."""
+    valid: Corpus
+    """Validation set (newstest2013 in the paper, §6.2)."""
+    test: list[Corpus] = []
+    """Test sets, prepared alongside for `translate` and `score`."""
+    max_len: int = Field(250, ge=1)
+    """Training pairs with more subwords than this on either side are dropped."""
+    max_ratio: float = Field(9.0, ge=1.0)
+    """Training pairs whose length ratio (longer/shorter, in subwords) exceeds this are dropped,
+    as Moses ``clean-corpus-n.perl`` does."""
+    encoding_errors: Literal["error", "replace"] = "error"
+    """Invalid UTF-8 in a corpus: ``error`` stops naming the file and line; ``replace`` uses U+FFFD."""
+
+    @model_validator(mode="after")
+    def _distinct_languages(self) -> DataSection:
+        if self.source_lang == self.target_lang:
+            raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}")
+        return self
+
+
+# ---------------------------------------------------------------------------------------- tokenizer
+
+
+class TokenizerSection(Section):
+    """Moses pre-processing and the sentencepiece subword model."""
+
+    moses: bool = True
+    """Moses-tokenise (sacremoses) before learning subwords, and detokenise after decoding."""
+    normalize_punctuation: bool = True
+    """Apply Moses punctuation normalisation before tokenising."""
+    aggressive_dash_splits: bool = True
+    """Split hyphenated words (``a-b`` -> ``a @-@ b``), as the paper-era en-de pipelines did."""
+    type: Literal["bpe", "unigram"] = "bpe"
+    """Subword model: ``bpe`` (Sennrich et al.) or ``unigram`` (the word-piece-style model)."""
+    vocab_size: int = Field(37000, ge=1)
+    """Vocabulary size of each subword model, special symbols included."""
+    joint: bool = True
+    """One subword model learned on both languages (required for ``share_embeddings = "all"``)."""
+    character_coverage: float = Field(1.0, gt=0.0, le=1.0)
+    """Fraction of characters the subword model must cover (sentencepiece ``character_coverage``)."""
+    input_sentence_size: int = Field(10_000_000, ge=1000)
+    """Sentences sampled from the training text to learn the subword model on large corpora."""
+    seed: int = 1
+    """Seed for subword learning and sampling, so that `prepare` is reproducible."""
+
+    @field_validator("vocab_size")
+    @classmethod
+    def _room_for_specials(cls, value: int) -> int:
+        if value <= len(SPECIAL_SYMBOLS):
+            raise ValueError(
+                f"vocab_size ({value}) must be larger than the {len(SPECIAL_SYMBOLS)} special symbols "
+                f"{', '.join(SPECIAL_SYMBOLS)}"
+            )
+        return value
+
+
+# ----------------------------------------------------------------------------------------- batching
+
+
+class BatchingSection(Section):
+    """Token-bucket batching of training pairs."""
+
+    max_tokens: int = Field(4096, ge=1)
+    """Most tokens per batch on each side, padding included (paper §5.1: about 25,000 per side)."""
+    bucket_width: int = Field(1, ge=1)
+    """Sentence lengths are rounded up to a multiple of this before grouping; 1 gives the least padding."""
+    max_sentences: int | None = Field(None, ge=1)
+    """Optional cap on sentences per batch."""
+
+
+# -------------------------------------------------------------------------------------------- model
+
+
+class ModelSection(Section):
+    """The Transformer's shape (paper §3, Table 3)."""
+
+    layers: int = Field(6, ge=1)
+    """N, the number of encoder and of decoder layers (paper §3.1)."""
+    encoder_layers: int | None = Field(None, ge=1)
+    """Encoder layers when they differ from ``layers``."""
+    decoder_layers: int | None = Field(None, ge=1)
+    """Decoder layers when they differ from ``layers``."""
+    d_model: int = Field(512, ge=1)
+    """Model width (paper §3.1: 512 base, 1024 big)."""
+    heads: int = Field(8, ge=1)
+    """Attention heads h (paper §3.2.2: 8 base, 16 big)."""
+    d_ff: int = Field(2048, ge=1)
+    """Inner width of the position-wise feed-forward network (paper §3.3)."""
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    """P_drop: residual dropout on every sub-layer output and on the embedding sums (paper §5.4)."""
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on attention weights (not in the paper; tensor2tensor's later default is 0.1)."""
+    relu_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout after the feed-forward ReLU (not in the paper)."""
+    share_embeddings: Literal["all", "decoder", "none"] = "all"
+    """Weight tying (paper §3.4): ``all`` = source, target and output projection share one matrix
+    (needs a joint vocabulary); ``decoder`` = target embedding and output projection; ``none``."""
+    norm: Literal["post", "pre"] = "post"
+    """``post`` = LayerNorm(x + Sublayer(x)) as in the paper; ``pre`` = x + Sublayer(LayerNorm(x))
+    with a final LayerNorm (more stable for deep models)."""
+    max_positions: int = Field(1024, ge=1)
+    """Longest sequence the model accepts (positional encodings are sinusoidal, so this costs nothing)."""
+
+    @property
+    def n_encoder_layers(self) -> int:
+        return self.encoder_layers or self.layers
+
+    @property
+    def n_decoder_layers(self) -> int:
+        return self.decoder_layers or self.layers
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ModelSection:
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        return self
+
+
+# -------------------------------------------------------------------------------------------- optim
+
+
+class OptimSection(Section):
+    """Adam, the learning-rate schedule and the loss (paper §5.3, §5.4)."""
+
+    betas: tuple[float, float] = (0.9, 0.98)
+    """Adam β1, β2 (paper §5.3)."""
+    eps: float = Field(1e-9, gt=0.0)
+    """Adam ε (paper §5.3)."""
+    weight_decay: float = Field(0.0, ge=0.0)
+    """Decoupled weight decay (AdamW); 0 as in the paper."""
+    lr_schedule: Literal["inverse_sqrt"] = "inverse_sqrt"
+    """lr = lr_scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) (paper §5.3)."""
+    warmup: int = Field(4000, ge=1)
+    """warmup_steps of the schedule (paper §5.3: 4000)."""
+    lr_scale: float = Field(1.0, gt=0.0)
+    """Constant factor of the schedule (1.0 in the paper)."""
+    lr: float | None = Field(None, gt=0.0)
+    """Peak learning rate reached at step ``warmup``; when set it replaces ``lr_scale``."""
+    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
+    """ε_ls of label-smoothed cross-entropy (paper §5.4)."""
+    clip_norm: float = Field(0.0, ge=0.0)
+    """Clip the gradient's global norm to this; 0 = no clipping (the paper does not clip)."""
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in value):
+            raise ValueError(f"Adam betas must lie in [0, 1), got {list(value)}")
+        return value
+
+    def peak_lr(self, d_model: int) -> float:
+        """Learning rate at the end of warmup, the schedule's maximum."""
+        if self.lr is not None:
+            return self.lr
+        return self.lr_scale * d_model**-0.5 * self.warmup**-0.5
+
+
+# -------------------------------------------------------------------------------------------- train
+
+
+class TrainSection(Section):
+    """When to stop, save and validate; precision and reproducibility."""
+
+    max_updates: int | None = Field(100_000, ge=1)
+    """Stop after this many updates (paper: 100k base, 300k big)."""
+    max_epochs: int | None = Field(None, ge=1)
+    """Stop after this many passes over the training data."""
+    max_minutes: float | None = Field(None, gt=0.0)
+    """Stop after this many minutes of training (wall clock, resumes included)."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Arithmetic: ``bf16`` autocast (GPU, and CPUs with AVX-512 BF16), ``fp16`` with dynamic loss scaling."""
+    update_freq: int = Field(1, ge=1)
+    """Accumulate gradients over this many batches per update (simulates more GPUs)."""
+    seed: int = 1
+    """Seed of parameters, dropout and batch order."""
+    save_every_updates: int | None = Field(None, ge=1)
+    """Save a checkpoint every this many updates."""
+    save_every_minutes: float | None = Field(10.0, gt=0.0)
+    """Save a checkpoint every this many minutes (paper §6.1: every 10 minutes)."""
+    keep_last: int = Field(20, ge=1)
+    """Numbered checkpoints kept (older ones are deleted); enough for ``average.last``."""
+    validate_every_updates: int | None = Field(1000, ge=1)
+    """Compute valid loss and BLEU every this many updates; unset = only at the end."""
+    patience: int | None = Field(None, ge=1)
+    """Stop after this many validations without a better BLEU; unset = never stop early."""
+    log_every_updates: int = Field(100, ge=1)
+    """Write a line of metrics to ``train.jsonl`` every this many updates."""
+
+    @model_validator(mode="after")
+    def _some_stopping_criterion(self) -> TrainSection:
+        if self.max_updates is None and self.max_epochs is None and self.max_minutes is None:
+            raise ValueError("set at least one of max_updates, max_epochs, max_minutes")
+        return self
+
+
+# ------------------------------------------------------------------------------------------- decode
+
+
+class DecodeSection(Section):
+    """Beam search defaults (paper §6.1)."""
+
+    beam: int = Field(4, ge=1)
+    """Beam size (paper: 4); 1 is greedy search."""
+    length_penalty: float = Field(0.6, ge=0.0)
+    """α of the GNMT length penalty ((5 + |Y|) / 6)^α (paper: 0.6)."""
+    max_len_a: float = Field(1.0, ge=0.0)
+    """Output length is at most max_len_a · |x| + max_len_b (paper: |x| + 50)."""
+    max_len_b: int = Field(50, ge=0)
+    """See ``max_len_a``."""
+
+
+class AverageSection(Section):
+    """Checkpoint averaging (paper §6.1)."""
+
+    last: int = Field(5, ge=1)
+    """Average this many of the last checkpoints (paper: 5 base, 20 big)."""
+
+
+# ------------------------------------------------------------------------------------------- recipe
+
+
+class Recipe(Section):
+    """A complete nmtk recipe."""
+
+    name: str = Field("recipe", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """Name of the experiment; defaults to the recipe file's name. Names ``data-bin/<name>`` and ``runs/<name>``."""
+    data: DataSection
+    tokenizer: TokenizerSection = TokenizerSection()
+    batching: BatchingSection = BatchingSection()
+    model: ModelSection = ModelSection()
+    optim: OptimSection = OptimSection()
+    train: TrainSection = TrainSection()
+    decode: DecodeSection = DecodeSection()
+    average: AverageSection = AverageSection()
+
+    @model_validator(mode="after")
+    def _cross_section_checks(self) -> Recipe:
+        if self.model.share_embeddings == "all" and not self.tokenizer.joint:
+            raise ValueError(
+                'model.share_embeddings = "all" needs tokenizer.joint = true '
+                "(one vocabulary for both languages)"
+            )
+        if self.average.last > self.train.keep_last:
+            raise ValueError(
+                f"average.last ({self.average.last}) exceeds train.keep_last ({self.train.keep_last}): "
+                "the checkpoints to average would be deleted"
+            )
+        return self
+
+    def hash(self) -> str:
+        """sha256 of the canonical JSON of the resolved recipe (what a run was trained with)."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+def _format_location(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "recipe"
+
+
+def _format_errors(source: str, error: ValidationError, overrides: dict[str, str]) -> str:
+    """All validation errors of a recipe on one line, each naming its field."""
+    parts = []
+    for err in error.errors():
+        where = _format_location(err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        elif "input" in err and not isinstance(err["input"], dict | list):
+            message = f"{message} (got {err['input']!r})"
+        origin = f"--set {where}={overrides[where]}" if where in overrides else where
+        related = [f"--set {k}={v}" for k, v in overrides.items() if k.startswith(f"{where}.")]
+        if related and where not in overrides:
+            message = f"{message} (after {', '.join(related)})"
+        parts.append(f"{origin}: {message}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """Split ``key.path=value``; the value is read as a TOML value when it is one, else as a string.
+
+    Pydantic then validates (and coerces) it with the field's own type, as for the file.
+    """
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise NmtkError(f"--set {item!r}: expected KEY=VALUE, e.g. --set model.dropout=0.3")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key, value
+
+
+def _apply_override(data: dict[str, Any], key: str, value: Any) -> None:
+    node: Any = data
+    parts = key.split(".")
+    for depth, part in enumerate(parts[:-1]):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+            continue
+        if not isinstance(node, dict):
+            raise NmtkError(f"--set {key}: {'.'.join(parts[:depth]) or 'recipe'} is not a section")
+        node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        node[int(last)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise NmtkError(f"--set {key}: {'.'.join(parts[:-1])} is not a section")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file, turning every failure into a one-line error naming the file."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise NmtkError(f"{path}: recipe file not found") from None
+    except IsADirectoryError:
+        raise NmtkError(f"{path}: is a directory, expected a recipe .toml file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise NmtkError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise NmtkError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def recipe_from_dict(data: dict[str, Any], source: str, overrides: list[str] = ()) -> Recipe:
+    """Validate a parsed recipe after applying ``--set`` overrides."""
+    data = json.loads(json.dumps(data))  # deep copy: overrides never touch the caller's dict
+    given: dict[str, str] = {}
+    for item in overrides:
+        key, value = parse_override(item)
+        _apply_override(data, key, value)
+        given[key] = item.partition("=")[2]
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise NmtkError(_format_errors(source, exc, given)) from None
+
+
+def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
+    """Read, override and validate a recipe file. The name defaults to the file's stem."""
+    path = Path(path)
+    data = read_toml(path)
+    data.setdefault("name", path.stem)
+    return recipe_from_dict(data, str(path), overrides)
+
+
+def recipe_to_toml(recipe: Recipe) -> str:
+    """The resolved recipe as TOML (unset optional fields are left out: TOML has no null)."""
+
+    def drop_none(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: drop_none(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [drop_none(v) for v in value]
+        return value
+
+    return tomli_w.dumps(drop_none(recipe.model_dump(mode="json")))
+
+
+def recipe_schema() -> dict[str, Any]:
+    """JSON Schema of recipes, for editors (e.g. Taplo / Even Better TOML)."""
+    schema = Recipe.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nmtk recipe"
+    return schema
+
+
+def model_config(recipe: Recipe, src_vocab: int | None = None, tgt_vocab: int | None = None) -> ModelConfig:
+    """The model configuration a recipe asks for; vocabulary sizes default to ``tokenizer.vocab_size``."""
+    m = recipe.model
+    return ModelConfig(
+        src_vocab=src_vocab or recipe.tokenizer.vocab_size,
+        tgt_vocab=tgt_vocab or recipe.tokenizer.vocab_size,
+        d_model=m.d_model,
+        heads=m.heads,
+        d_ff=m.d_ff,
+        encoder_layers=m.n_encoder_layers,
+        decoder_layers=m.n_decoder_layers,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        relu_dropout=m.relu_dropout,
+        share_embeddings=m.share_embeddings,
+        norm=m.norm,
+        pad_id=PAD_ID,
+        max_positions=m.max_positions,
+    )
+
+
+def derived_figures(recipe: Recipe) -> dict[str, Any]:
+    """Figures a user wants before launching a run: model size, learning rate, batch size."""
+    cfg = model_config(recipe)
+    return {
+        "parameters": parameter_count(cfg),
+        "encoder_layers": cfg.encoder_layers,
+        "decoder_layers": cfg.decoder_layers,
+        "d_head": cfg.d_model // cfg.heads,
+        "peak_lr": recipe.optim.peak_lr(cfg.d_model),
+        "tokens_per_update_per_rank": recipe.batching.max_tokens * recipe.train.update_freq,
+        "recipe_hash": recipe.hash(),
+    }

@@ -1,0 +1,47 @@
+"""The command line: version, help, errors as one line, commands not built yet."""
+
+from __future__ import annotations
+
+import json
+
+from nmtk import __version__
+
+
+def test_version(nmtk) -> None:
+    result = nmtk("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"nmtk {__version__}"
+
+
+def test_help_lists_every_command(nmtk) -> None:
+    result = nmtk("--help")
+    assert result.returncode == 0
+    for command in ("prepare", "train", "average", "translate", "score", "recipe"):
+        assert command in result.stdout
+
+
+def test_recipe_show_json_is_one_object(nmtk) -> None:
+    result = nmtk("recipe", "show", "recipes/multi30k-en-de.toml", "--set", "model.dropout=0.3", "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["recipe"]["model"]["dropout"] == 0.3
+    assert payload["parameters"] > 0 and payload["derived"]["recipe_hash"]
+
+
+def test_recipe_show_human(nmtk) -> None:
+    result = nmtk("recipe", "show", "recipes/multi30k-en-de.toml")
+    assert result.returncode == 0, result.stderr
+    assert "[model]" in result.stdout and "parameters" in result.stdout
+
+
+def test_recipe_schema_is_json(nmtk) -> None:
+    result = nmtk("recipe", "schema")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["title"] == "nmtk recipe"
+
+
+def test_validate_several_files_reports_each(nmtk, tmp_path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = 'x'\n")
+    result = nmtk("recipe", "validate", "recipes/multi30k-en-de.toml", str(bad))
+    assert result.returncode == 1
+    assert "data: required field is missing" in result.stderr

@@ -1,0 +1,131 @@
+"""The Transformer core: shapes, masking, padding invariance, cache equivalence, weight tying."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmtk.model import ModelConfig, Transformer, count_parameters, parameter_count
+from nmtk.model.transformer import sinusoidal_positions
+
+PAD = 0
+
+
+def tiny(share: str = "all", norm: str = "post", **kw) -> Transformer:
+    cfg = ModelConfig(src_vocab=50, tgt_vocab=50 if share == "all" else 60, d_model=32, heads=4, d_ff=64,
+                      encoder_layers=2, decoder_layers=2, dropout=0.0, share_embeddings=share, norm=norm, **kw)
+    torch.manual_seed(0)
+    return Transformer(cfg).eval()
+
+
+def tokens(*shape: int, vocab: int = 50) -> torch.Tensor:
+    return torch.randint(4, vocab, shape)
+
+
+@pytest.mark.parametrize("share", ["all", "decoder", "none"])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_output_shapes(share: str, norm: str) -> None:
+    model = tiny(share, norm)
+    logits = model(tokens(3, 7), tokens(3, 5))
+    assert logits.shape == (3, 5, model.cfg.tgt_vocab)
+    memory, _ = model.encode(tokens(3, 7))
+    assert memory.shape == (3, 7, 32)
+
+
+def test_weight_tying_and_parameter_count() -> None:
+    all_, dec, none = tiny("all"), tiny("decoder"), tiny("none")
+    assert all_.src_embed.table is all_.tgt_embed.table
+    assert dec.src_embed.table is not dec.tgt_embed.table and dec.output is None
+    emb = 32
+    assert count_parameters(dec) - count_parameters(all_) == 60 * emb
+    assert count_parameters(none) - count_parameters(dec) == 60 * emb
+    for model in (all_, dec, none):
+        assert parameter_count(model.cfg) == count_parameters(model)
+
+
+def test_positional_encoding_matches_paper_formula() -> None:
+    pe = sinusoidal_positions(50, 16)
+    pos, i = 7, 3
+    angle = torch.tensor(pos / 10000 ** (2 * i / 16))
+    assert pe[pos, 2 * i].item() == pytest.approx(torch.sin(angle).item(), abs=1e-6)
+    assert pe[pos, 2 * i + 1].item() == pytest.approx(torch.cos(angle).item(), abs=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_decoder_is_causal(norm: str) -> None:
+    """Changing a later target token leaves earlier decoder outputs unchanged."""
+    model = tiny(norm=norm)
+    src, tgt = tokens(2, 6), tokens(2, 8)
+    changed = tgt.clone()
+    changed[:, 5] = (changed[:, 5] + 1 - 4) % 46 + 4
+    a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :5], b[:, :5], atol=1e-6, rtol=0)
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_padding_invariance(norm: str) -> None:
+    """Padding the source and target leaves outputs at real positions unchanged."""
+    model = tiny(norm=norm)
+    src, tgt = tokens(1, 6), tokens(1, 4)
+    pad_src = torch.cat([src, torch.full((1, 5), PAD)], dim=1)
+    pad_tgt = torch.cat([tgt, torch.full((1, 3), PAD)], dim=1)
+    torch.testing.assert_close(model(pad_src, pad_tgt)[:, :4], model(src, tgt), atol=1e-5, rtol=0)
+    # In a batch with a longer neighbour the short sentence is padded; its outputs must not change.
+    other_src, other_tgt = tokens(1, 11), tokens(1, 7)
+    batch = model(torch.cat([pad_src, other_src]), torch.cat([pad_tgt, other_tgt]))
+    torch.testing.assert_close(batch[:1, :4], model(src, tgt), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("share", ["all", "none"])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_incremental_decoding_equals_full_forward(share: str, norm: str) -> None:
+    model = tiny(share, norm)
+    src = tokens(3, 9)
+    src[0, 6:] = PAD  # a padded source row exercises the memory mask in the cache
+    tgt = tokens(3, 7, vocab=model.cfg.tgt_vocab)
+    full = torch.log_softmax(model(src, tgt), dim=-1)
+    memory, mask = model.encode(src)
+    cache = model.start_cache(memory, mask)
+    steps = [torch.log_softmax(model.decode_step(tgt[:, t], cache), dim=-1) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_cache_reorder_selects_rows() -> None:
+    """Reordering the cache mid-sequence equals decoding the selected rows from the start."""
+    model = tiny()
+    src, tgt = tokens(3, 5), tokens(3, 6)
+    src[2, 3:] = PAD
+    memory, mask = model.encode(src)
+    cache = model.start_cache(memory, mask)
+    for t in range(3):
+        model.decode_step(tgt[:, t], cache)
+    index = torch.tensor([2, 0, 2])
+    cache.reorder(index)
+    out = torch.stack([model.decode_step(tgt[index, t], cache) for t in range(3, 6)], dim=1)
+    expected = model(src[index], tgt[index])[:, 3:]
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+
+
+def test_dropout_only_in_training() -> None:
+    cfg = ModelConfig(src_vocab=50, tgt_vocab=50, d_model=32, heads=4, d_ff=64, encoder_layers=1,
+                      decoder_layers=1, dropout=0.3, attention_dropout=0.1, relu_dropout=0.1)
+    model = Transformer(cfg)
+    src, tgt = tokens(2, 5), tokens(2, 5)
+    model.train()
+    assert not torch.equal(model(src, tgt), model(src, tgt))
+    model.eval()
+    assert torch.equal(model(src, tgt), model(src, tgt))
+
+
+def test_config_checks() -> None:
+    with pytest.raises(ValueError, match="divisible"):
+        ModelConfig(src_vocab=10, tgt_vocab=10, d_model=30, heads=4)
+    with pytest.raises(ValueError, match="one vocabulary"):
+        ModelConfig(src_vocab=10, tgt_vocab=12)
+
+
+def test_too_long_sequence_is_a_clear_error() -> None:
+    model = tiny(max_positions=8)
+    with pytest.raises(ValueError, match="max_positions=8"):
+        model(tokens(1, 9), tokens(1, 3))

@@ -1,0 +1,150 @@
+"""Recipes: shipped files, validation errors naming the field, overrides, schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nmtk.errors import NmtkError
+from nmtk.recipe import Recipe, derived_figures, load_recipe, recipe_schema, recipe_to_toml
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
+SMALL = ROOT / "recipes" / "multi30k-en-de.toml"
+
+
+def write_variant(tmp_path: Path, old: str, new: str, name: str = "variant.toml") -> Path:
+    text = SMALL.read_text()
+    assert old in text, old
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_shipped_recipes_are_valid(path: Path) -> None:
+    recipe = load_recipe(path)
+    assert recipe.name == path.stem
+
+
+@pytest.mark.parametrize(
+    ("name", "low", "high"),
+    [("wmt14-en-de-big", 209_000_000, 217_000_000), ("wmt14-en-de-base", 60_000_000, 66_000_000)],
+)
+def test_paper_parameter_counts(nmtk, name: str, low: int, high: int) -> None:
+    """Paper Table 3: big 213M, base 65M parameters."""
+    result = nmtk("recipe", "show", f"recipes/{name}.toml", "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert low <= payload["parameters"] <= high
+    assert payload["recipe"]["name"] == name
+
+
+def test_paper_settings() -> None:
+    base = load_recipe(ROOT / "recipes" / "wmt14-en-de-base.toml")
+    big = load_recipe(ROOT / "recipes" / "wmt14-en-de-big.toml")
+    enfr = load_recipe(ROOT / "recipes" / "wmt14-en-fr-big.toml")
+    assert (base.model.d_model, base.model.heads, base.model.d_ff, base.model.layers) == (512, 8, 2048, 6)
+    assert (big.model.d_model, big.model.heads, big.model.d_ff) == (1024, 16, 4096)
+    assert (base.model.dropout, big.model.dropout, enfr.model.dropout) == (0.1, 0.3, 0.1)
+    assert base.optim.betas == (0.9, 0.98) and base.optim.eps == 1e-9 and base.optim.warmup == 4000
+    assert base.optim.label_smoothing == 0.1
+    assert (base.train.max_updates, big.train.max_updates) == (100_000, 300_000)
+    assert (base.average.last, big.average.last) == (5, 20)
+    assert base.tokenizer.vocab_size == 37000 and base.tokenizer.type == "bpe" and base.tokenizer.joint
+    assert enfr.tokenizer.vocab_size == 32000 and enfr.tokenizer.type == "unigram"
+    assert base.batching.max_tokens * base.train.update_freq == 25_000
+    assert (base.decode.beam, base.decode.length_penalty, base.decode.max_len_a, base.decode.max_len_b) == (
+        4, 0.6, 1.0, 50)
+    assert base.train.save_every_minutes == 10
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("d_ff = 1024", "d_fff = 1024", "model.d_fff"),
+        ("d_model = 256", 'd_model = "wide"', "model.d_model"),
+        ("d_model = 256", "d_model = 250", "d_model (250) must be divisible by heads (4)"),
+        ("vocab_size = 8000", "vocab_size = 4", "tokenizer.vocab_size"),
+        ("joint = true", "joint = false", "share_embeddings"),
+        ('precision = "fp32"', 'precision = "fp8"', "train.precision"),
+    ],
+)
+def test_invalid_recipe_is_one_line_naming_the_field(nmtk, tmp_path: Path, old: str, new: str, field: str) -> None:
+    path = write_variant(tmp_path, old, new)
+    result = nmtk("recipe", "validate", str(path))
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert field in lines[0] and str(path) in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("model.dropot=0.3", "--set model.dropot=0.3: unknown field"),
+        ("model.dropout=abc", "--set model.dropout=abc"),
+        ("model.heads=7", "must be divisible by heads (7)"),
+        ("model.dropout", "expected KEY=VALUE"),
+    ],
+)
+def test_bad_override_is_one_line(nmtk, override: str, expected: str) -> None:
+    result = nmtk("recipe", "validate", str(SMALL), "--set", override)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+def test_overrides_are_typed_like_the_file() -> None:
+    recipe = load_recipe(SMALL, ["model.dropout=0.3", "train.precision=bf16", "optim.betas=[0.9, 0.99]",
+                                 "model.layers=2", "data.train.0.name=renamed", "train.max_minutes=1.5"])
+    assert recipe.model.dropout == 0.3
+    assert recipe.train.precision == "bf16"
+    assert recipe.optim.betas == (0.9, 0.99)
+    assert recipe.model.n_encoder_layers == 2 and recipe.model.n_decoder_layers == 2
+    assert recipe.data.train[0].name == "renamed"
+    assert recipe.train.max_minutes == 1.5
+
+
+def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[model\nd_model = 3\n")
+    with pytest.raises(NmtkError, match=r"broken.toml: invalid TOML.*line 1"):
+        load_recipe(broken)
+    with pytest.raises(NmtkError, match="recipe file not found"):
+        load_recipe(tmp_path / "absent.toml")
+
+
+def test_resolved_recipe_round_trips_through_toml(tmp_path: Path) -> None:
+    recipe = load_recipe(SMALL, ["model.dropout=0.2"])
+    frozen = tmp_path / "frozen.toml"
+    frozen.write_text(recipe_to_toml(recipe))
+    again = load_recipe(frozen)
+    assert again == recipe and again.hash() == recipe.hash()
+    assert load_recipe(SMALL).hash() != recipe.hash()
+
+
+def test_schema_describes_every_field() -> None:
+    schema = recipe_schema()
+    missing = []
+    for name, definition in schema["$defs"].items():
+        for field, spec in definition.get("properties", {}).items():
+            if not spec.get("description"):
+                missing.append(f"{name}.{field}")
+    for field, spec in schema["properties"].items():
+        if field != "name" and "$ref" not in spec and not spec.get("description"):
+            missing.append(field)
+    assert not missing, missing
+    assert schema["$defs"]["ModelSection"]["additionalProperties"] is False
+
+
+def test_derived_figures() -> None:
+    recipe = load_recipe(ROOT / "recipes" / "wmt14-en-de-base.toml")
+    figures = derived_figures(recipe)
+    assert figures["d_head"] == 64
+    assert figures["peak_lr"] == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert figures["tokens_per_update_per_rank"] == 25_000
+    assert isinstance(Recipe.model_json_schema(), dict)
