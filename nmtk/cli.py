@@ -61,10 +61,31 @@ def _not_implemented(command: str) -> NoReturn:
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-@app.command(context_settings=_PASS_THROUGH)
-def prepare(ctx: typer.Context) -> None:
-    """Get corpora, Moses-normalise, learn subwords, binarise."""
-    _not_implemented("prepare")
+RecipeArg = Annotated[Path, typer.Argument(help="Recipe file (TOML).")]
+
+
+@app.command()
+def prepare(
+    recipe_file: RecipeArg,
+    data_root: Annotated[Path | None, typer.Option(help="Where corpora are looked for and downloaded to "
+                                                        "(default: $NMTK_DATA, else ~/.cache/nmtk).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output folder (default: data-bin/<recipe name>).")] = None,
+    set_: SetOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when up to date.")] = False,
+) -> None:
+    """Get corpora, Moses-tokenise, learn subwords, clean and binarise."""
+    from nmtk.data.fetch import default_data_root
+    from nmtk.data.prepare import prepare as run_prepare
+    from nmtk.data.report import render_manifest
+    from nmtk.recipe import load_recipe
+
+    recipe = load_recipe(recipe_file, set_ or [])
+    result = run_prepare(recipe, default_data_root(data_root), out, force=force)
+    if result.up_to_date:
+        console.print(f"[green]up to date[/]: {result.out_dir}")
+        return
+    render_manifest(result.manifest)
+    console.print(f"[green]prepared[/] {result.out_dir} in {result.manifest['seconds']:.1f} s")
 
 
 @app.command(context_settings=_PASS_THROUGH)

@@ -63,8 +63,8 @@ class CorpusFile(Section):
 class Corpus(Section):
     """A parallel corpus: a source file and a target file with one sentence per line, line-aligned."""
 
-    name: str
-    """Short name shown in tables and used in file names."""
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """Short name shown in tables and used in file names (letters, digits, ``.``, ``_``, ``-``)."""
     source: CorpusFile
     """The source-language side."""
     target: CorpusFile
@@ -104,9 +104,13 @@ class DataSection(Section):
     """Invalid UTF-8 in a corpus: ``error`` stops naming the file and line; ``replace`` uses U+FFFD."""
 
     @model_validator(mode="after")
-    def _distinct_languages(self) -> DataSection:
+    def _distinct_names(self) -> DataSection:
         if self.source_lang == self.target_lang:
             raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}")
+        names = [corpus.name for corpus in self.test]
+        clash = {n for n in names if names.count(n) > 1 or n in ("train", "valid")}
+        if clash:
+            raise ValueError(f"test set names must be unique and not 'train' or 'valid': {sorted(clash)}")
         return self
 
 
@@ -130,7 +134,7 @@ class TokenizerSection(Section):
     """One subword model learned on both languages (required for ``share_embeddings = "all"``)."""
     character_coverage: float = Field(1.0, gt=0.0, le=1.0)
     """Fraction of characters the subword model must cover (sentencepiece ``character_coverage``)."""
-    input_sentence_size: int = Field(10_000_000, ge=1000)
+    input_sentence_size: int = Field(2_000_000, ge=1000)
     """Sentences sampled from the training text to learn the subword model on large corpora."""
     seed: int = 1
     """Seed for subword learning and sampling, so that `prepare` is reproducible."""

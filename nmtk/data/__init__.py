@@ -1,0 +1,1 @@
+"""Corpora: reading and checks, download/cache, binarised memmap splits, token-bucket batching."""

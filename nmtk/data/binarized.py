@@ -1,0 +1,96 @@
+"""Binarised splits: token ids in flat numpy memmap files plus an offsets index.
+
+For split ``train`` and language ``en`` the files are ``train.en.bin`` (all sentences' ids, one after
+the other, in the smallest unsigned dtype that holds the vocabulary) and ``train.en.idx`` (int64
+offsets, one more than sentences: sentence i is ``bin[idx[i]:idx[i+1]]``). Neither BOS nor EOS is
+stored; batching adds them. Writing streams; reading maps the files, so RAM does not grow with data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """Smallest integer dtype that holds every id of the vocabulary."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if vocab_size - 1 <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
+
+
+def _with(prefix: Path, suffix: str) -> Path:
+    """``train.en`` + ``.bin`` (Path.with_suffix would replace ``.en``)."""
+    return prefix.with_name(prefix.name + suffix)
+
+
+class SideWriter:
+    """Appends sentences' ids to ``<prefix>.bin`` and, at `close`, writes ``<prefix>.idx``."""
+
+    def __init__(self, prefix: Path, dtype: np.dtype) -> None:
+        self.prefix = prefix
+        self.dtype = dtype
+        self._bin = open(_with(prefix, ".bin"), "wb")
+        self._lengths = open(_with(prefix, ".len.tmp"), "wb")
+        self.sentences = 0
+        self.tokens = 0
+        self.max_len = 0
+
+    def add(self, sentences: list[list[int]]) -> None:
+        if not sentences:
+            return
+        lengths = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
+        flat = np.fromiter((t for s in sentences for t in s), dtype=self.dtype, count=int(lengths.sum()))
+        flat.tofile(self._bin)
+        lengths.tofile(self._lengths)
+        self.sentences += len(sentences)
+        self.tokens += int(lengths.sum())
+        self.max_len = max(self.max_len, int(lengths.max()))
+
+    def close(self) -> None:
+        self._bin.close()
+        self._lengths.close()
+        tmp = _with(self.prefix, ".len.tmp")
+        lengths = np.fromfile(tmp, dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        offsets.tofile(_with(self.prefix, ".idx"))
+        tmp.unlink()
+
+    def stats(self) -> dict[str, float]:
+        return {"tokens": self.tokens, "max_len": self.max_len,
+                "mean_len": round(self.tokens / self.sentences, 2) if self.sentences else 0.0}
+
+
+class SideReader:
+    """Memory-mapped ids of one side of a split."""
+
+    def __init__(self, prefix: Path, dtype: np.dtype) -> None:
+        self.offsets = np.fromfile(_with(prefix, ".idx"), dtype=np.int64)
+        bin_path = _with(prefix, ".bin")
+        if self.offsets[-1] == 0:
+            self.ids = np.zeros(0, dtype=dtype)
+        else:
+            self.ids = np.memmap(bin_path, dtype=dtype, mode="r")
+        self.lengths = np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+
+class BinarizedSplit:
+    """A prepared split: aligned source and target ids."""
+
+    def __init__(self, directory: Path, split: str, src_lang: str, tgt_lang: str, dtype: str) -> None:
+        self.src = SideReader(directory / f"{split}.{src_lang}", np.dtype(dtype))
+        self.tgt = SideReader(directory / f"{split}.{tgt_lang}", np.dtype(dtype))
+        if len(self.src) != len(self.tgt):
+            raise ValueError(f"{directory}/{split}: {len(self.src)} source but {len(self.tgt)} target sentences")
+
+    def __len__(self) -> int:
+        return len(self.src)

@@ -1,0 +1,342 @@
+"""`nmtk prepare`: corpora -> Moses -> sentencepiece -> cleaned, binarised splits and a manifest.
+
+Everything is built in a temporary folder next to the output and swapped in by rename at the end,
+so a failure (a bad line, a mismatched file, Ctrl-C) leaves the previous output, or nothing, never
+half of one. Text streams through in chunks: memory stays bounded whatever the corpus size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from nmtk.data.binarized import SideWriter, id_dtype
+from nmtk.data.corpus import read_parallel
+from nmtk.data.fetch import ensure_file, sha256_file
+from nmtk.errors import NmtkError
+from nmtk.recipe import Corpus, Recipe
+from nmtk.text.moses import Moses
+from nmtk.text.pipeline import TextPipeline
+from nmtk.text.subword import learn_subwords
+
+FORMAT_VERSION = 1
+CHUNK = 4000  # sentence pairs per unit of work
+
+
+@dataclass
+class SplitStats:
+    """What happened to one split's pairs."""
+
+    name: str
+    pairs_in: int = 0
+    kept: int = 0
+    dropped: dict[str, int] = field(default_factory=lambda: {"empty": 0, "too_long": 0, "ratio": 0})
+    words: dict[str, int] = field(default_factory=dict)
+    sides: dict[str, dict[str, float]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pairs_in": self.pairs_in, "kept": self.kept, "dropped": self.dropped, "words": self.words,
+                "sides": self.sides, "seconds": round(self.seconds, 2)}
+
+
+@dataclass
+class PrepareResult:
+    out_dir: Path
+    manifest: dict[str, Any]
+    up_to_date: bool
+
+
+def default_out_dir(recipe: Recipe) -> Path:
+    return Path("data-bin") / recipe.name
+
+
+def settings_hash(recipe: Recipe) -> str:
+    """Hash of everything that shapes the prepared data (not the download addresses)."""
+    data = recipe.data.model_dump(mode="json")
+    for corpus in [*data["train"], data["valid"], *data["test"]]:
+        for side in ("source", "target"):
+            corpus[side] = corpus[side]["path"]
+    payload = {"format": FORMAT_VERSION, "data": data, "tokenizer": recipe.tokenizer.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _fingerprints(paths: list[Path], old: dict[str, Any]) -> dict[str, Any]:
+    """sha256 of every input; reused from the previous manifest when size and mtime are unchanged."""
+    result = {}
+    for path in paths:
+        stat = path.stat()
+        key = str(path.resolve())
+        previous = old.get(key, {})
+        if previous.get("size") == stat.st_size and previous.get("mtime_ns") == stat.st_mtime_ns:
+            digest = previous["sha256"]
+        else:
+            digest = sha256_file(path)
+        result[key] = {"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return result
+
+
+def _same_inputs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return {k: v["sha256"] for k, v in a.items()} == {k: v["sha256"] for k, v in b.items()}
+
+
+def _chunks(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    it = iter(pairs)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+# Worker-side state for the process pool: Moses objects are built once per process.
+_WORKER: dict[str, Moses] = {}
+
+
+def _init_worker(src: Moses, tgt: Moses) -> None:
+    _WORKER["src"], _WORKER["tgt"] = src, tgt
+
+
+def _tokenize_chunk(chunk: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    src, tgt = _WORKER["src"], _WORKER["tgt"]
+    return [(src.tokenize(a), tgt.tokenize(b)) for a, b in chunk]
+
+
+class _Pool:
+    """Moses tokenisation of chunks in worker processes (sacremoses is pure Python, so one per core)."""
+
+    def __init__(self, src: Moses, tgt: Moses, workers: int) -> None:
+        self.pool = None
+        if workers > 1:
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self.pool = context.Pool(workers, initializer=_init_worker, initargs=(src, tgt))
+        else:
+            _init_worker(src, tgt)
+
+    def map(self, chunks: Iterable[list[tuple[str, str]]]) -> Iterator[list[tuple[str, str]]]:
+        if self.pool is None:
+            return map(_tokenize_chunk, chunks)
+        return self.pool.imap(_tokenize_chunk, chunks)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+
+
+class Preparer:
+    """Builds one prepared-data folder for a recipe."""
+
+    def __init__(self, recipe: Recipe, root: Path, workers: int | None = None) -> None:
+        self.recipe = recipe
+        self.root = root
+        self.src_lang, self.tgt_lang = recipe.data.source_lang, recipe.data.target_lang
+        tok = recipe.tokenizer
+        self.moses = {
+            lang: Moses(lang, tok.moses, tok.normalize_punctuation, tok.aggressive_dash_splits)
+            for lang in (self.src_lang, self.tgt_lang)
+        }
+        self.workers = workers or min(os.cpu_count() or 1, 8)
+
+    def corpus_paths(self, corpus: Corpus) -> tuple[Path, Path]:
+        return ensure_file(corpus.source, self.root), ensure_file(corpus.target, self.root)
+
+    def _pairs(self, corpora: list[Corpus], stats: SplitStats, drop_empty: bool) -> Iterator[tuple[str, str]]:
+        for corpus in corpora:
+            src, tgt = self.corpus_paths(corpus)
+            for a, b in read_parallel(src, tgt, self.recipe.data.encoding_errors):
+                stats.pairs_in += 1
+                if drop_empty and (not a.strip() or not b.strip()):
+                    stats.dropped["empty"] += 1
+                    continue
+                yield a, b
+
+    def tokenize_training_text(self, work: Path, pool: _Pool, stats: SplitStats) -> tuple[Path, Path]:
+        """Moses-tokenise the training corpora into two text files (sentencepiece learns on them)."""
+        paths = work / f"train.tok.{self.src_lang}", work / f"train.tok.{self.tgt_lang}"
+        words = [0, 0]
+        with open(paths[0], "w", encoding="utf-8") as fs, open(paths[1], "w", encoding="utf-8") as ft:
+            for chunk in pool.map(_chunks(self._pairs(self.recipe.data.train, stats, True), CHUNK)):
+                for a, b in chunk:
+                    fs.write(a + "\n")
+                    ft.write(b + "\n")
+                    words[0] += a.count(" ") + 1
+                    words[1] += b.count(" ") + 1
+        stats.words = {self.src_lang: words[0], self.tgt_lang: words[1]}
+        return paths
+
+    def learn(self, work: Path, out: Path, tok_files: tuple[Path, Path]) -> dict[str, str]:
+        """Learn the subword model(s); returns the model file name for each language."""
+        tok = self.recipe.tokenizer
+        options = dict(model_type=tok.type, vocab_size=tok.vocab_size, character_coverage=tok.character_coverage,
+                       input_sentence_size=tok.input_sentence_size, seed=tok.seed, threads=self.workers)
+        langs = (self.src_lang, self.tgt_lang)
+        jobs = ({"spm.model": list(tok_files)} if tok.joint
+                else {f"spm.{lang}.model": [p] for lang, p in zip(langs, tok_files, strict=True)})
+        for name, inputs in jobs.items():
+            try:
+                learn_subwords(inputs, out / name, **options)
+            except ValueError as exc:
+                raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
+        if tok.joint:
+            return {self.src_lang: "spm.model", self.tgt_lang: "spm.model"}
+        return {lang: f"spm.{lang}.model" for lang in (self.src_lang, self.tgt_lang)}
+
+    def binarize(self, out: Path, split: str, tokenized: Iterable[list[tuple[str, str]]],
+                 pipes: dict[str, TextPipeline], stats: SplitStats, clean: bool) -> None:
+        """Encode Moses-tokenised pairs with sentencepiece, drop over-long pairs, write memmap files."""
+        dtype = id_dtype(max(p.vocab_size for p in pipes.values()))
+        writers = {lang: SideWriter(out / f"{split}.{lang}", dtype) for lang in (self.src_lang, self.tgt_lang)}
+        max_len, max_ratio = self.recipe.data.max_len, self.recipe.data.max_ratio
+        for chunk in tokenized:
+            src_ids = pipes[self.src_lang].encode_tokenized([a for a, _ in chunk])
+            tgt_ids = pipes[self.tgt_lang].encode_tokenized([b for _, b in chunk])
+            if clean:
+                keep_src, keep_tgt = [], []
+                for s, t in zip(src_ids, tgt_ids, strict=True):
+                    ls, lt = len(s), len(t)
+                    if ls > max_len or lt > max_len:
+                        stats.dropped["too_long"] += 1
+                    elif max(ls, lt) > max_ratio * max(1, min(ls, lt)):
+                        stats.dropped["ratio"] += 1
+                    else:
+                        keep_src.append(s)
+                        keep_tgt.append(t)
+                src_ids, tgt_ids = keep_src, keep_tgt
+            writers[self.src_lang].add(src_ids)
+            writers[self.tgt_lang].add(tgt_ids)
+        for lang, writer in writers.items():
+            writer.close()
+            stats.sides[lang] = writer.stats()
+        stats.kept = writers[self.src_lang].sentences
+
+    def eval_split(self, out: Path, split: str, corpus: Corpus, pool: _Pool,
+                   pipes: dict[str, TextPipeline]) -> SplitStats:
+        """A valid/test set: every line kept (BLEU needs them all), raw text kept beside for scoring."""
+        stats = SplitStats(corpus.name)
+        start = time.perf_counter()
+        langs = (self.src_lang, self.tgt_lang)
+        raw = {lang: open(out / f"{split}.raw.{lang}", "w", encoding="utf-8") for lang in langs}
+        try:
+            def chunks() -> Iterator[list[tuple[str, str]]]:
+                for chunk in _chunks(self._pairs([corpus], stats, False), CHUNK):
+                    for a, b in chunk:
+                        raw[self.src_lang].write(a + "\n")
+                        raw[self.tgt_lang].write(b + "\n")
+                    yield chunk
+
+            self.binarize(out, split, pool.map(chunks()), pipes, stats, clean=False)
+        finally:
+            for handle in raw.values():
+                handle.close()
+        stats.seconds = time.perf_counter() - start
+        return stats
+
+    def build(self, out: Path) -> dict[str, Any]:
+        """Everything into ``out`` (an empty folder); returns the manifest (without inputs)."""
+        pool = _Pool(self.moses[self.src_lang], self.moses[self.tgt_lang], self.workers)
+        work = Path(tempfile.mkdtemp(prefix="work-", dir=out))
+        try:
+            start = time.perf_counter()
+            train = SplitStats("train")
+            tok_files = self.tokenize_training_text(work, pool, train)
+            if train.pairs_in - train.dropped["empty"] == 0:
+                raise NmtkError("data.train: the training corpora have no non-empty sentence pairs")
+            models = self.learn(work, out, tok_files)
+            pipes = {lang: TextPipeline(self.moses[lang], out / name) for lang, name in models.items()}
+
+            def tokenized_train() -> Iterator[list[tuple[str, str]]]:
+                with open(tok_files[0], encoding="utf-8") as fs, open(tok_files[1], encoding="utf-8") as ft:
+                    pairs = ((a.rstrip("\n"), b.rstrip("\n")) for a, b in zip(fs, ft, strict=False))
+                    yield from _chunks(pairs, CHUNK)
+
+            self.binarize(out, "train", tokenized_train(), pipes, train, clean=True)
+            if train.kept == 0:
+                raise NmtkError("data.train: every training pair was dropped by cleaning (see data.max_len, max_ratio)")
+            train.seconds = time.perf_counter() - start
+            splits = {"train": train, "valid": self.eval_split(out, "valid", self.recipe.data.valid, pool, pipes)}
+            for corpus in self.recipe.data.test:
+                splits[corpus.name] = self.eval_split(out, corpus.name, corpus, pool, pipes)
+        finally:
+            pool.close()
+            shutil.rmtree(work, ignore_errors=True)
+        return {
+            "format": FORMAT_VERSION,
+            "source_lang": self.src_lang,
+            "target_lang": self.tgt_lang,
+            "dtype": str(id_dtype(max(p.vocab_size for p in pipes.values()))),
+            "vocab": {"joint": self.recipe.tokenizer.joint, "models": models,
+                      "size": {lang: p.vocab_size for lang, p in pipes.items()},
+                      "sha256": {name: sha256_file(out / name) for name in set(models.values())}},
+            "splits": {name: {"corpus": s.name, **s.to_dict()} for name, s in splits.items()},
+            "test_sets": [c.name for c in self.recipe.data.test],
+        }
+
+
+def load_manifest(out_dir: Path) -> dict[str, Any] | None:
+    path = out_dir / "manifest.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError):
+        return None
+
+
+def input_files(preparer: Preparer) -> list[Path]:
+    data = preparer.recipe.data
+    paths: list[Path] = []
+    for corpus in [*data.train, data.valid, *data.test]:
+        paths.extend(preparer.corpus_paths(corpus))
+    return paths
+
+
+def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool = False,
+            workers: int | None = None) -> PrepareResult:
+    """Prepare the recipe's data into ``out_dir`` unless it is already up to date."""
+    out_dir = Path(out_dir or default_out_dir(recipe))
+    preparer = Preparer(recipe, root, workers)
+    old = load_manifest(out_dir) or {}
+    inputs = _fingerprints(input_files(preparer), old.get("inputs", {}))
+    digest = settings_hash(recipe)
+    if not force and old.get("settings_hash") == digest and _same_inputs(old.get("inputs", {}), inputs):
+        return PrepareResult(out_dir, old, up_to_date=True)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp.chmod(0o777 & ~_umask())
+    try:
+        start = time.perf_counter()
+        manifest = preparer.build(tmp)
+        manifest.update(settings_hash=digest, inputs=inputs, recipe=recipe.name,
+                        seconds=round(time.perf_counter() - start, 2))
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        _swap_in(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return PrepareResult(out_dir, manifest, up_to_date=False)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Replace ``out_dir`` by ``tmp`` with renames (the old output is removed only after the swap)."""
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out_dir)

@@ -1,0 +1,54 @@
+"""`prepare` on the real Multi30k files: round trip of the text pipeline and padding of the batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nmtk.data.batching import BatchingPlan, padding_fraction
+from nmtk.data.binarized import BinarizedSplit
+from nmtk.data.corpus import read_lines
+from nmtk.data.prepare import prepare
+from nmtk.recipe import load_recipe
+from nmtk.text import Moses, TextPipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def prepared(multi30k_root: Path, tmp_path_factory: pytest.TempPathFactory):
+    recipe = load_recipe(ROOT / "recipes" / "multi30k-en-de.toml")
+    out = tmp_path_factory.mktemp("m30k") / "data"
+    return recipe, prepare(recipe, multi30k_root, out)
+
+
+def test_round_trip_restores_99_percent(prepared, multi30k_root: Path) -> None:
+    recipe, result = prepared
+    tok = recipe.tokenizer
+    for lang in ("en", "de"):
+        pipe = TextPipeline(Moses(lang, tok.moses, tok.normalize_punctuation, tok.aggressive_dash_splits),
+                            result.out_dir / "spm.model")
+        lines = list(read_lines(multi30k_root / "multi30k" / f"train.{lang}.gz"))
+        restored = sum(pipe.decode(pipe.encode(line)) == line for line in lines) / len(lines)
+        print(f"detok(tok(x)) == x for {restored:.2%} of Multi30k train.{lang}")
+        assert restored >= 0.99
+
+
+def test_padding_at_4096_tokens_is_at_most_5_percent(prepared) -> None:
+    recipe, result = prepared
+    split = BinarizedSplit(result.out_dir, "train", "en", "de", result.manifest["dtype"])
+    src, tgt = split.src.lengths + 1, split.tgt.lengths + 1  # + EOS / BOS, as batches hold them
+    plan = BatchingPlan(src, tgt, max_tokens=4096, seed=recipe.train.seed)
+    fraction = padding_fraction(plan.epoch_batches(0), src, tgt)
+    print(f"padding at max_tokens=4096: {fraction:.2%}")
+    assert fraction <= 0.05
+    assert result.manifest["splits"]["train"]["kept"] == 29000
+
+
+def test_cli_second_run_is_up_to_date(nmtk, prepared, multi30k_root: Path) -> None:
+    _, result = prepared
+    run = nmtk("prepare", "recipes/multi30k-en-de.toml", "--data-root", str(multi30k_root),
+               "--out", str(result.out_dir))
+    assert run.returncode == 0 and "up to date" in run.stderr

@@ -1,0 +1,153 @@
+"""`prepare`: building, caching, cleaning, and every bad input leaving no half-written output."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import synthetic_pairs, toy_data, toy_recipe, write_corpus, write_lines
+
+from nmtk.data.binarized import BinarizedSplit
+from nmtk.data.prepare import prepare
+from nmtk.errors import NmtkError
+from nmtk.recipe import load_recipe
+from nmtk.text import Moses, TextPipeline
+
+
+@pytest.fixture
+def toy(tmp_path: Path):
+    root = toy_data(tmp_path / "root")
+    return root, toy_recipe(tmp_path), tmp_path / "out" / "toy"
+
+
+def leftovers(out: Path) -> list[str]:
+    """Anything prepare left next to its output folder (temporary folders, partial files)."""
+    return sorted(p.name for p in out.parent.iterdir()) if out.parent.exists() else []
+
+
+def test_prepare_builds_then_is_up_to_date(toy) -> None:
+    root, recipe_path, out = toy
+    recipe = load_recipe(recipe_path)
+    first = prepare(recipe, root, out)
+    assert not first.up_to_date
+    manifest = json.loads((out / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    assert train["pairs_in"] == 400 and train["kept"] == 400
+    assert manifest["vocab"]["size"] == {"en": 64, "de": 64} and manifest["dtype"] == "uint8"
+    assert set(manifest["splits"]) == {"train", "valid", "test"}
+    assert all(len(v["sha256"]) == 64 for v in manifest["inputs"].values()) and len(manifest["inputs"]) == 6
+
+    split = BinarizedSplit(out, "train", "en", "de", manifest["dtype"])
+    assert len(split) == 400 and int(split.src.lengths.sum()) == train["sides"]["en"]["tokens"]
+    pipe = TextPipeline(Moses("de", normalize=False), out / "spm.model")
+    expected = synthetic_pairs(400)[7][1]
+    assert pipe.decode(split.tgt[7].tolist()) == expected
+    assert (out / "valid.raw.de").read_text().splitlines()[0] == synthetic_pairs(40, 1)[0][1]
+
+    mtime = (out / "manifest.json").stat().st_mtime_ns
+    assert prepare(recipe, root, out).up_to_date
+    assert (out / "manifest.json").stat().st_mtime_ns == mtime
+
+    changed = load_recipe(recipe_path, ["tokenizer.vocab_size=70"])
+    assert not prepare(changed, root, out).up_to_date
+    write_corpus(root, "valid", synthetic_pairs(40, 99))
+    assert not prepare(changed, root, out).up_to_date
+    assert leftovers(out) == ["toy"]
+
+
+def test_cleaning_counts_every_drop(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    pairs = synthetic_pairs(300)
+    pairs += [("", "Leer."), ("   ", "")]  # empty
+    pairs += [("long " * 60, "Lang " * 60)]  # too long (> max_len = 100 subwords)
+    pairs += [("the dog runs with the ball on the street in the park under the house.", "Hund.")]  # ratio
+    write_corpus(root, "train", pairs)
+    write_corpus(root, "valid", synthetic_pairs(10, 1) + [("", "")])
+    write_corpus(root, "test", synthetic_pairs(10, 2))
+    result = prepare(load_recipe(toy_recipe(tmp_path, vocab_size=80), ["data.max_ratio=3"]), root, tmp_path / "o")
+    train = result.manifest["splits"]["train"]
+    assert train["dropped"] == {"empty": 2, "too_long": 1, "ratio": 1}
+    assert train["kept"] == 300 and train["pairs_in"] == 304
+    assert result.manifest["splits"]["valid"]["kept"] == 11  # evaluation sets keep every line
+
+
+def test_mismatched_line_counts(toy) -> None:
+    root, recipe_path, out = toy
+    write_lines(root / "toy" / "train.de.gz", [b for _, b in synthetic_pairs(399)])
+    with pytest.raises(NmtkError) as err:
+        prepare(load_recipe(recipe_path), root, out)
+    message = str(err.value)
+    assert "train.en.gz has 400 lines" in message and "train.de.gz has 399" in message
+    assert leftovers(out) == []
+
+
+@pytest.mark.parametrize("policy", ["error", "replace"])
+def test_invalid_utf8(toy, policy: str) -> None:
+    root, recipe_path, out = toy
+    lines = gzip.decompress((root / "toy" / "train.en.gz").read_bytes()).split(b"\n")
+    lines[41] = b"caf\xe9 au lait"
+    (root / "toy" / "train.en.gz").write_bytes(gzip.compress(b"\n".join(lines)))
+    recipe = load_recipe(recipe_path, [f"data.encoding_errors={policy}"])
+    if policy == "error":
+        with pytest.raises(NmtkError, match=r"train\.en\.gz:42: invalid UTF-8"):
+            prepare(recipe, root, out)
+        assert leftovers(out) == []
+    else:
+        assert prepare(recipe, root, out).manifest["splits"]["train"]["kept"] == 400
+
+
+def test_empty_corpus(toy) -> None:
+    root, recipe_path, out = toy
+    write_corpus(root, "train", [])
+    with pytest.raises(NmtkError, match="no non-empty sentence pairs"):
+        prepare(load_recipe(recipe_path), root, out)
+    assert leftovers(out) == []
+
+
+def test_missing_file_without_url(toy) -> None:
+    root, recipe_path, out = toy
+    os.remove(root / "toy" / "test.de.gz")
+    with pytest.raises(NmtkError, match=r"test\.de\.gz: file not found, and the recipe gives no url"):
+        prepare(load_recipe(recipe_path), root, out)
+    assert leftovers(out) == []
+
+
+def test_failure_keeps_previous_output(toy) -> None:
+    root, recipe_path, out = toy
+    prepare(load_recipe(recipe_path), root, out)
+    before = (out / "train.en.bin").read_bytes()
+    write_lines(root / "toy" / "train.de.gz", ["Eins."])
+    with pytest.raises(NmtkError):
+        prepare(load_recipe(recipe_path), root, out)
+    assert (out / "train.en.bin").read_bytes() == before and leftovers(out) == ["toy"]
+
+
+def test_separate_vocabularies_and_plain_text(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for name, n, seed in (("train", 300, 0), ("valid", 10, 1), ("test", 10, 2)):
+        write_corpus(root, name, synthetic_pairs(n, seed), suffix="")
+    text = toy_recipe(tmp_path, vocab_size=48).read_text().replace(".gz", "")
+    text = text.replace("normalize_punctuation = false",
+                        'normalize_punctuation = false\njoint = false\ntype = "unigram"')
+    text = text.replace("dropout = 0.0", 'dropout = 0.0\nshare_embeddings = "decoder"')
+    (tmp_path / "sep.toml").write_text(text)
+    result = prepare(load_recipe(tmp_path / "sep.toml"), root, tmp_path / "o")
+    assert result.manifest["vocab"]["models"] == {"en": "spm.en.model", "de": "spm.de.model"}
+    assert (tmp_path / "o" / "spm.en.model").is_file() and (tmp_path / "o" / "spm.de.model").is_file()
+    ids = BinarizedSplit(tmp_path / "o", "train", "en", "de", result.manifest["dtype"]).src[0]
+    assert isinstance(ids, np.ndarray) and len(ids) > 0
+
+
+def test_cli_prepare(nmtk, toy) -> None:
+    root, recipe_path, out = toy
+    first = nmtk("prepare", str(recipe_path), "--data-root", str(root), "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    assert "train" in first.stderr and "prepared" in first.stderr
+    second = nmtk("prepare", str(recipe_path), "--data-root", str(root), "--out", str(out))
+    assert second.returncode == 0 and "up to date" in second.stderr
+    bad = nmtk("prepare", str(recipe_path), "--data-root", str(tmp := out.parent / "nowhere"), "--out", str(out))
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and str(tmp) in bad.stderr
