@@ -106,10 +106,56 @@ def translate(ctx: typer.Context) -> None:
     _not_implemented("translate")
 
 
-@app.command(context_settings=_PASS_THROUGH)
-def score(ctx: typer.Context) -> None:
-    """Score translations with sacreBLEU (BLEU, chrF, TER)."""
-    _not_implemented("score")
+@app.command()
+def score(
+    hyps: Annotated[list[Path] | None, typer.Argument(help="Hypothesis files (default: stdin).")] = None,
+    ref: Annotated[list[Path] | None, typer.Option("-r", "--ref", help="Reference file (repeat for several).")] = None,
+    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu,chrf",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    lowercase: Annotated[bool, typer.Option("--lowercase", help="Case-insensitive scores.")] = False,
+    tokenize: Annotated[str | None, typer.Option(help="sacreBLEU tokenizer for BLEU (default 13a).")] = None,
+    paper_bleu: Annotated[bool, typer.Option("--paper-bleu", help="Tokenized BLEU as the paper reports it "
+                                             "(Moses tokens, split compounds).")] = False,
+    lang: Annotated[str, typer.Option(help="Target language for --paper-bleu's Moses tokeniser.")] = "de",
+    significance: Annotated[bool, typer.Option("--significance", help="Paired bootstrap against the "
+                                               "first system.")] = False,
+    samples: Annotated[int, typer.Option(help="Bootstrap samples for --significance.")] = 1000,
+    test_set: Annotated[str | None, typer.Option(help="Take references from sacreBLEU's test set, e.g. wmt14.")] = None,
+    langpair: Annotated[str | None, typer.Option(help="Language pair of --test-set, e.g. en-de.")] = None,
+) -> None:
+    """Score translations with sacreBLEU: BLEU, chrF, TER; several systems; significance."""
+    from nmtk.score import Scorer, check_lengths, read_text, sacrebleu_references
+    from nmtk.score_report import render_scores, render_significance
+
+    ref_paths = list(ref or [])
+    if test_set:
+        if not langpair:
+            raise NmtkError("--test-set needs --langpair, e.g. --langpair en-de")
+        ref_paths += sacrebleu_references(test_set, langpair)
+    if not ref_paths:
+        raise NmtkError("no reference: give -r REF (or --test-set NAME --langpair xx-yy)")
+    scorer = Scorer(tuple(m.strip() for m in metrics.split(",") if m.strip()), lowercase, tokenize, paper_bleu, lang)
+    refs = {str(p): read_text(p, "reference") for p in ref_paths}
+    if hyps:
+        systems = [(str(p), read_text(p, "hypothesis")) for p in hyps]
+    else:
+        systems = [("stdin", [line.rstrip("\r\n") for line in sys.stdin])]
+    for name, lines in systems:
+        check_lengths(name, lines, refs)
+    ref_lists = list(refs.values())
+    results = {name: scorer.score(lines, ref_lists) for name, lines in systems}
+    sig = scorer.significance(systems, ref_lists, samples) if significance and len(systems) > 1 else None
+    if significance and len(systems) < 2:
+        raise NmtkError("--significance compares systems: give at least two hypothesis files")
+    if as_json:
+        payload = results[systems[0][0]] if len(systems) == 1 else {"systems": results}
+        if sig:
+            payload["significance"] = sig
+        print(json.dumps(payload))
+        return
+    render_scores(results)
+    if sig:
+        render_significance(sig, baseline=systems[0][0])
 
 
 # ------------------------------------------------------------------------------------------ recipe

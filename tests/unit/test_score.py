@@ -1,0 +1,114 @@
+"""`nmtk score`: every figure equals sacreBLEU's own API on the same fixtures; paper BLEU by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import sacrebleu
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+HYP = ["The cat sits on the mat.", "A man rides a red bike down the street.", "Two dogs play in the snow."]
+REF = ["The cat sat on the mat.", "A man is riding a red bicycle down the street.", "Two dogs are playing in snow."]
+REF2 = ["A cat sits on the mat.", "A man rides a red bike along the road.", "Two dogs play in the snow."]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    paths = {}
+    for name, lines in (("hyp", HYP), ("ref", REF), ("ref2", REF2), ("short", HYP[:2]), ("empty", [])):
+        paths[name] = tmp_path / f"{name}.txt"
+        paths[name].write_text("".join(line + "\n" for line in lines))
+    return paths
+
+
+def test_scores_equal_sacrebleu(nmtk, files) -> None:
+    result = nmtk("score", "-r", str(files["ref"]), "--metrics", "bleu,chrf,ter", "--json", stdin="\n".join(HYP) + "\n")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    metric = BLEU()
+    bleu = metric.corpus_score(HYP, [REF])
+    assert got["bleu"]["score"] == pytest.approx(bleu.score, abs=1e-4)
+    assert got["bleu"]["precisions"] == pytest.approx(bleu.precisions, abs=1e-4)
+    assert got["bleu"]["bp"] == pytest.approx(bleu.bp, abs=1e-4)
+    assert got["bleu"]["signature"] == str(metric.get_signature())
+    assert got["chrf"]["score"] == pytest.approx(CHRF().corpus_score(HYP, [REF]).score, abs=1e-4)
+    assert got["ter"]["score"] == pytest.approx(TER().corpus_score(HYP, [REF]).score, abs=1e-4)
+
+
+def test_options_pass_through_and_multiple_references(nmtk, files) -> None:
+    result = nmtk("score", "-r", str(files["ref"]), "-r", str(files["ref2"]), "--lowercase", "--tokenize", "intl",
+                  "--metrics", "bleu", "--json", str(files["hyp"]))
+    assert result.returncode == 0, result.stderr
+    expected = sacrebleu.corpus_bleu(HYP, [REF, REF2], lowercase=True, tokenize="intl")
+    got = json.loads(result.stdout)["bleu"]
+    assert got["score"] == pytest.approx(expected.score, abs=1e-4)
+    assert "nrefs:2" in got["signature"] and "case:lc" in got["signature"] and "tok:intl" in got["signature"]
+
+
+def test_human_output_has_sacrebleu_line(nmtk, files) -> None:
+    result = nmtk("score", "-r", str(files["ref"]), str(files["hyp"]))
+    assert result.returncode == 0
+    bleu = BLEU()
+    score = bleu.corpus_score(HYP, [REF])
+    line = score.format(signature=str(bleu.get_signature()))
+    assert line in result.stdout.splitlines()
+    assert "BLEU" in result.stderr  # the table
+
+
+def test_paper_bleu_by_hand(nmtk, tmp_path: Path) -> None:
+    """hyp: the cat ##AT##-##AT## like dog sat .  (7 tokens); ref adds "on the mat" (10 tokens).
+
+    Matches: 1-grams 7/7, 2-grams 5/6, 3-grams 4/5, 4-grams 3/4 ("sat ." is not in the reference).
+    Geometric mean = (1 · 5/6 · 4/5 · 3/4)^(1/4) = 0.5^(1/4); BP = exp(1 - 10/7).
+    """
+    (tmp_path / "h").write_text("the cat-like dog sat.\n")
+    (tmp_path / "r").write_text("the cat-like dog sat on the mat.\n")
+    result = nmtk("score", "-r", str(tmp_path / "r"), "--paper-bleu", "--lang", "en", "--metrics", "bleu",
+                  "--json", str(tmp_path / "h"))
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)["bleu"]
+    by_hand = 100 * math.exp(1 - 10 / 7) * 0.5**0.25
+    assert got["score"] == pytest.approx(by_hand, abs=1e-3)
+    assert (got["sys_len"], got["ref_len"]) == (7, 10) and "tok:none" in got["signature"]
+
+
+def test_several_systems_with_significance(nmtk, files, tmp_path: Path) -> None:
+    worse = tmp_path / "worse.txt"
+    worse.write_text("The cat.\nA man.\nTwo dogs.\n")
+    result = nmtk("score", "-r", str(files["ref"]), str(files["hyp"]), str(worse), "--significance",
+                  "--samples", "100", "--json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert set(got["systems"]) == {str(files["hyp"]), str(worse)}
+    assert got["systems"][str(worse)]["bleu"]["score"] == pytest.approx(
+        BLEU().corpus_score(worse.read_text().splitlines(), [REF]).score, abs=1e-4)
+    sig = got["significance"]
+    assert "p_value" in sig[str(worse)]["bleu"] and "ci" in sig[str(files["hyp"])]["chrf"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-r", "{ref}", "{short}"], "has 2 lines but reference"),
+        (["-r", "{ref}", "{empty}"], "the hypothesis is empty"),
+        (["-r", "{missing}", "{hyp}"], "reference file not found"),
+        (["-r", "{ref}", "--metrics", "bleu,meteor", "{hyp}"], "unknown metric meteor"),
+    ],
+)
+def test_errors_are_one_line(nmtk, files, tmp_path: Path, args: list[str], message: str) -> None:
+    paths = {**{k: str(v) for k, v in files.items()}, "missing": str(tmp_path / "nope.txt")}
+    result = nmtk("score", *[a.format(**paths) for a in args])
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_test_set_offline_is_a_clear_message(nmtk, files, tmp_path: Path) -> None:
+    result = nmtk("score", "--test-set", "wmt14", "--langpair", "en-de", str(files["hyp"]),
+                  env={"SACREBLEU": str(tmp_path / "sacrebleu-cache"), "https_proxy": "http://127.0.0.1:9",
+                       "http_proxy": "http://127.0.0.1:9"})
+    assert result.returncode == 1
+    assert "use -r" in result.stderr or "-r REF" in result.stderr
