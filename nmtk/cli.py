@@ -7,6 +7,7 @@ anything else is a bug and is shown as one line too, with the traceback only und
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -88,22 +89,114 @@ def prepare(
     console.print(f"[green]prepared[/] {result.out_dir} in {result.manifest['seconds']:.1f} s")
 
 
-@app.command(context_settings=_PASS_THROUGH)
-def train(ctx: typer.Context) -> None:
-    """Train a recipe's model (resumable; torchrun for several processes)."""
-    _not_implemented("train")
+@app.command()
+def train(
+    recipe_file: RecipeArg,
+    data: Annotated[Path | None, typer.Option(help="Prepared data (default: data-bin/<recipe name>); "
+                                              "prepared first when missing or out of date.")] = None,
+    data_root: Annotated[Path | None, typer.Option(help="Corpora root for preparing (default: $NMTK_DATA).")] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<recipe name>).")] = None,
+    set_: SetOption = None,
+    restart: Annotated[bool, typer.Option("--restart", help="Start over: the existing run is moved aside.")] = False,
+    init_from: Annotated[Path | None, typer.Option(help="Start a new run from this checkpoint's weights.")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads per process.")] = None,
+    nproc: Annotated[int | None, typer.Option(help="Launch this many processes on this machine via torchrun.")] = None,
+) -> None:
+    """Train a recipe's model; resumes from the run's last checkpoint; torchrun for several processes."""
+    if nproc and nproc > 1 and "WORLD_SIZE" not in os.environ:
+        raise typer.Exit(_launch_torchrun(nproc))
+    from nmtk.recipe import load_recipe
+    from nmtk.train.run import train as run_training
+
+    recipe = load_recipe(recipe_file, set_ or [])
+    run_training(recipe, data_dir=data, data_root=data_root, run_dir=run_dir, restart=restart,
+                 init_from=init_from, device_name=device, threads=threads)
 
 
-@app.command(context_settings=_PASS_THROUGH)
-def average(ctx: typer.Context) -> None:
-    """Average the parameters of a run's last checkpoints."""
-    _not_implemented("average")
+def _launch_torchrun(nproc: int) -> int:
+    """Re-run this command under torchrun with ``nproc`` local processes; returns its exit code."""
+    import subprocess
+
+    argv = sys.argv[1:]
+    cleaned, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--nproc":
+            skip = True
+            continue
+        if arg.startswith("--nproc="):
+            continue
+        cleaned.append(arg)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "nmtk", *cleaned]
+    console.print(f"launching: {' '.join(cmd[2:])}")
+    return subprocess.call(cmd)
 
 
-@app.command(context_settings=_PASS_THROUGH)
-def translate(ctx: typer.Context) -> None:
-    """Translate text with batched beam search."""
-    _not_implemented("translate")
+@app.command()
+def average(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
+    files: Annotated[list[Path] | None, typer.Argument(help="Checkpoint files (instead of --last/--updates).")] = None,
+    last: Annotated[int | None, typer.Option(help="Average the last N numbered checkpoints "
+                                             "(default: the recipe's average.last).")] = None,
+    updates: Annotated[str | None, typer.Option(help="Average the checkpoints of updates A-B.")] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Output (default: "
+                                             "RUN_DIR/checkpoint_avg_last<N>.pt).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
+) -> None:
+    """Average the parameters of a run's checkpoints (paper §6.1)."""
+    from nmtk.rundir import RunDir
+    from nmtk.train.average import select_checkpoints, write_average
+
+    run = RunDir(run_dir).require()
+    if files:
+        paths, label = list(files), f"files{len(files)}"
+    else:
+        n = last or run.recipe().average.last
+        paths = select_checkpoints(run.numbered(), None if updates else n, updates)
+        label = f"updates{updates}" if updates else f"last{n}"
+    target = out or run.path / f"checkpoint_avg_{label}.pt"
+    write_average(paths, target, force)
+    console.print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {target}")
+
+
+@app.command()
+def translate(
+    model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
+                                               "else the newest run under runs/).")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: newest averaged, else best, "
+                                                    "else last).")] = None,
+    input_: Annotated[Path | None, typer.Option("-i", "--input", help="Input text (default: stdin).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Output file (default: stdout).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output.")] = False,
+    beam: Annotated[int | None, typer.Option(help="Beam size (default: the recipe's); 1 = greedy.")] = None,
+    nbest: Annotated[int, typer.Option(help="Print the K best: 'LINE<TAB>SCORE<TAB>TEXT' lines.")] = 1,
+    lenpen: Annotated[float | None, typer.Option(help="GNMT length penalty α (default: the recipe's).")] = None,
+    max_len_a: Annotated[float | None, typer.Option(help="Output length ≤ a·|x| + b.")] = None,
+    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a.")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Source tokens × beam per batch.")] = 8192,
+    buffer_size: Annotated[int, typer.Option(help="Input lines read, sorted and batched at a time.")] = 10000,
+    errors: Annotated[str, typer.Option(help="Invalid UTF-8 input: error or replace.")] = "error",
+    print_scores: Annotated[bool, typer.Option("--print-scores", help="Prefix each line with its score and "
+                                               "a tab.")] = False,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads.")] = None,
+    precision: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
+    sampling: Annotated[bool, typer.Option("--sampling", help="Sample instead of beam search.")] = False,
+    topk: Annotated[int, typer.Option(help="Sampling: keep the k most likely tokens (0 = all).")] = 0,
+    topp: Annotated[float, typer.Option(help="Sampling: nucleus probability mass.")] = 1.0,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 1,
+    ensemble: Annotated[list[Path] | None, typer.Option(help="More checkpoints of the same run to ensemble "
+                                                        "(repeatable).")] = None,
+) -> None:
+    """Translate text with batched beam search (stdin to stdout by default)."""
+    from nmtk.decode.cli_translate import run_translate
+
+    run_translate(**locals())
 
 
 @app.command()

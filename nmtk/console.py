@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 #: Messages, tables and progress go to stderr so that stdout can carry translations and JSON.
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def is_main_process() -> bool:

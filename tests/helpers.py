@@ -6,18 +6,25 @@ import gzip
 import random
 from pathlib import Path
 
-WORDS = ("the a small big red blue dog cat man woman child runs sits plays with on in under ball "
-         "street park water grass house car bike green yellow black white old young looks").split()
+LEXICON = {
+    "the": "der", "a": "ein", "small": "klein", "big": "gross", "red": "rot", "blue": "blau", "dog": "Hund",
+    "cat": "Katze", "man": "Mann", "woman": "Frau", "child": "Kind", "runs": "rennt", "sits": "sitzt",
+    "plays": "spielt", "with": "mit", "on": "auf", "in": "in", "under": "unter", "ball": "Ball",
+    "street": "Strasse", "park": "Park", "water": "Wasser", "grass": "Gras", "house": "Haus", "car": "Auto",
+    "bike": "Fahrrad", "green": "gruen", "yellow": "gelb", "black": "schwarz", "white": "weiss", "old": "alt",
+    "young": "jung", "looks": "schaut",
+}
+WORDS = list(LEXICON)
 
 
 def synthetic_pairs(n: int, seed: int = 0, min_words: int = 2, max_words: int = 12) -> list[tuple[str, str]]:
-    """Source sentences and a deterministic 'translation' (words reversed, upper-cased first letter)."""
+    """Source sentences and a deterministic word-by-word 'translation' through a small lexicon."""
     rng = random.Random(seed)
     pairs = []
     for _ in range(n):
         words = [rng.choice(WORDS) for _ in range(rng.randint(min_words, max_words))]
         src = " ".join(words) + "."
-        tgt = " ".join(w.capitalize() for w in reversed(words)) + "."
+        tgt = " ".join(LEXICON[w] for w in words) + "."
         pairs.append((src, tgt))
     return pairs
 
@@ -89,3 +96,44 @@ def toy_data(root: Path, n_train: int = 400, seed: int = 0) -> Path:
     write_corpus(root, "valid", synthetic_pairs(40, seed + 1))
     write_corpus(root, "test", synthetic_pairs(40, seed + 2))
     return root
+
+
+def copy_batch(gen, batch: int = 64, min_len: int = 3, max_len: int = 10, vocab: int = 32):
+    """Random sequences over ids 4..vocab-1, padded; the target is the source (a copy task)."""
+    import torch
+
+    lengths = torch.randint(min_len, max_len + 1, (batch,), generator=gen)
+    src = torch.full((batch, max_len + 1), 0)
+    tgt = torch.full((batch, max_len + 2), 0)
+    for i, n in enumerate(lengths.tolist()):
+        seq = torch.randint(4, vocab, (n,), generator=gen)
+        src[i, :n], src[i, n] = seq, 3
+        tgt[i, 0], tgt[i, 1 : n + 1], tgt[i, n + 1] = 2, seq, 3
+    return src, tgt
+
+
+def train_copy_model(steps: int = 800, vocab: int = 32, seed: int = 0, d_model: int = 64):
+    """A tiny Transformer trained to copy: the paper's schedule shape, Adam, no dropout."""
+    import torch
+    import torch.nn.functional as F
+
+    from nmtk.model import ModelConfig, Transformer
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    cfg = ModelConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=d_model, heads=4, d_ff=2 * d_model,
+                      encoder_layers=2, decoder_layers=2, dropout=0.0)
+    model = Transformer(cfg)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    warmup, peak = 100, 3e-3
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: peak * warmup**0.5 * min((step + 1) ** -0.5, (step + 1) * warmup**-1.5))
+    for _ in range(steps):
+        src, tgt = copy_batch(gen, vocab=vocab)
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1), ignore_index=0)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    return model.eval()

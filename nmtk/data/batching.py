@@ -68,8 +68,8 @@ class BatchingPlan:
 
     @staticmethod
     def _split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
-        """Halve the largest batches until the count divides by the number of ranks (nothing dropped)."""
-        while len(batches) % world_size:
+        """Halve the largest batches until the count divides by ``world_size`` (nothing dropped)."""
+        while len(batches) % world_size or len(batches) < world_size:
             largest = max(range(len(batches)), key=lambda j: len(batches[j]))
             batch = batches[largest]
             if len(batch) < 2:
@@ -78,16 +78,21 @@ class BatchingPlan:
             batches[largest : largest + 1] = [batch[:half], batch[half:]]
         return batches
 
-    def epoch_batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> list[np.ndarray]:
-        """This rank's batches of ``epoch`` in training order (arrays of pair indices)."""
-        batches = self._split_to_multiple(self._fill(self._order(epoch)), world_size)
+    def epoch_batches(self, epoch: int, rank: int = 0, world_size: int = 1, group: int = 1) -> list[np.ndarray]:
+        """This rank's batches of ``epoch`` in training order (arrays of pair indices).
+
+        The batch count is made a multiple of ``world_size · group`` (``group`` = batches accumulated
+        per update), so every update of every rank has a full set of batches, and N ranks see
+        exactly the batches one rank would see with ``group`` multiplied by N.
+        """
+        batches = self._split_to_multiple(self._fill(self._order(epoch)), world_size * group)
         rng = np.random.default_rng([self.seed, epoch, 1])
         shuffled = [batches[j] for j in rng.permutation(len(batches))]
         return shuffled[rank::world_size]
 
-    def iterate(self, epoch: int, start: int = 0, rank: int = 0, world_size: int = 1):
+    def iterate(self, epoch: int, start: int = 0, rank: int = 0, world_size: int = 1, group: int = 1):
         """Yield ``(index_in_epoch, batch)`` from batch ``start`` on: resuming mid-epoch replays nothing."""
-        batches = self.epoch_batches(epoch, rank, world_size)
+        batches = self.epoch_batches(epoch, rank, world_size, group)
         for k in range(start, len(batches)):
             yield k, batches[k]
 

@@ -1,0 +1,176 @@
+"""Batched beam search (paper §6.1) over sentences *and* beams as tensors, with the key/value cache.
+
+Rows of the decoder batch are ``sentence · beam``. At each step the 2K best extensions of each
+sentence are taken with one ``topk``; extensions ending in EOS among the first K become finished
+hypotheses (merged, tensor-wise, into each sentence's K best finished), the K best others continue,
+and the cache is reordered by ``index_select``. A sentence stops as soon as no live beam can beat
+its finished hypotheses, and the batch shrinks to the sentences still running. The one host sync per
+step is the check whether any sentence finished.
+
+Scores are GNMT-normalised: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting EOS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nmtk.model import Transformer
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]
+    score: float  # length-normalised log-probability
+
+
+@dataclass
+class SearchConfig:
+    beam: int = 4
+    length_penalty: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    nbest: int = 1
+    bos: int = 2
+    eos: int = 3
+    pad: int = 0
+    unk: int = 1
+
+
+def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src: Tensor, cfg: SearchConfig, model: Transformer) -> Tensor:
+    """Per sentence: a·|x| + b output tokens (|x| without EOS), never past the model's positions."""
+    src_len = src.ne(cfg.pad).sum(dim=1) - 1
+    limit = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
+    return limit.clamp(min=1, max=model.cfg.max_positions - 1)
+
+
+def _step_log_probs(model: Transformer, tokens: Tensor, cache, cfg: SearchConfig) -> Tensor:
+    lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
+    lprobs[:, cfg.pad] = NEG_INF
+    lprobs[:, cfg.bos] = NEG_INF
+    return lprobs
+
+
+@torch.inference_mode()
+def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
+    """Arg-max decoding; ``beam = 1`` means this. Finished rows leave the batch."""
+    memory, mask = model.encode(src)
+    cache = model.start_cache(memory, mask)
+    n = src.size(0)
+    limit = max_lengths(src, cfg, model)
+    rows = torch.arange(n, device=src.device)
+    tokens = torch.full((n,), cfg.bos, dtype=torch.long, device=src.device)
+    history = torch.empty((n, 0), dtype=torch.long, device=src.device)
+    raw = torch.zeros(n, device=src.device)
+    results: list[list[Hypothesis]] = [[] for _ in range(n)]
+    eos_row = torch.full((model.cfg.tgt_vocab,), NEG_INF, device=src.device)
+    eos_row[cfg.eos] = 0.0
+    step = 0
+    while rows.numel():
+        lprobs = _step_log_probs(model, tokens, cache, cfg)
+        lprobs = torch.where((limit[rows] <= step)[:, None], eos_row, lprobs)
+        best, tokens = lprobs.max(dim=-1)
+        raw = raw + best
+        history = torch.cat([history, tokens[:, None]], dim=1)
+        done = tokens.eq(cfg.eos)
+        step += 1
+        if bool(done.any()):
+            scores = raw / length_penalty(float(step), cfg.length_penalty)
+            for i in done.nonzero().flatten().tolist():
+                results[int(rows[i])] = [Hypothesis(history[i, :-1].tolist(), float(scores[i]))]
+            keep = (~done).nonzero().flatten()
+            rows, tokens, raw, history = rows[keep], tokens[keep], raw[keep], history[keep]
+            cache.reorder(keep)
+    return results
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
+    """The ``cfg.nbest`` best hypotheses of each source row, best first."""
+    if cfg.beam == 1:
+        return greedy_search(model, src, cfg)
+    k, device = cfg.beam, src.device
+    n = src.size(0)
+    memory, mask = model.encode(src)
+    cache = model.start_cache(memory, mask)  # encoder keys/values projected once per sentence...
+    cache.reorder(torch.arange(n, device=device).repeat_interleave(k))  # ...then shared by its K beams
+    limit = max_lengths(src, cfg, model)
+    max_steps = int(limit.max()) + 1
+
+    sent = torch.arange(n, device=device)  # original index of each running sentence
+    scores = torch.full((n, k), NEG_INF, device=device)
+    scores[:, 0] = 0.0  # at the first step only one beam is live, so no duplicates
+    tokens = torch.full((n * k,), cfg.bos, dtype=torch.long, device=device)
+    history = torch.empty((n * k, 0), dtype=torch.long, device=device)
+    fin_scores = torch.full((n, k), NEG_INF, device=device)
+    fin_tokens = torch.full((n, k, max_steps), cfg.pad, dtype=torch.long, device=device)
+    out_scores = torch.full((n, k), NEG_INF)
+    out_tokens: list[Tensor | None] = [None] * n
+
+    for step in range(max_steps):
+        b = sent.numel()
+        lprobs = _step_log_probs(model, tokens, cache, cfg).view(b, k, -1)
+        vocab = lprobs.size(-1)
+        at_limit = (limit[sent] <= step)[:, None, None]
+        eos_only = torch.full_like(lprobs, NEG_INF)
+        eos_only[..., cfg.eos] = 0.0
+        lprobs = torch.where(at_limit, eos_only, lprobs)
+        cand = (scores[..., None] + lprobs).view(b, k * vocab)
+        cand_scores, cand_index = cand.topk(2 * k, dim=1)
+        origin, cand_tokens = cand_index // vocab, cand_index % vocab
+        flat_origin = origin + torch.arange(b, device=device)[:, None] * k
+
+        # Finished: EOS among the first K candidates, merged into each sentence's K best finished.
+        is_eos = cand_tokens.eq(cfg.eos)
+        is_eos[:, k:] = False
+        normalised = cand_scores / length_penalty(float(step + 1), cfg.length_penalty)
+        new_fin = torch.where(is_eos, normalised, torch.full_like(normalised, NEG_INF))[:, :k]
+        new_seqs = torch.full((b, k, max_steps), cfg.pad, dtype=torch.long, device=device)
+        new_seqs[:, :, :step] = history.index_select(0, flat_origin[:, :k].reshape(-1)).view(b, k, step)
+        merged_scores, pick = torch.cat([fin_scores, new_fin], dim=1).topk(k, dim=1)
+        fin_tokens = torch.cat([fin_tokens, new_seqs], dim=1).gather(1, pick[..., None].expand(-1, -1, max_steps))
+        fin_scores = merged_scores
+
+        # Live: the K best candidates that are not EOS.
+        live_scores = torch.where(cand_tokens.eq(cfg.eos), torch.full_like(cand_scores, NEG_INF), cand_scores)
+        scores, live_pick = live_scores.topk(k, dim=1)
+        rows = flat_origin.gather(1, live_pick).view(-1)
+        tokens = cand_tokens.gather(1, live_pick).view(-1)
+        history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
+        cache.reorder(rows, memory=False)
+
+        # A sentence is done when its nbest-th finished score beats any live beam's best reachable one.
+        bound = scores[:, 0] / length_penalty(limit[sent].float() + 1, cfg.length_penalty)
+        done = (fin_scores[:, cfg.nbest - 1] >= bound) | (limit[sent] <= step) | scores[:, 0].isneginf()
+        if bool(done.any()):
+            for i in done.nonzero().flatten().tolist():
+                out_tokens[int(sent[i])] = fin_tokens[i].cpu()
+                out_scores[int(sent[i])] = fin_scores[i].cpu()
+            keep = (~done).nonzero().flatten()
+            if keep.numel() == 0:
+                break
+            keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            sent, scores, fin_scores, fin_tokens = sent[keep], scores[keep], fin_scores[keep], fin_tokens[keep]
+            tokens, history = tokens[keep_rows], history[keep_rows]
+            cache.reorder(keep_rows)
+    return [_unpack(out_tokens[i], out_scores[i], cfg) for i in range(n)]
+
+
+def _unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig) -> list[Hypothesis]:
+    hyps = []
+    if seqs is None:
+        return hyps
+    for j in range(cfg.nbest):
+        if scores[j].isneginf():
+            break
+        row = seqs[j].tolist()
+        hyps.append(Hypothesis(row[: row.index(cfg.pad)] if cfg.pad in row else row, float(scores[j])))
+    return hyps

@@ -1,0 +1,68 @@
+"""Sampling (for back-translation): top-k / nucleus (top-p) sampling with a temperature, seeded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nmtk.decode.beam import NEG_INF, Hypothesis, SearchConfig, length_penalty, max_lengths
+from nmtk.model import Transformer
+
+
+@dataclass
+class SamplingConfig:
+    topk: int = 0  # 0 = no top-k cut
+    topp: float = 1.0  # 1.0 = no nucleus cut
+    temperature: float = 1.0
+    seed: int = 1
+
+
+def _filter(logits: Tensor, topk: int, topp: float) -> Tensor:
+    if topk > 0:
+        kth = logits.topk(min(topk, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, NEG_INF)
+    if topp < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative - sorted_logits.softmax(dim=-1) >= topp  # keep the smallest set reaching topp
+        logits = logits.scatter(1, order, sorted_logits.masked_fill(remove, NEG_INF))
+    return logits
+
+
+@torch.inference_mode()
+def sample_search(model: Transformer, src: Tensor, cfg: SearchConfig,
+                  sampling: SamplingConfig) -> list[list[Hypothesis]]:
+    """One sampled translation per source row, scored like beam search's hypotheses."""
+    generator = torch.Generator(device=src.device).manual_seed(sampling.seed)
+    memory, mask = model.encode(src)
+    cache = model.start_cache(memory, mask)
+    n = src.size(0)
+    limit = max_lengths(src, cfg, model)
+    tokens = torch.full((n,), cfg.bos, dtype=torch.long, device=src.device)
+    finished = torch.zeros(n, dtype=torch.bool, device=src.device)
+    raw = torch.zeros(n, device=src.device)
+    length = torch.zeros(n, device=src.device)
+    steps = []
+    for step in range(int(limit.max()) + 1):
+        lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
+        lprobs[:, cfg.pad] = NEG_INF
+        lprobs[:, cfg.bos] = NEG_INF
+        at_limit = limit <= step
+        lprobs[at_limit] = NEG_INF
+        lprobs[at_limit, cfg.eos] = 0.0
+        logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)
+        choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+        choice = choice.masked_fill(finished, cfg.pad)
+        raw += torch.where(finished, 0.0, lprobs.gather(1, choice.clamp(min=0)[:, None]).squeeze(1))
+        length += (~finished).float()
+        steps.append(choice)
+        finished |= choice.eq(cfg.eos)
+        tokens = choice.masked_fill(finished, cfg.eos)
+        if bool(finished.all()):
+            break
+    rows = torch.stack(steps, dim=1).tolist()
+    scores = (raw / length_penalty(length, cfg.length_penalty)).tolist()
+    return [[Hypothesis(row[: row.index(cfg.eos)] if cfg.eos in row else row, score)]
+            for row, score in zip(rows, scores, strict=True)]

@@ -1,0 +1,123 @@
+"""The self-contained run directory: what `translate` needs, nothing outside it.
+
+    runs/<name>/recipe.toml          the resolved recipe the run trains with (frozen)
+    runs/<name>/manifest.json        the prepared data's manifest (vocabulary hashes, statistics)
+    runs/<name>/spm*.model           the sentencepiece model(s)
+    runs/<name>/checkpoint_<N>.pt    numbered checkpoints; checkpoint_last.pt, checkpoint_best.pt
+    runs/<name>/checkpoint_avg_*.pt  averaged checkpoints (`nmtk average`)
+    runs/<name>/train.jsonl          one JSON object of metrics per log interval
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from nmtk.errors import NmtkError
+from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
+from nmtk.text import Moses, TextPipeline
+from nmtk.train.checkpoint import numbered_checkpoints
+
+RECIPE = "recipe.toml"
+MANIFEST = "manifest.json"
+LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class RunDir:
+    """A training run's folder."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def last(self) -> Path:
+        return self.path / LAST
+
+    @property
+    def best(self) -> Path:
+        return self.path / BEST
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "train.jsonl"
+
+    def checkpoint(self, update: int) -> Path:
+        return self.path / f"checkpoint_{update}.pt"
+
+    def numbered(self) -> list[tuple[int, Path]]:
+        return numbered_checkpoints(self.path)
+
+    def has_checkpoints(self) -> bool:
+        return self.last.is_file() or bool(self.numbered())
+
+    # ----------------------------------------------------------------- contents
+
+    def freeze(self, recipe: Recipe, data_dir: Path, manifest: dict[str, Any]) -> None:
+        """Write the recipe, manifest and subword models that make the run self-contained."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.path / RECIPE, recipe_to_toml(recipe))
+        write_text_atomic(self.path / MANIFEST, json.dumps(manifest, indent=2))
+        for name in set(manifest["vocab"]["models"].values()):
+            shutil.copyfile(data_dir / name, self.path / f".{name}.tmp")
+            os.replace(self.path / f".{name}.tmp", self.path / name)
+
+    def require(self) -> RunDir:
+        if not self.path.is_dir():
+            raise NmtkError(f"{self.path}: run directory not found")
+        if not (self.path / RECIPE).is_file():
+            raise NmtkError(f"{self.path}: not an nmtk run directory (no {RECIPE})")
+        return self
+
+    def recipe(self) -> Recipe:
+        return load_recipe(self.path / RECIPE)
+
+    def manifest(self) -> dict[str, Any]:
+        path = self.path / MANIFEST
+        if not path.is_file():
+            raise NmtkError(f"{path}: missing; the run directory is incomplete")
+        return json.loads(path.read_text())
+
+    def vocab_hash(self) -> dict[str, str]:
+        return self.manifest()["vocab"]["sha256"]
+
+    def pipelines(self, recipe: Recipe | None = None) -> tuple[TextPipeline, TextPipeline]:
+        """The run's own Moses + sentencepiece pipeline for source and target."""
+        recipe = recipe or self.recipe()
+        models = self.manifest()["vocab"]["models"]
+        tok = recipe.tokenizer
+        pipes = []
+        for lang in (recipe.data.source_lang, recipe.data.target_lang):
+            model = self.path / models[lang]
+            if not model.is_file():
+                raise NmtkError(f"{model}: subword model missing from the run directory")
+            pipes.append(TextPipeline(Moses(lang, tok.moses, tok.normalize_punctuation, tok.aggressive_dash_splits),
+                                      model))
+        return pipes[0], pipes[1]
+
+    def default_checkpoint(self) -> Path:
+        """The newest averaged checkpoint, else checkpoint_best.pt, else checkpoint_last.pt."""
+        averaged = sorted(self.path.glob("checkpoint_avg*.pt"), key=lambda p: p.stat().st_mtime)
+        for candidate in (averaged[-1] if averaged else None, self.best, self.last):
+            if candidate is not None and candidate.is_file():
+                return candidate
+        raise NmtkError(f"{self.path}: no checkpoint to translate with (train first, or pass --checkpoint)")
+
+
+def latest_run(runs_root: Path = Path("runs")) -> RunDir | None:
+    """The run under ``runs_root`` whose last checkpoint is newest."""
+    candidates = [p for p in runs_root.glob("*/checkpoint_last.pt")] if runs_root.is_dir() else []
+    if not candidates:
+        return None
+    return RunDir(max(candidates, key=lambda p: p.stat().st_mtime).parent)

@@ -1,0 +1,106 @@
+"""Checkpoints: written atomically (temp file, fsync, rename), read with ``weights_only=True``.
+
+A crash mid-write leaves at most a stray ``.tmp`` file; every name a reader can open always holds a
+complete checkpoint. ``checkpoint_last.pt`` is a hard link to the newest numbered checkpoint (no
+extra disk), replaced by rename so it too is never half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nmtk.errors import NmtkError
+
+NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_atomic(state: dict[str, Any], path: Path) -> None:
+    """torch.save into ``path`` so that ``path`` is either the old file or the complete new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def link_atomic(source: Path, link: Path) -> None:
+    """Make ``link`` name the same file as ``source`` (hard link, or a copy), atomically."""
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, link)
+    _fsync_dir(link.parent)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load on CPU with ``weights_only=True``; a missing or damaged file is one clear error."""
+    if not path.is_file():
+        raise NmtkError(f"{path}: checkpoint not found")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NmtkError(f"{path}: not a readable nmtk checkpoint ({first})") from None
+
+
+def numbered_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """``checkpoint_<update>.pt`` files of a run, oldest first."""
+    found = []
+    for path in run_dir.glob("checkpoint_*.pt"):
+        match = NUMBERED.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every random generator training touches, in a form ``weights_only`` loading accepts."""
+    py = random.getstate()
+    np_state = np.random.get_state()
+    state = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(cached)))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

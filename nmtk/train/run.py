@@ -1,0 +1,152 @@
+"""`nmtk train` end to end: data, run directory, resume or restart, the trainer, the final summary."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmtk.console import console
+from nmtk.data.fetch import default_data_root
+from nmtk.data.prepare import default_out_dir, load_manifest, prepare
+from nmtk.errors import NmtkError
+from nmtk.recipe import Recipe
+from nmtk.rundir import RunDir
+from nmtk.train.checkpoint import load_checkpoint
+from nmtk.train.distributed import DistInfo, barrier, broadcast_object, init_distributed, shutdown
+from nmtk.train.trainer import Trainer
+
+# Settings a resumed run may not change, and what would break.
+_FROZEN = {
+    "model": "the model's shape",
+    "tokenizer": "the vocabulary",
+    "data.source_lang": "the language pair",
+    "data.target_lang": "the language pair",
+    "batching": "the data position (batches would be scrambled)",
+    "train.seed": "the data position (batch order)",
+    "train.update_freq": "the data position (batches per update)",
+}
+_MUTABLE_MODEL = {"dropout", "attention_dropout", "relu_dropout"}
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, info: DistInfo) -> None:
+    """Refuse, naming the field, a recipe change that would break the checkpoint."""
+    old, new = _flatten(checkpoint["recipe"]), _flatten(recipe.model_dump(mode="json"))
+    for field in sorted(set(old) | set(new)):
+        frozen = next((why for prefix, why in _FROZEN.items() if field == prefix or field.startswith(prefix + ".")),
+                      None)
+        if frozen is None or field.split(".")[-1] in _MUTABLE_MODEL and field.startswith("model."):
+            continue
+        if old.get(field) != new.get(field):
+            raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old.get(field)!r} to "
+                            f"{new.get(field)!r}, which changes {frozen}; use --restart to start over "
+                            "or --run-dir for a new run")
+    if checkpoint["vocab"] != run.vocab_hash():
+        raise NmtkError(f"{run.path}: cannot resume: the vocabulary (subword model) differs from the checkpoint's; "
+                        "use --restart or a new --run-dir")
+    if checkpoint.get("world_size", 1) != info.world_size:
+        raise NmtkError(f"{run.path}: cannot resume: the checkpoint was written by {checkpoint['world_size']} "
+                        f"processes, this job has {info.world_size} (the data position depends on it)")
+
+
+def pick_device(name: str | None) -> torch.device:
+    if name:
+        if name.startswith("cuda") and not torch.cuda.is_available():
+            raise NmtkError("--device cuda: no CUDA device is available (this torch build or machine has none)")
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None, info: DistInfo
+                  ) -> tuple[Path, dict[str, Any]]:
+    """Run `prepare` on rank 0 when the data is missing or out of date (other ranks wait)."""
+    data_dir = Path(data_dir or default_out_dir(recipe))
+    error = None
+    if info.is_main:
+        try:
+            result = prepare(recipe, default_data_root(data_root), data_dir)
+            console.print(f"data: {data_dir} ({'up to date' if result.up_to_date else 'prepared'})")
+        except NmtkError as exc:
+            error = str(exc)
+    error = broadcast_object(error, info)
+    if error:
+        raise NmtkError(error)
+    manifest = load_manifest(data_dir)
+    if manifest is None:
+        raise NmtkError(f"{data_dir}: no manifest.json (prepare did not complete)")
+    return data_dir, manifest
+
+
+def _set_aside(run: RunDir) -> Path:
+    target = run.path.with_name(f"{run.path.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(run.path, target)
+    return target
+
+
+def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | None = None,
+          run_dir: Path | None = None, restart: bool = False, init_from: Path | None = None,
+          device_name: str | None = None, threads: int | None = None) -> dict[str, Any]:
+    """Train (or resume) the recipe; returns the final state as a dict."""
+    device = pick_device(device_name)
+    info = init_distributed(device.type)
+    try:
+        if device.type == "cuda" and info.enabled:
+            device = torch.device("cuda", info.local_rank)
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
+        data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
+        run = RunDir(run_dir or Path("runs") / recipe.name)
+        checkpoint = None
+        if run.has_checkpoints():
+            if restart:
+                if info.is_main:
+                    moved = _set_aside(run)
+                    console.print(f"--restart: the previous run was moved to {moved}")
+            elif init_from:
+                raise NmtkError(f"{run.path} already has checkpoints: --init-from starts a new run "
+                                "(use another --run-dir, or --restart)")
+            else:
+                checkpoint = load_checkpoint(run.last)
+        barrier(info)
+        if info.is_main:
+            run.freeze(recipe, data_dir, manifest)
+        barrier(info)
+        if checkpoint is not None:
+            check_resumable(run, checkpoint, recipe, info)
+        trainer = Trainer(recipe, data_dir, run, device, info)
+        if checkpoint is not None:
+            trainer.resume(checkpoint)
+            if info.is_main:
+                s = trainer.state
+                console.print(f"resuming {run.path} from update {s.update} (epoch {s.epoch + 1}, batch {s.batch})")
+        elif init_from:
+            trainer.init_from(init_from)
+        if info.is_main:
+            console.print(f"model: {trainer.parameters:,} parameters | device {device} | "
+                          f"{info.world_size} process(es) | precision {recipe.train.precision}")
+        trainer.check_memory()
+        trainer.wrap()
+        state = trainer.train()
+        trainer.close()
+        if info.is_main:
+            console.print(f"[green]stopped[/]: {state.stop_reason} | update {state.update} | "
+                          f"{state.seconds / 60:.1f} min | best valid BLEU {state.best_bleu} | "
+                          f"checkpoint {run.last}")
+        return {"update": state.update, "reason": state.stop_reason, "best_bleu": state.best_bleu,
+                "run_dir": str(run.path)}
+    finally:
+        shutdown(info)

@@ -1,0 +1,418 @@
+"""The training loop (paper §5): token batches, Adam with the warm-up schedule, label smoothing,
+gradient accumulation, mixed precision, DDP, validation, checkpoints and exact resume.
+
+Determinism: the model is initialised from ``train.seed``; batch order is a function of
+``(seed, epoch)``; every random generator is saved in checkpoints. A run interrupted after update k
+and resumed therefore reproduces the uninterrupted run bit for bit on CPU in fp32.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from nmtk import __version__
+from nmtk.console import JsonlWriter, console
+from nmtk.data.batching import BatchingPlan
+from nmtk.data.binarized import BinarizedSplit
+from nmtk.data.dataset import collate, split_lengths
+from nmtk.decode.search import autocast_for
+from nmtk.errors import NmtkError
+from nmtk.model import Transformer, count_parameters
+from nmtk.recipe import PAD_ID, Recipe, model_config
+from nmtk.rundir import RunDir
+from nmtk.train.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
+from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier, broadcast_object
+from nmtk.train.loss import label_smoothed_loss
+from nmtk.train.schedule import inverse_sqrt_lr
+from nmtk.train.validate import Validator
+
+MIN_LOSS_SCALE = 2.0**-14
+
+
+@dataclass
+class TrainState:
+    """Where training is; saved in every checkpoint."""
+
+    update: int = 0
+    epoch: int = 0  # current epoch, from 0
+    batch: int = 0  # next batch of this rank within the epoch
+    seconds: float = 0.0  # training time of all sessions so far
+    best_bleu: float | None = None
+    bad_validations: int = 0
+    skipped_updates: int = 0  # fp16 overflows
+    stop_reason: str | None = None
+
+
+class _StopSignal:
+    """SIGINT/SIGTERM set a flag; the loop finishes the update, saves, and exits cleanly."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignal:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signal.Signals(signum).name
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+class Trainer:
+    """Trains one recipe's model on prepared data into a run directory."""
+
+    def __init__(self, recipe: Recipe, data_dir: Path, run: RunDir, device: torch.device, info: DistInfo) -> None:
+        self.recipe, self.run, self.device, self.info = recipe, run, device, info
+        manifest = run.manifest()
+        src_lang, tgt_lang = recipe.data.source_lang, recipe.data.target_lang
+        self.train_split = BinarizedSplit(data_dir, "train", src_lang, tgt_lang, manifest["dtype"])
+        src_len, tgt_len = split_lengths(self.train_split)
+        b = recipe.batching
+        self.plan = BatchingPlan(src_len, tgt_len, b.max_tokens, b.bucket_width, b.max_sentences, recipe.train.seed)
+        self.tgt_lengths = tgt_len
+        sizes = manifest["vocab"]["size"]
+        self.cfg = model_config(recipe, sizes[src_lang], sizes[tgt_lang])
+        torch.manual_seed(recipe.train.seed)
+        self.model = Transformer(self.cfg).to(device)
+        self.ddp: DistributedDataParallel | None = None
+        o = recipe.optim
+        optimizer_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
+        fused = {"fused": True} if device.type == "cuda" else {}
+        self.optimizer = optimizer_cls(self.model.parameters(), lr=0.0, betas=o.betas, eps=o.eps,
+                                       weight_decay=o.weight_decay, **fused)
+        self.precision = recipe.train.precision
+        self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None
+        self.state = TrainState()
+        self.validator = Validator(recipe, data_dir, run, device, manifest)
+        self.log = JsonlWriter(run.log_path) if info.is_main else None
+        self._tb = self._tensorboard() if info.is_main else None
+
+    # ------------------------------------------------------------------ setup
+
+    def _tensorboard(self):  # noqa: ANN202 - SummaryWriter or None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            return None
+        return SummaryWriter(log_dir=str(self.run.path / "tensorboard"))
+
+    def lr(self, update: int) -> float:
+        o = self.recipe.optim
+        return inverse_sqrt_lr(update, self.cfg.d_model, o.warmup, o.lr_scale, o.lr)
+
+    def resume(self, checkpoint: dict[str, Any]) -> None:
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        if self.scaler is not None and checkpoint.get("scaler"):
+            self.scaler.load_state_dict(checkpoint["scaler"])
+        self.state = TrainState(**checkpoint["state"])
+        self.state.stop_reason = None
+        rngs = checkpoint["rng"]
+        set_rng_state(rngs[self.info.rank] if self.info.rank < len(rngs) else rngs[0])
+
+    def init_from(self, path: Path) -> None:
+        """Fine-tuning: another run's weights, fresh optimizer and schedule."""
+        state = load_checkpoint(path)["model"]
+        own = self.model.state_dict()
+        for name, tensor in state.items():
+            if name in own and own[name].shape != tensor.shape:
+                raise NmtkError(f"--init-from {path}: {name} has shape {tuple(tensor.shape)}, "
+                                f"this recipe's model needs {tuple(own[name].shape)}")
+        missing = set(own) - set(state)
+        if missing:
+            raise NmtkError(f"--init-from {path}: checkpoint lacks {sorted(missing)[0]} (a different model?)")
+        self.model.load_state_dict(state)
+
+    def check_memory(self) -> None:
+        """Forward and backward once on the largest batch, so an out-of-memory error shows at once.
+
+        Runs before DDP wrapping and inside ``fork_rng``, and zeroes the gradients afterwards: it leaves
+        no trace on parameters, optimizer or random state (exact resume is unaffected).
+        """
+        batches = self.plan.epoch_batches(0)
+        largest = max(batches, key=lambda b: len(b) * int(self.tgt_lengths[b].max()))
+        batch = collate(self.train_split, largest).to(self.device)
+        devices = [self.device] if self.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                with autocast_for(self.device, self.precision):
+                    logits = self.model(batch.src, batch.tgt_in)
+                    loss, _ = label_smoothed_loss(logits, batch.tgt_out, self.recipe.optim.label_smoothing, PAD_ID)
+                loss.backward()
+        except torch.OutOfMemoryError:
+            raise NmtkError(
+                f"out of memory on the largest batch ({len(largest)} sentences, batching.max_tokens = "
+                f"{self.recipe.batching.max_tokens}): lower batching.max_tokens and raise train.update_freq "
+                "to keep the same tokens per update"
+            ) from None
+        finally:
+            self.model.zero_grad(set_to_none=True)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def wrap(self) -> None:
+        if self.info.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+
+    # ------------------------------------------------------------------- step
+
+    def train_step(self, group: list[np.ndarray]) -> tuple[float, float, int]:
+        """One update over ``update_freq`` batches; returns local (loss sum, nll sum, target tokens)."""
+        module = self.ddp or self.model
+        local_tokens = int(sum(int(self.tgt_lengths[b].sum()) for b in group))
+        (total_tokens,) = all_reduce_sum([float(local_tokens)], self.device, self.info)
+        # Sum of token losses / all target tokens of the update; DDP averages over ranks, hence · world.
+        scale = self.info.world_size / total_tokens
+        loss_sum = torch.zeros((), device=self.device)
+        nll_sum = torch.zeros((), device=self.device)
+        self.model.train()
+        for i, indices in enumerate(group):
+            batch = collate(self.train_split, indices).to(self.device)
+            sync = self.ddp is None or i == len(group) - 1
+            with nullcontext() if sync else self.ddp.no_sync():
+                with autocast_for(self.device, self.precision):
+                    logits = module(batch.src, batch.tgt_in)
+                    loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.recipe.optim.label_smoothing, PAD_ID)
+                scaled = loss * scale
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_sum += loss.detach()
+            nll_sum += nll.detach()
+        self.apply_update()
+        return float(loss_sum), float(nll_sum), local_tokens
+
+    def apply_update(self) -> None:
+        lr = self.lr(self.state.update + 1)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        clip = self.recipe.optim.clip_norm
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            if self.scaler.get_scale() < before:
+                self.state.skipped_updates += 1
+                if self.scaler.get_scale() < MIN_LOSS_SCALE:
+                    raise NmtkError(
+                        f"fp16 loss scale collapsed to {self.scaler.get_scale():g} after "
+                        f"{self.state.skipped_updates} overflowing updates: the model diverges in fp16; "
+                        'use --set train.precision=bf16 (or fp32), or lower the learning rate'
+                    )
+        else:
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.update += 1
+
+    # --------------------------------------------------------------- checkpoints
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        rngs = [rng_state()]
+        if self.info.enabled:
+            gathered: list[Any] = [None] * self.info.world_size
+            torch.distributed.all_gather_object(gathered, rngs[0])
+            rngs = gathered
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else {},
+            "state": asdict(self.state),
+            "rng": rngs,
+            "recipe": self.recipe.model_dump(mode="json"),
+            "recipe_hash": self.recipe.hash(),
+            "vocab": self.run.vocab_hash(),
+            "model_config": self.cfg.to_dict(),
+            "world_size": self.info.world_size,
+            "nmtk": __version__,
+        }
+
+    def save(self, best: bool = False) -> None:
+        """Numbered checkpoint + checkpoint_last.pt (rank 0 writes; all ranks take part in RNG gathering)."""
+        state = self.checkpoint_state()
+        if not self.info.is_main:
+            return
+        path = self.run.checkpoint(self.state.update)
+        save_atomic(state, path)
+        link_atomic(path, self.run.last)
+        if best:
+            link_atomic(path, self.run.best)
+        for _, old in self.run.numbered()[: -self.recipe.train.keep_last]:
+            old.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------- loop
+
+    def _should_stop(self, start: float, stop: _StopSignal, epoch_done: bool) -> str | None:
+        t = self.recipe.train
+        if t.max_updates is not None and self.state.update >= t.max_updates:
+            return f"reached max_updates = {t.max_updates}"
+        if epoch_done and t.max_epochs is not None and self.state.epoch >= t.max_epochs:
+            return f"reached max_epochs = {t.max_epochs}"
+        minutes = (self.state.seconds + time.monotonic() - start) / 60
+        flags = [float(stop.received is not None), float(t.max_minutes is not None and minutes >= t.max_minutes)]
+        signal_flag, time_flag = all_reduce_sum(flags, self.device, self.info)
+        if signal_flag:
+            return f"received {stop.received or 'a signal on another rank'}"
+        if time_flag:
+            return f"reached max_minutes = {t.max_minutes:g}"
+        return None
+
+    def _save_due(self, last_save: float) -> bool:
+        t = self.recipe.train
+        by_updates = t.save_every_updates is not None and self.state.update % t.save_every_updates == 0
+        by_time = t.save_every_minutes is not None and (time.monotonic() - last_save) / 60 >= t.save_every_minutes
+        (due,) = all_reduce_sum([float(by_updates or by_time)], self.device, self.info)
+        return bool(due)
+
+    def validate(self) -> bool:
+        """Valid loss and BLEU on rank 0; returns whether BLEU improved. Updates early-stopping state."""
+        result = None
+        if self.info.is_main:
+            devices = [self.device] if self.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices):
+                result = self.validator.run(self.model, self.precision)
+        result = broadcast_object(result, self.info)
+        improved = self.state.best_bleu is None or result["bleu"] > self.state.best_bleu
+        if improved:
+            self.state.best_bleu = result["bleu"]
+            self.state.bad_validations = 0
+        else:
+            self.state.bad_validations += 1
+        record = {"validation": True, "update": self.state.update, "epoch": self.state.epoch,
+                  "minutes": round(self.state.seconds / 60, 3), **result, "best_bleu": self.state.best_bleu}
+        if self.log:
+            self.log.write(record)
+            console.print(f"valid | update {self.state.update} | loss {result['loss']:.3f} | nll {result['nll']:.3f} "
+                          f"| ppl {result['ppl']:.2f} | BLEU {result['bleu']:.2f} | best {self.state.best_bleu:.2f}")
+        if self._tb:
+            for key in ("loss", "nll", "ppl", "bleu"):
+                self._tb.add_scalar(f"valid/{key}", result[key], self.state.update)
+        return improved
+
+    def train(self) -> TrainState:
+        """Run until a stopping criterion; always leaves a final checkpoint."""
+        t = self.recipe.train
+        uf = t.update_freq
+        start = last_save = time.monotonic()
+        window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.monotonic(), "updates": 0}
+        reason = None
+        with _StopSignal() as stop, _Progress(self, t.max_updates) as progress:
+            while reason is None:
+                batches = self.plan.epoch_batches(self.state.epoch, self.info.rank, self.info.world_size, uf)
+                for k in range(self.state.batch, len(batches), uf):
+                    loss, nll, tokens = self.train_step(batches[k : k + uf])
+                    self.state.batch = k + uf
+                    self.state.seconds += time.monotonic() - start
+                    start = time.monotonic()
+                    window["loss"] += loss
+                    window["nll"] += nll
+                    window["tokens"] += tokens
+                    window["updates"] += 1
+                    if self.state.update % t.log_every_updates == 0:
+                        self._log(window, progress)
+                    progress.advance()
+                    improved = False
+                    if t.validate_every_updates and self.state.update % t.validate_every_updates == 0:
+                        improved = self.validate()
+                        start = time.monotonic()  # validation time is not training time
+                        if t.patience is not None and self.state.bad_validations >= t.patience:
+                            reason = f"no BLEU improvement in {t.patience} validations (patience)"
+                    reason = reason or self._should_stop(start, stop, epoch_done=False)
+                    if improved or reason or self._save_due(last_save):
+                        self.save(best=improved)
+                        last_save = time.monotonic()
+                    if reason:
+                        break
+                else:
+                    self.state.epoch += 1
+                    self.state.batch = 0
+                    reason = self._should_stop(start, stop, epoch_done=True)
+                    if reason:
+                        self.save()
+        self.state.stop_reason = reason
+        if window["updates"]:
+            self._log(window, progress=None)
+        return self.state
+
+    def _log(self, window: dict[str, float], progress: _Progress | None) -> None:
+        loss, nll, tokens = all_reduce_sum([window["loss"], window["nll"], float(window["tokens"])],
+                                           self.device, self.info)
+        elapsed = max(time.monotonic() - window["time"], 1e-9)
+        record = {
+            "update": self.state.update, "epoch": self.state.epoch + 1, "loss": round(loss / tokens, 4),
+            "nll": round(nll / tokens, 4), "ppl": round(math.exp(min(nll / tokens, 50)), 2),
+            "lr": self.lr(self.state.update), "tgt_tokens_per_s": round(tokens / elapsed),
+            "minutes": round(self.state.seconds / 60, 3), "skipped_updates": self.state.skipped_updates,
+        }
+        if self.log:
+            self.log.write(record)
+        if self._tb:
+            for key in ("loss", "nll", "ppl", "lr", "tgt_tokens_per_s"):
+                self._tb.add_scalar(f"train/{key}", record[key], self.state.update)
+        if progress is not None:
+            progress.show(record)
+        window.update(loss=0.0, nll=0.0, tokens=0, time=time.monotonic(), updates=0)
+
+    def close(self) -> None:
+        if self.log:
+            self.log.close()
+        if self._tb:
+            self._tb.close()
+        barrier(self.info)
+
+    @property
+    def parameters(self) -> int:
+        return count_parameters(self.model)
+
+
+class _Progress:
+    """Live display on rank 0: a rich progress bar in a terminal, one line per log interval otherwise."""
+
+    def __init__(self, trainer: Trainer, total: int | None) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.trainer = trainer
+        self.enabled = trainer.info.is_main
+        self.live = self.enabled and console.is_terminal
+        self.progress = Progress(
+            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+            TimeRemainingColumn(), console=console, disable=not self.live,
+        )
+        self.task = self.progress.add_task("train", total=total, completed=trainer.state.update, stats="")
+
+    def __enter__(self) -> _Progress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def advance(self) -> None:
+        if self.live:
+            self.progress.update(self.task, completed=self.trainer.state.update)
+
+    def show(self, r: dict[str, Any]) -> None:
+        text = (f"epoch {r['epoch']} | loss {r['loss']:.3f} | nll {r['nll']:.3f} | ppl {r['ppl']:.2f} | "
+                f"lr {r['lr']:.2e} | {r['tgt_tokens_per_s']:,} tok/s")
+        if self.live:
+            self.progress.update(self.task, stats=text)
+        elif self.enabled:
+            console.print(f"update {r['update']} | {text} | {r['minutes']:.1f} min")

@@ -1,0 +1,191 @@
+"""`nmtk train` on a toy corpus: learning, exact resume after SIGKILL, SIGTERM, DDP, refusals, translate."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import synthetic_pairs, toy_data, toy_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def nmtk_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "nmtk", *args]
+
+
+@pytest.fixture
+def toy(tmp_path: Path):
+    root = toy_data(tmp_path / "root", n_train=600)
+    recipe = toy_recipe(tmp_path, extra="log_every_updates = 5")
+    env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
+    return tmp_path, recipe, env
+
+
+def train(tmp: Path, recipe: Path, env: dict, run: str, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = nmtk_cmd("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / run), "--threads", "1",
+                   *extra)
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def params(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+
+
+def assert_bitwise_equal(a: Path, b: Path) -> None:
+    pa, pb = params(a), params(b)
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        assert torch.equal(pa[name], pb[name]), name
+
+
+def test_sigkill_then_resume_is_bitwise_identical(toy) -> None:
+    tmp, recipe, env = toy
+    n = 40
+    common = ("--set", f"train.max_updates={n}", "--set", "train.save_every_updates=4",
+              "--set", "train.validate_every_updates=100")
+    train(tmp, recipe, env, "straight", *common)
+
+    cmd = nmtk_cmd("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "killed"),
+                   "--threads", "1", *common)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=tmp)
+    deadline = time.time() + 300
+    while not (tmp / "killed" / "checkpoint_12.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "training ended before the kill"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    last = torch.load(tmp / "killed" / "checkpoint_last.pt", weights_only=True)["state"]["update"]
+    assert 12 <= last < n
+    resumed = train(tmp, recipe, env, "killed", *common)
+    assert f"resuming {tmp / 'killed'} from update {last}" in resumed.stderr.replace("\n", "")
+    assert_bitwise_equal(tmp / "straight" / "checkpoint_last.pt", tmp / "killed" / "checkpoint_last.pt")
+
+
+def test_sigterm_saves_and_exits_zero(toy) -> None:
+    tmp, recipe, env = toy
+    train(tmp, recipe, env, "warm", "--set", "train.max_updates=2")  # prepares the data once
+    cmd = nmtk_cmd("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "term"),
+                   "--threads", "1", "--set", "train.max_updates=100000",
+                   "--set", "train.validate_every_updates=100000")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
+    log = tmp / "term" / "train.jsonl"
+    deadline = time.time() + 300
+    while not (log.exists() and log.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "received SIGTERM" in err
+    checkpoint = torch.load(tmp / "term" / "checkpoint_last.pt", weights_only=True)
+    assert checkpoint["state"]["update"] >= 10
+
+
+def test_ddp_two_processes_equal_one_with_update_freq_two(toy) -> None:
+    tmp, recipe, env = toy
+    common = ("--set", "train.max_updates=3", "--set", "train.validate_every_updates=100")
+    train(tmp, recipe, env, "single", *common, "--set", "train.update_freq=2")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "nmtk",
+           "train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "ddp"), "--threads", "1", *common]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = params(tmp / "single" / "checkpoint_last.pt"), params(tmp / "ddp" / "checkpoint_last.pt")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0)
+    assert not torch.equal(a["encoder.0.ffn.w1.weight"], params(tmp / "single" / "checkpoint_last.pt")[
+        "encoder.0.ffn.w1.weight"] * 0)
+
+
+def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) -> None:
+    tmp, recipe, env = toy
+    train(tmp, recipe, env, "run", "--set", "train.max_updates=3")
+    refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "model.d_ff=128", check=False)
+    assert refused.returncode == 1
+    assert "cannot resume: model.d_ff changed from 64 to 128" in refused.stderr and "--restart" in refused.stderr
+    refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "batching.max_tokens=300",
+                    check=False)
+    assert "batching.max_tokens" in refused.stderr
+    resumed = train(tmp, recipe, env, "run", "--set", "train.max_updates=6")  # allowed change
+    assert "resuming" in resumed.stderr
+    restarted = train(tmp, recipe, env, "run", "--set", "train.max_updates=2", "--set", "model.d_ff=128", "--restart")
+    assert "moved to" in restarted.stderr
+    assert len(list(tmp.glob("run.old-*"))) == 1
+    assert torch.load(tmp / "run" / "checkpoint_last.pt", weights_only=True)["state"]["update"] == 2
+
+
+def test_train_learns_then_average_and_translate(toy) -> None:
+    tmp, recipe, env = toy
+    train(tmp, recipe, env, "learn", "--set", "train.max_updates=600", "--set", "train.save_every_updates=100",
+          "--set", "train.validate_every_updates=300", "--set", "model.d_model=64", "--set", "model.d_ff=256",
+          "--set", "batching.max_tokens=1024")
+    lines = (tmp / "learn" / "train.jsonl").read_text().splitlines()
+    import json
+
+    records = [json.loads(line) for line in lines]
+    train_losses = [r["loss"] for r in records if "validation" not in r]
+    assert train_losses[-1] < 0.5 * train_losses[0]
+    valid = [r for r in records if r.get("validation")]
+    assert len(valid) == 2 and valid[-1]["bleu"] > 15, valid
+    assert (tmp / "learn" / "checkpoint_best.pt").exists()
+    assert len(list((tmp / "learn").glob("checkpoint_[0-9]*.pt"))) == 5  # keep_last
+
+    avg = subprocess.run(nmtk_cmd("average", str(tmp / "learn"), "--last", "3"), capture_output=True, text=True,
+                         env=env, cwd=tmp)
+    assert avg.returncode == 0, avg.stderr
+    assert (tmp / "learn" / "checkpoint_avg_last3.pt").exists()
+    again = subprocess.run(nmtk_cmd("average", str(tmp / "learn"), "--last", "3"), capture_output=True, text=True,
+                           env=env, cwd=tmp)
+    assert again.returncode == 1 and "--force" in again.stderr
+
+    sources = [a for a, _ in synthetic_pairs(5, seed=7)]
+    text = sources[0] + "\n\n" + "\n".join(sources[1:]) + "\n"
+    out = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "learn")), input=text, capture_output=True,
+                         text=True, env=env, cwd=tmp)
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.split("\n")
+    assert len(got) == 7 and got[1] == "" and got[-1] == ""
+    assert all(got[i] for i in (0, 2, 3, 4, 5))
+    assert "checkpoint_avg_last3.pt" in out.stderr
+
+    nbest = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "learn"), "--nbest", "3", "--beam", "4"),
+                           input=sources[0] + "\n", capture_output=True, text=True, env=env, cwd=tmp)
+    rows = [line.split("\t") for line in nbest.stdout.splitlines()]
+    assert len(rows) == 3 and all(r[0] == "1" for r in rows) and len({r[2] for r in rows}) == 3
+    assert [float(r[1]) for r in rows] == sorted((float(r[1]) for r in rows), reverse=True)
+
+
+def test_translate_errors_are_one_line(toy) -> None:
+    tmp, recipe, env = toy
+    missing = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "nope")), input="x\n", capture_output=True,
+                             text=True, env=env, cwd=tmp)
+    assert missing.returncode == 1 and "run directory not found" in missing.stderr
+    nothing = subprocess.run(nmtk_cmd("translate"), input="x\n", capture_output=True, text=True,
+                             env={k: v for k, v in env.items() if k != "NMTK_MODEL"}, cwd=tmp)
+    assert nothing.returncode == 1 and "pass -m RUN_DIR" in nothing.stderr
+    train(tmp, recipe, env, "tiny", "--set", "train.max_updates=2")
+    bad_ckpt = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "tiny"), "--checkpoint", str(tmp / "x.pt")),
+                              input="x\n", capture_output=True, text=True, env=env, cwd=tmp)
+    assert bad_ckpt.returncode == 1 and "x.pt: checkpoint not found" in bad_ckpt.stderr
+    bad_utf8 = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "tiny")), input=b"ok\n\xff\xfe\n",
+                              capture_output=True, env=env, cwd=tmp)
+    assert bad_utf8.returncode == 1 and b"stdin:2: invalid UTF-8" in bad_utf8.stderr
+    replaced = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "tiny"), "--errors", "replace"),
+                              input=b"ok\n\xff\xfe\n", capture_output=True, env=env, cwd=tmp)
+    assert replaced.returncode == 0 and replaced.stdout.count(b"\n") == 2
+    (tmp / "out.txt").write_text("keep me\n")
+    refused = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "tiny"), "-o", str(tmp / "out.txt")),
+                             input="x\n", capture_output=True, text=True, env=env, cwd=tmp)
+    assert refused.returncode == 1 and "--force" in refused.stderr and (tmp / "out.txt").read_text() == "keep me\n"
+    assert ROOT.is_dir()

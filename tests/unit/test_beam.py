@@ -1,0 +1,137 @@
+"""Beam search on a tiny trained model: greedy equivalence, batching, cache, scores, n-best, sampling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import copy_batch, train_copy_model
+
+from nmtk.decode.beam import SearchConfig, beam_search, length_penalty
+from nmtk.decode.sampling import SamplingConfig, sample_search
+from nmtk.decode.search import decode_ids
+from nmtk.model import Transformer
+
+
+class FullPrefixCache:
+    """Stands in for the KV cache: keeps the prefix and recomputes the decoder over it every step."""
+
+    def __init__(self, memory, mask, bos: int) -> None:
+        self.memory, self.mask = memory, mask
+        self.prefix = torch.full((memory.size(0), 1), bos, dtype=torch.long)
+
+    def reorder(self, index, memory: bool = True) -> None:
+        self.prefix = self.prefix.index_select(0, index)
+        if memory:
+            self.memory = self.memory.index_select(0, index)
+            self.mask = None if self.mask is None else self.mask.index_select(0, index)
+
+
+class Uncached(Transformer):
+    def start_cache(self, memory, mask):
+        return FullPrefixCache(memory, mask, bos=2)
+
+    def decode_step(self, tokens, cache):
+        cache.prefix[:, -1] = tokens
+        logits = self.project(self.decode(cache.prefix, cache.memory, cache.mask))[:, -1]
+        cache.prefix = torch.cat([cache.prefix, torch.zeros_like(cache.prefix[:, :1])], dim=1)
+        return logits
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    # Trained briefly: good enough to make search decisions non-trivial, not perfect.
+    return train_copy_model(steps=250)
+
+
+@pytest.fixture(scope="module")
+def sources() -> torch.Tensor:
+    src, _ = copy_batch(torch.Generator().manual_seed(5), batch=24)
+    return src
+
+
+def naive_greedy(model: Transformer, src: torch.Tensor, cfg: SearchConfig) -> list[list[int]]:
+    """Reference: recompute the whole prefix, take the arg-max, one sentence at a time."""
+    out = []
+    for row in src:
+        row = row[row.ne(0)][None]
+        memory, mask = model.encode(row)
+        prefix, limit = [cfg.bos], int(cfg.max_len_a * (row.size(1) - 1) + cfg.max_len_b)
+        for _ in range(limit):
+            logits = model.project(model.decode(torch.tensor([prefix]), memory, mask))[0, -1]
+            logits[[cfg.pad, cfg.bos]] = float("-inf")
+            token = int(logits.argmax())
+            if token == cfg.eos:
+                break
+            prefix.append(token)
+        out.append(prefix[1:])
+    return out
+
+
+def test_beam_1_is_greedy(model, sources) -> None:
+    cfg = SearchConfig(beam=1, length_penalty=0.6)
+    got = [h[0].tokens for h in beam_search(model, sources, cfg)]
+    assert got == naive_greedy(model, sources, cfg)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_batch_equals_each_sentence_alone(model, sources, beam: int) -> None:
+    cfg = SearchConfig(beam=beam, nbest=min(beam, 2))
+    batched = beam_search(model, sources, cfg)
+    for i, row in enumerate(sources):
+        alone = beam_search(model, row[row.ne(0)][None], cfg)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_cache_equals_recomputing_the_prefix(model, sources, beam: int) -> None:
+    uncached = Uncached(model.cfg).eval()
+    uncached.load_state_dict(model.state_dict())
+    cfg = SearchConfig(beam=beam, nbest=beam)
+    fast, slow = beam_search(model, sources, cfg), beam_search(uncached, sources, cfg)
+    for a, b in zip(fast, slow, strict=True):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def sequence_score(model: Transformer, src: torch.Tensor, tokens: list[int], alpha: float) -> float:
+    """Length-normalised log-probability of a given output, by a full forward pass."""
+    tgt = torch.tensor([[2, *tokens, 3]])
+    lprobs = torch.log_softmax(model(src[src.ne(0)][None], tgt[:, :-1]), dim=-1)[0]
+    raw = lprobs.gather(1, tgt[0, 1:, None]).sum().item()
+    return raw / length_penalty(len(tokens) + 1, alpha)
+
+
+def test_scores_are_normalised_log_probabilities_and_beam_beats_greedy(model, sources) -> None:
+    greedy = beam_search(model, sources, SearchConfig(beam=1))
+    beam = beam_search(model, sources, SearchConfig(beam=5))
+    for i, row in enumerate(sources):
+        assert beam[i][0].score == pytest.approx(sequence_score(model, row, beam[i][0].tokens, 0.6), abs=1e-4)
+        assert greedy[i][0].score == pytest.approx(sequence_score(model, row, greedy[i][0].tokens, 0.6), abs=1e-4)
+        assert beam[i][0].score >= greedy[i][0].score - 1e-6
+
+
+def test_nbest_is_distinct_and_sorted(model, sources) -> None:
+    for hyps in beam_search(model, sources, SearchConfig(beam=6, nbest=4)):
+        assert len(hyps) == 4
+        assert len({tuple(h.tokens) for h in hyps}) == 4
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_max_length_and_order_of_decode_ids(model) -> None:
+    sources = [[5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15]]
+    cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=2)
+    hyps = decode_ids(model, sources, cfg, max_tokens=16)
+    assert all(len(h[0].tokens) <= 2 for h in hyps)
+    full = decode_ids(model, sources, SearchConfig(beam=3), max_tokens=16)
+    assert [h[0].tokens for h in full] == [h[0].tokens for h in decode_ids(model, sources, SearchConfig(beam=3))]
+
+
+def test_sampling_is_seeded(model, sources) -> None:
+    cfg = SearchConfig(beam=1)
+    a = sample_search(model, sources, cfg, SamplingConfig(topk=5, temperature=1.5, seed=3))
+    b = sample_search(model, sources, cfg, SamplingConfig(topk=5, temperature=1.5, seed=3))
+    c = sample_search(model, sources, cfg, SamplingConfig(topp=0.9, temperature=2.0, seed=4))
+    assert [h[0].tokens for h in a] == [h[0].tokens for h in b]
+    assert [h[0].tokens for h in a] != [h[0].tokens for h in c]

@@ -1,0 +1,150 @@
+"""Training parts: the loss by hand, the schedule formula, atomic checkpoints, averaging."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmtk.errors import NmtkError
+from nmtk.model import ModelConfig, Transformer
+from nmtk.train.average import average_checkpoints, select_checkpoints, write_average
+from nmtk.train.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
+from nmtk.train.loss import label_smoothed_loss
+from nmtk.train.schedule import inverse_sqrt_lr
+
+
+def test_label_smoothed_loss_by_hand() -> None:
+    """3 target positions over a vocabulary of 4 (id 0 = pad); the last position is padding."""
+    logits = torch.tensor([[[0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 1.0, 1.0], [5.0, 0.0, 0.0, 0.0]]])
+    target = torch.tensor([[3, 1, 0]])
+    eps = 0.1
+    # position 1: log-softmax of (0,1,2,3)
+    z = math.log(sum(math.exp(v) for v in (0, 1, 2, 3)))
+    lp1 = [v - z for v in (0, 1, 2, 3)]
+    # position 2: uniform: log 1/4 everywhere
+    lp2 = [math.log(0.25)] * 4
+    nll = -lp1[3] - lp2[1]
+    smooth = -sum(lp1) / 4 - sum(lp2) / 4
+    expected = (1 - eps) * nll + eps * smooth
+    loss, got_nll = label_smoothed_loss(logits, target, eps, pad_id=0)
+    assert loss.item() == pytest.approx(expected, abs=1e-5)
+    assert got_nll.item() == pytest.approx(nll, abs=1e-5)
+
+
+@pytest.mark.parametrize("step", [1, 4000, 40000])
+def test_schedule_matches_the_paper(step: int) -> None:
+    d, warmup = 512, 4000
+    expected = d**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    assert inverse_sqrt_lr(step, d, warmup) == pytest.approx(expected, rel=1e-12)
+    assert inverse_sqrt_lr(step, d, warmup, lr_scale=2.0) == pytest.approx(2 * expected, rel=1e-12)
+
+
+def test_schedule_peak_option() -> None:
+    assert inverse_sqrt_lr(1000, 256, 1000, peak=1e-3) == pytest.approx(1e-3)
+    assert inverse_sqrt_lr(4000, 256, 1000, peak=1e-3) == pytest.approx(5e-4)
+    assert inverse_sqrt_lr(500, 256, 1000, peak=1e-3) == pytest.approx(5e-4)
+
+
+def small_state(seed: int) -> dict:
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=32,
+                                    encoder_layers=1, decoder_layers=1))
+    return {"model": model.state_dict(), "model_config": model.cfg.to_dict(), "vocab": {"spm.model": "x"}}
+
+
+def test_a_crash_mid_write_never_replaces_the_last_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    good = tmp_path / "checkpoint_1.pt"
+    save_atomic(small_state(1), good)
+    link_atomic(good, tmp_path / "checkpoint_last.pt")
+
+    def crash(obj, handle, *args, **kwargs):
+        handle.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError):
+        save_atomic(small_state(2), tmp_path / "checkpoint_last.pt")
+    monkeypatch.undo()
+    loaded = load_checkpoint(tmp_path / "checkpoint_last.pt")
+    assert torch.equal(loaded["model"]["encoder.0.ffn.w1.weight"], small_state(1)["model"]["encoder.0.ffn.w1.weight"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1.pt", "checkpoint_last.pt"]
+
+
+def test_truncated_or_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint_5.pt"
+    save_atomic(small_state(1), path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(NmtkError, match=r"checkpoint_5\.pt: not a readable nmtk checkpoint"):
+        load_checkpoint(path)
+    with pytest.raises(NmtkError, match=r"checkpoint_9\.pt: checkpoint not found"):
+        load_checkpoint(tmp_path / "checkpoint_9.pt")
+
+
+def test_rng_state_round_trips_through_weights_only(tmp_path: Path) -> None:
+    torch.manual_seed(7)
+    save_atomic({"rng": rng_state()}, tmp_path / "r.pt")
+    expected = torch.rand(3)
+    torch.manual_seed(99)
+    set_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"])
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_average_is_the_elementwise_mean(tmp_path: Path) -> None:
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"checkpoint_{(i + 1) * 10}.pt")
+        save_atomic(small_state(i), paths[-1])
+    averaged = average_checkpoints(paths)["model"]
+    states = [small_state(i)["model"] for i in range(3)]
+    for name in states[0]:
+        expected = sum(s[name] for s in states) / 3
+        torch.testing.assert_close(averaged[name], expected, atol=1e-6, rtol=0)
+    assert averaged["src_embed.table.weight"].data_ptr() == averaged["tgt_embed.table.weight"].data_ptr()  # tied
+
+    assert select_checkpoints([(10, paths[0]), (20, paths[1]), (30, paths[2])], 2, None) == paths[1:]
+    assert select_checkpoints([(10, paths[0]), (20, paths[1]), (30, paths[2])], None, "10-20") == paths[:2]
+    out = tmp_path / "avg.pt"
+    write_average(paths, out, force=False)
+    with pytest.raises(NmtkError, match="exists; use --force"):
+        write_average(paths, out, force=False)
+
+
+def test_average_refuses_different_models(tmp_path: Path) -> None:
+    save_atomic(small_state(0), tmp_path / "a.pt")
+    torch.manual_seed(0)
+    other = Transformer(ModelConfig(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=64,
+                                    encoder_layers=1, decoder_layers=1))
+    save_atomic({"model": other.state_dict(), "model_config": other.cfg.to_dict(), "vocab": {"spm.model": "x"}},
+                tmp_path / "b.pt")
+    with pytest.raises(NmtkError, match=r"b\.pt: a different model"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+AVERAGE_MEMORY = """
+import resource, sys, torch
+from pathlib import Path
+from nmtk.train.average import average_checkpoints
+paths = sorted(Path(sys.argv[1]).glob("c*.pt"))
+torch.ones(1)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+average_checkpoints(paths)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) * 1024)
+"""
+
+
+def test_averaging_holds_about_two_models_in_memory(tmp_path: Path) -> None:
+    size = 64 * 2**20  # 64 MiB of parameters per checkpoint
+    for i in range(4):
+        torch.save({"model": {"w": torch.full((size // 4,), float(i))}, "model_config": {}, "vocab": {}},
+                   tmp_path / f"c{i}.pt")
+    result = subprocess.run([sys.executable, "-c", AVERAGE_MEMORY, str(tmp_path)], capture_output=True, text=True,
+                            check=True)
+    growth = int(result.stdout.strip())
+    assert growth <= 2.5 * size, f"peak grew by {growth / 2**20:.0f} MiB for 64 MiB checkpoints"
