@@ -11,6 +11,8 @@ TORCH_VERSION := 2.13.0
 SHARED_DATA := $(abspath ../shared/data)
 export NMTK_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 
+SHELL := /bin/bash
+
 .PHONY: install test demo lint clean
 
 $(VENV)/.installed: pyproject.toml
@@ -29,9 +31,23 @@ install: $(VENV)/.installed
 test: install
 	$(PY) -m pytest
 
+DEMO_RECIPE := recipes/multi30k-en-de.toml
+DEMO_RUN    := runs/multi30k-en-de
+DEMO_DATA   := data-bin/multi30k-en-de
+NMTK        := $(VENV)/bin/nmtk
+
+# prepare -> train (10 minutes) -> average -> translate test_2016_flickr -> score
 demo: install
-	$(VENV)/bin/nmtk --help
-	$(VENV)/bin/nmtk recipe show recipes/multi30k-en-de.toml
+	$(NMTK) prepare $(DEMO_RECIPE)
+	$(NMTK) train $(DEMO_RECIPE)
+	$(NMTK) average $(DEMO_RUN) --last 5 --force
+	$(NMTK) translate -m $(DEMO_RUN) -i $(DEMO_DATA)/test_2016_flickr.raw.en -o $(DEMO_RUN)/test_2016_flickr.hyp.de --force
+	@echo; echo "Three example translations (source / nmtk / reference):"
+	@paste -d '\n' <(head -3 $(DEMO_DATA)/test_2016_flickr.raw.en | sed 's/^/  src: /') \
+	                <(head -3 $(DEMO_RUN)/test_2016_flickr.hyp.de | sed 's/^/  hyp: /') \
+	                <(head -3 $(DEMO_DATA)/test_2016_flickr.raw.de | sed 's/^/  ref: /') \
+	                <(printf '\n\n\n')
+	$(NMTK) score -r $(DEMO_DATA)/test_2016_flickr.raw.de $(DEMO_RUN)/test_2016_flickr.hyp.de --metrics bleu,chrf,ter
 
 lint: install
 	$(VENV)/bin/ruff check nmtk tests benchmarks

@@ -295,6 +295,14 @@ def recipe_show(
     stdout.print(key_value_table("derived figures", derived))
 
 
+@recipe_app.command("docs")
+def recipe_docs_cmd() -> None:
+    """Print the recipe reference in Markdown (docs/recipes.md is this output)."""
+    from nmtk.recipe_docs import reference_markdown
+
+    print(reference_markdown(), end="")
+
+
 @recipe_app.command("schema")
 def recipe_schema_cmd() -> None:
     """Print the JSON Schema of recipes (for editor completion and validation)."""

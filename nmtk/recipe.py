@@ -321,13 +321,21 @@ class Recipe(Section):
     name: str = Field("recipe", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """Name of the experiment; defaults to the recipe file's name. Names ``data-bin/<name>`` and ``runs/<name>``."""
     data: DataSection
+    """Corpora and cleaning."""
     tokenizer: TokenizerSection = TokenizerSection()
+    """Moses and sentencepiece."""
     batching: BatchingSection = BatchingSection()
+    """Token-bucket batching."""
     model: ModelSection = ModelSection()
+    """The Transformer's shape."""
     optim: OptimSection = OptimSection()
+    """Adam, schedule, loss."""
     train: TrainSection = TrainSection()
+    """Stopping, saving, validating, precision."""
     decode: DecodeSection = DecodeSection()
+    """Beam search defaults."""
     average: AverageSection = AverageSection()
+    """Checkpoint averaging default."""
 
     @model_validator(mode="after")
     def _cross_section_checks(self) -> Recipe:

@@ -59,6 +59,13 @@ def _step_log_probs(model: Transformer, tokens: Tensor, cache, cfg: SearchConfig
     return lprobs
 
 
+def _eos_row(model: Transformer, cfg: SearchConfig, device: torch.device) -> Tensor:
+    """Log-probabilities that allow only EOS: what a hypothesis at its length limit must emit."""
+    row = torch.full((model.cfg.tgt_vocab,), NEG_INF, device=device)
+    row[cfg.eos] = 0.0
+    return row
+
+
 @torch.inference_mode()
 def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
     """Arg-max decoding; ``beam = 1`` means this. Finished rows leave the batch."""
@@ -71,8 +78,7 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
     history = torch.empty((n, 0), dtype=torch.long, device=src.device)
     raw = torch.zeros(n, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
-    eos_row = torch.full((model.cfg.tgt_vocab,), NEG_INF, device=src.device)
-    eos_row[cfg.eos] = 0.0
+    eos_row = _eos_row(model, cfg, src.device)
     step = 0
     while rows.numel():
         lprobs = _step_log_probs(model, tokens, cache, cfg)
@@ -114,15 +120,13 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
     fin_tokens = torch.full((n, k, max_steps), cfg.pad, dtype=torch.long, device=device)
     out_scores = torch.full((n, k), NEG_INF)
     out_tokens: list[Tensor | None] = [None] * n
+    eos_row = _eos_row(model, cfg, device)
 
     for step in range(max_steps):
         b = sent.numel()
         lprobs = _step_log_probs(model, tokens, cache, cfg).view(b, k, -1)
         vocab = lprobs.size(-1)
-        at_limit = (limit[sent] <= step)[:, None, None]
-        eos_only = torch.full_like(lprobs, NEG_INF)
-        eos_only[..., cfg.eos] = 0.0
-        lprobs = torch.where(at_limit, eos_only, lprobs)
+        lprobs = torch.where((limit[sent] <= step)[:, None, None], eos_row, lprobs)
         cand = (scores[..., None] + lprobs).view(b, k * vocab)
         cand_scores, cand_index = cand.topk(2 * k, dim=1)
         origin, cand_tokens = cand_index // vocab, cand_index % vocab

@@ -7,9 +7,18 @@ Masks are boolean, ``True`` where attention is allowed, shaped to broadcast as (
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def _cpu_math_kernel(q: Tensor):  # noqa: ANN202 - a context manager
+    """On CPU, SDPA's "math" kernel (batched matmuls + softmax): for translation-length sequences its
+    backward is ~10x faster than the CPU flash kernel (measured: d_model 256, 4 heads, ~25 tokens)."""
+    return sdpa_kernel(SDPBackend.MATH) if q.device.type == "cpu" else nullcontext()
 
 
 def _init_fused(linear: nn.Linear, parts: int) -> None:
@@ -38,7 +47,8 @@ class _Heads(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
         p = self.dropout if self.training else 0.0
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+        with _cpu_math_kernel(q):
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
         b, _, t, _ = o.shape
         return self.out(o.transpose(1, 2).reshape(b, t, self.heads * self.d_head))
 

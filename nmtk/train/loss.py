@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -15,9 +14,9 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
     number of target tokens of the whole update (all batches, all ranks), so gradient accumulation
     and data parallelism give the same update as one big batch.
     """
-    logits = logits.reshape(-1, logits.size(-1)).float()
-    target = target.reshape(-1)
-    loss = F.cross_entropy(logits, target, ignore_index=pad_id, reduction="sum", label_smoothing=epsilon)
-    with torch.no_grad():
-        nll = F.cross_entropy(logits, target, ignore_index=pad_id, reduction="sum")
-    return loss, nll
+    target = target.reshape(-1, 1)
+    keep = target.ne(pad_id)
+    lprobs = F.log_softmax(logits.reshape(-1, logits.size(-1)).float(), dim=-1)  # one pass serves both terms
+    nll = -lprobs.gather(1, target).masked_fill(~keep, 0.0).sum()
+    smooth = -lprobs.mean(dim=-1, keepdim=True).masked_fill(~keep, 0.0).sum()
+    return (1.0 - epsilon) * nll + epsilon * smooth, nll.detach()

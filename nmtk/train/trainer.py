@@ -331,8 +331,7 @@ class Trainer:
                     progress.advance()
                     improved = False
                     if t.validate_every_updates and self.state.update % t.validate_every_updates == 0:
-                        improved = self.validate()
-                        start = time.monotonic()  # validation time is not training time
+                        improved = self.validate()  # its time counts: max_minutes is wall-clock time
                         if t.patience is not None and self.state.bad_validations >= t.patience:
                             reason = f"no BLEU improvement in {t.patience} validations (patience)"
                     reason = reason or self._should_stop(start, stop, epoch_done=False)

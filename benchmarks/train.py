@@ -1,0 +1,98 @@
+"""Benchmark `nmtk train` throughput on the fairseq-comparable Multi30k setup (recipes/multi30k-en-de-d256.toml).
+
+Trains a fixed number of updates in each precision on 2 threads and prints one JSON line: target
+tokens/s (from train.jsonl, after the first log interval as warm-up) and peak RSS per precision.
+On a CUDA machine it also times the paper's base and big models on WMT-like batches in bf16 and
+reports model FLOPs utilisation. Usage: python benchmarks/train.py [--updates N] [--precisions fp32,bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _util import ROOT, data_root, run_measured
+
+RECIPE = ROOT / "recipes" / "multi30k-en-de-d256.toml"
+
+
+def cpu_throughput(precision: str, updates: int, work: Path) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "nmtk", "train", str(RECIPE), "--data-root", str(data_root()),
+           "--data", str(work / "data"), "--run-dir", str(work / f"run-{precision}"), "--threads", "2",
+           "--set", f"train.precision={precision}", "--set", f"train.max_updates={updates}",
+           "--set", "train.log_every_updates=10", "--set", "train.validate_every_updates=100000",
+           "--set", "train.max_minutes=100", "--set", "train.save_every_minutes=100"]
+    wall, peak, result = run_measured(cmd, cwd=ROOT)
+    if result.returncode:
+        sys.exit(f"train failed: {result.stderr.strip()[-2000:]}")
+    records = [json.loads(line) for line in (work / f"run-{precision}" / "train.jsonl").read_text().splitlines()]
+    rates = [r["tgt_tokens_per_s"] for r in records if "tgt_tokens_per_s" in r][1:]
+    return {"tgt_tokens_per_s": round(sum(rates) / len(rates)), "peak_rss_mib": round(peak), "wall_s": round(wall, 1)}
+
+
+def gpu_mfu(name: str, updates: int = 20) -> dict[str, float]:
+    """bf16 training step time and model FLOPs utilisation of the paper's models on one GPU."""
+    import torch
+
+    from nmtk.model import Transformer
+    from nmtk.recipe import load_recipe, model_config
+    from nmtk.train.loss import label_smoothed_loss
+
+    recipe = load_recipe(ROOT / "recipes" / f"wmt14-en-de-{name}.toml")
+    cfg = model_config(recipe)
+    model = Transformer(cfg).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
+    n, length = 25000 // 28, 28  # ~25k tokens per side, news-like length (paper §5.1)
+    src = torch.randint(4, cfg.src_vocab, (n, length), device="cuda")
+    tgt = torch.randint(4, cfg.tgt_vocab, (n, length + 1), device="cuda")
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(src, tgt[:, :-1])
+            loss, _ = label_smoothed_loss(logits, tgt[:, 1:], 0.1, 0)
+        (loss / tgt[:, 1:].numel()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(updates):
+        step()
+    torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / updates
+    params = sum(p.numel() for p in model.parameters())
+    flops = 6 * params * n * length  # forward + backward, ~6 FLOPs per parameter per token
+    peak = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+    gpu = torch.cuda.get_device_name()
+    peak_flops = next((v for k, v in peak.items() if k in gpu), None)
+    return {"model": name, "gpu": gpu, "step_s": round(seconds, 4), "tgt_tokens_per_s": round(n * length / seconds),
+            "mfu_percent": round(100 * flops / seconds / peak_flops, 1) if peak_flops else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--updates", type=int, default=60)
+    parser.add_argument("--precisions", default="fp32,bf16")
+    args = parser.parse_args()
+    report: dict[str, object] = {"benchmark": "train", "recipe": RECIPE.name, "threads": 2}
+    with tempfile.TemporaryDirectory() as tmp:
+        for precision in args.precisions.split(","):
+            report[precision] = cpu_throughput(precision, args.updates, Path(tmp))
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            report["gpu"] = [gpu_mfu("base"), gpu_mfu("big")]
+    except ImportError:
+        pass
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

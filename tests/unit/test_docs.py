@@ -1,0 +1,48 @@
+"""Documentation stays true: the generated recipe reference, and the commands marked runnable."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmtk.recipe_docs import reference_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUNNABLE = re.compile(r"<!-- runnable -->\s*```bash\n(.*?)```", re.DOTALL)
+
+
+def test_recipe_reference_is_current() -> None:
+    assert (ROOT / "docs" / "recipes.md").read_text() == reference_markdown(), (
+        "docs/recipes.md is stale: run `nmtk recipe docs > docs/recipes.md`")
+
+
+def runnable_commands() -> list[tuple[str, str]]:
+    found = []
+    for doc in DOCS:
+        for block in RUNNABLE.findall(doc.read_text()):
+            for line in block.splitlines():
+                line = line.split("  #")[0].strip()
+                if line and not line.startswith("#"):
+                    found.append((doc.name, line))
+    return found
+
+
+@pytest.mark.parametrize(("doc", "command"), runnable_commands())
+def test_runnable_commands_run_as_written(doc: str, command: str) -> None:
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, env=env,
+                            timeout=120)
+    assert result.returncode == 0, f"{doc}: `{command}` failed:\n{result.stderr}"
+
+
+def test_there_are_runnable_commands() -> None:
+    assert len(runnable_commands()) >= 3
+    assert all(shlex.split(c) for _, c in runnable_commands())
