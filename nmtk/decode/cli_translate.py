@@ -34,8 +34,8 @@ def choose_run(model: Path | None) -> RunDir:
 
 
 def _format(index: int, hyps, translator: Translator, nbest: int, print_scores: bool) -> list[str]:  # noqa: ANN001
-    if nbest > 1:
-        return [f"{index}\t{h.score:.4f}\t{translator.detokenize(h)}" for h in hyps[:nbest]]
+    if nbest > 1:  # an empty input line still gets one line, so every input is accounted for
+        return [f"{index}\t{h.score:.4f}\t{translator.detokenize(h)}" for h in hyps[:nbest]] or [f"{index}\t\t"]
     if not hyps:
         return ["\t" if print_scores else ""]
     text = translator.detokenize(hyps[0])
