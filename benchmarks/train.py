@@ -3,7 +3,10 @@
 Trains a fixed number of updates in each precision on 2 threads and prints one JSON line: target
 tokens/s (from train.jsonl, after the first log interval as warm-up) and peak RSS per precision.
 On a CUDA machine it also times the paper's base and big models on WMT-like batches in bf16 and
-reports model FLOPs utilisation. Usage: python benchmarks/train.py [--updates N] [--precisions fp32,bf16]
+reports model FLOPs utilisation. ``--estimate`` prints, without training anything, the FLOPs of one
+update of the paper's base and big models (25,000 source + 25,000 target tokens, §5.1), the utilisation
+of 8 × P100 implied by the paper's step times (§5.2), and the step time that utilisation range gives
+on one of today's GPUs. Usage: python benchmarks/train.py [--updates N] [--precisions fp32,bf16] [--estimate]
 """
 
 from __future__ import annotations
@@ -32,6 +35,38 @@ def cpu_throughput(precision: str, updates: int, work: Path) -> dict[str, float]
     records = [json.loads(line) for line in (work / f"run-{precision}" / "train.jsonl").read_text().splitlines()]
     rates = [r["tgt_tokens_per_s"] for r in records if "tgt_tokens_per_s" in r][1:]
     return {"tgt_tokens_per_s": round(sum(rates) / len(rates)), "peak_rss_mib": round(peak), "wall_s": round(wall, 1)}
+
+
+PAPER_STEP_S = {"base": 0.4, "big": 1.0}  # §5.2, 8 × P100
+P100_FP32_FLOPS = 10.6e12  # P100 SXM2 peak (the paper predates mixed-precision NMT training)
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense tensor-core peaks
+
+
+def flops_per_update(cfg, src_tokens: int, tgt_tokens: int, length: int) -> float:  # noqa: ANN001 - ModelConfig
+    """Matmul FLOPs of one training update (forward + backward = 3 × forward, 2 FLOPs per multiply-add).
+
+    Encoder layers act on source tokens; decoder layers (self + cross attention) and the output
+    projection on target tokens; attention scores add 2 · 2 · length · d_model per token per attention.
+    """
+    d, f = cfg.d_model, cfg.d_ff
+    encoder = cfg.encoder_layers * (4 * d * d + 2 * d * f + 4 * length * d)
+    decoder = cfg.decoder_layers * (8 * d * d + 2 * d * f + 8 * length * d)
+    forward = 2 * (src_tokens * encoder + tgt_tokens * (decoder + d * cfg.tgt_vocab))
+    return 3.0 * forward
+
+
+def estimate() -> dict[str, object]:
+    from nmtk.recipe import load_recipe, model_config
+
+    out: dict[str, object] = {}
+    for name in ("base", "big"):
+        cfg = model_config(load_recipe(ROOT / "recipes" / f"wmt14-en-de-{name}.toml"))
+        flops = flops_per_update(cfg, 25_000, 25_000, 28)
+        p100 = flops / (PAPER_STEP_S[name] * 8 * P100_FP32_FLOPS)
+        h100 = {f"{int(m * 100)}%": round(flops / (m * PEAK_BF16_FLOPS["H100"]), 3) for m in (0.3, 0.5)}
+        out[name] = {"tflop_per_update": round(flops / 1e12, 2), "paper_step_s_8xP100": PAPER_STEP_S[name],
+                     "paper_p100_utilisation_percent": round(100 * p100, 1), "h100_bf16_step_s_at_mfu": h100}
+    return out
 
 
 def gpu_mfu(name: str, updates: int = 20) -> dict[str, float]:
@@ -66,11 +101,9 @@ def gpu_mfu(name: str, updates: int = 20) -> dict[str, float]:
         step()
     torch.cuda.synchronize()
     seconds = (time.perf_counter() - start) / updates
-    params = sum(p.numel() for p in model.parameters())
-    flops = 6 * params * n * length  # forward + backward, ~6 FLOPs per parameter per token
-    peak = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+    flops = flops_per_update(cfg, n * length, n * length, length)
     gpu = torch.cuda.get_device_name()
-    peak_flops = next((v for k, v in peak.items() if k in gpu), None)
+    peak_flops = next((v for k, v in PEAK_BF16_FLOPS.items() if k in gpu), None)
     return {"model": name, "gpu": gpu, "step_s": round(seconds, 4), "tgt_tokens_per_s": round(n * length / seconds),
             "mfu_percent": round(100 * flops / seconds / peak_flops, 1) if peak_flops else None}
 
@@ -79,7 +112,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--updates", type=int, default=60)
     parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--estimate", action="store_true", help="only the FLOPs-based GPU estimate")
     args = parser.parse_args()
+    if args.estimate:
+        print(json.dumps({"benchmark": "train", "estimate": estimate()}))
+        return
     report: dict[str, object] = {"benchmark": "train", "recipe": RECIPE.name, "threads": 2}
     with tempfile.TemporaryDirectory() as tmp:
         for precision in args.precisions.split(","):

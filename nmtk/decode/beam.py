@@ -52,14 +52,14 @@ def max_lengths(src: Tensor, cfg: SearchConfig, model: Transformer) -> Tensor:
     return limit.clamp(min=1, max=model.cfg.max_positions - 1)
 
 
-def _step_log_probs(model: Transformer, tokens: Tensor, cache, cfg: SearchConfig) -> Tensor:
+def step_log_probs(model: Transformer, tokens: Tensor, cache, cfg: SearchConfig) -> Tensor:
     lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
     lprobs[:, cfg.pad] = NEG_INF
     lprobs[:, cfg.bos] = NEG_INF
     return lprobs
 
 
-def _eos_row(model: Transformer, cfg: SearchConfig, device: torch.device) -> Tensor:
+def eos_row_for(model: Transformer, cfg: SearchConfig, device: torch.device) -> Tensor:
     """Log-probabilities that allow only EOS: what a hypothesis at its length limit must emit."""
     row = torch.full((model.cfg.tgt_vocab,), NEG_INF, device=device)
     row[cfg.eos] = 0.0
@@ -78,10 +78,10 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
     history = torch.empty((n, 0), dtype=torch.long, device=src.device)
     raw = torch.zeros(n, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
-    eos_row = _eos_row(model, cfg, src.device)
+    eos_row = eos_row_for(model, cfg, src.device)
     step = 0
     while rows.numel():
-        lprobs = _step_log_probs(model, tokens, cache, cfg)
+        lprobs = step_log_probs(model, tokens, cache, cfg)
         lprobs = torch.where((limit[rows] <= step)[:, None], eos_row, lprobs)
         best, tokens = lprobs.max(dim=-1)
         raw = raw + best
@@ -120,11 +120,11 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
     fin_tokens = torch.full((n, k, max_steps), cfg.pad, dtype=torch.long, device=device)
     out_scores = torch.full((n, k), NEG_INF)
     out_tokens: list[Tensor | None] = [None] * n
-    eos_row = _eos_row(model, cfg, device)
+    eos_row = eos_row_for(model, cfg, device)
 
     for step in range(max_steps):
         b = sent.numel()
-        lprobs = _step_log_probs(model, tokens, cache, cfg).view(b, k, -1)
+        lprobs = step_log_probs(model, tokens, cache, cfg).view(b, k, -1)
         vocab = lprobs.size(-1)
         lprobs = torch.where((limit[sent] <= step)[:, None, None], eos_row, lprobs)
         cand = (scores[..., None] + lprobs).view(b, k * vocab)

@@ -12,6 +12,7 @@ import torch
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from nmtk.console import console
+from nmtk.cpu import keep_freed_memory
 from nmtk.decode.beam import SearchConfig
 from nmtk.decode.ensemble import Ensemble
 from nmtk.decode.sampling import SamplingConfig
@@ -57,6 +58,8 @@ def run_translate(**o: Any) -> None:
     if o["checkpoint"] is None:
         console.print(f"checkpoint: {checkpoint}")
     device = pick_device(o["device"])
+    if device.type == "cpu":
+        keep_freed_memory()
     vocab = run.vocab_hash()
     model = load_model(checkpoint, device, vocab)
     if o["ensemble"]:

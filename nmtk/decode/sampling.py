@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmtk.decode.beam import NEG_INF, Hypothesis, SearchConfig, length_penalty, max_lengths
+from nmtk.decode.beam import NEG_INF, Hypothesis, SearchConfig, eos_row_for, length_penalty, max_lengths, step_log_probs
 from nmtk.model import Transformer
 
 
@@ -44,14 +44,11 @@ def sample_search(model: Transformer, src: Tensor, cfg: SearchConfig,
     finished = torch.zeros(n, dtype=torch.bool, device=src.device)
     raw = torch.zeros(n, device=src.device)
     length = torch.zeros(n, device=src.device)
+    eos_row = eos_row_for(model, cfg, src.device)
     steps = []
     for step in range(int(limit.max()) + 1):
-        lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
-        lprobs[:, cfg.pad] = NEG_INF
-        lprobs[:, cfg.bos] = NEG_INF
-        at_limit = limit <= step
-        lprobs[at_limit] = NEG_INF
-        lprobs[at_limit, cfg.eos] = 0.0
+        lprobs = step_log_probs(model, tokens, cache, cfg)
+        lprobs = torch.where((limit <= step)[:, None], eos_row, lprobs)
         logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)
         choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
         choice = choice.masked_fill(finished, cfg.pad)

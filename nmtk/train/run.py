@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from nmtk.console import console
+from nmtk.cpu import keep_freed_memory
 from nmtk.data.fetch import default_data_root
 from nmtk.data.prepare import default_out_dir, load_manifest, prepare
 from nmtk.errors import NmtkError
@@ -108,6 +109,8 @@ def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | Non
             device = torch.device("cuda", info.local_rank)
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))
         torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
+        if device.type == "cpu":
+            keep_freed_memory()
         data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
         run = RunDir(run_dir or Path("runs") / recipe.name)
         checkpoint = None
