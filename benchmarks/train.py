@@ -45,12 +45,13 @@ PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense tens
 def flops_per_update(cfg, src_tokens: int, tgt_tokens: int, length: int) -> float:  # noqa: ANN001 - ModelConfig
     """Matmul FLOPs of one training update (forward + backward = 3 × forward, 2 FLOPs per multiply-add).
 
-    Encoder layers act on source tokens; decoder layers (self + cross attention) and the output
-    projection on target tokens; attention scores add 2 · 2 · length · d_model per token per attention.
+    Multiply-adds per token: encoder layers act on source tokens; decoder layers (self + cross
+    attention) and the output projection on target tokens; each attention adds 2 · length · d_model
+    (scores Q·Kᵀ and the weighted sum of V).
     """
     d, f = cfg.d_model, cfg.d_ff
-    encoder = cfg.encoder_layers * (4 * d * d + 2 * d * f + 4 * length * d)
-    decoder = cfg.decoder_layers * (8 * d * d + 2 * d * f + 8 * length * d)
+    encoder = cfg.encoder_layers * (4 * d * d + 2 * d * f + 2 * length * d)
+    decoder = cfg.decoder_layers * (8 * d * d + 2 * d * f + 4 * length * d)
     forward = 2 * (src_tokens * encoder + tgt_tokens * (decoder + d * cfg.tgt_vocab))
     return 3.0 * forward
 

@@ -56,4 +56,3 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     _applied = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
-
