@@ -16,10 +16,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from nmtk.checkpoint import numbered_checkpoints
 from nmtk.errors import NmtkError
 from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
 from nmtk.text import Moses, TextPipeline
-from nmtk.train.checkpoint import numbered_checkpoints
 
 RECIPE = "recipe.toml"
 MANIFEST = "manifest.json"

@@ -12,14 +12,13 @@ import torch
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from nmtk.console import console
-from nmtk.cpu import keep_freed_memory
 from nmtk.decode.beam import SearchConfig
 from nmtk.decode.ensemble import Ensemble
 from nmtk.decode.sampling import SamplingConfig
 from nmtk.decode.translator import Translator, buffered, load_model, read_lines
+from nmtk.device import keep_freed_memory, pick_device
 from nmtk.errors import NmtkError
 from nmtk.rundir import RunDir, latest_run
-from nmtk.train.run import pick_device
 
 
 def choose_run(model: Path | None) -> RunDir:

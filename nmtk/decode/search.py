@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 
 import numpy as np
 import torch
 
 from nmtk.data.dataset import pad_sequences
 from nmtk.decode.beam import Hypothesis, SearchConfig, beam_search
+from nmtk.device import autocast_for
 from nmtk.model import Transformer
-
-
-def autocast_for(device: torch.device, precision: str):  # noqa: ANN201 - a context manager
-    if precision == "fp32":
-        return nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.ndarray]:

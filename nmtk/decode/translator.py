@@ -9,14 +9,15 @@ from typing import BinaryIO
 
 import torch
 
+from nmtk.checkpoint import load_checkpoint
 from nmtk.decode.beam import Hypothesis, SearchConfig
 from nmtk.decode.ensemble import Ensemble
 from nmtk.decode.sampling import SamplingConfig, sample_search
-from nmtk.decode.search import autocast_for, decode_ids
+from nmtk.decode.search import decode_ids
+from nmtk.device import autocast_for
 from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
 from nmtk.rundir import RunDir
-from nmtk.train.checkpoint import load_checkpoint
 
 
 def load_model(path: Path, device: torch.device, expected_vocab: dict[str, str] | None = None) -> Transformer:

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from nmtk.checkpoint import load_checkpoint, save_atomic
 from nmtk.errors import NmtkError
-from nmtk.train.checkpoint import load_checkpoint, save_atomic
 
 
 def _check_same_model(first: dict[str, Any], other: dict[str, Any], path: Path, first_path: Path) -> None:

@@ -9,14 +9,14 @@ from typing import Any
 
 import torch
 
+from nmtk.checkpoint import load_checkpoint
 from nmtk.console import console
-from nmtk.cpu import keep_freed_memory
 from nmtk.data.fetch import default_data_root
 from nmtk.data.prepare import default_out_dir, load_manifest, prepare
+from nmtk.device import keep_freed_memory, pick_device
 from nmtk.errors import NmtkError
 from nmtk.recipe import Recipe
 from nmtk.rundir import RunDir
-from nmtk.train.checkpoint import load_checkpoint
 from nmtk.train.distributed import DistInfo, barrier, broadcast_object, init_distributed, shutdown
 from nmtk.train.trainer import Trainer
 
@@ -63,13 +63,6 @@ def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, inf
         raise NmtkError(f"{run.path}: cannot resume: the checkpoint was written by {checkpoint['world_size']} "
                         f"processes, this job has {info.world_size} (the data position depends on it)")
 
-
-def pick_device(name: str | None) -> torch.device:
-    if name:
-        if name.startswith("cuda") and not torch.cuda.is_available():
-            raise NmtkError("--device cuda: no CUDA device is available (this torch build or machine has none)")
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None, info: DistInfo

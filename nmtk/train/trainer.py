@@ -21,16 +21,16 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmtk import __version__
+from nmtk.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
 from nmtk.console import JsonlWriter, console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import collate, split_lengths
-from nmtk.decode.search import autocast_for
+from nmtk.device import autocast_for
 from nmtk.errors import NmtkError
 from nmtk.model import Transformer, count_parameters
 from nmtk.recipe import PAD_ID, Recipe, model_config
 from nmtk.rundir import RunDir
-from nmtk.train.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
 from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier, broadcast_object
 from nmtk.train.loss import label_smoothed_loss
 from nmtk.train.schedule import inverse_sqrt_lr

@@ -13,7 +13,8 @@ from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import collate, split_lengths
 from nmtk.decode.beam import SearchConfig
-from nmtk.decode.search import autocast_for, decode_ids
+from nmtk.decode.search import decode_ids
+from nmtk.device import autocast_for
 from nmtk.model import Transformer
 from nmtk.recipe import PAD_ID, Recipe
 from nmtk.rundir import RunDir

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmtk.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
 from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
 from nmtk.train.average import average_checkpoints, select_checkpoints, write_average
-from nmtk.train.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
 from nmtk.train.loss import label_smoothed_loss
 from nmtk.train.schedule import inverse_sqrt_lr
 

@@ -1,4 +1,4 @@
-"""nmtk.cpu: the allocator setting that stops large tensors being faulted in afresh every step."""
+"""nmtk.device: the allocator setting that stops large tensors being faulted in afresh every step."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 # setting lasts for the process.
 PROBE = """
 import json, resource, sys, torch
-from nmtk.cpu import keep_freed_memory
+from nmtk.device import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "apply" else False
 for _ in range(20):  # warm up: the heap settles after a few rounds
     torch.ones(16 * 2**20).sum()

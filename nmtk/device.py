@@ -1,0 +1,87 @@
+"""Where and in what precision the model runs: device choice, autocast, and the CPU allocator setting.
+
+Training, validation and translation all use these, so they live below both ``train`` and ``decode``.
+
+**The CPU allocator.** A training step on the CPU allocates and frees tensors of tens to hundreds of
+megabytes (the logits of 4,096 target tokens × 8,000 types, their gradients, autocast's bf16 weight
+copies). glibc serves every allocation above its mmap threshold (at most 32 MiB) with a fresh ``mmap``
+and gives it back with ``munmap`` on free, so each step the kernel faults in and zeroes those pages
+again. On the Multi30k recipe with 2 threads that was a third of all CPU time (sys time), and training
+ran at 3,216 target tokens/s; serving large blocks from the heap and keeping freed memory for reuse
+gives 5,949 tokens/s, identical losses. The same setting helps decoding a little (about 5%).
+
+The price is memory: tensors of ever-changing shapes fragment the heap. Over the first 125 updates
+peak RSS goes from 3.7 to 5.4 GB; a 10-minute run peaks at 7.0 GB with 4,096-token batches and at
+3.3 GB with the shipped recipe's 1,024. Trimming the heap (``malloc_trim``) every 50 updates did not
+lower the peak and cost 3% of the updates, so nmtk does not trim.
+
+Applied only on Linux with glibc, and never when the user has chosen for themselves: any ``MALLOC_*``
+variable, an ``LD_PRELOAD`` (jemalloc, tcmalloc), or ``NMTK_MALLOC=system`` leaves the allocator alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+from nmtk.errors import NmtkError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def pick_device(name: str | None) -> torch.device:
+    """``name`` (cpu, cuda, cuda:1...) checked for availability; CUDA when available otherwise."""
+    if name:
+        if name.startswith("cuda") and not torch.cuda.is_available():
+            raise NmtkError("--device cuda: no CUDA device is available (this torch build or machine has none)")
+        try:
+            return torch.device(name)
+        except RuntimeError:
+            raise NmtkError(f"--device {name!r}: not a device (use cpu, cuda or cuda:N)") from None
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def autocast_for(device: torch.device, precision: str) -> AbstractContextManager:
+    """Autocast to bf16 or fp16 on ``device``; nothing for fp32."""
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
+M_MMAP_MAX = -4
+TRIM_THRESHOLD = 1 << 30  # free memory at the top of the heap is returned only beyond 1 GiB
+
+_applied: bool | None = None
+
+
+def _user_chose_allocator() -> bool:
+    env = os.environ
+    return env.get("NMTK_MALLOC", "") == "system" or "LD_PRELOAD" in env or any(k.startswith("MALLOC_") for k in env)
+
+
+def keep_freed_memory() -> bool:
+    """Serve large tensors from glibc's heap and keep freed memory for reuse; True when applied.
+
+    Idempotent; a no-op (False) off glibc or when the user chose an allocator (see the module docstring).
+    """
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = False
+    if not sys.platform.startswith("linux") or _user_chose_allocator():
+        return False
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError, ValueError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    _applied = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return _applied
