@@ -19,15 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, parameter_count
+from nmtk.vocab import PAD_ID, SPECIAL_SYMBOLS
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
-
-#: Special symbols every vocabulary reserves: <pad>, <unk>, <s>, </s> (ids 0-3).
-SPECIAL_SYMBOLS = ("<pad>", "<unk>", "<s>", "</s>")
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
 
 
 class Section(BaseModel):

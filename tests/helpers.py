@@ -102,13 +102,15 @@ def copy_batch(gen, batch: int = 64, min_len: int = 3, max_len: int = 10, vocab:
     """Random sequences over ids 4..vocab-1, padded; the target is the source (a copy task)."""
     import torch
 
+    from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_SYMBOLS
+
     lengths = torch.randint(min_len, max_len + 1, (batch,), generator=gen)
-    src = torch.full((batch, max_len + 1), 0)
-    tgt = torch.full((batch, max_len + 2), 0)
+    src = torch.full((batch, max_len + 1), PAD_ID)
+    tgt = torch.full((batch, max_len + 2), PAD_ID)
     for i, n in enumerate(lengths.tolist()):
-        seq = torch.randint(4, vocab, (n,), generator=gen)
-        src[i, :n], src[i, n] = seq, 3
-        tgt[i, 0], tgt[i, 1 : n + 1], tgt[i, n + 1] = 2, seq, 3
+        seq = torch.randint(len(SPECIAL_SYMBOLS), vocab, (n,), generator=gen)
+        src[i, :n], src[i, n] = seq, EOS_ID
+        tgt[i, 0], tgt[i, 1 : n + 1], tgt[i, n + 1] = BOS_ID, seq, EOS_ID
     return src, tgt
 
 
@@ -118,6 +120,7 @@ def train_copy_model(steps: int = 800, vocab: int = 32, seed: int = 0, d_model: 
     import torch.nn.functional as F
 
     from nmtk.model import ModelConfig, Transformer
+    from nmtk.vocab import PAD_ID
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -131,7 +134,7 @@ def train_copy_model(steps: int = 800, vocab: int = 32, seed: int = 0, d_model: 
     for _ in range(steps):
         src, tgt = copy_batch(gen, vocab=vocab)
         logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1), ignore_index=0)
+        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from nmtk.data.binarized import BinarizedSplit
-from nmtk.recipe import BOS_ID, EOS_ID, PAD_ID
+from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass

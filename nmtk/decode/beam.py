@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from nmtk.model import Transformer
+from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
 
@@ -35,10 +36,6 @@ class SearchConfig:
     max_len_a: float = 1.0
     max_len_b: int = 50
     nbest: int = 1
-    bos: int = 2
-    eos: int = 3
-    pad: int = 0
-    unk: int = 1
 
 
 def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
@@ -47,22 +44,22 @@ def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
 
 def max_lengths(src: Tensor, cfg: SearchConfig, model: Transformer) -> Tensor:
     """Per sentence: a·|x| + b output tokens (|x| without EOS), never past the model's positions."""
-    src_len = src.ne(cfg.pad).sum(dim=1) - 1
+    src_len = src.ne(PAD_ID).sum(dim=1) - 1
     limit = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
     return limit.clamp(min=1, max=model.cfg.max_positions - 1)
 
 
 def step_log_probs(model: Transformer, tokens: Tensor, cache, cfg: SearchConfig) -> Tensor:
     lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
-    lprobs[:, cfg.pad] = NEG_INF
-    lprobs[:, cfg.bos] = NEG_INF
+    lprobs[:, PAD_ID] = NEG_INF
+    lprobs[:, BOS_ID] = NEG_INF
     return lprobs
 
 
 def eos_row_for(model: Transformer, cfg: SearchConfig, device: torch.device) -> Tensor:
     """Log-probabilities that allow only EOS: what a hypothesis at its length limit must emit."""
     row = torch.full((model.cfg.tgt_vocab,), NEG_INF, device=device)
-    row[cfg.eos] = 0.0
+    row[EOS_ID] = 0.0
     return row
 
 
@@ -74,7 +71,7 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
     n = src.size(0)
     limit = max_lengths(src, cfg, model)
     rows = torch.arange(n, device=src.device)
-    tokens = torch.full((n,), cfg.bos, dtype=torch.long, device=src.device)
+    tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
     history = torch.empty((n, 0), dtype=torch.long, device=src.device)
     raw = torch.zeros(n, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
@@ -86,7 +83,7 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
         best, tokens = lprobs.max(dim=-1)
         raw = raw + best
         history = torch.cat([history, tokens[:, None]], dim=1)
-        done = tokens.eq(cfg.eos)
+        done = tokens.eq(EOS_ID)
         step += 1
         if bool(done.any()):
             scores = raw / length_penalty(float(step), cfg.length_penalty)
@@ -114,10 +111,10 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
     sent = torch.arange(n, device=device)  # original index of each running sentence
     scores = torch.full((n, k), NEG_INF, device=device)
     scores[:, 0] = 0.0  # at the first step only one beam is live, so no duplicates
-    tokens = torch.full((n * k,), cfg.bos, dtype=torch.long, device=device)
+    tokens = torch.full((n * k,), BOS_ID, dtype=torch.long, device=device)
     history = torch.empty((n * k, 0), dtype=torch.long, device=device)
     fin_scores = torch.full((n, k), NEG_INF, device=device)
-    fin_tokens = torch.full((n, k, max_steps), cfg.pad, dtype=torch.long, device=device)
+    fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
     out_scores = torch.full((n, k), NEG_INF)
     out_tokens: list[Tensor | None] = [None] * n
     eos_row = eos_row_for(model, cfg, device)
@@ -133,18 +130,18 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
         flat_origin = origin + torch.arange(b, device=device)[:, None] * k
 
         # Finished: EOS among the first K candidates, merged into each sentence's K best finished.
-        is_eos = cand_tokens.eq(cfg.eos)
+        is_eos = cand_tokens.eq(EOS_ID)
         is_eos[:, k:] = False
         normalised = cand_scores / length_penalty(float(step + 1), cfg.length_penalty)
         new_fin = torch.where(is_eos, normalised, torch.full_like(normalised, NEG_INF))[:, :k]
-        new_seqs = torch.full((b, k, max_steps), cfg.pad, dtype=torch.long, device=device)
+        new_seqs = torch.full((b, k, max_steps), PAD_ID, dtype=torch.long, device=device)
         new_seqs[:, :, :step] = history.index_select(0, flat_origin[:, :k].reshape(-1)).view(b, k, step)
         merged_scores, pick = torch.cat([fin_scores, new_fin], dim=1).topk(k, dim=1)
         fin_tokens = torch.cat([fin_tokens, new_seqs], dim=1).gather(1, pick[..., None].expand(-1, -1, max_steps))
         fin_scores = merged_scores
 
         # Live: the K best candidates that are not EOS.
-        live_scores = torch.where(cand_tokens.eq(cfg.eos), torch.full_like(cand_scores, NEG_INF), cand_scores)
+        live_scores = torch.where(cand_tokens.eq(EOS_ID), torch.full_like(cand_scores, NEG_INF), cand_scores)
         scores, live_pick = live_scores.topk(k, dim=1)
         rows = flat_origin.gather(1, live_pick).view(-1)
         tokens = cand_tokens.gather(1, live_pick).view(-1)
@@ -176,5 +173,5 @@ def _unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig) -> list[Hypo
         if scores[j].isneginf():
             break
         row = seqs[j].tolist()
-        hyps.append(Hypothesis(row[: row.index(cfg.pad)] if cfg.pad in row else row, float(scores[j])))
+        hyps.append(Hypothesis(row[: row.index(PAD_ID)] if PAD_ID in row else row, float(scores[j])))
     return hyps

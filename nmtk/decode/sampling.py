@@ -9,6 +9,7 @@ from torch import Tensor
 
 from nmtk.decode.beam import NEG_INF, Hypothesis, SearchConfig, eos_row_for, length_penalty, max_lengths, step_log_probs
 from nmtk.model import Transformer
+from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass
@@ -40,7 +41,7 @@ def sample_search(model: Transformer, src: Tensor, cfg: SearchConfig,
     cache = model.start_cache(memory, mask)
     n = src.size(0)
     limit = max_lengths(src, cfg, model)
-    tokens = torch.full((n,), cfg.bos, dtype=torch.long, device=src.device)
+    tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
     finished = torch.zeros(n, dtype=torch.bool, device=src.device)
     raw = torch.zeros(n, device=src.device)
     length = torch.zeros(n, device=src.device)
@@ -51,15 +52,15 @@ def sample_search(model: Transformer, src: Tensor, cfg: SearchConfig,
         lprobs = torch.where((limit <= step)[:, None], eos_row, lprobs)
         logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)
         choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
-        choice = choice.masked_fill(finished, cfg.pad)
+        choice = choice.masked_fill(finished, PAD_ID)
         raw += torch.where(finished, 0.0, lprobs.gather(1, choice.clamp(min=0)[:, None]).squeeze(1))
         length += (~finished).float()
         steps.append(choice)
-        finished |= choice.eq(cfg.eos)
-        tokens = choice.masked_fill(finished, cfg.eos)
+        finished |= choice.eq(EOS_ID)
+        tokens = choice.masked_fill(finished, EOS_ID)
         if bool(finished.all()):
             break
     rows = torch.stack(steps, dim=1).tolist()
     scores = (raw / length_penalty(length, cfg.length_penalty)).tolist()
-    return [[Hypothesis(row[: row.index(cfg.eos)] if cfg.eos in row else row, score)]
+    return [[Hypothesis(row[: row.index(EOS_ID)] if EOS_ID in row else row, score)]
             for row, score in zip(rows, scores, strict=True)]

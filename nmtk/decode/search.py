@@ -11,6 +11,7 @@ from nmtk.data.dataset import pad_sequences
 from nmtk.decode.beam import Hypothesis, SearchConfig, beam_search
 from nmtk.device import autocast_for
 from nmtk.model import Transformer
+from nmtk.vocab import EOS_ID
 
 
 def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.ndarray]:
@@ -35,7 +36,7 @@ def decode_ids(model: Transformer, sources: Sequence[Sequence[int]], cfg: Search
     model.eval()
     try:
         for batch in length_batches(lengths, max_tokens, cfg.beam):
-            src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=cfg.eos).to(device)
+            src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID).to(device)
             with autocast_for(device, precision):
                 hyps = beam_search(model, src, cfg)
             for i, h in zip(batch, hyps, strict=True):

@@ -18,6 +18,7 @@ from nmtk.device import autocast_for
 from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
 from nmtk.rundir import RunDir
+from nmtk.vocab import EOS_ID
 
 
 def load_model(path: Path, device: torch.device, expected_vocab: dict[str, str] | None = None) -> Transformer:
@@ -71,7 +72,7 @@ class Translator:
         out = []
         for start in range(0, len(sources), 64):
             chunk = sources[start : start + 64]
-            src = pad_sequences([np.asarray(s, dtype=np.int64) for s in chunk], suffix=self.search.eos).to(self.device)
+            src = pad_sequences([np.asarray(s, dtype=np.int64) for s in chunk], suffix=EOS_ID).to(self.device)
             with autocast_for(self.device, self.precision):
                 out.extend(sample_search(self.model, src, self.search, self.sampling))
         return out

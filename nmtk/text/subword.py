@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from nmtk.recipe import BOS_ID, EOS_ID, PAD_ID, SPECIAL_SYMBOLS, UNK_ID
+from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_SYMBOLS, UNK_ID
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,13 @@ from nmtk.data.dataset import collate, split_lengths
 from nmtk.device import autocast_for
 from nmtk.errors import NmtkError
 from nmtk.model import Transformer, count_parameters
-from nmtk.recipe import PAD_ID, Recipe, model_config
+from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
 from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier, broadcast_object
 from nmtk.train.loss import label_smoothed_loss
 from nmtk.train.schedule import inverse_sqrt_lr
 from nmtk.train.validate import Validator
+from nmtk.vocab import PAD_ID
 
 MIN_LOSS_SCALE = 2.0**-14
 

@@ -16,9 +16,10 @@ from nmtk.decode.beam import SearchConfig
 from nmtk.decode.search import decode_ids
 from nmtk.device import autocast_for
 from nmtk.model import Transformer
-from nmtk.recipe import PAD_ID, Recipe
+from nmtk.recipe import Recipe
 from nmtk.rundir import RunDir
 from nmtk.train.loss import label_smoothed_loss
+from nmtk.vocab import PAD_ID
 
 
 class Validator:

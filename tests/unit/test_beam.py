@@ -10,6 +10,7 @@ from nmtk.decode.beam import SearchConfig, beam_search, length_penalty
 from nmtk.decode.sampling import SamplingConfig, sample_search
 from nmtk.decode.search import decode_ids
 from nmtk.model import Transformer
+from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 class FullPrefixCache:
@@ -28,7 +29,7 @@ class FullPrefixCache:
 
 class Uncached(Transformer):
     def start_cache(self, memory, mask):
-        return FullPrefixCache(memory, mask, bos=2)
+        return FullPrefixCache(memory, mask, bos=BOS_ID)
 
     def decode_step(self, tokens, cache):
         cache.prefix[:, -1] = tokens
@@ -53,14 +54,14 @@ def naive_greedy(model: Transformer, src: torch.Tensor, cfg: SearchConfig) -> li
     """Reference: recompute the whole prefix, take the arg-max, one sentence at a time."""
     out = []
     for row in src:
-        row = row[row.ne(0)][None]
+        row = row[row.ne(PAD_ID)][None]
         memory, mask = model.encode(row)
-        prefix, limit = [cfg.bos], int(cfg.max_len_a * (row.size(1) - 1) + cfg.max_len_b)
+        prefix, limit = [BOS_ID], int(cfg.max_len_a * (row.size(1) - 1) + cfg.max_len_b)
         for _ in range(limit):
             logits = model.project(model.decode(torch.tensor([prefix]), memory, mask))[0, -1]
-            logits[[cfg.pad, cfg.bos]] = float("-inf")
+            logits[[PAD_ID, BOS_ID]] = float("-inf")
             token = int(logits.argmax())
-            if token == cfg.eos:
+            if token == EOS_ID:
                 break
             prefix.append(token)
         out.append(prefix[1:])
@@ -78,7 +79,7 @@ def test_batch_equals_each_sentence_alone(model, sources, beam: int) -> None:
     cfg = SearchConfig(beam=beam, nbest=min(beam, 2))
     batched = beam_search(model, sources, cfg)
     for i, row in enumerate(sources):
-        alone = beam_search(model, row[row.ne(0)][None], cfg)[0]
+        alone = beam_search(model, row[row.ne(PAD_ID)][None], cfg)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
 
@@ -96,8 +97,8 @@ def test_cache_equals_recomputing_the_prefix(model, sources, beam: int) -> None:
 
 def sequence_score(model: Transformer, src: torch.Tensor, tokens: list[int], alpha: float) -> float:
     """Length-normalised log-probability of a given output, by a full forward pass."""
-    tgt = torch.tensor([[2, *tokens, 3]])
-    lprobs = torch.log_softmax(model(src[src.ne(0)][None], tgt[:, :-1]), dim=-1)[0]
+    tgt = torch.tensor([[BOS_ID, *tokens, EOS_ID]])
+    lprobs = torch.log_softmax(model(src[src.ne(PAD_ID)][None], tgt[:, :-1]), dim=-1)[0]
     raw = lprobs.gather(1, tgt[0, 1:, None]).sum().item()
     return raw / length_penalty(len(tokens) + 1, alpha)
 

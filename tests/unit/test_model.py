@@ -7,8 +7,7 @@ import torch
 
 from nmtk.model import ModelConfig, Transformer, count_parameters, parameter_count
 from nmtk.model.transformer import sinusoidal_positions
-
-PAD = 0
+from nmtk.vocab import PAD_ID as PAD
 
 
 def tiny(share: str = "all", norm: str = "post", **kw) -> Transformer:
