@@ -17,8 +17,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from _util import ROOT, data_root, run_measured
+
+if TYPE_CHECKING:
+    from nmtk.model import ModelConfig
 
 RECIPE = ROOT / "recipes" / "multi30k-en-de-d256.toml"
 
@@ -42,7 +46,7 @@ P100_FP32_FLOPS = 10.6e12  # P100 SXM2 peak (the paper predates mixed-precision 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense tensor-core peaks
 
 
-def flops_per_update(cfg, src_tokens: int, tgt_tokens: int, length: int) -> float:  # noqa: ANN001 - ModelConfig
+def flops_per_update(cfg: ModelConfig, src_tokens: int, tgt_tokens: int, length: int) -> float:
     """Matmul FLOPs of one training update (forward + backward = 3 × forward, 2 FLOPs per multiply-add).
 
     Multiply-adds per token: encoder layers act on source tokens; decoder layers (self + cross

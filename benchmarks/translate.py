@@ -30,8 +30,9 @@ def measure(run: Path, precision: str, lines: list[str], threads: int, device: s
     rundir = RunDir(run).require()
     start = time.perf_counter()
     model = load_model(rundir.default_checkpoint(), torch.device(device), rundir.vocab_hash())
-    d = rundir.recipe().decode
-    translator = Translator(rundir, model, SearchConfig(beam=4, length_penalty=d.length_penalty,
+    recipe = rundir.recipe()
+    d = recipe.decode
+    translator = Translator(rundir.pipelines(recipe), model, SearchConfig(beam=4, length_penalty=d.length_penalty,
                             max_len_a=d.max_len_a, max_len_b=d.max_len_b), torch.device(device), precision)
     load_s = time.perf_counter() - start
     translator.translate(lines[:50])  # warm-up

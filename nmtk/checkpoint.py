@@ -20,45 +20,27 @@ import numpy as np
 import torch
 
 from nmtk.errors import NmtkError
+from nmtk.files import atomic_write, fsync_dir, temp_path
 
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_atomic(state: dict[str, Any], path: Path) -> None:
     """torch.save into ``path`` so that ``path`` is either the old file or the complete new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    with atomic_write(path, "wb") as handle:
+        torch.save(state, handle)
 
 
 def link_atomic(source: Path, link: Path) -> None:
     """Make ``link`` name the same file as ``source`` (hard link, or a copy), atomically."""
-    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    tmp = temp_path(link)
     tmp.unlink(missing_ok=True)
     try:
         os.link(source, tmp)
     except OSError:
         shutil.copyfile(source, tmp)
     os.replace(tmp, link)
-    _fsync_dir(link.parent)
+    fsync_dir(link.parent)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -20,11 +20,6 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def info(message: str) -> None:
-    if is_main_process():
-        console.print(message)
-
-
 def error_line(message: str) -> None:
     """One plain line on stderr: no markup, no wrapping, so scripts and people read it alike."""
     sys.stderr.write(f"error: {message}\n")

@@ -242,7 +242,8 @@ class OptimSection(Section):
         return value
 
     def peak_lr(self, d_model: int) -> float:
-        """Learning rate at the end of warmup, the schedule's maximum."""
+        """Learning rate at the end of warmup, the schedule's maximum: ``lr``, else
+        lr_scale · d_model^-0.5 · warmup^-0.5 (paper §5.3, equation 3 at step = warmup)."""
         if self.lr is not None:
             return self.lr
         return self.lr_scale * d_model**-0.5 * self.warmup**-0.5

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from nmtk.recipe import (
     AverageSection,
@@ -34,7 +35,7 @@ def _type(annotation: Any) -> str:
     return text.replace("<class '", "").replace("'>", "")
 
 
-def _default(field) -> str:  # noqa: ANN001 - a pydantic FieldInfo
+def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
     value = field.default

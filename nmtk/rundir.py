@@ -11,25 +11,18 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from nmtk.checkpoint import numbered_checkpoints
 from nmtk.errors import NmtkError
+from nmtk.files import copy_atomic, write_text_atomic
 from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
-from nmtk.text import Moses, TextPipeline
+from nmtk.text import TextPipeline, text_pipelines
 
 RECIPE = "recipe.toml"
 MANIFEST = "manifest.json"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class RunDir:
@@ -62,6 +55,15 @@ class RunDir:
     def has_checkpoints(self) -> bool:
         return self.last.is_file() or bool(self.numbered())
 
+    def resume_checkpoint(self) -> Path:
+        """The checkpoint to resume from: the newest numbered one, else ``checkpoint_last.pt``.
+
+        ``checkpoint_last.pt`` is re-linked after each numbered checkpoint is written; a crash between
+        the two leaves it one save behind, or (at the very first save) missing.
+        """
+        numbered = self.numbered()
+        return numbered[-1][1] if numbered else self.last
+
     # ----------------------------------------------------------------- contents
 
     def freeze(self, recipe: Recipe, data_dir: Path, manifest: dict[str, Any]) -> None:
@@ -70,8 +72,7 @@ class RunDir:
         write_text_atomic(self.path / RECIPE, recipe_to_toml(recipe))
         write_text_atomic(self.path / MANIFEST, json.dumps(manifest, indent=2))
         for name in set(manifest["vocab"]["models"].values()):
-            shutil.copyfile(data_dir / name, self.path / f".{name}.tmp")
-            os.replace(self.path / f".{name}.tmp", self.path / name)
+            copy_atomic(data_dir / name, self.path / name)
 
     def require(self) -> RunDir:
         if not self.path.is_dir():
@@ -92,19 +93,15 @@ class RunDir:
     def vocab_hash(self) -> dict[str, str]:
         return self.manifest()["vocab"]["sha256"]
 
-    def pipelines(self, recipe: Recipe | None = None) -> tuple[TextPipeline, TextPipeline]:
-        """The run's own Moses + sentencepiece pipeline for source and target."""
-        recipe = recipe or self.recipe()
-        models = self.manifest()["vocab"]["models"]
-        tok = recipe.tokenizer
-        pipes = []
-        for lang in (recipe.data.source_lang, recipe.data.target_lang):
-            model = self.path / models[lang]
+    def pipelines(self, recipe: Recipe) -> tuple[TextPipeline, TextPipeline]:
+        """The run's own text pipelines (source, target), with the subword model(s) it holds."""
+        names = self.manifest()["vocab"]["models"]
+        langs = (recipe.data.source_lang, recipe.data.target_lang)
+        models = {lang: self.path / names[lang] for lang in langs}
+        for model in models.values():
             if not model.is_file():
                 raise NmtkError(f"{model}: subword model missing from the run directory")
-            pipes.append(TextPipeline(Moses(lang, tok.moses, tok.normalize_punctuation, tok.aggressive_dash_splits),
-                                      model))
-        return pipes[0], pipes[1]
+        return text_pipelines(recipe.tokenizer, langs, models)
 
     def default_checkpoint(self) -> Path:
         """The newest averaged checkpoint, else checkpoint_best.pt, else checkpoint_last.pt."""

@@ -22,19 +22,6 @@ METRICS = ("bleu", "chrf", "ter")
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
-def read_text(path: Path, what: str) -> list[str]:
-    """Lines of a hypothesis or reference file, one clear error when it is missing or not UTF-8."""
-    try:
-        with open(path, encoding="utf-8", newline="\n") as handle:
-            return [line.rstrip("\r\n") for line in handle]
-    except FileNotFoundError:
-        raise NmtkError(f"{path}: {what} file not found") from None
-    except IsADirectoryError:
-        raise NmtkError(f"{path}: is a directory, expected a {what} file") from None
-    except UnicodeDecodeError as exc:
-        raise NmtkError(f"{path}: {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-
-
 def check_lengths(name: str, hyps: list[str], refs: dict[str, list[str]]) -> None:
     if not hyps:
         raise NmtkError(f"{name}: the hypothesis is empty (no lines to score)")
@@ -68,7 +55,7 @@ class Scorer:
         if unknown:
             raise NmtkError(f"--metrics: unknown metric {', '.join(unknown)} (choose from {', '.join(METRICS)})")
 
-    def metric_objects(self, refs: list[list[str]] | None = None) -> dict[str, Any]:
+    def metric_objects(self) -> dict[str, Any]:
         objects: dict[str, Any] = {}
         for name in self.metrics:
             if name == "bleu":
@@ -135,7 +122,7 @@ def sacrebleu_references(test_set: str, langpair: str) -> list[Path]:
         raise NmtkError(f"--langpair: {test_set} has no {langpair} (it has {known})")
     try:
         return [Path(p) for p in dataset.get_reference_files(langpair)]
-    except Exception as exc:  # noqa: BLE001 - sacrebleu raises URLError, OSError, SystemExit...
+    except Exception as exc:  # sacrebleu raises URLError, OSError, SystemExit...
         raise NmtkError(
             f"{test_set} {langpair} is not in sacreBLEU's cache and cannot be downloaded ({exc}): "
             f"give the reference file with -r REF instead"

@@ -8,6 +8,7 @@ pair exactly once; resuming at batch ``k`` simply starts the list at ``k``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,11 +91,15 @@ class BatchingPlan:
         shuffled = [batches[j] for j in rng.permutation(len(batches))]
         return shuffled[rank::world_size]
 
-    def iterate(self, epoch: int, start: int = 0, rank: int = 0, world_size: int = 1, group: int = 1):
-        """Yield ``(index_in_epoch, batch)`` from batch ``start`` on: resuming mid-epoch replays nothing."""
+    def iterate(self, epoch: int, start: int = 0, rank: int = 0, world_size: int = 1,
+                group: int = 1) -> Iterator[tuple[int, list[np.ndarray]]]:
+        """Yield ``(index_in_epoch, batches)``, ``group`` batches per update, from batch ``start`` on.
+
+        Resuming mid-epoch at ``start`` replays nothing and skips nothing.
+        """
         batches = self.epoch_batches(epoch, rank, world_size, group)
-        for k in range(start, len(batches)):
-            yield k, batches[k]
+        for k in range(start, len(batches), group):
+            yield k, batches[k : k + group]
 
 
 def padding_fraction(batches: list[np.ndarray], src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> float:

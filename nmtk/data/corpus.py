@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from nmtk.errors import NmtkError
+from nmtk.files import decode_lines
 
-_SEG = re.compile(rb"<seg[^>]*>(.*)</seg>", re.IGNORECASE)
+_SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.IGNORECASE)
+_REPLACE_HINT = 'set data.encoding_errors = "replace" to substitute U+FFFD'
 
 
 def _open_binary(path: Path) -> BinaryIO:
@@ -31,21 +33,11 @@ def read_lines(path: Path, errors: str = "error") -> Iterator[str]:
     sgml = path.name.endswith((".sgm", ".sgm.gz"))
     try:
         with _open_binary(path) as handle:
-            for lineno, raw in enumerate(handle, start=1):
-                if sgml:
-                    match = _SEG.search(raw)
-                    if match is None:
-                        continue
-                    raw = match.group(1)
-                try:
-                    text = raw.decode("utf-8", errors="strict" if errors == "error" else "replace")
-                except UnicodeDecodeError as exc:
-                    raise NmtkError(
-                        f"{path}:{lineno}: invalid UTF-8 ({exc.reason} at byte {exc.start}); "
-                        'set data.encoding_errors = "replace" to substitute U+FFFD'
-                    ) from None
-                text = text.rstrip("\r\n")
-                yield html.unescape(text).strip() if sgml else text
+            for text in decode_lines(handle, str(path), errors, hint=_REPLACE_HINT):
+                if not sgml:
+                    yield text
+                elif match := _SEG.search(text):
+                    yield html.unescape(match.group(1)).strip()
     except (gzip.BadGzipFile, EOFError) as exc:
         raise NmtkError(f"{path}: corrupt gzip file ({exc})") from None
     except FileNotFoundError:

@@ -19,7 +19,6 @@ class Batch:
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
-    indices: np.ndarray
 
     @property
     def target_tokens(self) -> int:
@@ -28,7 +27,7 @@ class Batch:
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
         return Batch(self.src.to(device, non_blocking=nb), self.tgt_in.to(device, non_blocking=nb),
-                     self.tgt_out.to(device, non_blocking=nb), self.indices)
+                     self.tgt_out.to(device, non_blocking=nb))
 
 
 def pad_sequences(seqs: list[np.ndarray], prefix: int | None = None, suffix: int | None = None) -> Tensor:
@@ -50,7 +49,7 @@ def collate(split: BinarizedSplit, indices: np.ndarray) -> Batch:
     src = [split.src[i] for i in indices]
     tgt = [split.tgt[i] for i in indices]
     return Batch(pad_sequences(src, suffix=EOS_ID), pad_sequences(tgt, prefix=BOS_ID),
-                 pad_sequences(tgt, suffix=EOS_ID), np.asarray(indices))
+                 pad_sequences(tgt, suffix=EOS_ID))
 
 
 def split_lengths(split: BinarizedSplit) -> tuple[np.ndarray, np.ndarray]:

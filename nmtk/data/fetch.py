@@ -23,7 +23,7 @@ from nmtk.console import console, is_main_process
 from nmtk.errors import NmtkError
 from nmtk.recipe import CorpusFile
 
-CHUNK = 1 << 20
+BLOCK_BYTES = 1 << 20  # read and written at a time when hashing and downloading
 
 
 def default_data_root(explicit: str | Path | None = None) -> Path:
@@ -38,7 +38,7 @@ def default_data_root(explicit: str | Path | None = None) -> Path:
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(CHUNK):
+        while block := handle.read(BLOCK_BYTES):
             digest.update(block)
     return digest.hexdigest()
 
@@ -107,7 +107,7 @@ def _stream_to(response, part: Path, mode: str, have: int, total: int | None, ur
     with _progress() as progress, open(part, mode) as out:
         task = progress.add_task(dest.name, total=total, completed=have)
         try:
-            while block := response.read(CHUNK):
+            while block := response.read(BLOCK_BYTES):
                 out.write(block)
                 received += len(block)
                 progress.update(task, completed=received)

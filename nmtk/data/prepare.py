@@ -26,11 +26,11 @@ from nmtk.data.fetch import ensure_file, sha256_file
 from nmtk.errors import NmtkError
 from nmtk.recipe import Corpus, Recipe
 from nmtk.text.moses import Moses
-from nmtk.text.pipeline import TextPipeline
+from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords
 
 FORMAT_VERSION = 1
-CHUNK = 4000  # sentence pairs per unit of work
+PAIRS_PER_CHUNK = 4000  # sentence pairs per unit of work of the Moses workers
 
 
 @dataclass
@@ -139,10 +139,7 @@ class Preparer:
         self.root = root
         self.src_lang, self.tgt_lang = recipe.data.source_lang, recipe.data.target_lang
         tok = recipe.tokenizer
-        self.moses = {
-            lang: Moses(lang, tok.moses, tok.normalize_punctuation, tok.aggressive_dash_splits)
-            for lang in (self.src_lang, self.tgt_lang)
-        }
+        self.moses = {lang: moses_for(tok, lang) for lang in (self.src_lang, self.tgt_lang)}
         self.workers = workers or min(os.cpu_count() or 1, 8)
 
     def corpus_paths(self, corpus: Corpus) -> tuple[Path, Path]:
@@ -163,7 +160,7 @@ class Preparer:
         paths = work / f"train.tok.{self.src_lang}", work / f"train.tok.{self.tgt_lang}"
         words = [0, 0]
         with open(paths[0], "w", encoding="utf-8") as fs, open(paths[1], "w", encoding="utf-8") as ft:
-            for chunk in pool.map(_chunks(self._pairs(self.recipe.data.train, stats, True), CHUNK)):
+            for chunk in pool.map(_chunks(self._pairs(self.recipe.data.train, stats, True), PAIRS_PER_CHUNK)):
                 for a, b in chunk:
                     fs.write(a + "\n")
                     ft.write(b + "\n")
@@ -226,7 +223,7 @@ class Preparer:
         raw = {lang: open(out / f"{split}.raw.{lang}", "w", encoding="utf-8") for lang in langs}
         try:
             def chunks() -> Iterator[list[tuple[str, str]]]:
-                for chunk in _chunks(self._pairs([corpus], stats, False), CHUNK):
+                for chunk in _chunks(self._pairs([corpus], stats, False), PAIRS_PER_CHUNK):
                     for a, b in chunk:
                         raw[self.src_lang].write(a + "\n")
                         raw[self.tgt_lang].write(b + "\n")
@@ -255,7 +252,7 @@ class Preparer:
             def tokenized_train() -> Iterator[list[tuple[str, str]]]:
                 with open(tok_files[0], encoding="utf-8") as fs, open(tok_files[1], encoding="utf-8") as ft:
                     pairs = ((a.rstrip("\n"), b.rstrip("\n")) for a, b in zip(fs, ft, strict=False))
-                    yield from _chunks(pairs, CHUNK)
+                    yield from _chunks(pairs, PAIRS_PER_CHUNK)
 
             self.binarize(out, "train", tokenized_train(), pipes, train, clean=True)
             if train.kept == 0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmtk.model import Transformer
+from nmtk.decode.contract import Cache, Decoder
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
@@ -42,21 +42,22 @@ def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def max_lengths(src: Tensor, cfg: SearchConfig, model: Transformer) -> Tensor:
+def max_lengths(src: Tensor, cfg: SearchConfig, model: Decoder) -> Tensor:
     """Per sentence: a·|x| + b output tokens (|x| without EOS), never past the model's positions."""
     src_len = src.ne(PAD_ID).sum(dim=1) - 1
     limit = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
     return limit.clamp(min=1, max=model.cfg.max_positions - 1)
 
 
-def step_log_probs(model: Transformer, tokens: Tensor, cache, cfg: SearchConfig) -> Tensor:
+def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache) -> Tensor:
+    """Log-probabilities of the next token; <pad> and <s> can never be produced."""
     lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
     lprobs[:, PAD_ID] = NEG_INF
     lprobs[:, BOS_ID] = NEG_INF
     return lprobs
 
 
-def eos_row_for(model: Transformer, cfg: SearchConfig, device: torch.device) -> Tensor:
+def eos_row_for(model: Decoder, device: torch.device) -> Tensor:
     """Log-probabilities that allow only EOS: what a hypothesis at its length limit must emit."""
     row = torch.full((model.cfg.tgt_vocab,), NEG_INF, device=device)
     row[EOS_ID] = 0.0
@@ -64,10 +65,9 @@ def eos_row_for(model: Transformer, cfg: SearchConfig, device: torch.device) -> 
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
+def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
     """Arg-max decoding; ``beam = 1`` means this. Finished rows leave the batch."""
-    memory, mask = model.encode(src)
-    cache = model.start_cache(memory, mask)
+    cache = model.start_cache(model.encode(src))
     n = src.size(0)
     limit = max_lengths(src, cfg, model)
     rows = torch.arange(n, device=src.device)
@@ -75,10 +75,10 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
     history = torch.empty((n, 0), dtype=torch.long, device=src.device)
     raw = torch.zeros(n, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
-    eos_row = eos_row_for(model, cfg, src.device)
+    eos_row = eos_row_for(model, src.device)
     step = 0
     while rows.numel():
-        lprobs = step_log_probs(model, tokens, cache, cfg)
+        lprobs = step_log_probs(model, tokens, cache)
         lprobs = torch.where((limit[rows] <= step)[:, None], eos_row, lprobs)
         best, tokens = lprobs.max(dim=-1)
         raw = raw + best
@@ -96,14 +96,13 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
+def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
     """The ``cfg.nbest`` best hypotheses of each source row, best first."""
     if cfg.beam == 1:
         return greedy_search(model, src, cfg)
     k, device = cfg.beam, src.device
     n = src.size(0)
-    memory, mask = model.encode(src)
-    cache = model.start_cache(memory, mask)  # encoder keys/values projected once per sentence...
+    cache = model.start_cache(model.encode(src))  # encoder keys/values projected once per sentence...
     cache.reorder(torch.arange(n, device=device).repeat_interleave(k))  # ...then shared by its K beams
     limit = max_lengths(src, cfg, model)
     max_steps = int(limit.max()) + 1
@@ -117,11 +116,11 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
     fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
     out_scores = torch.full((n, k), NEG_INF)
     out_tokens: list[Tensor | None] = [None] * n
-    eos_row = eos_row_for(model, cfg, device)
+    eos_row = eos_row_for(model, device)
 
     for step in range(max_steps):
         b = sent.numel()
-        lprobs = step_log_probs(model, tokens, cache, cfg).view(b, k, -1)
+        lprobs = step_log_probs(model, tokens, cache).view(b, k, -1)
         vocab = lprobs.size(-1)
         lprobs = torch.where((limit[sent] <= step)[:, None, None], eos_row, lprobs)
         cand = (scores[..., None] + lprobs).view(b, k * vocab)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nmtk.model import DecoderCache, Transformer
+from nmtk.model import DecoderCache, Encoded, Transformer
 
 
-class _EnsembleCache:
+class EnsembleCache:
+    """One `DecoderCache` per member model, reordered together."""
+
     def __init__(self, caches: list[DecoderCache]) -> None:
         self.caches = caches
 
@@ -18,20 +20,23 @@ class _EnsembleCache:
 
 
 class Ensemble(nn.Module):
-    """Looks like a `Transformer` to the search: `encode`, `start_cache`, `decode_step`."""
+    """Several models of one vocabulary behind the decoding contract (`nmtk.decode.contract.Decoder`).
+
+    The step scores are the mean of the members' log-probabilities (the search renormalises them).
+    """
 
     def __init__(self, models: list[Transformer]) -> None:
         super().__init__()
         self.models = nn.ModuleList(models)
         self.cfg = models[0].cfg
 
-    def encode(self, src: Tensor):  # noqa: ANN201 - list of (memory, mask), one per model
-        return [m.encode(src) for m in self.models], None
+    def encode(self, src: Tensor) -> list[Encoded]:
+        return [m.encode(src) for m in self.models]
 
-    def start_cache(self, encoded, _mask) -> _EnsembleCache:  # noqa: ANN001
-        return _EnsembleCache([m.start_cache(mem, mask) for m, (mem, mask) in zip(self.models, encoded, strict=True)])
+    def start_cache(self, encoded: list[Encoded]) -> EnsembleCache:
+        return EnsembleCache([m.start_cache(e) for m, e in zip(self.models, encoded, strict=True)])
 
-    def decode_step(self, tokens: Tensor, cache: _EnsembleCache) -> Tensor:
+    def decode_step(self, tokens: Tensor, cache: EnsembleCache) -> Tensor:
         lprobs = [torch.log_softmax(m.decode_step(tokens, c).float(), dim=-1)
                   for m, c in zip(self.models, cache.caches, strict=True)]
         return torch.stack(lprobs).mean(dim=0)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from nmtk.decode.beam import NEG_INF, Hypothesis, SearchConfig, eos_row_for, length_penalty, max_lengths, step_log_probs
-from nmtk.model import Transformer
+from nmtk.decode.contract import Decoder
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -33,22 +33,26 @@ def _filter(logits: Tensor, topk: int, topp: float) -> Tensor:
 
 
 @torch.inference_mode()
-def sample_search(model: Transformer, src: Tensor, cfg: SearchConfig,
-                  sampling: SamplingConfig) -> list[list[Hypothesis]]:
-    """One sampled translation per source row, scored like beam search's hypotheses."""
-    generator = torch.Generator(device=src.device).manual_seed(sampling.seed)
-    memory, mask = model.encode(src)
-    cache = model.start_cache(memory, mask)
+def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, sampling: SamplingConfig,
+                  generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
+    """One sampled translation per source row, scored like beam search's hypotheses.
+
+    ``generator`` carries the random stream across batches; without one, a new one seeded with
+    ``sampling.seed`` is used.
+    """
+    if generator is None:
+        generator = torch.Generator(device=src.device).manual_seed(sampling.seed)
+    cache = model.start_cache(model.encode(src))
     n = src.size(0)
     limit = max_lengths(src, cfg, model)
     tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
     finished = torch.zeros(n, dtype=torch.bool, device=src.device)
     raw = torch.zeros(n, device=src.device)
     length = torch.zeros(n, device=src.device)
-    eos_row = eos_row_for(model, cfg, src.device)
+    eos_row = eos_row_for(model, src.device)
     steps = []
     for step in range(int(limit.max()) + 1):
-        lprobs = step_log_probs(model, tokens, cache, cfg)
+        lprobs = step_log_probs(model, tokens, cache)
         lprobs = torch.where((limit <= step)[:, None], eos_row, lprobs)
         logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)
         choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)

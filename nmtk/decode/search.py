@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from nmtk.data.dataset import pad_sequences
 from nmtk.decode.beam import Hypothesis, SearchConfig, beam_search
+from nmtk.decode.contract import Decoder
 from nmtk.device import autocast_for
-from nmtk.model import Transformer
 from nmtk.vocab import EOS_ID
+
+#: A search over one padded batch of sources: beam search, or sampling with its settings bound.
+SearchFn = Callable[[Decoder, Tensor, SearchConfig], list[list[Hypothesis]]]
 
 
 def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.ndarray]:
@@ -25,20 +29,26 @@ def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.n
     return [b for b in batches if len(b)]
 
 
-def decode_ids(model: Transformer, sources: Sequence[Sequence[int]], cfg: SearchConfig, *,
-               max_tokens: int = 8192, device: torch.device | None = None,
-               precision: str = "fp32") -> list[list[Hypothesis]]:
-    """Hypotheses for each source (ids without EOS), in input order."""
+def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, *,
+               max_tokens: int = 8192, device: torch.device | None = None, precision: str = "fp32",
+               search_fn: SearchFn | None = None) -> list[list[Hypothesis]]:
+    """Hypotheses for each source (ids without EOS), in input order.
+
+    ``search_fn`` defaults to beam search; batches hold at most ``max_tokens`` source tokens times the
+    beam (times 1 for any other search).
+    """
+    search_fn = search_fn or beam_search
+    rows_per_source = cfg.beam if search_fn is beam_search else 1
     device = device or next(model.parameters()).device
     lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     was_training = model.training
     model.eval()
     try:
-        for batch in length_batches(lengths, max_tokens, cfg.beam):
+        for batch in length_batches(lengths, max_tokens, rows_per_source):
             src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID).to(device)
             with autocast_for(device, precision):
-                hyps = beam_search(model, src, cfg)
+                hyps = search_fn(model, src, cfg)
             for i, h in zip(batch, hyps, strict=True):
                 results[i] = h
     finally:

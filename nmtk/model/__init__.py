@@ -2,6 +2,6 @@
 
 from nmtk.model.attention import LayerCache
 from nmtk.model.config import ModelConfig
-from nmtk.model.transformer import DecoderCache, Transformer, count_parameters, parameter_count
+from nmtk.model.transformer import DecoderCache, Encoded, Transformer, parameter_count
 
-__all__ = ["DecoderCache", "LayerCache", "ModelConfig", "Transformer", "count_parameters", "parameter_count"]
+__all__ = ["DecoderCache", "Encoded", "LayerCache", "ModelConfig", "Transformer", "parameter_count"]

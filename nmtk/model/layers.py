@@ -6,6 +6,8 @@ x + Dropout(Sublayer(LayerNorm(x))), which trains deep stacks without warmup tri
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -39,7 +41,7 @@ class _Residual(nn.Module):
         self.dropout = dropout
         self.pre_norm = pre_norm
 
-    def forward(self, x: Tensor, sublayer) -> Tensor:  # noqa: ANN001 - a callable on tensors
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.pre_norm:
             return x + F.dropout(sublayer(self.norm(x)), self.dropout, self.training)
         return self.norm(x + F.dropout(sublayer(x), self.dropout, self.training))

@@ -7,6 +7,7 @@ and `decode_step` serve inference, one target position at a time with a key/valu
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +46,13 @@ class Embeddings(nn.Module):
             raise ValueError(f"sequence of {offset + length} positions exceeds max_positions={self.max_positions}")
         x = self.table(tokens) * self.scale + self.pe[offset : offset + length].to(self.table.weight.dtype)
         return F.dropout(x, self.dropout, self.training)
+
+
+class Encoded(NamedTuple):
+    """The encoder's output for a batch and the source mask every attention over it uses."""
+
+    memory: Tensor  # (B, S, d_model)
+    mask: Tensor | None  # (B, 1, 1, S), True at real tokens; None when nothing is padded
 
 
 class DecoderCache:
@@ -105,13 +113,13 @@ class Transformer(nn.Module):
             return None
         return real[:, None, None, :]
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor | None]:
+    def encode(self, src: Tensor) -> Encoded:
         """Encoder output (B, S, d) and the source mask used by every attention over it."""
         mask = self.source_mask(src)
         x = self.src_embed(src)
         for layer in self.encoder:
             x = layer(x, mask)
-        return self.encoder_norm(x), mask
+        return Encoded(self.encoder_norm(x), mask)
 
     # ------------------------------------------------------------------ decoder
 
@@ -135,10 +143,10 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------- incremental decoding
 
-    def start_cache(self, memory: Tensor, memory_mask: Tensor | None) -> DecoderCache:
+    def start_cache(self, encoded: Encoded) -> DecoderCache:
         """Project the encoder output once per layer for encoder-decoder attention."""
-        layers = [LayerCache(*layer.cross_attn.project_memory(memory)) for layer in self.decoder]
-        return DecoderCache(layers, memory_mask)
+        layers = [LayerCache(*layer.cross_attn.project_memory(encoded.memory)) for layer in self.decoder]
+        return DecoderCache(layers, encoded.mask)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """Logits (B, V) for the next position, given the last tokens (B,); advances the cache."""
@@ -149,12 +157,12 @@ class Transformer(nn.Module):
         return self.project(self.decoder_norm(y))[:, 0]
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Trainable parameters, each shared tensor counted once."""
+def parameter_count(model: nn.Module | ModelConfig) -> int:
+    """Trainable parameters of a model, each shared tensor counted once.
+
+    Given a configuration, the model is built on the `meta` device (no memory, no init cost).
+    """
+    if isinstance(model, ModelConfig):
+        with torch.device("meta"):
+            model = Transformer(model)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def parameter_count(cfg: ModelConfig) -> int:
-    """Exact parameter count of a configuration, built on the `meta` device (no memory, no init cost)."""
-    with torch.device("meta"):
-        return count_parameters(Transformer(cfg))

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sentencepiece as spm
 
 from nmtk.text.moses import Moses
+
+if TYPE_CHECKING:
+    from nmtk.recipe import TokenizerSection
 
 
 class TextPipeline:
@@ -36,3 +40,15 @@ class TextPipeline:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["moses"], state["spm_model"])
+
+
+def moses_for(tok: TokenizerSection, lang: str) -> Moses:
+    """The Moses step a recipe's ``[tokenizer]`` asks for, for one language."""
+    return Moses(lang, tok.moses, tok.normalize_punctuation, tok.aggressive_dash_splits)
+
+
+def text_pipelines(tok: TokenizerSection, langs: tuple[str, str],
+                   models: dict[str, Path]) -> tuple[TextPipeline, TextPipeline]:
+    """Source and target pipelines from the ``[tokenizer]`` settings and each language's subword model file."""
+    src, tgt = (TextPipeline(moses_for(tok, lang), models[lang]) for lang in langs)
+    return src, tgt

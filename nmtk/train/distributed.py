@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ def all_reduce_sum(values: list[float], device: torch.device, info: DistInfo) ->
     return tensor.tolist()
 
 
-def broadcast_object(obj, info: DistInfo):  # noqa: ANN001, ANN201 - any picklable object
+def broadcast_object(obj: T, info: DistInfo) -> T:
+    """Rank 0's ``obj`` (any picklable object) on every rank."""
     if not info.enabled:
         return obj
     box = [obj]

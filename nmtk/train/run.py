@@ -15,8 +15,10 @@ from nmtk.data.fetch import default_data_root
 from nmtk.data.prepare import default_out_dir, load_manifest, prepare
 from nmtk.device import keep_freed_memory, pick_device
 from nmtk.errors import NmtkError
+from nmtk.model import parameter_count
 from nmtk.recipe import Recipe
 from nmtk.rundir import RunDir
+from nmtk.text import text_pipelines
 from nmtk.train.distributed import DistInfo, barrier, broadcast_object, init_distributed, shutdown
 from nmtk.train.trainer import Trainer
 
@@ -44,7 +46,8 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, info: DistInfo) -> None:
+def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, manifest: dict[str, Any],
+                    info: DistInfo) -> None:
     """Refuse, naming the field, a recipe change that would break the checkpoint."""
     old, new = _flatten(checkpoint["recipe"]), _flatten(recipe.model_dump(mode="json"))
     for field in sorted(set(old) | set(new)):
@@ -56,7 +59,7 @@ def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, inf
             raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old.get(field)!r} to "
                             f"{new.get(field)!r}, which changes {frozen}; use --restart to start over "
                             "or --run-dir for a new run")
-    if checkpoint["vocab"] != run.vocab_hash():
+    if checkpoint["vocab"] != manifest["vocab"]["sha256"]:
         raise NmtkError(f"{run.path}: cannot resume: the vocabulary (subword model) differs from the checkpoint's; "
                         "use --restart or a new --run-dir")
     if checkpoint.get("world_size", 1) != info.world_size:
@@ -116,14 +119,17 @@ def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | Non
                 raise NmtkError(f"{run.path} already has checkpoints: --init-from starts a new run "
                                 "(use another --run-dir, or --restart)")
             else:
-                checkpoint = load_checkpoint(run.last)
+                checkpoint = load_checkpoint(run.resume_checkpoint())
         barrier(info)
         if info.is_main:
             run.freeze(recipe, data_dir, manifest)
         barrier(info)
         if checkpoint is not None:
-            check_resumable(run, checkpoint, recipe, info)
-        trainer = Trainer(recipe, data_dir, run, device, info)
+            check_resumable(run, checkpoint, recipe, manifest, info)
+        models = {lang: data_dir / name for lang, name in manifest["vocab"]["models"].items()}
+        _, target_pipeline = text_pipelines(recipe.tokenizer, (recipe.data.source_lang, recipe.data.target_lang),
+                                            models)
+        trainer = Trainer(recipe, data_dir, manifest, target_pipeline, run, device, info)
         if checkpoint is not None:
             trainer.resume(checkpoint)
             if info.is_main:
@@ -132,7 +138,7 @@ def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | Non
         elif init_from:
             trainer.init_from(init_from)
         if info.is_main:
-            console.print(f"model: {trainer.parameters:,} parameters | device {device} | "
+            console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
                           f"{info.world_size} process(es) | precision {recipe.train.precision}")
         trainer.check_memory()
         trainer.wrap()

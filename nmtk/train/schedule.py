@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 
-def inverse_sqrt_lr(step: int, d_model: int, warmup: int, lr_scale: float = 1.0, peak: float | None = None) -> float:
-    """lr = lr_scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), for step ≥ 1.
+def inverse_sqrt_lr(step: int, warmup: int, peak: float) -> float:
+    """lr = peak · min(√(warmup / step), step / warmup), for step ≥ 1.
 
-    Linear warm-up for ``warmup`` steps, then decay with the inverse square root of the step. When
-    ``peak`` is given, ``lr_scale`` is chosen so that the maximum (reached at ``step == warmup``) is ``peak``.
+    Linear warm-up for ``warmup`` steps to ``peak``, then decay with the inverse square root of the step.
+    This is the paper's lr = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) written around its
+    maximum: with ``peak = d_model^-0.5 · warmup^-0.5`` (`OptimSection.peak_lr`) the two are equal.
     """
     step = max(step, 1)
-    if peak is not None:
-        lr_scale = peak * d_model**0.5 * warmup**0.5
-    return lr_scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    return peak * min((warmup / step) ** 0.5, step / warmup)

@@ -8,7 +8,6 @@ and resumed therefore reproduces the uninterrupted run bit for bit on CPU in fp3
 
 from __future__ import annotations
 
-import math
 import signal
 import time
 from contextlib import nullcontext
@@ -22,22 +21,26 @@ from torch.nn.parallel import DistributedDataParallel
 
 from nmtk import __version__
 from nmtk.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
-from nmtk.console import JsonlWriter, console
+from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
-from nmtk.data.dataset import collate, split_lengths
+from nmtk.data.dataset import Batch, collate, split_lengths
 from nmtk.device import autocast_for
 from nmtk.errors import NmtkError
-from nmtk.model import Transformer, count_parameters
+from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
+from nmtk.text import TextPipeline
 from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier, broadcast_object
 from nmtk.train.loss import label_smoothed_loss
+from nmtk.train.metrics import MetricsLog, MetricsWindow, Progress, training_record
 from nmtk.train.schedule import inverse_sqrt_lr
 from nmtk.train.validate import Validator
 from nmtk.vocab import PAD_ID
 
 MIN_LOSS_SCALE = 2.0**-14
+TRAIN_KEYS = ("loss", "nll", "ppl", "lr", "tgt_tokens_per_s")
+VALID_KEYS = ("loss", "nll", "ppl", "bleu")
 
 
 @dataclass
@@ -45,7 +48,7 @@ class TrainState:
     """Where training is; saved in every checkpoint."""
 
     update: int = 0
-    epoch: int = 0  # current epoch, from 0
+    epoch: int = 0  # current epoch, from 0 (shown from 1)
     batch: int = 0  # next batch of this rank within the epoch
     seconds: float = 0.0  # training time of all sessions so far
     best_bleu: float | None = None
@@ -75,11 +78,16 @@ class _StopSignal:
 
 
 class Trainer:
-    """Trains one recipe's model on prepared data into a run directory."""
+    """Trains one recipe's model on prepared data into a run directory.
 
-    def __init__(self, recipe: Recipe, data_dir: Path, run: RunDir, device: torch.device, info: DistInfo) -> None:
+    ``manifest`` is the prepared data's manifest and ``target_pipeline`` the target language's text
+    pipeline (validation BLEU detokenises with it); both come from the caller, already loaded.
+    """
+
+    def __init__(self, recipe: Recipe, data_dir: Path, manifest: dict[str, Any], target_pipeline: TextPipeline,
+                 run: RunDir, device: torch.device, info: DistInfo) -> None:
         self.recipe, self.run, self.device, self.info = recipe, run, device, info
-        manifest = run.manifest()
+        self.vocab_hash: dict[str, str] = manifest["vocab"]["sha256"]
         src_lang, tgt_lang = recipe.data.source_lang, recipe.data.target_lang
         self.train_split = BinarizedSplit(data_dir, "train", src_lang, tgt_lang, manifest["dtype"])
         src_len, tgt_len = split_lengths(self.train_split)
@@ -92,6 +100,7 @@ class Trainer:
         self.model = Transformer(self.cfg).to(device)
         self.ddp: DistributedDataParallel | None = None
         o = recipe.optim
+        self.peak_lr = o.peak_lr(self.cfg.d_model)
         optimizer_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
         fused = {"fused": True} if device.type == "cuda" else {}
         self.optimizer = optimizer_cls(self.model.parameters(), lr=0.0, betas=o.betas, eps=o.eps,
@@ -99,22 +108,14 @@ class Trainer:
         self.precision = recipe.train.precision
         self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None
         self.state = TrainState()
-        self.validator = Validator(recipe, data_dir, run, device, manifest)
-        self.log = JsonlWriter(run.log_path) if info.is_main else None
-        self._tb = self._tensorboard() if info.is_main else None
+        self.validator = Validator.for_split(data_dir, manifest, recipe, target_pipeline, device)
+        self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
+        self.window = MetricsWindow()
 
     # ------------------------------------------------------------------ setup
 
-    def _tensorboard(self):  # noqa: ANN202 - SummaryWriter or None
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            return None
-        return SummaryWriter(log_dir=str(self.run.path / "tensorboard"))
-
     def lr(self, update: int) -> float:
-        o = self.recipe.optim
-        return inverse_sqrt_lr(update, self.cfg.d_model, o.warmup, o.lr_scale, o.lr)
+        return inverse_sqrt_lr(update, self.recipe.optim.warmup, self.peak_lr)
 
     def resume(self, checkpoint: dict[str, Any]) -> None:
         self.model.load_state_dict(checkpoint["model"])
@@ -151,10 +152,7 @@ class Trainer:
         devices = [self.device] if self.device.type == "cuda" else []
         try:
             with torch.random.fork_rng(devices=devices):
-                with autocast_for(self.device, self.precision):
-                    logits = self.model(batch.src, batch.tgt_in)
-                    loss, _ = label_smoothed_loss(logits, batch.tgt_out, self.recipe.optim.label_smoothing, PAD_ID)
-                loss.backward()
+                self._loss(self.model, batch)[0].backward()
         except torch.OutOfMemoryError:
             raise NmtkError(
                 f"out of memory on the largest batch ({len(largest)} sentences, batching.max_tokens = "
@@ -173,6 +171,11 @@ class Trainer:
 
     # ------------------------------------------------------------------- step
 
+    def _loss(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast_for(self.device, self.precision):
+            logits = module(batch.src, batch.tgt_in)
+            return label_smoothed_loss(logits, batch.tgt_out, self.recipe.optim.label_smoothing, PAD_ID)
+
     def train_step(self, group: list[np.ndarray]) -> tuple[float, float, int]:
         """One update over ``update_freq`` batches; returns local (loss sum, nll sum, target tokens)."""
         module = self.ddp or self.model
@@ -187,9 +190,7 @@ class Trainer:
             batch = collate(self.train_split, indices).to(self.device)
             sync = self.ddp is None or i == len(group) - 1
             with nullcontext() if sync else self.ddp.no_sync():
-                with autocast_for(self.device, self.precision):
-                    logits = module(batch.src, batch.tgt_in)
-                    loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.recipe.optim.label_smoothing, PAD_ID)
+                loss, nll = self._loss(module, batch)
                 scaled = loss * scale
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             loss_sum += loss.detach()
@@ -198,31 +199,32 @@ class Trainer:
         return float(loss_sum), float(nll_sum), local_tokens
 
     def apply_update(self) -> None:
-        lr = self.lr(self.state.update + 1)
+        """Set the learning rate, clip, step (through the loss scaler in fp16), advance the counter."""
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        clip = self.recipe.optim.clip_norm
+            group["lr"] = self.lr(self.state.update + 1)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-            before = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            if self.scaler.get_scale() < before:
-                self.state.skipped_updates += 1
-                if self.scaler.get_scale() < MIN_LOSS_SCALE:
-                    raise NmtkError(
-                        f"fp16 loss scale collapsed to {self.scaler.get_scale():g} after "
-                        f"{self.state.skipped_updates} overflowing updates: the model diverges in fp16; "
-                        'use --set train.precision=bf16 (or fp32), or lower the learning rate'
-                    )
-        else:
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        if self.recipe.optim.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.optim.clip_norm)
+        if self.scaler is None:
             self.optimizer.step()
+        else:
+            self._scaled_step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.update += 1
+
+    def _scaled_step(self) -> None:
+        before = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scaler.get_scale() < before:
+            self.state.skipped_updates += 1
+            if self.scaler.get_scale() < MIN_LOSS_SCALE:
+                raise NmtkError(
+                    f"fp16 loss scale collapsed to {self.scaler.get_scale():g} after "
+                    f"{self.state.skipped_updates} overflowing updates: the model diverges in fp16; "
+                    'use --set train.precision=bf16 (or fp32), or lower the learning rate'
+                )
 
     # --------------------------------------------------------------- checkpoints
 
@@ -240,7 +242,7 @@ class Trainer:
             "rng": rngs,
             "recipe": self.recipe.model_dump(mode="json"),
             "recipe_hash": self.recipe.hash(),
-            "vocab": self.run.vocab_hash(),
+            "vocab": self.vocab_hash,
             "model_config": self.cfg.to_dict(),
             "world_size": self.info.world_size,
             "nmtk": __version__,
@@ -249,6 +251,7 @@ class Trainer:
     def save(self, best: bool = False) -> None:
         """Numbered checkpoint + checkpoint_last.pt (rank 0 writes; all ranks take part in RNG gathering)."""
         state = self.checkpoint_state()
+        self._last_save = time.monotonic()
         if not self.info.is_main:
             return
         path = self.run.checkpoint(self.state.update)
@@ -261,13 +264,65 @@ class Trainer:
 
     # ------------------------------------------------------------------- loop
 
-    def _should_stop(self, start: float, stop: _StopSignal, epoch_done: bool) -> str | None:
+    def train(self) -> TrainState:
+        """Run until a stopping criterion; always leaves a final checkpoint."""
+        self._clock = self._last_save = time.monotonic()
+        self.window.reset()
+        reason = None
+        with _StopSignal() as stop, Progress(self.info.is_main, self.recipe.train.max_updates,
+                                             self.state.update) as progress:
+            while reason is None:
+                reason = self._run_epoch(stop, progress)
+        self.state.stop_reason = reason
+        if self.window.updates:
+            self._log(progress=None)
+        return self.state
+
+    def _run_epoch(self, stop: _StopSignal, progress: Progress) -> str | None:
+        """Train on the rest of the current epoch; the reason to stop, or None to go on with the next."""
+        t = self.recipe.train
+        for k, group in self.plan.iterate(self.state.epoch, self.state.batch, self.info.rank,
+                                          self.info.world_size, t.update_freq):
+            self.window.add(*self.train_step(group))
+            self.state.batch = k + len(group)
+            self._count_time()
+            if reason := self.after_update(stop, progress):
+                return reason
+        self.state.epoch += 1
+        self.state.batch = 0
+        reason = self._should_stop(stop, epoch_done=True)
+        if reason:
+            self.save()
+        return reason
+
+    def after_update(self, stop: _StopSignal, progress: Progress) -> str | None:
+        """Log, validate, decide whether to stop, save; returns the reason to stop, or None."""
+        t = self.recipe.train
+        if self.state.update % t.log_every_updates == 0:
+            self._log(progress)
+        progress.advance(self.state.update)
+        improved, reason = False, None
+        if t.validate_every_updates and self.state.update % t.validate_every_updates == 0:
+            improved = self.validate()  # its time counts: max_minutes is wall-clock time
+            if t.patience is not None and self.state.bad_validations >= t.patience:
+                reason = f"no BLEU improvement in {t.patience} validations (patience)"
+        reason = reason or self._should_stop(stop, epoch_done=False)
+        if improved or reason or self._save_due():
+            self.save(best=improved)
+        return reason
+
+    def _count_time(self) -> None:
+        now = time.monotonic()
+        self.state.seconds += now - self._clock
+        self._clock = now
+
+    def _should_stop(self, stop: _StopSignal, epoch_done: bool) -> str | None:
         t = self.recipe.train
         if t.max_updates is not None and self.state.update >= t.max_updates:
             return f"reached max_updates = {t.max_updates}"
         if epoch_done and t.max_epochs is not None and self.state.epoch >= t.max_epochs:
             return f"reached max_epochs = {t.max_epochs}"
-        minutes = (self.state.seconds + time.monotonic() - start) / 60
+        minutes = (self.state.seconds + time.monotonic() - self._clock) / 60
         flags = [float(stop.received is not None), float(t.max_minutes is not None and minutes >= t.max_minutes)]
         signal_flag, time_flag = all_reduce_sum(flags, self.device, self.info)
         if signal_flag:
@@ -276,12 +331,14 @@ class Trainer:
             return f"reached max_minutes = {t.max_minutes:g}"
         return None
 
-    def _save_due(self, last_save: float) -> bool:
+    def _save_due(self) -> bool:
         t = self.recipe.train
         by_updates = t.save_every_updates is not None and self.state.update % t.save_every_updates == 0
-        by_time = t.save_every_minutes is not None and (time.monotonic() - last_save) / 60 >= t.save_every_minutes
+        by_time = t.save_every_minutes is not None and (time.monotonic() - self._last_save) / 60 >= t.save_every_minutes
         (due,) = all_reduce_sum([float(by_updates or by_time)], self.device, self.info)
         return bool(due)
+
+    # ------------------------------------------------------------ validation, logs
 
     def validate(self) -> bool:
         """Valid loss and BLEU on rank 0; returns whether BLEU improved. Updates early-stopping state."""
@@ -297,122 +354,24 @@ class Trainer:
             self.state.bad_validations = 0
         else:
             self.state.bad_validations += 1
-        record = {"validation": True, "update": self.state.update, "epoch": self.state.epoch,
+        record = {"validation": True, "update": self.state.update, "epoch": self.state.epoch + 1,
                   "minutes": round(self.state.seconds / 60, 3), **result, "best_bleu": self.state.best_bleu}
-        if self.log:
-            self.log.write(record)
+        self.metrics.write(record, "valid", VALID_KEYS)
+        if self.info.is_main:
             console.print(f"valid | update {self.state.update} | loss {result['loss']:.3f} | nll {result['nll']:.3f} "
                           f"| ppl {result['ppl']:.2f} | BLEU {result['bleu']:.2f} | best {self.state.best_bleu:.2f}")
-        if self._tb:
-            for key in ("loss", "nll", "ppl", "bleu"):
-                self._tb.add_scalar(f"valid/{key}", result[key], self.state.update)
         return improved
 
-    def train(self) -> TrainState:
-        """Run until a stopping criterion; always leaves a final checkpoint."""
-        t = self.recipe.train
-        uf = t.update_freq
-        start = last_save = time.monotonic()
-        window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.monotonic(), "updates": 0}
-        reason = None
-        with _StopSignal() as stop, _Progress(self, t.max_updates) as progress:
-            while reason is None:
-                batches = self.plan.epoch_batches(self.state.epoch, self.info.rank, self.info.world_size, uf)
-                for k in range(self.state.batch, len(batches), uf):
-                    loss, nll, tokens = self.train_step(batches[k : k + uf])
-                    self.state.batch = k + uf
-                    self.state.seconds += time.monotonic() - start
-                    start = time.monotonic()
-                    window["loss"] += loss
-                    window["nll"] += nll
-                    window["tokens"] += tokens
-                    window["updates"] += 1
-                    if self.state.update % t.log_every_updates == 0:
-                        self._log(window, progress)
-                    progress.advance()
-                    improved = False
-                    if t.validate_every_updates and self.state.update % t.validate_every_updates == 0:
-                        improved = self.validate()  # its time counts: max_minutes is wall-clock time
-                        if t.patience is not None and self.state.bad_validations >= t.patience:
-                            reason = f"no BLEU improvement in {t.patience} validations (patience)"
-                    reason = reason or self._should_stop(start, stop, epoch_done=False)
-                    if improved or reason or self._save_due(last_save):
-                        self.save(best=improved)
-                        last_save = time.monotonic()
-                    if reason:
-                        break
-                else:
-                    self.state.epoch += 1
-                    self.state.batch = 0
-                    reason = self._should_stop(start, stop, epoch_done=True)
-                    if reason:
-                        self.save()
-        self.state.stop_reason = reason
-        if window["updates"]:
-            self._log(window, progress=None)
-        return self.state
-
-    def _log(self, window: dict[str, float], progress: _Progress | None) -> None:
-        loss, nll, tokens = all_reduce_sum([window["loss"], window["nll"], float(window["tokens"])],
-                                           self.device, self.info)
-        elapsed = max(time.monotonic() - window["time"], 1e-9)
-        record = {
-            "update": self.state.update, "epoch": self.state.epoch + 1, "loss": round(loss / tokens, 4),
-            "nll": round(nll / tokens, 4), "ppl": round(math.exp(min(nll / tokens, 50)), 2),
-            "lr": self.lr(self.state.update), "tgt_tokens_per_s": round(tokens / elapsed),
-            "minutes": round(self.state.seconds / 60, 3), "skipped_updates": self.state.skipped_updates,
-        }
-        if self.log:
-            self.log.write(record)
-        if self._tb:
-            for key in ("loss", "nll", "ppl", "lr", "tgt_tokens_per_s"):
-                self._tb.add_scalar(f"train/{key}", record[key], self.state.update)
+    def _log(self, progress: Progress | None) -> None:
+        w = self.window
+        sums = all_reduce_sum([w.loss, w.nll, float(w.tokens)], self.device, self.info)
+        record = training_record(self.state.update, self.state.epoch + 1, tuple(sums), time.monotonic() - w.started,
+                                 self.lr(self.state.update), self.state.seconds / 60, self.state.skipped_updates)
+        self.metrics.write(record, "train", TRAIN_KEYS)
         if progress is not None:
             progress.show(record)
-        window.update(loss=0.0, nll=0.0, tokens=0, time=time.monotonic(), updates=0)
+        w.reset()
 
     def close(self) -> None:
-        if self.log:
-            self.log.close()
-        if self._tb:
-            self._tb.close()
+        self.metrics.close()
         barrier(self.info)
-
-    @property
-    def parameters(self) -> int:
-        return count_parameters(self.model)
-
-
-class _Progress:
-    """Live display on rank 0: a rich progress bar in a terminal, one line per log interval otherwise."""
-
-    def __init__(self, trainer: Trainer, total: int | None) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.trainer = trainer
-        self.enabled = trainer.info.is_main
-        self.live = self.enabled and console.is_terminal
-        self.progress = Progress(
-            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(), console=console, disable=not self.live,
-        )
-        self.task = self.progress.add_task("train", total=total, completed=trainer.state.update, stats="")
-
-    def __enter__(self) -> _Progress:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
-
-    def advance(self) -> None:
-        if self.live:
-            self.progress.update(self.task, completed=self.trainer.state.update)
-
-    def show(self, r: dict[str, Any]) -> None:
-        text = (f"epoch {r['epoch']} | loss {r['loss']:.3f} | nll {r['nll']:.3f} | ppl {r['ppl']:.2f} | "
-                f"lr {r['lr']:.2e} | {r['tgt_tokens_per_s']:,} tok/s")
-        if self.live:
-            self.progress.update(self.task, stats=text)
-        elif self.enabled:
-            console.print(f"update {r['update']} | {text} | {r['minutes']:.1f} min")

@@ -15,28 +15,38 @@ from nmtk.data.dataset import collate, split_lengths
 from nmtk.decode.beam import SearchConfig
 from nmtk.decode.search import decode_ids
 from nmtk.device import autocast_for
+from nmtk.files import read_lines
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe
-from nmtk.rundir import RunDir
+from nmtk.text import TextPipeline
 from nmtk.train.loss import label_smoothed_loss
 from nmtk.vocab import PAD_ID
 
 
 class Validator:
-    def __init__(self, recipe: Recipe, data_dir: Path, run: RunDir, device: torch.device,
-                 manifest: dict[str, Any]) -> None:
-        self.recipe, self.device = recipe, device
-        src, tgt = recipe.data.source_lang, recipe.data.target_lang
-        self.split = BinarizedSplit(data_dir, "valid", src, tgt, manifest["dtype"])
-        self.references = (data_dir / f"valid.raw.{tgt}").read_text(encoding="utf-8").splitlines()
-        src_len, tgt_len = split_lengths(self.split)
-        max_tokens = max(recipe.batching.max_tokens, int(src_len.max()), int(tgt_len.max()))
+    """Valid loss (label-smoothed, as in training) and sacreBLEU of the recipe's beam search."""
+
+    def __init__(self, split: BinarizedSplit, references: list[str], target_pipeline: TextPipeline,
+                 search: SearchConfig, label_smoothing: float, max_tokens: int, device: torch.device) -> None:
+        self.split, self.references, self.tgt_pipe = split, references, target_pipeline
+        self.search, self.label_smoothing, self.device = search, label_smoothing, device
+        src_len, tgt_len = split_lengths(split)
+        max_tokens = max(max_tokens, int(src_len.max()), int(tgt_len.max()))
         self.batches = BatchingPlan(src_len, tgt_len, max_tokens).epoch_batches(0)
-        self.sources = [self.split.src[i].astype("int64").tolist() for i in range(len(self.split))]
-        self.tgt_pipe = run.pipelines(recipe)[1]
+        self.sources = [split.src[i].astype("int64").tolist() for i in range(len(split))]
+
+    @classmethod
+    def for_split(cls, data_dir: Path, manifest: dict[str, Any], recipe: Recipe, target_pipeline: TextPipeline,
+                  device: torch.device) -> Validator:
+        """The prepared ``valid`` split and its raw references, searched as the recipe's ``[decode]`` says."""
+        src, tgt = recipe.data.source_lang, recipe.data.target_lang
+        split = BinarizedSplit(data_dir, "valid", src, tgt, manifest["dtype"])
+        references = read_lines(data_dir / f"valid.raw.{tgt}", "reference")  # split on \n only, as corpora are
         d = recipe.decode
-        self.search = SearchConfig(beam=d.beam, length_penalty=d.length_penalty, max_len_a=d.max_len_a,
-                                   max_len_b=d.max_len_b)
+        search = SearchConfig(beam=d.beam, length_penalty=d.length_penalty, max_len_a=d.max_len_a,
+                              max_len_b=d.max_len_b)
+        return cls(split, references, target_pipeline, search, recipe.optim.label_smoothing,
+                   recipe.batching.max_tokens, device)
 
     @torch.inference_mode()
     def loss(self, model: Transformer, precision: str) -> tuple[float, float]:
@@ -47,7 +57,7 @@ class Validator:
             batch = collate(self.split, indices).to(self.device)
             with autocast_for(self.device, precision):
                 logits = model(batch.src, batch.tgt_in)
-            loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.recipe.optim.label_smoothing, PAD_ID)
+            loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.label_smoothing, PAD_ID)
             loss_sum += float(loss)
             nll_sum += float(nll)
             tokens += batch.target_tokens

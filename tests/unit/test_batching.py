@@ -48,12 +48,15 @@ def test_ranks_are_disjoint_complete_and_equal(plan: BatchingPlan, world: int) -
     assert len(seen) == 5000 and np.array_equal(np.sort(seen), np.arange(5000))
 
 
-def test_resume_mid_epoch_yields_exactly_the_rest(plan: BatchingPlan) -> None:
-    full = list(plan.iterate(2, rank=1, world_size=2))
-    k = 17
-    rest = list(plan.iterate(2, start=k, rank=1, world_size=2))
-    assert [i for i, _ in rest] == list(range(k, len(full)))
-    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(full[k:], rest, strict=True))
+@pytest.mark.parametrize("group", [1, 3])
+def test_resume_mid_epoch_yields_exactly_the_rest(plan: BatchingPlan, group: int) -> None:
+    full = list(plan.iterate(2, rank=1, world_size=2, group=group))
+    assert all(len(g) == group for _, g in full)  # every update gets a full set of batches
+    k = 6 * group
+    rest = list(plan.iterate(2, start=k, rank=1, world_size=2, group=group))
+    assert [i for i, _ in rest] == list(range(k, len(full) * group, group))
+    flat = [b for _, g in full for b in g]
+    assert all(np.array_equal(a, b) for a, b in zip(flat[k:], [b for _, g in rest for b in g], strict=True))
 
 
 def test_max_sentences_and_padding_is_small(plan: BatchingPlan) -> None:

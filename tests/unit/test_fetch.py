@@ -26,7 +26,7 @@ class Files(BaseHTTPRequestHandler):
     drop_after: dict[str, int] = {}  # path -> bytes sent before the connection is cut (once)
     requests: list[tuple[str, str | None]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         self.requests.append((self.path, self.headers.get("Range")))
         body = self.files.get(self.path)
         if body is None:

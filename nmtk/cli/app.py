@@ -10,13 +10,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.syntax import Syntax
 
 from nmtk import __version__
+from nmtk.cli.translate import InvalidUtf8, Precision
 from nmtk.console import console, error_line, key_value_table
 from nmtk.errors import NmtkError
 
@@ -53,13 +54,6 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
 ) -> None:
     _state["debug"] = debug
-
-
-def _not_implemented(command: str) -> NoReturn:
-    raise NmtkError(f"nmtk {command}: not implemented yet")
-
-
-_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 RecipeArg = Annotated[Path, typer.Argument(help="Recipe file (TOML).")]
@@ -172,31 +166,41 @@ def translate(
     input_: Annotated[Path | None, typer.Option("-i", "--input", help="Input text (default: stdin).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Output file (default: stdout).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output.")] = False,
-    beam: Annotated[int | None, typer.Option(help="Beam size (default: the recipe's); 1 = greedy.")] = None,
-    nbest: Annotated[int, typer.Option(help="Print the K best: 'LINE<TAB>SCORE<TAB>TEXT' lines.")] = 1,
-    lenpen: Annotated[float | None, typer.Option(help="GNMT length penalty α (default: the recipe's).")] = None,
-    max_len_a: Annotated[float | None, typer.Option(help="Output length ≤ a·|x| + b.")] = None,
-    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a.")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Source tokens × beam per batch.")] = 8192,
-    buffer_size: Annotated[int, typer.Option(help="Input lines read, sorted and batched at a time.")] = 10000,
-    errors: Annotated[str, typer.Option(help="Invalid UTF-8 input: error or replace.")] = "error",
+    beam: Annotated[int | None, typer.Option(min=1, help="Beam size (default: the recipe's, at least --nbest); "
+                                             "1 = greedy.")] = None,
+    nbest: Annotated[int, typer.Option(min=1, help="Print the K best: 'LINE<TAB>SCORE<TAB>TEXT' lines.")] = 1,
+    lenpen: Annotated[float | None, typer.Option(min=0.0, help="GNMT length penalty α (default: the "
+                                                 "recipe's).")] = None,
+    max_len_a: Annotated[float | None, typer.Option(min=0.0, help="Output length ≤ a·|x| + b.")] = None,
+    max_len_b: Annotated[int | None, typer.Option(min=0, help="See --max-len-a.")] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Source tokens × beam per batch.")] = 8192,
+    buffer_size: Annotated[int, typer.Option(min=1, help="Input lines read, sorted and batched at a "
+                                             "time.")] = 10000,
+    errors: Annotated[InvalidUtf8, typer.Option(help="Invalid UTF-8 input: stop, or replace it with "
+                                                "U+FFFD.")] = InvalidUtf8.error,
     print_scores: Annotated[bool, typer.Option("--print-scores", help="Prefix each line with its score and "
                                                "a tab.")] = False,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
-    threads: Annotated[int | None, typer.Option(help="CPU threads.")] = None,
-    precision: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads.")] = None,
+    precision: Annotated[Precision, typer.Option(help="Arithmetic of the decoder.")] = Precision.fp32,
     sampling: Annotated[bool, typer.Option("--sampling", help="Sample instead of beam search.")] = False,
-    topk: Annotated[int, typer.Option(help="Sampling: keep the k most likely tokens (0 = all).")] = 0,
-    topp: Annotated[float, typer.Option(help="Sampling: nucleus probability mass.")] = 1.0,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    topk: Annotated[int, typer.Option(min=0, help="Sampling: keep the k most likely tokens (0 = all).")] = 0,
+    topp: Annotated[float, typer.Option(min=0.0, max=1.0, help="Sampling: nucleus probability mass.")] = 1.0,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 1,
     ensemble: Annotated[list[Path] | None, typer.Option(help="More checkpoints of the same run to ensemble "
                                                         "(repeatable).")] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
-    from nmtk.decode.cli_translate import run_translate
+    from nmtk.cli.translate import TranslateOptions
+    from nmtk.cli.translate import translate as run_translate
 
-    run_translate(**locals())
+    run_translate(TranslateOptions(
+        model=model, checkpoint=checkpoint, input=input_, output=output, force=force, beam=beam, nbest=nbest,
+        lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, max_tokens=max_tokens, buffer_size=buffer_size,
+        errors=errors, print_scores=print_scores, device=device, threads=threads, precision=precision,
+        sampling=sampling, topk=topk, topp=topp, temperature=temperature, seed=seed, ensemble=tuple(ensemble or ()),
+    ))
 
 
 @app.command()
@@ -217,7 +221,8 @@ def score(
     langpair: Annotated[str | None, typer.Option(help="Language pair of --test-set, e.g. en-de.")] = None,
 ) -> None:
     """Score translations with sacreBLEU: BLEU, chrF, TER; several systems; significance."""
-    from nmtk.score import Scorer, check_lengths, read_text, sacrebleu_references
+    from nmtk.files import decode_lines, read_lines
+    from nmtk.score import Scorer, check_lengths, sacrebleu_references
     from nmtk.score_report import render_scores, render_significance
 
     ref_paths = list(ref or [])
@@ -228,11 +233,11 @@ def score(
     if not ref_paths:
         raise NmtkError("no reference: give -r REF (or --test-set NAME --langpair xx-yy)")
     scorer = Scorer(tuple(m.strip() for m in metrics.split(",") if m.strip()), lowercase, tokenize, paper_bleu, lang)
-    refs = {str(p): read_text(p, "reference") for p in ref_paths}
+    refs = {str(p): read_lines(p, "reference") for p in ref_paths}
     if hyps:
-        systems = [(str(p), read_text(p, "hypothesis")) for p in hyps]
+        systems = [(str(p), read_lines(p, "hypothesis")) for p in hyps]
     else:
-        systems = [("stdin", [line.rstrip("\r\n") for line in sys.stdin])]
+        systems = [("stdin", list(decode_lines(sys.stdin.buffer, "stdin")))]
     for name, lines in systems:
         check_lengths(name, lines, refs)
     ref_lists = list(refs.values())
@@ -314,10 +319,21 @@ def recipe_schema_cmd() -> None:
 # -------------------------------------------------------------------------------------------- main
 
 
+def _is_click_error(exc: Exception, name: str) -> bool:
+    """Whether ``exc`` is click's ``name`` exception, from click or from the copy newer typers vendor."""
+    return any(cls.__name__ == name and cls.__module__.endswith("exceptions") for cls in type(exc).__mro__)
+
+
 def main() -> None:
-    """Console-script entry point: run the app, turning errors into one line and an exit code."""
+    """Console-script entry point: run the app, turning errors into one line and an exit code.
+
+    Command-line mistakes (an unknown option, a value out of range, a choice not offered) are one
+    line too, naming the option, with a pointer to the command's ``--help``.
+    """
     try:
-        app()
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except NmtkError as exc:
         if _state["debug"]:
             raise
@@ -326,7 +342,17 @@ def main() -> None:
     except KeyboardInterrupt:
         error_line("interrupted")
         sys.exit(130)
-    except Exception as exc:  # a bug: still one line unless --debug
+    except Exception as exc:  # a command-line mistake, or a bug: still one line unless --debug
+        if _is_click_error(exc, "NoArgsIsHelpError"):  # `nmtk recipe` alone: its help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        if _is_click_error(exc, "UsageError"):  # bad option, value out of range, unknown choice or command
+            command = exc.ctx.command_path if exc.ctx else "nmtk"
+            error_line(f"{exc.format_message()} (see {command} --help)")
+            sys.exit(exc.exit_code)
+        if _is_click_error(exc, "Abort"):
+            error_line("interrupted")
+            sys.exit(130)
         if _state["debug"] or "--debug" in sys.argv:
             raise
         error_line(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")

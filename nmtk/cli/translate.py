@@ -1,0 +1,182 @@
+"""`nmtk translate`: typed options, the choice of run and checkpoint, streaming input to output.
+
+The typer command in `app.py` only parses; everything it parsed arrives here as one
+`TranslateOptions`, checked once, then turned into the library's objects (`SearchConfig`,
+`SamplingConfig`, `Translator`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+import torch
+from rich.progress import Progress, SpinnerColumn, TextColumn
+
+from nmtk.console import console
+from nmtk.decode.beam import Hypothesis, SearchConfig
+from nmtk.decode.ensemble import Ensemble
+from nmtk.decode.sampling import SamplingConfig
+from nmtk.decode.translator import Translator, buffered, load_model
+from nmtk.device import keep_freed_memory, pick_device
+from nmtk.errors import NmtkError
+from nmtk.files import atomic_write, decode_lines
+from nmtk.recipe import DecodeSection
+from nmtk.rundir import RunDir, latest_run
+
+
+class Precision(str, Enum):
+    """Arithmetic of the decoder."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class InvalidUtf8(str, Enum):
+    """What to do with input that is not valid UTF-8."""
+
+    error = "error"
+    replace = "replace"
+
+
+@dataclass(frozen=True)
+class TranslateOptions:
+    """Everything `nmtk translate` was asked to do; ``None`` means "the run's recipe decides"."""
+
+    model: Path | None = None
+    checkpoint: Path | None = None
+    input: Path | None = None
+    output: Path | None = None
+    force: bool = False
+    beam: int | None = None
+    nbest: int = 1
+    lenpen: float | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    max_tokens: int = 8192
+    buffer_size: int = 10000
+    errors: InvalidUtf8 = InvalidUtf8.error
+    print_scores: bool = False
+    device: str | None = None
+    threads: int | None = None
+    precision: Precision = Precision.fp32
+    sampling: bool = False
+    topk: int = 0
+    topp: float = 1.0
+    temperature: float = 1.0
+    seed: int = 1
+    ensemble: tuple[Path, ...] = ()
+
+    def search_config(self, defaults: DecodeSection) -> SearchConfig:
+        """The search the options ask for, the recipe's ``[decode]`` filling what they leave open.
+
+        Rule for ``--nbest K``: without ``--beam`` the beam is at least K (the recipe's beam, raised
+        to K); an explicit ``--beam`` smaller than K is an error, since a beam of B holds B hypotheses.
+        """
+        if self.beam is not None and self.nbest > self.beam:
+            raise NmtkError(f"--nbest {self.nbest} exceeds --beam {self.beam}: a beam of {self.beam} keeps "
+                            f"{self.beam} hypotheses; raise --beam or leave it out (it then follows --nbest)")
+        beam = self.beam if self.beam is not None else max(defaults.beam, self.nbest)
+        return SearchConfig(
+            beam=beam, nbest=self.nbest,
+            length_penalty=defaults.length_penalty if self.lenpen is None else self.lenpen,
+            max_len_a=defaults.max_len_a if self.max_len_a is None else self.max_len_a,
+            max_len_b=defaults.max_len_b if self.max_len_b is None else self.max_len_b,
+        )
+
+    def sampling_config(self) -> SamplingConfig | None:
+        if not self.sampling:
+            return None
+        return SamplingConfig(self.topk, self.topp, self.temperature, self.seed)
+
+
+def choose_run(model: Path | None) -> RunDir:
+    """``-m``, else ``$NMTK_MODEL``, else the most recently trained run under ``runs/`` (named on stderr)."""
+    if model is not None:
+        return RunDir(model).require()
+    if os.environ.get("NMTK_MODEL"):
+        return RunDir(os.environ["NMTK_MODEL"]).require()
+    run = latest_run()
+    if run is None:
+        raise NmtkError("no model: pass -m RUN_DIR, set NMTK_MODEL, or train one (nmtk train) so runs/ has a run")
+    console.print(f"model: {run.path} (the most recently trained run under runs/)")
+    return run.require()
+
+
+def build_translator(o: TranslateOptions) -> Translator:
+    """Load the run's model(s) and pipeline as the options say."""
+    if o.threads:
+        torch.set_num_threads(o.threads)
+    run = choose_run(o.model)
+    recipe = run.recipe()
+    checkpoint = o.checkpoint or run.default_checkpoint()
+    if o.checkpoint is None:
+        console.print(f"checkpoint: {checkpoint}")
+    device = pick_device(o.device)
+    if device.type == "cpu":
+        keep_freed_memory()
+    vocab = run.vocab_hash()
+    model = load_model(checkpoint, device, vocab)
+    if o.ensemble:
+        model = Ensemble([model, *(load_model(p, device, vocab) for p in o.ensemble)])
+    return Translator(run.pipelines(recipe), model, o.search_config(recipe.decode), device, o.precision.value,
+                      o.max_tokens, o.sampling_config())
+
+
+def output_lines(index: int, hyps: list[Hypothesis], translator: Translator, o: TranslateOptions) -> list[str]:
+    """The line(s) one input line gives: the translation, ``SCORE<TAB>TEXT``, or n-best rows."""
+    if o.nbest > 1:  # an empty input line still gets one line, so every input is accounted for
+        return [f"{index}\t{h.score:.4f}\t{translator.detokenize(h)}" for h in hyps[: o.nbest]] or [f"{index}\t\t"]
+    if not hyps:
+        return ["\t" if o.print_scores else ""]
+    text = translator.detokenize(hyps[0])
+    return [f"{hyps[0].score:.4f}\t{text}" if o.print_scores else text]
+
+
+def translate(o: TranslateOptions) -> None:
+    """Run `nmtk translate`: refuse to overwrite, load, then stream input to output."""
+    if o.output is not None and o.output.exists() and not o.force:
+        raise NmtkError(f"{o.output}: exists; use --force to overwrite it")
+    translator = build_translator(o)
+    source: BinaryIO = open(o.input, "rb") if o.input else sys.stdin.buffer
+    try:
+        if o.output is None:
+            _stream(translator, o, source, sys.stdout)
+        else:
+            with atomic_write(o.output, "w") as sink:
+                _stream(translator, o, source, sink)
+    finally:
+        if o.input:
+            source.close()
+
+
+def _input_lines(o: TranslateOptions, source: BinaryIO) -> Iterator[str]:
+    name = str(o.input or "stdin")
+    return decode_lines(source, name, o.errors.value, hint="use --errors replace to substitute U+FFFD")
+
+
+def _stream(translator: Translator, o: TranslateOptions, source: BinaryIO, sink: TextIO) -> None:
+    """Translate ``--buffer-size`` lines at a time (one at a time from a terminal), flushing each chunk."""
+    interactive = o.input is None and sys.stdin.isatty()
+    show = (o.output is not None or not sys.stdout.isatty()) and console.is_terminal
+    progress = Progress(SpinnerColumn(), TextColumn("{task.completed:,} sentences"),
+                        TextColumn("{task.fields[rate]}"), console=console, disable=not show)
+    index = 0
+    with progress:
+        task = progress.add_task("translate", total=None, rate="")
+        start = time.perf_counter()
+        for chunk in buffered(_input_lines(o, source), 1 if interactive else o.buffer_size):
+            for hyps in translator.hypotheses(chunk):
+                index += 1
+                for line in output_lines(index, hyps, translator, o):
+                    sink.write(line + "\n")
+            sink.flush()
+            rate = f"{index / max(time.perf_counter() - start, 1e-9):.1f} sentences/s"
+            progress.update(task, advance=len(chunk), rate=rate)

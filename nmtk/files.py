@@ -1,0 +1,94 @@
+"""Files nmtk reads and writes: UTF-8 lines with errors that name the line, and atomic writes.
+
+Every reader of user text (corpora, `translate` input, `score` hypotheses and references) decodes
+through `decode_lines`, so invalid UTF-8 is reported the same way everywhere: ``FILE:LINE: invalid
+UTF-8 (...)``. Every writer of a file a user keeps (checkpoints, run-directory files, `translate -o`)
+goes through `atomic_write`: the new content is written to a temporary file beside the target,
+flushed and fsynced, then renamed over it, so a crash leaves the old file or the complete new one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Literal
+
+from nmtk.errors import NmtkError
+
+Errors = Literal["error", "replace"]
+
+
+def decode_lines(lines: Iterable[bytes], name: str, errors: Errors = "error", hint: str = "") -> Iterator[str]:
+    """UTF-8 text of each line (split on ``\\n`` only), without its line ending.
+
+    Invalid UTF-8 raises an error naming ``name`` and the 1-based line, followed by ``hint`` (how to
+    substitute U+FFFD instead); with ``errors="replace"`` invalid bytes become U+FFFD.
+    """
+    strict = errors == "error"
+    for lineno, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8", errors="strict" if strict else "replace")
+        except UnicodeDecodeError as exc:
+            where = f"{name}:{lineno}: invalid UTF-8 ({exc.reason} at byte {exc.start})"
+            raise NmtkError(f"{where}; {hint}" if hint else where) from None
+        yield text.rstrip("\r\n")
+
+
+def read_lines(path: Path, what: str, errors: Errors = "error", hint: str = "") -> list[str]:
+    """All lines of a small text file (hypotheses, references); one clear error when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return list(decode_lines(handle, str(path), errors, hint))
+    except FileNotFoundError:
+        raise NmtkError(f"{path}: {what} file not found") from None
+    except IsADirectoryError:
+        raise NmtkError(f"{path}: is a directory, expected a {what} file") from None
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename inside ``directory`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_path(path: Path) -> Path:
+    """A hidden temporary name beside ``path``, unique to this process."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def atomic_write(path: Path, mode: Literal["w", "wb"] = "wb") -> Iterator[IO]:
+    """Open a temporary file to write ``path``'s new content; on success it replaces ``path``.
+
+    On an exception (or Ctrl-C) the temporary file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_write(path, "w") as handle:
+        handle.write(text)
+
+
+def copy_atomic(source: Path, target: Path) -> None:
+    with atomic_write(target, "wb") as out, open(source, "rb") as src:
+        while block := src.read(1 << 20):
+            out.write(block)
