@@ -189,3 +189,18 @@ def test_translate_errors_are_one_line(toy) -> None:
                              input="x\n", capture_output=True, text=True, env=env, cwd=tmp)
     assert refused.returncode == 1 and "--force" in refused.stderr and (tmp / "out.txt").read_text() == "keep me\n"
     assert ROOT.is_dir()
+
+
+def test_resume_after_a_crash_before_checkpoint_last_was_linked(toy) -> None:
+    """A crash between writing checkpoint_N.pt and linking checkpoint_last.pt resumes from update N."""
+    tmp, recipe, env = toy
+    common = ("--set", "train.save_every_updates=2", "--set", "train.validate_every_updates=100")
+    train(tmp, recipe, env, "crash", "--set", "train.max_updates=4", *common)
+    (tmp / "crash" / "checkpoint_last.pt").unlink()  # the very first save: no link yet
+    resumed = train(tmp, recipe, env, "crash", "--set", "train.max_updates=6", *common)
+    assert "from update 4" in resumed.stderr.replace("\n", "")
+    os.link(tmp / "crash" / "checkpoint_4.pt", tmp / "crash" / ".tmp")  # one save behind: last -> update 4
+    os.replace(tmp / "crash" / ".tmp", tmp / "crash" / "checkpoint_last.pt")
+    resumed = train(tmp, recipe, env, "crash", "--set", "train.max_updates=8", *common)
+    assert "from update 6" in resumed.stderr.replace("\n", "")
+    assert torch.load(tmp / "crash" / "checkpoint_last.pt", weights_only=True)["state"]["update"] == 8

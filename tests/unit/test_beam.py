@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from helpers import copy_batch, train_copy_model
@@ -9,7 +11,7 @@ from helpers import copy_batch, train_copy_model
 from nmtk.decode.beam import SearchConfig, beam_search, length_penalty
 from nmtk.decode.sampling import SamplingConfig, sample_search
 from nmtk.decode.search import decode_ids
-from nmtk.model import Transformer
+from nmtk.model import ModelConfig, Transformer
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -28,8 +30,8 @@ class FullPrefixCache:
 
 
 class Uncached(Transformer):
-    def start_cache(self, memory, mask):
-        return FullPrefixCache(memory, mask, bos=BOS_ID)
+    def start_cache(self, encoded):
+        return FullPrefixCache(encoded.memory, encoded.mask, bos=BOS_ID)
 
     def decode_step(self, tokens, cache):
         cache.prefix[:, -1] = tokens
@@ -136,3 +138,81 @@ def test_sampling_is_seeded(model, sources) -> None:
     c = sample_search(model, sources, cfg, SamplingConfig(topp=0.9, temperature=2.0, seed=4))
     assert [h[0].tokens for h in a] == [h[0].tokens for h in b]
     assert [h[0].tokens for h in a] != [h[0].tokens for h in c]
+
+
+# ------------------------------------------------------------------ exact values with a fake model
+
+A, B = 4, 5  # two ordinary tokens after the special symbols
+#: Next-token probabilities by prefix (after <s>); b b b... goes on with 0.5 / 0.5; anything else ends.
+TABLE = {
+    (): {A: 0.6, B: 0.4},
+    (A,): {EOS_ID: 0.5, A: 0.25, B: 0.25},
+    (B,): {EOS_ID: 0.2, B: 0.8},
+    (B, B): {EOS_ID: 0.8, B: 0.2},
+}
+# The complete hypotheses and their log-probabilities (|Y| counts </s>):
+#   a </s>      log 0.3   = -1.2040  |Y| 2        b b </s>    log 0.256 = -1.3626  |Y| 3
+#   a a </s>    log 0.15  = -1.8971  |Y| 3        b </s>      log 0.08  = -2.5257  |Y| 2
+#   b^n </s>    log(0.064 · 0.5^(n-2)) for n ≥ 3, |Y| n + 1
+
+
+class PrefixCache:
+    def __init__(self, rows: int) -> None:
+        self.prefix = torch.empty((rows, 0), dtype=torch.long)
+
+    def reorder(self, index: torch.Tensor, memory: bool = True) -> None:
+        self.prefix = self.prefix.index_select(0, index)
+
+
+class TableModel(torch.nn.Module):
+    """The decoding contract over TABLE: scores are exact log-probabilities, whatever the source."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cfg = ModelConfig(src_vocab=6, tgt_vocab=6, d_model=4, heads=1, max_positions=64)
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # decode_ids asks the device of a parameter
+        self.steps = 0
+
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        return src
+
+    def start_cache(self, encoded: torch.Tensor) -> PrefixCache:
+        return PrefixCache(encoded.size(0))
+
+    def decode_step(self, tokens: torch.Tensor, cache: PrefixCache) -> torch.Tensor:
+        self.steps += 1
+        cache.prefix = torch.cat([cache.prefix, tokens[:, None]], dim=1)
+        scores = torch.full((tokens.size(0), 6), float("-inf"))
+        for row, prefix in enumerate(cache.prefix.tolist()):
+            prefix = tuple(prefix[1:])
+            rule = TABLE.get(prefix, {B: 0.5, EOS_ID: 0.5} if len(prefix) > 2 and set(prefix) == {B} else {EOS_ID: 1.0})
+            for token, p in rule.items():
+                scores[row, token] = math.log(p)
+        return scores
+
+
+SRC = torch.tensor([[A, A, A, A, A, EOS_ID]])  # |x| = 5: at most 5 + 50 output tokens by default
+
+
+def test_gnmt_length_penalty_scores_and_ranking_are_exact() -> None:
+    plain = beam_search(TableModel(), SRC, SearchConfig(beam=2, nbest=2, length_penalty=0.0))[0]
+    assert [h.tokens for h in plain] == [[A], [B, B]]
+    assert [h.score for h in plain] == pytest.approx([math.log(0.3), math.log(0.256)], abs=1e-6)
+    # α = 1 divides by (5 + |Y|) / 6: 7/6 for "a </s>", 8/6 for "b b </s>", which now ranks first.
+    gnmt = beam_search(TableModel(), SRC, SearchConfig(beam=2, nbest=2, length_penalty=1.0))[0]
+    assert [h.tokens for h in gnmt] == [[B, B], [A]]
+    assert [h.score for h in gnmt] == pytest.approx([math.log(0.256) / (8 / 6), math.log(0.3) / (7 / 6)], abs=1e-6)
+
+
+def test_search_stops_exactly_when_no_live_beam_can_win() -> None:
+    """α = 0: after step 2 "a </s>" (-1.204) is finished and "b b" (-1.139) still live, so step 3 runs;
+    after it the best live beam ("b b b", -2.749) can only fall further, so the search stops."""
+    model = TableModel()
+    best = beam_search(model, SRC, SearchConfig(beam=2, length_penalty=0.0))[0][0]
+    assert (best.tokens, model.steps) == ([A], 3)
+    # α = 1: a live beam's best reachable score is its log-probability / lp(limit + 1), lp(56) = 61/6.
+    # The best finished is "b b </s>", -1.3626 / (8/6) = -1.0219. After step s ≥ 4 the live beam is
+    # b^s, log-probability -2.7489 - 0.6931 (s - 3): its bound is -1.0204 at s = 14, -1.0886 at 15.
+    model = TableModel()
+    best = beam_search(model, SRC, SearchConfig(beam=2, length_penalty=1.0))[0][0]
+    assert (best.tokens, model.steps) == ([B, B], 15)

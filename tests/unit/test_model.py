@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from nmtk.model import ModelConfig, Transformer, count_parameters, parameter_count
+from nmtk.model import ModelConfig, Transformer, parameter_count
+from nmtk.model.attention import attention
 from nmtk.model.transformer import sinusoidal_positions
 from nmtk.vocab import PAD_ID as PAD
 
@@ -36,10 +39,10 @@ def test_weight_tying_and_parameter_count() -> None:
     assert all_.src_embed.table is all_.tgt_embed.table
     assert dec.src_embed.table is not dec.tgt_embed.table and dec.output is None
     emb = 32
-    assert count_parameters(dec) - count_parameters(all_) == 60 * emb
-    assert count_parameters(none) - count_parameters(dec) == 60 * emb
+    assert parameter_count(dec) - parameter_count(all_) == 60 * emb
+    assert parameter_count(none) - parameter_count(dec) == 60 * emb
     for model in (all_, dec, none):
-        assert parameter_count(model.cfg) == count_parameters(model)
+        assert parameter_count(model.cfg) == parameter_count(model)
 
 
 def test_positional_encoding_matches_paper_formula() -> None:
@@ -84,8 +87,7 @@ def test_incremental_decoding_equals_full_forward(share: str, norm: str) -> None
     src[0, 6:] = PAD  # a padded source row exercises the memory mask in the cache
     tgt = tokens(3, 7, vocab=model.cfg.tgt_vocab)
     full = torch.log_softmax(model(src, tgt), dim=-1)
-    memory, mask = model.encode(src)
-    cache = model.start_cache(memory, mask)
+    cache = model.start_cache(model.encode(src))
     steps = [torch.log_softmax(model.decode_step(tgt[:, t], cache), dim=-1) for t in range(tgt.size(1))]
     torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=0)
 
@@ -95,8 +97,7 @@ def test_cache_reorder_selects_rows() -> None:
     model = tiny()
     src, tgt = tokens(3, 5), tokens(3, 6)
     src[2, 3:] = PAD
-    memory, mask = model.encode(src)
-    cache = model.start_cache(memory, mask)
+    cache = model.start_cache(model.encode(src))
     for t in range(3):
         model.decode_step(tgt[:, t], cache)
     index = torch.tensor([2, 0, 2])
@@ -128,3 +129,26 @@ def test_too_long_sequence_is_a_clear_error() -> None:
     model = tiny(max_positions=8)
     with pytest.raises(ValueError, match="max_positions=8"):
         model(tokens(1, 9), tokens(1, 3))
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                        causal: bool) -> torch.Tensor:
+    """Equation (1) of the paper, transcribed: softmax(Q Kᵀ / √d_k) V, masked positions at -∞."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    if causal:
+        scores = scores.masked_fill(torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(dim=-1) @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_attention_is_the_papers_formula(causal: bool, padded: bool) -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 4, 7, 8) for _ in range(3))  # (batch, heads, positions, d_k)
+    mask = None
+    if padded:  # rows with 7, 5 and 2 real keys, as Transformer.source_mask builds them
+        mask = (torch.arange(7)[None, :] < torch.tensor([7, 5, 2])[:, None])[:, None, None, :]
+    torch.testing.assert_close(attention(q, k, v, mask, causal), reference_attention(q, k, v, mask, causal),
+                               atol=1e-5, rtol=1e-5)

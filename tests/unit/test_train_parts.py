@@ -13,6 +13,7 @@ import torch
 from nmtk.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
 from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
+from nmtk.recipe import OptimSection
 from nmtk.train.average import average_checkpoints, select_checkpoints, write_average
 from nmtk.train.loss import label_smoothed_loss
 from nmtk.train.schedule import inverse_sqrt_lr
@@ -38,16 +39,20 @@ def test_label_smoothed_loss_by_hand() -> None:
 
 @pytest.mark.parametrize("step", [1, 4000, 40000])
 def test_schedule_matches_the_paper(step: int) -> None:
+    """Equation (3): lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), through the recipe's peak."""
     d, warmup = 512, 4000
     expected = d**-0.5 * min(step**-0.5, step * warmup**-1.5)
-    assert inverse_sqrt_lr(step, d, warmup) == pytest.approx(expected, rel=1e-12)
-    assert inverse_sqrt_lr(step, d, warmup, lr_scale=2.0) == pytest.approx(2 * expected, rel=1e-12)
+    optim = OptimSection(warmup=warmup)
+    assert inverse_sqrt_lr(step, warmup, optim.peak_lr(d)) == pytest.approx(expected, rel=1e-12)
+    doubled = OptimSection(warmup=warmup, lr_scale=2.0).peak_lr(d)
+    assert inverse_sqrt_lr(step, warmup, doubled) == pytest.approx(2 * expected, rel=1e-12)
 
 
 def test_schedule_peak_option() -> None:
-    assert inverse_sqrt_lr(1000, 256, 1000, peak=1e-3) == pytest.approx(1e-3)
-    assert inverse_sqrt_lr(4000, 256, 1000, peak=1e-3) == pytest.approx(5e-4)
-    assert inverse_sqrt_lr(500, 256, 1000, peak=1e-3) == pytest.approx(5e-4)
+    peak = OptimSection(warmup=1000, lr=1e-3).peak_lr(256)
+    assert inverse_sqrt_lr(1000, 1000, peak) == pytest.approx(1e-3)
+    assert inverse_sqrt_lr(4000, 1000, peak) == pytest.approx(5e-4)
+    assert inverse_sqrt_lr(500, 1000, peak) == pytest.approx(5e-4)
 
 
 def small_state(seed: int) -> dict:
@@ -148,3 +153,28 @@ def test_averaging_holds_about_two_models_in_memory(tmp_path: Path) -> None:
                             check=True)
     growth = int(result.stdout.strip())
     assert growth <= 2.5 * size, f"peak grew by {growth / 2**20:.0f} MiB for 64 MiB checkpoints"
+
+
+def test_validation_references_split_on_newlines_only(tmp_path: Path) -> None:
+    """U+2028, form feed and NEL are characters inside a line, for corpora and references alike."""
+    from helpers import synthetic_pairs, toy_data, toy_recipe, write_corpus
+
+    from nmtk.data.prepare import prepare
+    from nmtk.recipe import load_recipe, model_config
+    from nmtk.text import text_pipelines
+    from nmtk.train.validate import Validator
+
+    root = toy_data(tmp_path / "root")
+    valid = synthetic_pairs(40, 1)
+    valid[3] = (valid[3][0], valid[3][1] + " \u2028 line \x0c feed \x85 end")
+    write_corpus(root, "valid", valid)
+    recipe = load_recipe(toy_recipe(tmp_path))
+    out = prepare(recipe, root, tmp_path / "data")
+    models = {lang: out.out_dir / name for lang, name in out.manifest["vocab"]["models"].items()}
+    _, target = text_pipelines(recipe.tokenizer, ("en", "de"), models)
+    validator = Validator.for_split(out.out_dir, out.manifest, recipe, target, torch.device("cpu"))
+    assert len(validator.references) == len(validator.split) == 40
+    assert validator.references[3].endswith("\u2028 line \x0c feed \x85 end")
+    torch.manual_seed(0)
+    result = validator.run(Transformer(model_config(recipe, 64, 64)), "fp32")  # sacreBLEU accepts the lines
+    assert result["bleu"] >= 0.0
