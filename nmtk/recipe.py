@@ -114,27 +114,49 @@ class DataSection(Section):
 # ---------------------------------------------------------------------------------------- tokenizer
 
 
-class TokenizerSection(Section):
-    """Moses pre-processing and the sentencepiece subword model."""
+Sides = Literal["none", "source", "target", "both"]
 
-    moses: bool = True
-    """Moses-tokenise (sacremoses) before learning subwords, and detokenise after decoding."""
-    normalize_punctuation: bool = True
-    """Apply Moses punctuation normalisation before tokenising."""
+
+class TokenizerSection(Section):
+    """Moses pre-processing (per side) and the subword model (sentencepiece or WordPiece)."""
+
+    moses: Sides = "none"
+    """Which sides are Moses-tokenised (sacremoses) before the subword model, and detokenised after
+    decoding: ``none``, ``source``, ``target`` or ``both`` (``true`` means both, ``false`` none).
+    Detokenisation does not undo everything (``5,5 %`` comes back as ``5,5%``, URLs gain spaces), so
+    a target side with Moses cannot always reproduce raw references; the subword models alone can."""
+    normalize_punctuation: Sides = "none"
+    """Which sides get Moses punctuation normalisation first (same values as ``moses``). It rewrites
+    „quotes“, dashes and spacing for good: on the target side the model could never produce them."""
     aggressive_dash_splits: bool = True
-    """Split hyphenated words (``a-b`` -> ``a @-@ b``), as the paper-era en-de pipelines did."""
-    type: Literal["bpe", "unigram"] = "bpe"
-    """Subword model: ``bpe`` (Sennrich et al.) or ``unigram`` (the word-piece-style model)."""
+    """With Moses tokenisation: split hyphenated words (``a-b`` -> ``a @-@ b``), as the paper-era en-de
+    pipelines did."""
+    type: Literal["bpe", "unigram", "wordpiece"] = "bpe"
+    """Subword model: ``bpe`` (Sennrich et al., sentencepiece), ``unigram`` (Kudo, sentencepiece) or
+    ``wordpiece`` (Schuster & Nakajima / Wu et al. 2016, the paper's en-fr vocabulary; Hugging Face
+    ``tokenizers``: ``##`` continuation pieces, greedy longest-match-first, unknown words as ``<unk>``)."""
     vocab_size: int = Field(37000, ge=1)
     """Vocabulary size of each subword model, special symbols included."""
     joint: bool = True
     """One subword model learned on both languages (required for ``share_embeddings = "all"``)."""
+    normalization: Literal["identity", "nfkc", "nmt_nfkc"] = "identity"
+    """Unicode normalisation inside the subword model. ``identity`` keeps every character, so the
+    segmentation inverts exactly; ``nfkc``/``nmt_nfkc`` (sentencepiece's default) fold variants
+    (``…`` -> ``...``, non-breaking space -> space), which the output then cannot contain."""
+    byte_fallback: bool = False
+    """sentencepiece only: spell characters outside the vocabulary as UTF-8 byte pieces instead of
+    ``<unk>`` (takes 256 ids of ``vocab_size``), so any text survives encoding and decoding."""
     character_coverage: float = Field(1.0, gt=0.0, le=1.0)
     """Fraction of characters the subword model must cover (sentencepiece ``character_coverage``)."""
-    input_sentence_size: int = Field(2_000_000, ge=1000)
-    """Sentences sampled from the training text to learn the subword model on large corpora."""
+    input_sentence_size: int = Field(1_000_000, ge=1000)
+    """Sentences sampled from the training text to learn the subword model (bounds its memory)."""
     seed: int = 1
     """Seed for subword learning and sampling, so that `prepare` is reproducible."""
+
+    @field_validator("moses", "normalize_punctuation", mode="before")
+    @classmethod
+    def _bool_means_both_sides(cls, value: Any) -> Any:
+        return {True: "both", False: "none"}.get(value, value) if isinstance(value, bool) else value
 
     @field_validator("vocab_size")
     @classmethod
@@ -145,6 +167,21 @@ class TokenizerSection(Section):
                 f"{', '.join(SPECIAL_SYMBOLS)}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _options_of_the_model_type(self) -> TokenizerSection:
+        if self.type == "wordpiece" and self.byte_fallback:
+            raise ValueError('byte_fallback is a sentencepiece option; type = "wordpiece" spells unknown words <unk>')
+        if self.type == "wordpiece" and self.normalization == "nmt_nfkc":
+            raise ValueError('normalization "nmt_nfkc" is sentencepiece\'s; use "identity" or "nfkc" with wordpiece')
+        if self.byte_fallback and self.vocab_size <= len(SPECIAL_SYMBOLS) + 256:
+            raise ValueError(f"byte_fallback needs vocab_size above {len(SPECIAL_SYMBOLS) + 256} "
+                             "(256 byte pieces + the special symbols)")
+        return self
+
+    def applies(self, step: Literal["moses", "normalize_punctuation"], side: Literal["source", "target"]) -> bool:
+        """Whether the Moses ``step`` runs on ``side``."""
+        return getattr(self, step) in ("both", side)
 
 
 # ----------------------------------------------------------------------------------------- batching
@@ -269,8 +306,9 @@ class TrainSection(Section):
     """Seed of parameters, dropout and batch order."""
     save_every_updates: int | None = Field(None, ge=1)
     """Save a checkpoint every this many updates."""
-    save_every_minutes: float | None = Field(10.0, gt=0.0)
-    """Save a checkpoint every this many minutes (paper §6.1: every 10 minutes)."""
+    save_every_minutes: float = Field(10.0, ge=0.0)
+    """Save a checkpoint every this many minutes of wall-clock time; 0 = never by time. (The paper
+    saved every 10 minutes, §6.1; its recipes save every N updates instead, see docs/paper.md.)"""
     keep_last: int = Field(20, ge=1)
     """Numbered checkpoints kept (older ones are deleted); enough for ``average.last``."""
     validate_every_updates: int | None = Field(1000, ge=1)

@@ -2,7 +2,7 @@
 
     runs/<name>/recipe.toml          the resolved recipe the run trains with (frozen)
     runs/<name>/manifest.json        the prepared data's manifest (vocabulary hashes, statistics)
-    runs/<name>/spm*.model           the sentencepiece model(s)
+    runs/<name>/spm*.model, wordpiece*.json   the subword model(s)
     runs/<name>/checkpoint_<N>.pt    numbered checkpoints; checkpoint_last.pt, checkpoint_best.pt
     runs/<name>/checkpoint_avg_*.pt  averaged checkpoints (`nmtk average`)
     runs/<name>/train.jsonl          one JSON object of metrics per log interval

@@ -15,10 +15,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from nmtk.data.binarized import SideWriter, id_dtype
 from nmtk.data.corpus import read_parallel
@@ -27,7 +29,7 @@ from nmtk.errors import NmtkError
 from nmtk.recipe import Corpus, Recipe
 from nmtk.text.moses import Moses
 from nmtk.text.pipeline import TextPipeline, moses_for
-from nmtk.text.subword import learn_subwords
+from nmtk.text.subword import learn_subwords, model_file_name
 
 FORMAT_VERSION = 1
 PAIRS_PER_CHUNK = 4000  # sentence pairs per unit of work of the Moses workers
@@ -96,6 +98,11 @@ def _chunks(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[
         yield chunk
 
 
+def _text_file(path: Path, mode: str) -> TextIO:
+    """A UTF-8 text file whose only line break is ``\\n``."""
+    return open(path, mode, encoding="utf-8", newline="\n")
+
+
 # Worker-side state for the process pool: Moses objects are built once per process.
 _WORKER: dict[str, Moses] = {}
 
@@ -139,8 +146,19 @@ class Preparer:
         self.root = root
         self.src_lang, self.tgt_lang = recipe.data.source_lang, recipe.data.target_lang
         tok = recipe.tokenizer
-        self.moses = {lang: moses_for(tok, lang) for lang in (self.src_lang, self.tgt_lang)}
+        self.moses = {self.src_lang: moses_for(tok, self.src_lang, "source"),
+                      self.tgt_lang: moses_for(tok, self.tgt_lang, "target")}
         self.workers = workers or min(os.cpu_count() or 1, 8)
+
+    @contextmanager
+    def moses_pool(self) -> Iterator[_Pool]:
+        """Worker processes for the Moses steps; none when no side has any (the text passes through)."""
+        busy = any(m.enabled for m in self.moses.values())
+        pool = _Pool(self.moses[self.src_lang], self.moses[self.tgt_lang], self.workers if busy else 1)
+        try:
+            yield pool
+        finally:
+            pool.close()
 
     def corpus_paths(self, corpus: Corpus) -> tuple[Path, Path]:
         return ensure_file(corpus.source, self.root), ensure_file(corpus.target, self.root)
@@ -156,10 +174,14 @@ class Preparer:
                 yield a, b
 
     def tokenize_training_text(self, work: Path, pool: _Pool, stats: SplitStats) -> tuple[Path, Path]:
-        """Moses-tokenise the training corpora into two text files (sentencepiece learns on them)."""
+        """The training corpora through the Moses steps (if any), one file per side (subwords learn on them).
+
+        Files are written and read back with ``\\n`` as the only line break: a ``\\r`` inside a line
+        stays inside it.
+        """
         paths = work / f"train.tok.{self.src_lang}", work / f"train.tok.{self.tgt_lang}"
         words = [0, 0]
-        with open(paths[0], "w", encoding="utf-8") as fs, open(paths[1], "w", encoding="utf-8") as ft:
+        with _text_file(paths[0], "w") as fs, _text_file(paths[1], "w") as ft:
             for chunk in pool.map(_chunks(self._pairs(self.recipe.data.train, stats, True), PAIRS_PER_CHUNK)):
                 for a, b in chunk:
                     fs.write(a + "\n")
@@ -169,22 +191,31 @@ class Preparer:
         stats.words = {self.src_lang: words[0], self.tgt_lang: words[1]}
         return paths
 
-    def learn(self, work: Path, out: Path, tok_files: tuple[Path, Path]) -> dict[str, str]:
-        """Learn the subword model(s); returns the model file name for each language."""
+    def learn(self, out: Path, tok_files: tuple[Path, Path]) -> dict[str, str]:
+        """Learn the subword model(s); returns the model file name for each language.
+
+        Each model is learned in a child process: the learner's sample (up to ``input_sentence_size``
+        sentences and the learner's own structures, the largest memory of `prepare`) is gone when it
+        exits, and this process never grows by it.
+        """
         tok = self.recipe.tokenizer
         options = dict(model_type=tok.type, vocab_size=tok.vocab_size, character_coverage=tok.character_coverage,
-                       input_sentence_size=tok.input_sentence_size, seed=tok.seed, threads=self.workers)
+                       input_sentence_size=tok.input_sentence_size, seed=tok.seed, normalization=tok.normalization,
+                       byte_fallback=tok.byte_fallback, threads=self.workers)
         langs = (self.src_lang, self.tgt_lang)
-        jobs = ({"spm.model": list(tok_files)} if tok.joint
-                else {f"spm.{lang}.model": [p] for lang, p in zip(langs, tok_files, strict=True)})
-        for name, inputs in jobs.items():
-            try:
-                learn_subwords(inputs, out / name, **options)
-            except ValueError as exc:
-                raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
         if tok.joint:
-            return {self.src_lang: "spm.model", self.tgt_lang: "spm.model"}
-        return {lang: f"spm.{lang}.model" for lang in (self.src_lang, self.tgt_lang)}
+            names = dict.fromkeys(langs, model_file_name(tok.type))
+            jobs = {names[self.src_lang]: list(tok_files)}
+        else:
+            names = {lang: model_file_name(tok.type, lang) for lang in langs}
+            jobs = {names[lang]: [path] for lang, path in zip(langs, tok_files, strict=True)}
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
+            for name, inputs in jobs.items():
+                try:
+                    child.submit(learn_subwords, inputs, out / name, **options).result()
+                except ValueError as exc:
+                    raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
+        return names
 
     def binarize(self, out: Path, split: str, tokenized: Iterable[list[tuple[str, str]]],
                  pipes: dict[str, TextPipeline], stats: SplitStats, clean: bool) -> None:
@@ -238,31 +269,31 @@ class Preparer:
 
     def build(self, out: Path) -> dict[str, Any]:
         """Everything into ``out`` (an empty folder); returns the manifest (without inputs)."""
-        pool = _Pool(self.moses[self.src_lang], self.moses[self.tgt_lang], self.workers)
         work = Path(tempfile.mkdtemp(prefix="work-", dir=out))
         try:
             start = time.perf_counter()
             train = SplitStats("train")
-            tok_files = self.tokenize_training_text(work, pool, train)
+            with self.moses_pool() as pool:
+                tok_files = self.tokenize_training_text(work, pool, train)
             if train.pairs_in - train.dropped["empty"] == 0:
                 raise NmtkError("data.train: the training corpora have no non-empty sentence pairs")
-            models = self.learn(work, out, tok_files)
+            models = self.learn(out, tok_files)
             pipes = {lang: TextPipeline(self.moses[lang], out / name) for lang, name in models.items()}
 
             def tokenized_train() -> Iterator[list[tuple[str, str]]]:
-                with open(tok_files[0], encoding="utf-8") as fs, open(tok_files[1], encoding="utf-8") as ft:
-                    pairs = ((a.rstrip("\n"), b.rstrip("\n")) for a, b in zip(fs, ft, strict=False))
+                with _text_file(tok_files[0], "r") as fs, _text_file(tok_files[1], "r") as ft:
+                    pairs = ((a.rstrip("\n"), b.rstrip("\n")) for a, b in zip(fs, ft, strict=True))
                     yield from _chunks(pairs, PAIRS_PER_CHUNK)
 
             self.binarize(out, "train", tokenized_train(), pipes, train, clean=True)
             if train.kept == 0:
                 raise NmtkError("data.train: every training pair was dropped by cleaning (see data.max_len, max_ratio)")
             train.seconds = time.perf_counter() - start
-            splits = {"train": train, "valid": self.eval_split(out, "valid", self.recipe.data.valid, pool, pipes)}
-            for corpus in self.recipe.data.test:
-                splits[corpus.name] = self.eval_split(out, corpus.name, corpus, pool, pipes)
+            with self.moses_pool() as pool:
+                splits = {"train": train, "valid": self.eval_split(out, "valid", self.recipe.data.valid, pool, pipes)}
+                for corpus in self.recipe.data.test:
+                    splits[corpus.name] = self.eval_split(out, corpus.name, corpus, pool, pipes)
         finally:
-            pool.close()
             shutil.rmtree(work, ignore_errors=True)
         return {
             "format": FORMAT_VERSION,

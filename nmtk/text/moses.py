@@ -1,55 +1,61 @@
-"""Moses punctuation normalisation, tokenisation and detokenisation through sacremoses."""
+"""Moses punctuation normalisation, tokenisation and detokenisation through sacremoses.
+
+Neither step is exactly reversible (normalisation rewrites „quotes“ and dashes; tokenisation and
+detokenisation lose spacing such as ``5,5 %`` or URLs), so each can be switched off per side.
+"""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
 
 
-@dataclass
 class Moses:
-    """The Moses side of the pipeline for one language; a no-op when ``enabled`` is false.
+    """The Moses steps of one side's pipeline: ``normalize`` punctuation, ``tokenize`` (and detokenise).
 
-    ``aggressive_dash_splits`` turns ``a-b`` into ``a @-@ b`` (the paper-era en-de convention); the
-    detokeniser joins it back. No XML escaping: sentencepiece handles raw characters.
+    With both off the text passes through untouched. ``aggressive_dash_splits`` turns ``a-b`` into
+    ``a @-@ b`` (the paper-era en-de convention); the detokeniser joins it back. No XML escaping: the
+    subword models handle raw characters.
     """
 
-    lang: str
-    enabled: bool = True
-    normalize: bool = True
-    aggressive_dash_splits: bool = True
-    _tok: MosesTokenizer = field(init=False, repr=False)
-    _detok: MosesDetokenizer = field(init=False, repr=False)
-    _norm: MosesPunctNormalizer = field(init=False, repr=False)
+    def __init__(self, lang: str, tokenize: bool = True, normalize: bool = True,
+                 aggressive_dash_splits: bool = True) -> None:
+        self.lang, self.tokenize_, self.normalize = lang, tokenize, normalize
+        self.aggressive_dash_splits = aggressive_dash_splits
+        self._tok = MosesTokenizer(lang=lang)
+        self._detok = MosesDetokenizer(lang=lang)
+        self._norm = MosesPunctNormalizer(lang=lang)
 
-    def __post_init__(self) -> None:
-        self._tok = MosesTokenizer(lang=self.lang)
-        self._detok = MosesDetokenizer(lang=self.lang)
-        self._norm = MosesPunctNormalizer(lang=self.lang)
+    def __repr__(self) -> str:
+        return (f"Moses({self.lang!r}, tokenize={self.tokenize_}, normalize={self.normalize}, "
+                f"aggressive_dash_splits={self.aggressive_dash_splits})")
+
+    @property
+    def enabled(self) -> bool:
+        return self.tokenize_ or self.normalize
 
     def tokenize(self, text: str) -> str:
-        """Raw sentence -> space-separated Moses tokens."""
-        text = " ".join(text.split())
-        if not self.enabled or not text:
+        """Raw sentence -> (normalised) space-separated Moses tokens; unchanged when both steps are off."""
+        if not self.enabled:
             return text
-        if self.normalize:
+        text = " ".join(text.split())
+        if self.normalize and text:
             text = self._norm.normalize(text)
+        if not self.tokenize_ or not text:
+            return text
         return self._tok.tokenize(
             text, aggressive_dash_splits=self.aggressive_dash_splits, escape=False, return_str=True
         )
 
     def detokenize(self, text: str) -> str:
-        """Space-separated Moses tokens -> raw sentence."""
-        if not self.enabled:
+        """Space-separated Moses tokens -> raw sentence (a no-op when tokenisation is off)."""
+        if not self.tokenize_:
             return text
         return self._detok.detokenize(text.split(), unescape=False)
 
     def __getstate__(self) -> dict:
         """Picklable for worker processes: the sacremoses objects are rebuilt on arrival."""
-        return {"lang": self.lang, "enabled": self.enabled, "normalize": self.normalize,
+        return {"lang": self.lang, "tokenize": self.tokenize_, "normalize": self.normalize,
                 "aggressive_dash_splits": self.aggressive_dash_splits}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.__post_init__()
+        self.__init__(**state)

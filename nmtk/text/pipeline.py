@@ -1,54 +1,63 @@
-"""One language's whole text pipeline: raw sentence <-> Moses tokens <-> sentencepiece ids."""
+"""One language's whole text pipeline: raw sentence <-> (Moses tokens) <-> subword ids.
+
+Which steps run depends on the side: the recipe says per side whether Moses normalises and
+tokenises (``tokenizer.moses``, ``tokenizer.normalize_punctuation``). With neither, the subword
+model sees the raw sentence and ``decode(encode(x)) == x``: the translation is plain text that can be
+scored against raw references.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import sentencepiece as spm
+from typing import TYPE_CHECKING, Literal
 
 from nmtk.text.moses import Moses
+from nmtk.text.subword import SubwordModel, load_subword_model
 
 if TYPE_CHECKING:
     from nmtk.recipe import TokenizerSection
 
+Side = Literal["source", "target"]
+
 
 class TextPipeline:
-    """Moses (optional) then sentencepiece; `decode` inverts `encode` up to Moses normalisation."""
+    """Moses (per the recipe) then the subword model; `decode` inverts `encode` up to what Moses changed."""
 
-    def __init__(self, moses: Moses, spm_model: Path) -> None:
+    def __init__(self, moses: Moses, subword_model: Path) -> None:
         self.moses = moses
-        self.spm_model = Path(spm_model)
-        self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+        self.model_path = Path(subword_model)
+        self.subwords: SubwordModel = load_subword_model(self.model_path)
 
     @property
     def vocab_size(self) -> int:
-        return self.sp.get_piece_size()
+        return self.subwords.vocab_size
 
     def encode(self, text: str) -> list[int]:
-        return self.sp.encode(self.moses.tokenize(text))
+        return self.subwords.encode(self.moses.tokenize(text))
 
     def encode_tokenized(self, lines: list[str]) -> list[list[int]]:
-        """Ids of already Moses-tokenised lines, batched through sentencepiece."""
-        return self.sp.encode(lines)
+        """Ids of lines that already went through `Moses.tokenize`, batched through the subword model."""
+        return self.subwords.encode_batch(lines)
 
     def decode(self, ids: list[int]) -> str:
-        return self.moses.detokenize(self.sp.decode(ids))
+        return self.moses.detokenize(self.subwords.decode(ids))
 
     def __getstate__(self) -> dict:
-        return {"moses": self.moses, "spm_model": self.spm_model}
+        return {"moses": self.moses, "model_path": self.model_path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["moses"], state["spm_model"])
+        self.__init__(state["moses"], state["model_path"])
 
 
-def moses_for(tok: TokenizerSection, lang: str) -> Moses:
-    """The Moses step a recipe's ``[tokenizer]`` asks for, for one language."""
-    return Moses(lang, tok.moses, tok.normalize_punctuation, tok.aggressive_dash_splits)
+def moses_for(tok: TokenizerSection, lang: str, side: Side) -> Moses:
+    """The Moses steps a recipe's ``[tokenizer]`` asks for on one side."""
+    return Moses(lang, tokenize=tok.applies("moses", side), normalize=tok.applies("normalize_punctuation", side),
+                 aggressive_dash_splits=tok.aggressive_dash_splits)
 
 
 def text_pipelines(tok: TokenizerSection, langs: tuple[str, str],
                    models: dict[str, Path]) -> tuple[TextPipeline, TextPipeline]:
     """Source and target pipelines from the ``[tokenizer]`` settings and each language's subword model file."""
-    src, tgt = (TextPipeline(moses_for(tok, lang), models[lang]) for lang in langs)
-    return src, tgt
+    src, tgt = langs
+    return (TextPipeline(moses_for(tok, src, "source"), models[src]),
+            TextPipeline(moses_for(tok, tgt, "target"), models[tgt]))

@@ -1,54 +1,189 @@
-"""Learning sentencepiece models (BPE or unigram) with nmtk's fixed special-symbol ids."""
+"""Subword models: sentencepiece (BPE, unigram) and WordPiece (Hugging Face `tokenizers`).
+
+Both are learned by their library, never by code of ours, and both put ``<pad> <unk> <s> </s>`` at
+ids 0-3 (`nmtk.vocab`), so the model core needs no vocabulary lookups. A model lives in one file:
+``*.model`` (sentencepiece) or ``*.json`` (a `tokenizers` WordPiece tokenizer); `load_subword_model`
+picks the class by the suffix.
+
+Both segmentations invert exactly when the input has no runs of spaces: sentencepiece keeps word
+boundaries as ``▁``, and nmtk's WordPiece splits words on ASCII spaces only (``##`` marks a
+continuation piece; a non-breaking space stays inside its word), so ``decode(encode(x)) == x`` for
+any text whose characters are in the vocabulary (with ``byte_fallback``, for any text at all).
+"""
 
 from __future__ import annotations
 
 import io
-import logging
+import random
+from collections.abc import Iterator
 from pathlib import Path
-
-import sentencepiece as spm
+from typing import Protocol
 
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_SYMBOLS, UNK_ID
 
-log = logging.getLogger(__name__)
+WORDPIECE_PREFIX = "##"
 
 
-def learn_subwords(
-    inputs: list[Path],
-    model_path: Path,
-    *,
-    model_type: str,
-    vocab_size: int,
-    character_coverage: float,
-    input_sentence_size: int,
-    seed: int,
-    threads: int = 2,
-) -> None:
-    """Learn a sentencepiece model on already Moses-tokenised text files, write it to ``model_path``.
+class SubwordModel(Protocol):
+    """What the text pipeline and the exporters need from a subword model."""
 
-    Ids 0-3 are <pad>, <unk>, <s>, </s> in every model, so the model core needs no vocabulary lookups.
-    Input is sampled to ``input_sentence_size`` sentences (shuffled with ``seed``) to bound memory.
+    path: Path
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_batch(self, lines: list[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def pieces(self) -> list[str]:
+        """The vocabulary: the piece of every id, in id order."""
+
+
+class SentencePieceModel:
+    """A sentencepiece ``.model`` file."""
+
+    def __init__(self, path: Path) -> None:
+        import sentencepiece as spm
+
+        self.path = Path(path)
+        self.sp = spm.SentencePieceProcessor(model_file=str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text)
+
+    def encode_batch(self, lines: list[str]) -> list[list[int]]:
+        return self.sp.encode(lines)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode(ids)
+
+    def pieces(self) -> list[str]:
+        return [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
+
+
+class WordPieceModel:
+    """A WordPiece tokenizer saved by Hugging Face `tokenizers` (``.json``): greedy longest-match-first
+    pieces within each space-separated word, ``##`` on continuation pieces, a word that cannot be
+    spelled with the vocabulary becomes ``<unk>``."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.path = Path(path)
+        self.tokenizer = Tokenizer.from_file(str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, lines: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=False)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def pieces(self) -> list[str]:
+        return [self.tokenizer.id_to_token(i) for i in range(self.vocab_size)]
+
+
+def load_subword_model(path: Path) -> SubwordModel:
+    """The subword model stored in ``path`` (``.model``: sentencepiece, ``.json``: WordPiece)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return WordPieceModel(path)
+    return SentencePieceModel(path)
+
+
+def model_file_name(model_type: str, lang: str | None = None) -> str:
+    """File name of a learned model: ``spm.model`` / ``wordpiece.json``, or per language ``spm.en.model``."""
+    stem, suffix = ("wordpiece", ".json") if model_type == "wordpiece" else ("spm", ".model")
+    return f"{stem}.{lang}{suffix}" if lang else f"{stem}{suffix}"
+
+
+# ------------------------------------------------------------------------------------------ learning
+
+
+def learn_subwords(inputs: list[Path], model_path: Path, *, model_type: str, vocab_size: int,
+                   character_coverage: float, input_sentence_size: int, seed: int, normalization: str = "identity",
+                   byte_fallback: bool = False, threads: int = 2) -> None:
+    """Learn a subword model on text files (one sentence per line), write it to ``model_path``.
+
+    The learner sees a seeded sample of at most ``input_sentence_size`` lines, so memory is bounded
+    by the sample, not the corpus. Raises ValueError when the library cannot learn such a model.
     """
+    if model_type == "wordpiece":
+        _learn_wordpiece(inputs, model_path, vocab_size, input_sentence_size, seed, normalization)
+    else:
+        _learn_sentencepiece(inputs, model_path, model_type, vocab_size, character_coverage, input_sentence_size,
+                             seed, normalization, byte_fallback, threads)
+
+
+def _learn_sentencepiece(inputs: list[Path], model_path: Path, model_type: str, vocab_size: int,
+                         character_coverage: float, input_sentence_size: int, seed: int, normalization: str,
+                         byte_fallback: bool, threads: int) -> None:
+    import sentencepiece as spm
+
     spm.set_random_generator_seed(seed)
     stream = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            input=[str(p) for p in inputs],
-            model_writer=stream,
-            model_type=model_type,
-            vocab_size=vocab_size,
-            character_coverage=character_coverage,
-            input_sentence_size=input_sentence_size,
-            shuffle_input_sentence=True,
+            input=[str(p) for p in inputs], model_writer=stream, model_type=model_type, vocab_size=vocab_size,
+            character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True, normalization_rule_name=normalization, byte_fallback=byte_fallback,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             pad_piece=SPECIAL_SYMBOLS[PAD_ID], unk_piece=SPECIAL_SYMBOLS[UNK_ID],
             bos_piece=SPECIAL_SYMBOLS[BOS_ID], eos_piece=SPECIAL_SYMBOLS[EOS_ID],
-            num_threads=threads,
-            max_sentence_length=16384,
-            train_extremely_large_corpus=False,
-            hard_vocab_limit=True,
-            minloglevel=2,
+            num_threads=threads, max_sentence_length=16384, train_extremely_large_corpus=False,
+            hard_vocab_limit=True, minloglevel=2,
         )
     except RuntimeError as exc:
         raise ValueError(f"sentencepiece could not learn a {model_type} model of {vocab_size} pieces: {exc}") from exc
     model_path.write_bytes(stream.getvalue())
+
+
+def sample_lines(inputs: list[Path], size: int, seed: int) -> Iterator[str]:
+    """About ``size`` lines of the files, each kept with probability size / lines (seeded), streamed:
+    memory does not depend on the corpus or the sample (the learner keeps only its counts)."""
+    total = sum(1 for _ in _lines(inputs))
+    keep = min(1.0, size / max(total, 1))
+    rng = random.Random(seed)
+    return (line for line in _lines(inputs) if keep >= 1.0 or rng.random() < keep)
+
+
+def _lines(inputs: list[Path]) -> Iterator[str]:
+    for path in inputs:
+        with open(path, encoding="utf-8", newline="\n") as handle:
+            for line in handle:
+                yield line.rstrip("\n")
+
+
+def _learn_wordpiece(inputs: list[Path], model_path: Path, vocab_size: int, input_sentence_size: int, seed: int,
+                     normalization: str) -> None:
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    unk = SPECIAL_SYMBOLS[UNK_ID]
+    tokenizer = Tokenizer(models.WordPiece(unk_token=unk, continuing_subword_prefix=WORDPIECE_PREFIX,
+                                           max_input_chars_per_word=1000))
+    if normalization == "nfkc":
+        tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", behavior="removed")  # words: split on ASCII spaces only
+    tokenizer.decoder = decoders.WordPiece(prefix=WORDPIECE_PREFIX, cleanup=False)  # joins words with one space
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_SYMBOLS),
+                                        continuing_subword_prefix=WORDPIECE_PREFIX, show_progress=False)
+    tokenizer.train_from_iterator(sample_lines(inputs, input_sentence_size, seed), trainer)
+    if [tokenizer.id_to_token(i) for i in range(len(SPECIAL_SYMBOLS))] != list(SPECIAL_SYMBOLS):
+        raise ValueError("WordPiece did not put the special symbols at ids 0-3")
+    if tokenizer.get_vocab_size() < vocab_size:
+        raise ValueError(f"WordPiece learned only {tokenizer.get_vocab_size()} pieces of the {vocab_size} asked for "
+                         "(the training text is too small for this vocabulary)")
+    tokenizer.save(str(model_path))

@@ -334,7 +334,7 @@ class Trainer:
     def _save_due(self) -> bool:
         t = self.recipe.train
         by_updates = t.save_every_updates is not None and self.state.update % t.save_every_updates == 0
-        by_time = t.save_every_minutes is not None and (time.monotonic() - self._last_save) / 60 >= t.save_every_minutes
+        by_time = t.save_every_minutes > 0 and (time.monotonic() - self._last_save) / 60 >= t.save_every_minutes
         (due,) = all_reduce_sum([float(by_updates or by_time)], self.device, self.info)
         return bool(due)
 

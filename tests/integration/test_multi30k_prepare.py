@@ -11,7 +11,7 @@ from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.corpus import read_lines
 from nmtk.data.prepare import prepare
 from nmtk.recipe import load_recipe
-from nmtk.text import Moses, TextPipeline
+from nmtk.text import TextPipeline, moses_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -26,10 +26,8 @@ def prepared(multi30k_root: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def test_round_trip_restores_99_percent(prepared, multi30k_root: Path) -> None:
     recipe, result = prepared
-    tok = recipe.tokenizer
-    for lang in ("en", "de"):
-        pipe = TextPipeline(Moses(lang, tok.moses, tok.normalize_punctuation, tok.aggressive_dash_splits),
-                            result.out_dir / "spm.model")
+    for lang, side in (("en", "source"), ("de", "target")):
+        pipe = TextPipeline(moses_for(recipe.tokenizer, lang, side), result.out_dir / "spm.model")
         lines = list(read_lines(multi30k_root / "multi30k" / f"train.{lang}.gz"))
         restored = sum(pipe.decode(pipe.encode(line)) == line for line in lines) / len(lines)
         print(f"detok(tok(x)) == x for {restored:.2%} of Multi30k train.{lang}")

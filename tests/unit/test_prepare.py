@@ -15,7 +15,7 @@ from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.prepare import prepare
 from nmtk.errors import NmtkError
 from nmtk.recipe import load_recipe
-from nmtk.text import Moses, TextPipeline
+from nmtk.text import TextPipeline, moses_for
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_prepare_builds_then_is_up_to_date(toy) -> None:
 
     split = BinarizedSplit(out, "train", "en", "de", manifest["dtype"])
     assert len(split) == 400 and int(split.src.lengths.sum()) == train["sides"]["en"]["tokens"]
-    pipe = TextPipeline(Moses("de", normalize=False), out / "spm.model")
+    pipe = TextPipeline(moses_for(recipe.tokenizer, "de", "target"), out / "spm.model")
     expected = synthetic_pairs(400)[7][1]
     assert pipe.decode(split.tgt[7].tolist()) == expected
     assert (out / "valid.raw.de").read_text().splitlines()[0] == synthetic_pairs(40, 1)[0][1]
@@ -151,3 +151,14 @@ def test_cli_prepare(nmtk, toy) -> None:
     assert second.returncode == 0 and "up to date" in second.stderr
     bad = nmtk("prepare", str(recipe_path), "--data-root", str(tmp := out.parent / "nowhere"), "--out", str(out))
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and str(tmp) in bad.stderr
+
+
+def test_prepare_with_wordpiece(toy) -> None:
+    root, recipe_path, out = toy
+    recipe = load_recipe(recipe_path, ["tokenizer.type=wordpiece", "tokenizer.vocab_size=80"])
+    manifest = prepare(recipe, root, out).manifest
+    assert manifest["vocab"]["models"] == {"en": "wordpiece.json", "de": "wordpiece.json"}
+    assert manifest["vocab"]["size"] == {"en": 80, "de": 80}
+    split = BinarizedSplit(out, "train", "en", "de", manifest["dtype"])
+    pipe = TextPipeline(moses_for(recipe.tokenizer, "de", "target"), out / "wordpiece.json")
+    assert pipe.decode(split.tgt[7].tolist()) == synthetic_pairs(400)[7][1]

@@ -54,11 +54,19 @@ def test_paper_settings() -> None:
     assert (base.train.max_updates, big.train.max_updates) == (100_000, 300_000)
     assert (base.average.last, big.average.last) == (5, 20)
     assert base.tokenizer.vocab_size == 37000 and base.tokenizer.type == "bpe" and base.tokenizer.joint
-    assert enfr.tokenizer.vocab_size == 32000 and enfr.tokenizer.type == "unigram"
+    assert enfr.tokenizer.vocab_size == 32000 and enfr.tokenizer.type == "wordpiece"
+    # §6.1: a checkpoint every 10 minutes = every 1,500 (base, 0.4 s/update) or 600 (big, 1.0 s) updates
+    assert (base.train.save_every_updates, big.train.save_every_updates, enfr.train.save_every_updates) == (
+        1500, 600, 600)
+    assert base.train.save_every_minutes == big.train.save_every_minutes == enfr.train.save_every_minutes == 0
+    assert min(r.train.keep_last for r in (base, big, enfr)) >= 20
+    for recipe in (base, big, enfr):  # nothing on the target side that detokenisation cannot undo
+        tok = recipe.tokenizer
+        assert not tok.applies("moses", "target") and not tok.applies("normalize_punctuation", "target")
+        assert tok.normalization == "identity"
     assert base.batching.max_tokens * base.train.update_freq == 25_000
     assert (base.decode.beam, base.decode.length_penalty, base.decode.max_len_a, base.decode.max_len_b) == (
         4, 0.6, 1.0, 50)
-    assert base.train.save_every_minutes == 10
 
 
 @pytest.mark.parametrize(
@@ -148,3 +156,31 @@ def test_derived_figures() -> None:
     assert figures["peak_lr"] == pytest.approx(512**-0.5 * 4000**-0.5)
     assert figures["tokens_per_update_per_rank"] == 25_000
     assert isinstance(Recipe.model_json_schema(), dict)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_every_download_has_a_sha256(path: Path) -> None:
+    recipe = load_recipe(path)
+    data = recipe.data
+    for corpus in [*data.train, data.valid, *data.test]:
+        for side in (corpus.source, corpus.target):
+            if side.url:
+                assert side.sha256, f"{path.name}: {corpus.name} {side.path} is downloaded from {side.url} unchecked"
+
+
+@pytest.mark.parametrize(("value", "source", "target"), [
+    (True, True, True), (False, False, False), ("source", True, False), ("target", False, True),
+    ("both", True, True), ("none", False, False)])
+def test_moses_steps_per_side(value: object, source: bool, target: bool) -> None:
+    from nmtk.recipe import TokenizerSection
+
+    tok = TokenizerSection(moses=value, normalize_punctuation=value)
+    for step in ("moses", "normalize_punctuation"):
+        assert (tok.applies(step, "source"), tok.applies(step, "target")) == (source, target)
+
+
+def test_tokenizer_options_of_the_wrong_model_type_are_errors() -> None:
+    with pytest.raises(NmtkError, match="byte_fallback is a sentencepiece option"):
+        load_recipe(SMALL, ["tokenizer.type=wordpiece", "tokenizer.byte_fallback=true"])
+    with pytest.raises(NmtkError, match="byte_fallback needs vocab_size above 260"):
+        load_recipe(SMALL, ["tokenizer.vocab_size=200", "tokenizer.byte_fallback=true"])
