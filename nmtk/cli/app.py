@@ -87,7 +87,8 @@ def prepare(
 def train(
     recipe_file: RecipeArg,
     data: Annotated[Path | None, typer.Option(help="Prepared data (default: data-bin/<recipe name>); "
-                                              "prepared first when missing or out of date.")] = None,
+                                              "prepared first when missing; used as is, without its corpora, "
+                                              "when prepared with the recipe's settings.")] = None,
     data_root: Annotated[Path | None, typer.Option(help="Corpora root for preparing (default: $NMTK_DATA).")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<recipe name>).")] = None,
     set_: SetOption = None,

@@ -43,9 +43,14 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def root_path(spec: CorpusFile, root: Path) -> Path:
+    """Where a corpus file is (or would be) under the data root."""
+    return root / spec.path
+
+
 def ensure_file(spec: CorpusFile, root: Path) -> Path:
     """Path of the corpus file under ``root``, downloading and unpacking it first when missing."""
-    target = root / spec.path
+    target = root_path(spec, root)
     if target.is_file():
         return target
     if not spec.url:

@@ -24,9 +24,9 @@ from typing import Any, TextIO
 
 from nmtk.data.binarized import SideWriter, id_dtype
 from nmtk.data.corpus import read_parallel
-from nmtk.data.fetch import ensure_file, sha256_file
+from nmtk.data.fetch import ensure_file, root_path, sha256_file
 from nmtk.errors import NmtkError
-from nmtk.recipe import Corpus, Recipe
+from nmtk.recipe import Corpus, CorpusFile, Recipe
 from nmtk.text.moses import Moses
 from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords, model_file_name
@@ -57,20 +57,46 @@ class PrepareResult:
     out_dir: Path
     manifest: dict[str, Any]
     up_to_date: bool
+    inputs_checked: bool = True  # False: reused without its inputs at hand (see `prepare`)
 
 
 def default_out_dir(recipe: Recipe) -> Path:
     return Path("data-bin") / recipe.name
 
 
-def settings_hash(recipe: Recipe) -> str:
-    """Hash of everything that shapes the prepared data (not the download addresses)."""
+def data_settings(recipe: Recipe) -> dict[str, Any]:
+    """Everything of a recipe that shapes the prepared data (file paths, not download addresses)."""
     data = recipe.data.model_dump(mode="json")
     for corpus in [*data["train"], data["valid"], *data["test"]]:
         for side in ("source", "target"):
             corpus[side] = corpus[side]["path"]
-    payload = {"format": FORMAT_VERSION, "data": data, "tokenizer": recipe.tokenizer.model_dump(mode="json")}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return {"format": FORMAT_VERSION, "data": data, "tokenizer": recipe.tokenizer.model_dump(mode="json")}
+
+
+def settings_hash(recipe: Recipe) -> str:
+    return hashlib.sha256(json.dumps(data_settings(recipe), sort_keys=True).encode()).hexdigest()
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def settings_difference(manifest: dict[str, Any], recipe: Recipe) -> str | None:
+    """The first recipe field whose value differs from what ``manifest``'s data was prepared with, as
+    ``field = old``, ``new``; None when the settings are the same."""
+    if manifest.get("settings_hash") == settings_hash(recipe):
+        return None
+    if "settings" not in manifest:
+        return "other settings (an older nmtk did not record which)"
+    old, new = _flat(manifest["settings"]), _flat(data_settings(recipe))
+    for key in sorted(set(old) | set(new)):
+        if key != "format" and old.get(key) != new.get(key):
+            return f"{key} = {old.get(key)!r}, the recipe has {new.get(key)!r}"
+    return "another format of prepared data"
 
 
 def _fingerprints(paths: list[Path], old: dict[str, Any]) -> dict[str, Any]:
@@ -318,6 +344,11 @@ def load_manifest(out_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def input_specs(recipe: Recipe) -> list[CorpusFile]:
+    data = recipe.data
+    return [side for corpus in [*data.train, data.valid, *data.test] for side in (corpus.source, corpus.target)]
+
+
 def input_files(preparer: Preparer) -> list[Path]:
     data = preparer.recipe.data
     paths: list[Path] = []
@@ -327,13 +358,27 @@ def input_files(preparer: Preparer) -> list[Path]:
 
 
 def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool = False,
-            workers: int | None = None) -> PrepareResult:
-    """Prepare the recipe's data into ``out_dir`` unless it is already up to date."""
+            workers: int | None = None, rebuild: bool = True) -> PrepareResult:
+    """Prepare the recipe's data into ``out_dir`` unless it is already up to date.
+
+    Prepared data whose settings match the recipe is up to date when its inputs are unchanged.
+    ``rebuild=False`` is what `train` asks: prepared data with other settings is then an error naming
+    the differing field instead of being rebuilt over, and data with the same settings is used even
+    when its inputs are not under ``root`` at all (prepared elsewhere and copied here: nothing is
+    downloaded to re-check it; ``inputs_checked`` is then False).
+    """
     out_dir = Path(out_dir or default_out_dir(recipe))
     preparer = Preparer(recipe, root, workers)
     old = load_manifest(out_dir) or {}
-    inputs = _fingerprints(input_files(preparer), old.get("inputs", {}))
     digest = settings_hash(recipe)
+    if old and not force and not rebuild:
+        difference = settings_difference(old, recipe)
+        if difference:
+            raise NmtkError(f"{out_dir}: prepared with {difference}; run `nmtk prepare` with this recipe to "
+                            "rebuild it, or give --data a new folder")
+        if not all(root_path(spec, root).is_file() for spec in input_specs(recipe)):
+            return PrepareResult(out_dir, old, up_to_date=True, inputs_checked=False)
+    inputs = _fingerprints(input_files(preparer), old.get("inputs", {}))
     if not force and old.get("settings_hash") == digest and _same_inputs(old.get("inputs", {}), inputs):
         return PrepareResult(out_dir, old, up_to_date=True)
 
@@ -343,7 +388,7 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
     try:
         start = time.perf_counter()
         manifest = preparer.build(tmp)
-        manifest.update(settings_hash=digest, inputs=inputs, recipe=recipe.name,
+        manifest.update(settings_hash=digest, settings=data_settings(recipe), inputs=inputs, recipe=recipe.name,
                         seconds=round(time.perf_counter() - start, 2))
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
         _swap_in(tmp, out_dir)

@@ -75,8 +75,13 @@ def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None,
     error = None
     if info.is_main:
         try:
-            result = prepare(recipe, default_data_root(data_root), data_dir)
-            console.print(f"data: {data_dir} ({'up to date' if result.up_to_date else 'prepared'})")
+            root = default_data_root(data_root)
+            result = prepare(recipe, root, data_dir, rebuild=False)
+            if not result.inputs_checked:
+                console.print(f"data: {data_dir} (prepared with this recipe's settings; its inputs are not under "
+                              f"{root}, so they were not re-checked)")
+            else:
+                console.print(f"data: {data_dir} ({'up to date' if result.up_to_date else 'prepared'})")
         except NmtkError as exc:
             error = str(exc)
     error = broadcast_object(error, info)

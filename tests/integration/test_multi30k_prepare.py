@@ -50,3 +50,19 @@ def test_cli_second_run_is_up_to_date(nmtk, prepared, multi30k_root: Path) -> No
     run = nmtk("prepare", "recipes/multi30k-en-de.toml", "--data-root", str(multi30k_root),
                "--out", str(result.out_dir))
     assert run.returncode == 0 and "up to date" in run.stderr
+
+
+def test_train_uses_prepared_data_without_the_corpora(nmtk, prepared, tmp_path: Path) -> None:
+    """data-bin/ prepared on one machine, copied to another that has no corpora (and no network)."""
+    _, result = prepared
+    empty = tmp_path / "no-corpora"
+    empty.mkdir()
+    run = nmtk("train", "recipes/multi30k-en-de.toml", "--data", str(result.out_dir),
+               "--run-dir", str(tmp_path / "run"), "--set", "train.max_updates=1", "--threads", "2",
+               env={"NMTK_DATA": str(empty)})
+    assert run.returncode == 0, run.stderr
+    assert "not re-checked" in run.stderr and (tmp_path / "run" / "checkpoint_1.pt").is_file()
+    other = nmtk("train", "recipes/multi30k-en-de.toml", "--data", str(result.out_dir), "--run-dir",
+                 str(tmp_path / "run2"), "--set", "tokenizer.vocab_size=9000", env={"NMTK_DATA": str(empty)})
+    assert other.returncode == 1 and "tokenizer.vocab_size = 8000, the recipe has 9000" in other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1

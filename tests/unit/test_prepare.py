@@ -162,3 +162,17 @@ def test_prepare_with_wordpiece(toy) -> None:
     split = BinarizedSplit(out, "train", "en", "de", manifest["dtype"])
     pipe = TextPipeline(moses_for(recipe.tokenizer, "de", "target"), out / "wordpiece.json")
     assert pipe.decode(split.tgt[7].tolist()) == synthetic_pairs(400)[7][1]
+
+
+def test_prepared_data_is_reused_without_its_inputs_and_refused_with_other_settings(toy, tmp_path: Path) -> None:
+    root, recipe_path, out = toy
+    recipe = load_recipe(recipe_path)
+    prepare(recipe, root, out)
+    elsewhere = tmp_path / "empty-root"  # e.g. data-bin/ copied to a GPU machine without the corpora
+    elsewhere.mkdir()
+    reused = prepare(recipe, elsewhere, out, rebuild=False)
+    assert reused.up_to_date and not reused.inputs_checked
+    changed = load_recipe(recipe_path, ["tokenizer.vocab_size=70"])
+    with pytest.raises(NmtkError, match=r"toy: prepared with tokenizer\.vocab_size = 64, the recipe has 70; run "):
+        prepare(changed, root, out, rebuild=False)
+    assert (out / "manifest.json").is_file() and leftovers(out) == ["toy"]  # nothing touched
