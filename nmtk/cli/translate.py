@@ -173,7 +173,7 @@ def _stream(translator: Translator, o: TranslateOptions, source: BinaryIO, sink:
         task = progress.add_task("translate", total=None, rate="")
         start = time.perf_counter()
         for chunk in buffered(_input_lines(o, source), 1 if interactive else o.buffer_size):
-            for hyps in translator.hypotheses(chunk):
+            for hyps in translator.hypotheses(chunk, first_line=index + 1):
                 index += 1
                 for line in output_lines(index, hyps, translator, o):
                     sink.write(line + "\n")

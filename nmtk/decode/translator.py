@@ -10,10 +10,12 @@ from pathlib import Path
 import torch
 
 from nmtk.checkpoint import load_checkpoint
+from nmtk.console import console
 from nmtk.decode.beam import Hypothesis, SearchConfig
 from nmtk.decode.ensemble import Ensemble
+from nmtk.decode.long_input import boundary_strengths, decode_in_pieces
 from nmtk.decode.sampling import SamplingConfig, sample_search
-from nmtk.decode.search import SearchFn, decode_ids
+from nmtk.decode.search import SearchFn
 from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
 from nmtk.text import TextPipeline
@@ -46,21 +48,30 @@ class Translator:
 
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
+        self.boundaries = boundary_strengths(self.src_pipe.subwords.pieces())
         if self.sampling is not None:  # one generator for the whole input: batches continue its stream
             generator = torch.Generator(device=self.device).manual_seed(self.sampling.seed)
             self._search_fn = partial(sample_search, sampling=self.sampling, generator=generator)
 
-    def hypotheses(self, sentences: list[str]) -> list[list[Hypothesis]]:
-        """N-best hypotheses per sentence; an empty (or blank) sentence gets none."""
+    def hypotheses(self, sentences: list[str], first_line: int = 1) -> list[list[Hypothesis]]:
+        """N-best hypotheses per sentence; an empty (or blank) sentence gets none.
+
+        A sentence longer than the model's input is translated in pieces (`nmtk.decode.long_input`),
+        with one warning naming its line (``first_line`` is the number of ``sentences[0]``).
+        """
         ids = [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
         todo = [i for i, x in enumerate(ids) if x is not None]
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         if not todo:
             return results
-        found = decode_ids(self.model, [ids[i] for i in todo], self.search, max_tokens=self.max_tokens,
-                           device=self.device, precision=self.precision, search_fn=self._search_fn)
-        for i, hyps in zip(todo, found, strict=True):
+        found, pieces = decode_in_pieces(self.model, [ids[i] for i in todo], self.search, self.boundaries,
+                                         max_tokens=self.max_tokens, device=self.device, precision=self.precision,
+                                         search_fn=self._search_fn)
+        for i, hyps, n in zip(todo, found, pieces, strict=True):
             results[i] = hyps
+            if n > 1:
+                console.print(f"warning: line {first_line + i}: {len(ids[i]):,} subwords, more than the model's "
+                              f"{self.model.cfg.max_positions - 1:,}: translated in {n} pieces, joined")
         return results
 
     def detokenize(self, hyp: Hypothesis) -> str:

@@ -132,9 +132,8 @@ def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | Non
         if checkpoint is not None:
             check_resumable(run, checkpoint, recipe, manifest, info)
         models = {lang: data_dir / name for lang, name in manifest["vocab"]["models"].items()}
-        _, target_pipeline = text_pipelines(recipe.tokenizer, (recipe.data.source_lang, recipe.data.target_lang),
-                                            models)
-        trainer = Trainer(recipe, data_dir, manifest, target_pipeline, run, device, info)
+        pipelines = text_pipelines(recipe.tokenizer, (recipe.data.source_lang, recipe.data.target_lang), models)
+        trainer = Trainer(recipe, data_dir, manifest, pipelines, run, device, info)
         if checkpoint is not None:
             trainer.resume(checkpoint)
             if info.is_main:

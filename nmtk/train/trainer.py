@@ -80,12 +80,13 @@ class _StopSignal:
 class Trainer:
     """Trains one recipe's model on prepared data into a run directory.
 
-    ``manifest`` is the prepared data's manifest and ``target_pipeline`` the target language's text
-    pipeline (validation BLEU detokenises with it); both come from the caller, already loaded.
+    ``manifest`` is the prepared data's manifest and ``pipelines`` the (source, target) text pipelines
+    (validation cuts over-long sources and detokenises with them); both come from the caller, loaded.
     """
 
-    def __init__(self, recipe: Recipe, data_dir: Path, manifest: dict[str, Any], target_pipeline: TextPipeline,
-                 run: RunDir, device: torch.device, info: DistInfo) -> None:
+    def __init__(self, recipe: Recipe, data_dir: Path, manifest: dict[str, Any],
+                 pipelines: tuple[TextPipeline, TextPipeline], run: RunDir, device: torch.device,
+                 info: DistInfo) -> None:
         self.recipe, self.run, self.device, self.info = recipe, run, device, info
         self.vocab_hash: dict[str, str] = manifest["vocab"]["sha256"]
         src_lang, tgt_lang = recipe.data.source_lang, recipe.data.target_lang
@@ -108,7 +109,7 @@ class Trainer:
         self.precision = recipe.train.precision
         self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None
         self.state = TrainState()
-        self.validator = Validator.for_split(data_dir, manifest, recipe, target_pipeline, device)
+        self.validator = Validator.for_split(data_dir, manifest, recipe, pipelines, device)
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
         self.window = MetricsWindow()
 

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from sacrebleu.metrics import BLEU
 
@@ -13,7 +14,7 @@ from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import collate, split_lengths
 from nmtk.decode.beam import SearchConfig
-from nmtk.decode.search import decode_ids
+from nmtk.decode.long_input import boundary_strengths, decode_in_pieces
 from nmtk.device import autocast_for
 from nmtk.files import read_lines
 from nmtk.model import Transformer
@@ -24,20 +25,29 @@ from nmtk.vocab import PAD_ID
 
 
 class Validator:
-    """Valid loss (label-smoothed, as in training) and sacreBLEU of the recipe's beam search."""
+    """Valid loss (label-smoothed, as in training) and sacreBLEU of the recipe's beam search.
 
-    def __init__(self, split: BinarizedSplit, references: list[str], target_pipeline: TextPipeline,
-                 search: SearchConfig, label_smoothing: float, max_tokens: int, device: torch.device) -> None:
-        self.split, self.references, self.tgt_pipe = split, references, target_pipeline
+    Valid sets are not length-filtered: a source longer than the model accepts is translated in
+    pieces for BLEU (as `translate` does), and pairs longer than ``max_positions`` on either side are
+    left out of the loss (the model cannot score them whole).
+    """
+
+    def __init__(self, split: BinarizedSplit, references: list[str], pipelines: tuple[TextPipeline, TextPipeline],
+                 search: SearchConfig, label_smoothing: float, max_tokens: int, max_positions: int,
+                 device: torch.device) -> None:
+        self.split, self.references, self.tgt_pipe = split, references, pipelines[1]
         self.search, self.label_smoothing, self.device = search, label_smoothing, device
+        self.boundaries = boundary_strengths(pipelines[0].subwords.pieces())
         src_len, tgt_len = split_lengths(split)
-        max_tokens = max(max_tokens, int(src_len.max()), int(tgt_len.max()))
-        self.batches = BatchingPlan(src_len, tgt_len, max_tokens).epoch_batches(0)
+        fits = np.flatnonzero((src_len <= max_positions) & (tgt_len <= max_positions))
+        max_tokens = max(max_tokens, int(src_len[fits].max(initial=1)), int(tgt_len[fits].max(initial=1)))
+        batches = BatchingPlan(src_len[fits], tgt_len[fits], max_tokens).epoch_batches(0) if fits.size else []
+        self.batches = [fits[b] for b in batches]
         self.sources = [split.src[i].astype("int64").tolist() for i in range(len(split))]
 
     @classmethod
-    def for_split(cls, data_dir: Path, manifest: dict[str, Any], recipe: Recipe, target_pipeline: TextPipeline,
-                  device: torch.device) -> Validator:
+    def for_split(cls, data_dir: Path, manifest: dict[str, Any], recipe: Recipe,
+                  pipelines: tuple[TextPipeline, TextPipeline], device: torch.device) -> Validator:
         """The prepared ``valid`` split and its raw references, searched as the recipe's ``[decode]`` says."""
         src, tgt = recipe.data.source_lang, recipe.data.target_lang
         split = BinarizedSplit(data_dir, "valid", src, tgt, manifest["dtype"])
@@ -45,8 +55,8 @@ class Validator:
         d = recipe.decode
         search = SearchConfig(beam=d.beam, length_penalty=d.length_penalty, max_len_a=d.max_len_a,
                               max_len_b=d.max_len_b)
-        return cls(split, references, target_pipeline, search, recipe.optim.label_smoothing,
-                   recipe.batching.max_tokens, device)
+        return cls(split, references, pipelines, search, recipe.optim.label_smoothing, recipe.batching.max_tokens,
+                   recipe.model.max_positions, device)
 
     @torch.inference_mode()
     def loss(self, model: Transformer, precision: str) -> tuple[float, float]:
@@ -61,10 +71,11 @@ class Validator:
             loss_sum += float(loss)
             nll_sum += float(nll)
             tokens += batch.target_tokens
-        return loss_sum / tokens, nll_sum / tokens
+        return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1)
 
     def translations(self, model: Transformer, precision: str) -> list[str]:
-        hyps = decode_ids(model, self.sources, self.search, device=self.device, precision=precision)
+        hyps, _ = decode_in_pieces(model, self.sources, self.search, self.boundaries, device=self.device,
+                                   precision=precision)
         return [self.tgt_pipe.decode(h[0].tokens) if h else "" for h in hyps]
 
     def run(self, model: Transformer, precision: str) -> dict[str, float]:

@@ -204,3 +204,18 @@ def test_resume_after_a_crash_before_checkpoint_last_was_linked(toy) -> None:
     resumed = train(tmp, recipe, env, "crash", "--set", "train.max_updates=8", *common)
     assert "from update 6" in resumed.stderr.replace("\n", "")
     assert torch.load(tmp / "crash" / "checkpoint_last.pt", weights_only=True)["state"]["update"] == 8
+
+
+def test_a_line_longer_than_the_model_is_translated_in_pieces(toy) -> None:
+    tmp, recipe, env = toy
+    train(tmp, recipe, env, "long", "--set", "train.max_updates=2")
+    words = [w for src, _ in synthetic_pairs(400, seed=3) for w in src.split()]
+    long = " ".join(words[:3000])  # ~3,300 subwords, 1,023 fit: cut after sentence ends ("." pieces)
+    text = f"the dog runs.\n{long}\n\na cat sits.\n"
+    out = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "long"), "--beam", "1"), input=text,
+                         capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert len(lines) == 5 and lines[2] == "" and lines[-1] == ""  # one line per input line, in order
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "line 2:" in warnings[0] and "pieces" in warnings[0]

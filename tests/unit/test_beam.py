@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from helpers import copy_batch, train_copy_model
 
-from nmtk.decode.beam import SearchConfig, beam_search, length_penalty
+from nmtk.decode.beam import Hypothesis, SearchConfig, beam_search, length_penalty
 from nmtk.decode.sampling import SamplingConfig, sample_search
 from nmtk.decode.search import decode_ids
 from nmtk.model import ModelConfig, Transformer
@@ -216,3 +217,32 @@ def test_search_stops_exactly_when_no_live_beam_can_win() -> None:
     model = TableModel()
     best = beam_search(model, SRC, SearchConfig(beam=2, length_penalty=1.0))[0][0]
     assert (best.tokens, model.steps) == ([B, B], 15)
+
+
+def test_long_sources_are_cut_at_the_strongest_boundary_that_fits() -> None:
+    from nmtk.decode.long_input import Segments, boundary_strengths, split_ids
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", "▁word", "▁.", "▁,", "##!", "ing"]
+    strength = boundary_strengths(pieces)
+    assert strength.tolist() == [0, 0, 0, 0, 0, 2, 1, 2, 0]
+    w, dot, comma = 4, 5, 6
+    ids = [w, w, comma, w, dot, w, w, comma, w, w, w, w]
+    assert split_ids(ids, 6, strength) == [[w, w, comma, w, dot], [w, w, comma], [w, w, w, w]]
+    assert split_ids([w] * 7, 3, strength) == [[w] * 3, [w] * 3, [w]]  # no punctuation: cut at the limit
+    segments = Segments.of([[w, w], ids], 6, strength)
+    assert segments.count == [1, 3] and len(segments.pieces) == 4
+    hyps = [[Hypothesis([9], -1.0)], [Hypothesis([1, 2], -2.0)], [Hypothesis([3], -4.0)], [Hypothesis([4], -3.0)]]
+    joined = segments.join(hyps)
+    assert joined[0] == hyps[0] and [h.tokens for h in joined[1]] == [[1, 2, 3, 4]]
+    assert joined[1][0].score == pytest.approx(-3.0)
+    assert np.asarray(strength).dtype == np.int8
+
+
+def test_a_source_longer_than_the_model_is_translated_in_pieces(model) -> None:
+    from nmtk.decode.long_input import decode_in_pieces
+
+    limit = model.cfg.max_positions - 1
+    long = list(range(4, 30)) * (3 * limit // 26)
+    strength = np.zeros(model.cfg.src_vocab, dtype=np.int8)
+    hyps, pieces = decode_in_pieces(model, [[5, 6, 7], long], SearchConfig(beam=1), strength)
+    assert pieces == [1, 3] and hyps[0][0].tokens and len(hyps[1]) == 1 and len(hyps[1][0].tokens) >= 3

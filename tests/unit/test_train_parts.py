@@ -171,8 +171,8 @@ def test_validation_references_split_on_newlines_only(tmp_path: Path) -> None:
     recipe = load_recipe(toy_recipe(tmp_path))
     out = prepare(recipe, root, tmp_path / "data")
     models = {lang: out.out_dir / name for lang, name in out.manifest["vocab"]["models"].items()}
-    _, target = text_pipelines(recipe.tokenizer, ("en", "de"), models)
-    validator = Validator.for_split(out.out_dir, out.manifest, recipe, target, torch.device("cpu"))
+    pipelines = text_pipelines(recipe.tokenizer, ("en", "de"), models)
+    validator = Validator.for_split(out.out_dir, out.manifest, recipe, pipelines, torch.device("cpu"))
     assert len(validator.references) == len(validator.split) == 40
     assert validator.references[3].endswith("\u2028 line \x0c feed \x85 end")
     torch.manual_seed(0)
