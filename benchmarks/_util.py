@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Runs the command as its only child and writes that child's peak RSS (ru_maxrss, KiB) to a file:
+# the kernel's own accounting, which a sampler can miss between samples.
+_WRAPPER = """
+import resource, subprocess, sys
+code = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(code)
+"""
 
 
 def data_root() -> Path:
@@ -31,18 +42,33 @@ def _tree_rss_kib(pid: int) -> int:
     return total
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(c) for c in handle.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
 def run_measured(cmd: list[str], **kwargs) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Run a command; return (wall seconds, peak RSS of its process tree in MiB, result)."""
+    """Run a command; return (wall seconds, peak RSS in MiB, result).
+
+    The peak is the larger of the process tree's RSS sampled every 0.1 s (all of the command's
+    processes together) and the kernel's ru_maxrss of the command's own process.
+    """
+    with tempfile.NamedTemporaryFile(suffix=".rss", delete=False) as report:
+        report_path = report.name
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    proc = subprocess.Popen([sys.executable, "-c", _WRAPPER, report_path, *cmd], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
     peak = 0
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, _tree_rss_kib(proc.pid))
-            time.sleep(0.2)
+            peak = max(peak, sum(_tree_rss_kib(child) for child in _children(proc.pid)))
+            time.sleep(0.1)
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
@@ -50,4 +76,8 @@ def run_measured(cmd: list[str], **kwargs) -> tuple[float, float, subprocess.Com
     done.set()
     thread.join()
     wall = time.perf_counter() - start
+    try:
+        peak = max(peak, int(Path(report_path).read_text() or 0))
+    finally:
+        os.unlink(report_path)
     return wall, peak / 1024, subprocess.CompletedProcess(cmd, proc.returncode, out, err)

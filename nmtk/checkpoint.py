@@ -43,12 +43,16 @@ def link_atomic(source: Path, link: Path) -> None:
     fsync_dir(link.parent)
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load on CPU with ``weights_only=True``; a missing or damaged file is one clear error."""
+def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """Load on CPU with ``weights_only=True``; a missing or damaged file is one clear error.
+
+    ``mmap=True`` maps the file instead of reading it: a tensor's bytes are read only when touched,
+    so taking the model out of a checkpoint never reads its optimizer state.
+    """
     if not path.is_file():
         raise NmtkError(f"{path}: checkpoint not found")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NmtkError(f"{path}: not a readable nmtk checkpoint ({first})") from None

@@ -54,6 +54,9 @@ class Scorer:
         unknown = [m for m in self.metrics if m not in METRICS]
         if unknown:
             raise NmtkError(f"--metrics: unknown metric {', '.join(unknown)} (choose from {', '.join(METRICS)})")
+        if self.paper_bleu and self.tokenize:
+            raise NmtkError(f"--tokenize {self.tokenize} with --paper-bleu: the paper's BLEU tokenises with Moses "
+                            "and splits compounds itself; use one or the other")
 
     def metric_objects(self) -> dict[str, Any]:
         objects: dict[str, Any] = {}
@@ -67,17 +70,15 @@ class Scorer:
                 objects[name] = TER(case_sensitive=not self.lowercase)
         return objects
 
-    def _inputs(self, metric: str, hyps: list[str], refs: list[list[str]]) -> tuple[list[str], list[list[str]]]:
-        if metric == "bleu" and self.paper_bleu:
-            return paper_tokenize(hyps, self.lang), [paper_tokenize(r, self.lang) for r in refs]
-        return hyps, refs
+    def _text(self, metric: str, lines: list[str]) -> list[str]:
+        """What ``metric`` scores: Moses tokens with split compounds for BLEU under ``paper_bleu``, else the text."""
+        return paper_tokenize(lines, self.lang) if metric == "bleu" and self.paper_bleu else lines
 
     def score(self, hyps: list[str], refs: list[list[str]]) -> dict[str, dict[str, Any]]:
         """Each metric's score, signature and (BLEU) n-gram precisions and brevity penalty."""
         results = {}
         for name, metric in self.metric_objects().items():
-            h, r = self._inputs(name, hyps, refs)
-            result = metric.corpus_score(h, r)
+            result = metric.corpus_score(self._text(name, hyps), [self._text(name, r) for r in refs])
             signature = str(metric.get_signature())
             entry: dict[str, Any] = {"score": round(result.score, 4), "signature": signature,
                                      "line": result.format(signature=signature)}
@@ -89,18 +90,19 @@ class Scorer:
 
     def significance(self, systems: list[tuple[str, list[str]]], refs: list[list[str]],
                      samples: int = 1000) -> dict[str, dict[str, dict[str, float]]]:
-        """Paired bootstrap resampling (sacreBLEU) of every system against the first."""
+        """Paired bootstrap resampling (sacreBLEU) of every system against the first.
+
+        Each metric sees the same text as in `score`: with ``paper_bleu`` only BLEU is computed on
+        Moses tokens with split compounds; chrF and TER score the raw text.
+        """
         from sacrebleu.significance import PairedTest
 
-        if self.paper_bleu:
-            systems = [(n, paper_tokenize(h, self.lang)) for n, h in systems]
-            refs = [paper_tokenize(r, self.lang) for r in refs]
-        test = PairedTest(systems, {m.upper(): obj for m, obj in self.metric_objects().items()}, refs,
-                          test_type="bs", n_samples=samples)
-        _, results = test()
         out: dict[str, dict[str, dict[str, float]]] = {}
-        per_metric = [v for k, v in results.items() if k != "System"]
-        for metric, per_system in zip(self.metrics, per_metric, strict=True):
+        for metric, obj in self.metric_objects().items():
+            test = PairedTest([(name, self._text(metric, hyps)) for name, hyps in systems], {metric.upper(): obj},
+                              [self._text(metric, r) for r in refs], test_type="bs", n_samples=samples)
+            _, results = test()
+            (per_system,) = [v for k, v in results.items() if k != "System"]  # keyed by sacreBLEU's own name
             for (name, _), result in zip(systems, per_system, strict=True):
                 out.setdefault(name, {})[metric] = {
                     "score": round(float(result.score), 4), "mean": round(float(result.mean), 4),
@@ -108,6 +110,27 @@ class Scorer:
                     **({"p_value": round(float(result.p_value), 4)} if result.p_value is not None else {}),
                 }
         return out
+
+
+_LANG = re.compile(r"^[a-z]{2,3}$")
+
+
+def target_language(lang: str | None, refs: list[Path], langpair: str | None, run_lang: str | None) -> str:
+    """The language --paper-bleu tokenises for: ``--lang``, else the run's target language, else the
+    language pair's, else the reference file name's language suffix (``ref.de``, ``...-ref.de.sgm``)."""
+    if lang:
+        return lang
+    if run_lang:
+        return run_lang
+    if langpair and "-" in langpair:
+        return langpair.split("-", 1)[1]
+    for ref in refs:
+        parts = [p for p in ref.name.lower().split(".") if p not in ("gz", "sgm", "txt", "raw")]
+        if len(parts) > 1 and _LANG.match(parts[-1]):
+            return parts[-1]
+    names = ", ".join(p.name for p in refs)
+    raise NmtkError(f"--paper-bleu needs the target language for Moses: pass --lang (or -m RUN); "
+                    f"it cannot be read from the reference name ({names})")
 
 
 def sacrebleu_references(test_set: str, langpair: str) -> list[Path]:

@@ -214,7 +214,10 @@ def score(
     tokenize: Annotated[str | None, typer.Option(help="sacreBLEU tokenizer for BLEU (default 13a).")] = None,
     paper_bleu: Annotated[bool, typer.Option("--paper-bleu", help="Tokenized BLEU as the paper reports it "
                                              "(Moses tokens, split compounds).")] = False,
-    lang: Annotated[str, typer.Option(help="Target language for --paper-bleu's Moses tokeniser.")] = "de",
+    lang: Annotated[str | None, typer.Option(help="Target language for --paper-bleu's Moses tokeniser (default: "
+                                             "-m RUN's, --langpair's, or the reference name's, e.g. ref.de).")] = None,
+    model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory whose target language "
+                                               "--paper-bleu uses.")] = None,
     significance: Annotated[bool, typer.Option("--significance", help="Paired bootstrap against the "
                                                "first system.")] = False,
     samples: Annotated[int, typer.Option(help="Bootstrap samples for --significance.")] = 1000,
@@ -223,7 +226,7 @@ def score(
 ) -> None:
     """Score translations with sacreBLEU: BLEU, chrF, TER; several systems; significance."""
     from nmtk.files import decode_lines, read_lines
-    from nmtk.score import Scorer, check_lengths, sacrebleu_references
+    from nmtk.score import Scorer, check_lengths, sacrebleu_references, target_language
     from nmtk.score_report import render_scores, render_significance
 
     ref_paths = list(ref or [])
@@ -233,7 +236,15 @@ def score(
         ref_paths += sacrebleu_references(test_set, langpair)
     if not ref_paths:
         raise NmtkError("no reference: give -r REF (or --test-set NAME --langpair xx-yy)")
-    scorer = Scorer(tuple(m.strip() for m in metrics.split(",") if m.strip()), lowercase, tokenize, paper_bleu, lang)
+    if paper_bleu:
+        run_lang = None
+        if model is not None:
+            from nmtk.rundir import RunDir
+
+            run_lang = RunDir(model).require().recipe().data.target_lang
+        lang = target_language(lang, ref_paths, langpair, run_lang)
+    scorer = Scorer(tuple(m.strip() for m in metrics.split(",") if m.strip()), lowercase, tokenize, paper_bleu,
+                    lang or "en")
     refs = {str(p): read_lines(p, "reference") for p in ref_paths}
     if hyps:
         systems = [(str(p), read_lines(p, "hypothesis")) for p in hyps]

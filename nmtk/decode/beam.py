@@ -57,11 +57,13 @@ def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache) -> Tensor:
     return lprobs
 
 
-def eos_row_for(model: Decoder, device: torch.device) -> Tensor:
-    """Log-probabilities that allow only EOS: what a hypothesis at its length limit must emit."""
-    row = torch.full((model.cfg.tgt_vocab,), NEG_INF, device=device)
-    row[EOS_ID] = 0.0
-    return row
+def only_eos_where(reached: Tensor, lprobs: Tensor) -> Tensor:
+    """Rows of ``lprobs`` (..., V) where ``reached`` (a hypothesis at its length limit) may only end:
+    every token but EOS gets -∞, and EOS keeps the model's own log-probability. (Scoring the forced
+    EOS 0 would reward exactly the hypotheses that run to the limit, often degenerate repetitions.)"""
+    not_eos = torch.ones(lprobs.size(-1), dtype=torch.bool, device=lprobs.device)
+    not_eos[EOS_ID] = False
+    return lprobs.masked_fill(reached[..., None] & not_eos, NEG_INF)
 
 
 @torch.inference_mode()
@@ -75,11 +77,9 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[H
     history = torch.empty((n, 0), dtype=torch.long, device=src.device)
     raw = torch.zeros(n, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
-    eos_row = eos_row_for(model, src.device)
     step = 0
     while rows.numel():
-        lprobs = step_log_probs(model, tokens, cache)
-        lprobs = torch.where((limit[rows] <= step)[:, None], eos_row, lprobs)
+        lprobs = only_eos_where(limit[rows] <= step, step_log_probs(model, tokens, cache))
         best, tokens = lprobs.max(dim=-1)
         raw = raw + best
         history = torch.cat([history, tokens[:, None]], dim=1)
@@ -116,13 +116,12 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hyp
     fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
     out_scores = torch.full((n, k), NEG_INF)
     out_tokens: list[Tensor | None] = [None] * n
-    eos_row = eos_row_for(model, device)
 
     for step in range(max_steps):
         b = sent.numel()
         lprobs = step_log_probs(model, tokens, cache).view(b, k, -1)
         vocab = lprobs.size(-1)
-        lprobs = torch.where((limit[sent] <= step)[:, None, None], eos_row, lprobs)
+        lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)
         cand = (scores[..., None] + lprobs).view(b, k * vocab)
         cand_scores, cand_index = cand.topk(2 * k, dim=1)
         origin, cand_tokens = cand_index // vocab, cand_index % vocab

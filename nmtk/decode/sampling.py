@@ -7,7 +7,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmtk.decode.beam import NEG_INF, Hypothesis, SearchConfig, eos_row_for, length_penalty, max_lengths, step_log_probs
+from nmtk.decode.beam import (
+    NEG_INF,
+    Hypothesis,
+    SearchConfig,
+    length_penalty,
+    max_lengths,
+    only_eos_where,
+    step_log_probs,
+)
 from nmtk.decode.contract import Decoder
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -49,11 +57,9 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, sampling: Samp
     finished = torch.zeros(n, dtype=torch.bool, device=src.device)
     raw = torch.zeros(n, device=src.device)
     length = torch.zeros(n, device=src.device)
-    eos_row = eos_row_for(model, src.device)
     steps = []
     for step in range(int(limit.max()) + 1):
-        lprobs = step_log_probs(model, tokens, cache)
-        lprobs = torch.where((limit <= step)[:, None], eos_row, lprobs)
+        lprobs = only_eos_where(limit <= step, step_log_probs(model, tokens, cache))
         logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)
         choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
         choice = choice.masked_fill(finished, PAD_ID)

@@ -1,11 +1,16 @@
 """Checkpoint averaging (paper §6.1): the element-wise mean of parameters, streamed.
 
-Only the running sum and the checkpoint being read are in memory (about two models), however
-many checkpoints are averaged.
+Each checkpoint is memory-mapped and only its parameters are read (its Adam moments, twice the
+model's size, are never touched). Once a parameter has been added to the running sum, its pages are
+handed back to the kernel (``madvise``), so memory holds the running sum plus one parameter tensor,
+however many checkpoints are averaged (benchmarks/average.py measures it).
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +18,8 @@ import torch
 
 from nmtk.checkpoint import load_checkpoint, save_atomic
 from nmtk.errors import NmtkError
+
+KEPT = ("recipe", "recipe_hash", "vocab", "model_config", "nmtk")
 
 
 def _check_same_model(first: dict[str, Any], other: dict[str, Any], path: Path, first_path: Path) -> None:
@@ -22,41 +29,73 @@ def _check_same_model(first: dict[str, Any], other: dict[str, Any], path: Path, 
         raise NmtkError(f"{path}: a different vocabulary than {first_path}: cannot average them")
 
 
+MADV_DONTNEED = 4  # <sys/mman.h> on Linux
+
+
+def _release(tensor: torch.Tensor) -> None:
+    """Drop the resident pages of a tensor read from a memory-mapped checkpoint (Linux).
+
+    The pages are clean copies of the file: were any of them (or a neighbour sharing a page) read
+    again, the kernel would read it back from the file. Elsewhere this does nothing and the mapping
+    is released when the checkpoint is closed.
+    """
+    if not sys.platform.startswith("linux") or tensor.numel() == 0:
+        return
+    start = tensor.data_ptr() // mmap.PAGESIZE * mmap.PAGESIZE
+    end = tensor.data_ptr() + tensor.numel() * tensor.element_size()
+    ctypes.CDLL(None).madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+
+
+def _float_copy(model: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The parameters as fp32 tensors of their own; tied weights (one storage, several names) stay tied."""
+    copies: dict[int, torch.Tensor] = {}
+    total = {}
+    for name, tensor in model.items():
+        key = tensor.data_ptr()
+        if key not in copies:
+            copies[key] = tensor.float().clone() if tensor.is_floating_point() else tensor.clone()
+            _release(tensor)
+        total[name] = copies[key]
+    return total
+
+
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     """A checkpoint whose ``model`` is the mean of the given checkpoints' models."""
     if not paths:
         raise NmtkError("no checkpoints to average")
-    first = load_checkpoint(paths[0])
-    total: dict[str, torch.Tensor] = first["model"]
-    for name, tensor in total.items():
-        if tensor.is_floating_point():
-            total[name] = tensor.float()  # no copy for fp32, so tied weights stay one tensor
+    first = load_checkpoint(paths[0], mmap=True)
+    if "model" not in first:
+        raise NmtkError(f"{paths[0]}: not an nmtk checkpoint (no model)")
+    total = _float_copy(first["model"])
+    meta = {key: first[key] for key in KEPT if key in first}
+    state = first.get("state", {})
+    del first
     for path in paths[1:]:
-        ckpt = load_checkpoint(path)
-        _check_same_model(first, ckpt, path, paths[0])
-        model = ckpt.pop("model")
+        ckpt = load_checkpoint(path, mmap=True)
+        _check_same_model(meta, ckpt, path, paths[0])
+        _add(total, ckpt.get("model", {}), path, paths[0])
         del ckpt
-        if model.keys() != total.keys():
-            raise NmtkError(f"{path}: parameter names differ from {paths[0]}: cannot average them")
-        done: set[int] = set()  # tied weights appear under several names: add each tensor once
-        for name, tensor in total.items():
-            if not tensor.is_floating_point() or tensor.data_ptr() in done:
-                continue
-            if model[name].shape != tensor.shape:
-                raise NmtkError(f"{path}: {name} has shape {tuple(model[name].shape)}, "
-                                f"{paths[0]} has {tuple(tensor.shape)}: cannot average them")
-            tensor.add_(model[name].float())
-            done.add(tensor.data_ptr())
-        del model
-    done = set()
+    done: set[int] = set()
     for tensor in total.values():
         if tensor.is_floating_point() and tensor.data_ptr() not in done:
             tensor.div_(len(paths))
             done.add(tensor.data_ptr())
-    keep = ("recipe", "recipe_hash", "vocab", "model_config", "nmtk")
-    result = {key: first[key] for key in keep if key in first}
-    result.update(model=total, averaged_from=[p.name for p in paths], state=first.get("state", {}))
-    return result
+    return {**meta, "model": total, "averaged_from": [p.name for p in paths], "state": state}
+
+
+def _add(total: dict[str, torch.Tensor], model: dict[str, torch.Tensor], path: Path, first: Path) -> None:
+    if model.keys() != total.keys():
+        raise NmtkError(f"{path}: parameter names differ from {first}: cannot average them")
+    done: set[int] = set()  # tied weights appear under several names: add each tensor once
+    for name, tensor in total.items():
+        if not tensor.is_floating_point() or tensor.data_ptr() in done:
+            continue
+        if model[name].shape != tensor.shape:
+            raise NmtkError(f"{path}: {name} has shape {tuple(model[name].shape)}, "
+                            f"{first} has {tuple(tensor.shape)}: cannot average them")
+        tensor.add_(model[name])
+        _release(model[name])
+        done.add(tensor.data_ptr())
 
 
 def select_checkpoints(numbered: list[tuple[int, Path]], last: int | None, updates: str | None) -> list[Path]:

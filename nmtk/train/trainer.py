@@ -178,7 +178,10 @@ class Trainer:
             return label_smoothed_loss(logits, batch.tgt_out, self.recipe.optim.label_smoothing, PAD_ID)
 
     def train_step(self, group: list[np.ndarray]) -> tuple[float, float, int]:
-        """One update over ``update_freq`` batches; returns local (loss sum, nll sum, target tokens)."""
+        """One update over ``update_freq`` batches; returns local (loss sum, nll sum, target tokens).
+
+        In fp16 the update may be skipped (gradients overflowed): `state.update` then stays put.
+        """
         module = self.ddp or self.model
         local_tokens = int(sum(int(self.tgt_lengths[b].sum()) for b in group))
         (total_tokens,) = all_reduce_sum([float(local_tokens)], self.device, self.info)
@@ -200,32 +203,41 @@ class Trainer:
         return float(loss_sum), float(nll_sum), local_tokens
 
     def apply_update(self) -> None:
-        """Set the learning rate, clip, step (through the loss scaler in fp16), advance the counter."""
+        """Set the learning rate, clip, step (through the loss scaler in fp16), advance the counter.
+
+        An fp16 update whose gradients overflowed is skipped as fairseq skips it: neither the update
+        counter nor the learning-rate schedule moves, only ``skipped_updates`` (and the scale halves).
+        """
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr(self.state.update + 1)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if self.recipe.optim.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.optim.clip_norm)
+        applied = True
         if self.scaler is None:
             self.optimizer.step()
         else:
-            self._scaled_step()
+            applied = self._scaled_step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.state.update += 1
+        if applied:
+            self.state.update += 1
 
-    def _scaled_step(self) -> None:
+    def _scaled_step(self) -> bool:
+        """The loss scaler's step; False when it skipped the update for inf/NaN gradients."""
         before = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        if self.scaler.get_scale() < before:
-            self.state.skipped_updates += 1
-            if self.scaler.get_scale() < MIN_LOSS_SCALE:
-                raise NmtkError(
-                    f"fp16 loss scale collapsed to {self.scaler.get_scale():g} after "
-                    f"{self.state.skipped_updates} overflowing updates: the model diverges in fp16; "
-                    'use --set train.precision=bf16 (or fp32), or lower the learning rate'
-                )
+        if self.scaler.get_scale() >= before:
+            return True
+        self.state.skipped_updates += 1
+        if self.scaler.get_scale() < MIN_LOSS_SCALE:
+            raise NmtkError(
+                f"fp16 loss scale collapsed to {self.scaler.get_scale():g} after "
+                f"{self.state.skipped_updates} overflowing updates: the model diverges in fp16; "
+                'use --set train.precision=bf16 (or fp32), or lower the learning rate'
+            )
+        return False
 
     # --------------------------------------------------------------- checkpoints
 
@@ -284,10 +296,17 @@ class Trainer:
         t = self.recipe.train
         for k, group in self.plan.iterate(self.state.epoch, self.state.batch, self.info.rank,
                                           self.info.world_size, t.update_freq):
+            before = self.state.update
             self.window.add(*self.train_step(group))
             self.state.batch = k + len(group)
             self._count_time()
-            if reason := self.after_update(stop, progress):
+            if self.state.update == before:  # an fp16 overflow: no new update to log, validate or save
+                reason = self._should_stop(stop, epoch_done=False)
+            else:
+                reason = self.after_update(stop, progress)
+            if reason:
+                if self.state.update == before:
+                    self.save()
                 return reason
         self.state.epoch += 1
         self.state.batch = 0

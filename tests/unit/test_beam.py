@@ -246,3 +246,13 @@ def test_a_source_longer_than_the_model_is_translated_in_pieces(model) -> None:
     strength = np.zeros(model.cfg.src_vocab, dtype=np.int8)
     hyps, pieces = decode_in_pieces(model, [[5, 6, 7], long], SearchConfig(beam=1), strength)
     assert pieces == [1, 3] and hyps[0][0].tokens and len(hyps[1]) == 1 and len(hyps[1][0].tokens) >= 3
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_the_end_forced_at_the_length_limit_costs_its_log_probability(beam: int) -> None:
+    """With at most one token, "a" and "b" must end at once: log p(a) + log p(</s> | a) = log 0.3, and
+    log 0.4 + log 0.2 = log 0.08 (a free </s> would give log 0.6 and log 0.4)."""
+    cfg = SearchConfig(beam=beam, nbest=beam, length_penalty=0.0, max_len_a=0.0, max_len_b=1)
+    hyps = beam_search(TableModel(), SRC, cfg)[0]
+    assert [h.tokens for h in hyps] == [[A], [B]][:beam]
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.3), math.log(0.08)][:beam], abs=1e-6)

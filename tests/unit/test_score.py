@@ -112,3 +112,38 @@ def test_test_set_offline_is_a_clear_message(nmtk, files, tmp_path: Path) -> Non
                        "http_proxy": "http://127.0.0.1:9"})
     assert result.returncode == 1
     assert "use -r" in result.stderr or "-r REF" in result.stderr
+
+
+def test_paper_bleu_significance_scores_the_same_text_as_the_table(nmtk, files, tmp_path: Path) -> None:
+    worse = tmp_path / "worse.txt"
+    worse.write_text("The cat.\nA man.\nTwo dogs.\n")
+    result = nmtk("score", "-r", str(files["ref"]), str(files["hyp"]), str(worse), "--significance", "--samples",
+                  "50", "--paper-bleu", "--lang", "en", "--json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    for name in (str(files["hyp"]), str(worse)):
+        for metric in ("bleu", "chrf"):  # chrF on raw text in both tables; BLEU on paper tokens in both
+            table, bootstrap = got["systems"][name][metric]["score"], got["significance"][name][metric]["score"]
+            assert bootstrap == pytest.approx(table, abs=1e-3), (name, metric)
+
+
+@pytest.mark.parametrize(("name", "langpair", "run_lang", "lang"), [
+    ("newstest2014-deen-ref.de.sgm", None, None, "de"), ("test_2016_flickr.raw.fr", None, None, "fr"),
+    ("ref.cs.gz", None, None, "cs"), ("reference.txt", "en-de", None, "de"), ("ref.de", None, "fr", "fr"),
+])
+def test_paper_bleu_language_comes_from_the_run_the_pair_or_the_reference_name(
+        name: str, langpair: str | None, run_lang: str | None, lang: str) -> None:
+    from nmtk.score import target_language
+
+    assert target_language(None, [Path(name)], langpair, run_lang) == lang
+    assert target_language("en", [Path(name)], langpair, run_lang) == "en"  # --lang wins
+
+
+def test_paper_bleu_without_a_language_and_with_tokenize_are_errors(nmtk, tmp_path: Path) -> None:
+    (tmp_path / "reference").write_text("a b c.\n")
+    (tmp_path / "h").write_text("a b c.\n")
+    unknown = nmtk("score", "-r", str(tmp_path / "reference"), "--paper-bleu", str(tmp_path / "h"))
+    assert unknown.returncode == 1 and "pass --lang" in unknown.stderr and len(unknown.stderr.splitlines()) == 1
+    both = nmtk("score", "-r", str(tmp_path / "reference"), "--paper-bleu", "--lang", "en", "--tokenize", "intl",
+                str(tmp_path / "h"))
+    assert both.returncode == 1 and "--tokenize intl with --paper-bleu" in both.stderr

@@ -145,10 +145,12 @@ print((after - before) * 1024)
 
 
 def test_averaging_holds_about_two_models_in_memory(tmp_path: Path) -> None:
+    """Checkpoints hold Adam's two moments besides the model; averaging reads neither of them."""
     size = 64 * 2**20  # 64 MiB of parameters per checkpoint
     for i in range(4):
-        torch.save({"model": {"w": torch.full((size // 4,), float(i))}, "model_config": {}, "vocab": {}},
-                   tmp_path / f"c{i}.pt")
+        moments = {"exp_avg": torch.full((size // 4,), 1.0), "exp_avg_sq": torch.full((size // 4,), 2.0)}
+        torch.save({"model": {"w": torch.full((size // 4,), float(i))}, "optimizer": {"state": {0: moments}},
+                    "model_config": {}, "vocab": {}}, tmp_path / f"c{i}.pt")
     result = subprocess.run([sys.executable, "-c", AVERAGE_MEMORY, str(tmp_path)], capture_output=True, text=True,
                             check=True)
     growth = int(result.stdout.strip())
@@ -178,3 +180,35 @@ def test_validation_references_split_on_newlines_only(tmp_path: Path) -> None:
     torch.manual_seed(0)
     result = validator.run(Transformer(model_config(recipe, 64, 64)), "fp32")  # sacreBLEU accepts the lines
     assert result["bleu"] >= 0.0
+
+
+def test_an_fp16_overflow_skips_the_update_without_moving_the_counter_or_the_schedule(tmp_path: Path) -> None:
+    from helpers import toy_data, toy_recipe
+
+    from nmtk.data.prepare import prepare
+    from nmtk.recipe import load_recipe
+    from nmtk.rundir import RunDir
+    from nmtk.text import text_pipelines
+    from nmtk.train.distributed import DistInfo
+    from nmtk.train.trainer import Trainer
+
+    recipe = load_recipe(toy_recipe(tmp_path), ["train.precision=fp16"])
+    out = prepare(recipe, toy_data(tmp_path / "root"), tmp_path / "data")
+    models = {lang: out.out_dir / name for lang, name in out.manifest["vocab"]["models"].items()}
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    trainer = Trainer(recipe, out.out_dir, out.manifest, text_pipelines(recipe.tokenizer, ("en", "de"), models),
+                      run, torch.device("cpu"), DistInfo())
+    group = trainer.plan.epoch_batches(0)[:1]
+    weight = trainer.model.encoder[0].ffn.w1.weight
+    before, scale = weight.detach().clone(), trainer.scaler.get_scale()
+    hook = weight.register_hook(lambda grad: grad * float("inf"))  # this update's gradients overflow
+    trainer.train_step(group)
+    hook.remove()
+    assert (trainer.state.update, trainer.state.skipped_updates) == (0, 1)
+    assert torch.equal(weight, before) and trainer.scaler.get_scale() == scale / 2
+    trainer.train_step(group)
+    assert (trainer.state.update, trainer.state.skipped_updates) == (1, 1)
+    assert trainer.optimizer.param_groups[0]["lr"] == trainer.lr(1)  # the schedule's first step, not its second
+    assert not torch.equal(weight, before)
+    trainer.metrics.close()
