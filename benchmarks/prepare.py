@@ -1,8 +1,15 @@
-"""Benchmark `nmtk prepare` at WMT14 en-de size: 4.5M synthetic pairs of news-like length.
+"""Benchmark `nmtk prepare` at WMT14 size: synthetic pairs of news-like length, the base recipe's text pipeline.
 
-Multi30k sentences are recombined (two or three joined per line, ~25 words on average) so that
-the corpus has realistic vocabulary and length. Prints one JSON line: wall time, pairs/s and the
-peak RSS of the whole `prepare` process tree. Usage: python benchmarks/prepare.py [--pairs N]
+Multi30k sentences are recombined (two or three joined per line, ~25 words on average) so that the
+corpus has realistic vocabulary and length. `prepare` runs with recipes/wmt14-en-de-base.toml's
+tokenizer and cleaning settings (BPE 37k, raw text, byte fallback) on 1M and 4.5M pairs by default.
+Prints one JSON line: per size wall time, pairs/s, peak RSS of the whole `prepare` process tree,
+prepared bytes on disk; and the time, disk and memory projected for WMT14 en-fr's 36M pairs from the
+measured scaling (linear in pairs above the fixed cost of learning the subword model).
+
+Usage: python benchmarks/prepare.py [--pairs 1000000,4500000] [--keep DIR]
+  --keep DIR  also keeps the largest prepared folder (DIR/data) and its corpus (DIR/root), which
+              benchmarks/scale.py trains on.
 """
 
 from __future__ import annotations
@@ -11,11 +18,14 @@ import argparse
 import gzip
 import json
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from _util import ROOT, data_root, run_measured
+
+EN_FR_PAIRS = 36_000_000
 
 
 def build_corpus(out: Path, pairs: int, seed: int = 1) -> None:
@@ -38,8 +48,12 @@ def build_corpus(out: Path, pairs: int, seed: int = 1) -> None:
                 fd.write(de[i] + "\n")
 
 
-RECIPE = """
-[data]
+def recipe_text() -> str:
+    """wmt14-en-de-base.toml with its corpora replaced by the synthetic ones."""
+    base = (ROOT / "recipes" / "wmt14-en-de-base.toml").read_text()
+    head, rest = base.split("[data]", 1)
+    rest = rest[rest.index("[tokenizer]"):]
+    return f"""{head}[data]
 source_lang = "en"
 target_lang = "de"
 [[data.train]]
@@ -54,33 +68,61 @@ target = "synth/valid.de"
 name = "test"
 source = "synth/test.en"
 target = "synth/test.de"
-[tokenizer]
-vocab_size = 37000
-"""
+
+{rest}"""
+
+
+def measure(root: Path, pairs: int, out: Path) -> dict[str, float]:
+    build_corpus(root, pairs)
+    recipe = root / "wmt-size.toml"
+    recipe.write_text(recipe_text())
+    cmd = [sys.executable, "-m", "nmtk", "prepare", str(recipe), "--data-root", str(root), "--out", str(out)]
+    wall, peak_mib, result = run_measured(cmd, cwd=ROOT)
+    if result.returncode:
+        sys.exit(f"prepare failed: {result.stderr.strip()}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    return {"pairs": pairs, "kept": train["kept"], "wall_s": round(wall, 1), "pairs_per_s": round(pairs / wall),
+            "peak_rss_mib": round(peak_mib), "disk_mib": round(sum(p.stat().st_size for p in out.iterdir()) / 2**20),
+            "corpus_mib": round(sum(p.stat().st_size for p in (root / "synth").iterdir()) / 2**20),
+            "tokens_en": train["sides"]["en"]["tokens"], "tokens_de": train["sides"]["de"]["tokens"]}
+
+
+def project(runs: list[dict[str, float]], pairs: int) -> dict[str, float]:
+    """Time and disk at ``pairs`` from the two largest measured sizes (a line through them)."""
+    a, b = sorted(runs, key=lambda r: r["pairs"])[-2:]
+    per_pair_s = (b["wall_s"] - a["wall_s"]) / (b["pairs"] - a["pairs"])
+    per_pair_disk = (b["disk_mib"] - a["disk_mib"]) / (b["pairs"] - a["pairs"])
+    per_pair_corpus = b["corpus_mib"] / b["pairs"]
+    return {"pairs": pairs, "wall_h": round((b["wall_s"] + per_pair_s * (pairs - b["pairs"])) / 3600, 2),
+            "prepared_gib": round((b["disk_mib"] + per_pair_disk * (pairs - b["pairs"])) / 1024, 1),
+            "raw_corpus_gib": round(per_pair_corpus * pairs / 1024, 1),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pairs", type=int, default=4_500_000)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", default="1000000,4500000", help="comma-separated corpus sizes")
+    parser.add_argument("--keep", type=Path, default=None)
     args = parser.parse_args()
+    sizes = sorted(int(n) for n in args.pairs.split(","))
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        build_corpus(root, args.pairs)
-        recipe = root / "wmt-size.toml"
-        recipe.write_text(RECIPE)
-        cmd = [sys.executable, "-m", "nmtk", "prepare", str(recipe), "--data-root", str(root),
-               "--out", str(root / "out")]
-        wall, peak_mib, result = run_measured(cmd, cwd=ROOT)
-        if result.returncode:
-            sys.exit(f"prepare failed: {result.stderr.strip()}")
-        manifest = json.loads((root / "out" / "manifest.json").read_text())
-    train = manifest["splits"]["train"]
-    print(json.dumps({
-        "benchmark": "prepare", "pairs": args.pairs, "kept": train["kept"],
-        "wall_s": round(wall, 1), "pairs_per_s": round(args.pairs / wall),
-        "peak_rss_mib": round(peak_mib), "tokens_en": train["sides"]["en"]["tokens"],
-        "tokens_de": train["sides"]["de"]["tokens"], "vocab": 37000,
-    }))
+        for pairs in sizes:
+            root, out = Path(tmp) / f"root-{pairs}", Path(tmp) / f"out-{pairs}"
+            runs.append(measure(root, pairs, out))
+            if args.keep and pairs == sizes[-1]:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for src, name in ((out, "data"), (root, "root")):
+                    shutil.rmtree(args.keep / name, ignore_errors=True)
+                    shutil.move(src, args.keep / name)
+            else:
+                shutil.rmtree(root)
+                shutil.rmtree(out)
+    report = {"benchmark": "prepare", "recipe": "wmt14-en-de-base (synthetic corpus)", "runs": runs}
+    if len(runs) >= 2:
+        report["projected_en_fr"] = project(runs, EN_FR_PAIRS)
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

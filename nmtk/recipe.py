@@ -12,14 +12,16 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nmtk.errors import NmtkError
-from nmtk.model import ModelConfig, parameter_count
 from nmtk.vocab import PAD_ID, SPECIAL_SYMBOLS
+
+if TYPE_CHECKING:
+    from nmtk.model import ModelConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -515,6 +517,8 @@ def recipe_schema() -> dict[str, Any]:
 
 def model_config(recipe: Recipe, src_vocab: int | None = None, tgt_vocab: int | None = None) -> ModelConfig:
     """The model configuration a recipe asks for; vocabulary sizes default to ``tokenizer.vocab_size``."""
+    from nmtk.model import ModelConfig  # torch: only where a model is wanted, not for reading recipes
+
     m = recipe.model
     return ModelConfig(
         src_vocab=src_vocab or recipe.tokenizer.vocab_size,
@@ -536,6 +540,8 @@ def model_config(recipe: Recipe, src_vocab: int | None = None, tgt_vocab: int | 
 
 def derived_figures(recipe: Recipe) -> dict[str, Any]:
     """Figures a user wants before launching a run: model size, learning rate, batch size."""
+    from nmtk.model import parameter_count
+
     cfg = model_config(recipe)
     return {
         "parameters": parameter_count(cfg),

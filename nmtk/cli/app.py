@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from nmtk import __version__
-from nmtk.cli.translate import InvalidUtf8, Precision
+from nmtk.cli.options import InvalidUtf8, Precision
 from nmtk.console import console, error_line, key_value_table
 from nmtk.errors import NmtkError
 

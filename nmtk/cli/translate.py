@@ -12,13 +12,13 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 import torch
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
+from nmtk.cli.options import InvalidUtf8, Precision
 from nmtk.console import console
 from nmtk.decode.beam import Hypothesis, SearchConfig
 from nmtk.decode.ensemble import Ensemble
@@ -29,21 +29,6 @@ from nmtk.errors import NmtkError
 from nmtk.files import atomic_write, decode_lines
 from nmtk.recipe import DecodeSection
 from nmtk.rundir import RunDir, latest_run
-
-
-class Precision(str, Enum):
-    """Arithmetic of the decoder."""
-
-    fp32 = "fp32"
-    bf16 = "bf16"
-    fp16 = "fp16"
-
-
-class InvalidUtf8(str, Enum):
-    """What to do with input that is not valid UTF-8."""
-
-    error = "error"
-    replace = "replace"
 
 
 @dataclass(frozen=True)
