@@ -1,15 +1,29 @@
-"""Process-group setup for torchrun (DDP): NCCL on GPU, gloo on CPU; helpers that work with 1 process too."""
+"""Process-group setup for torchrun (DDP): NCCL on GPU, gloo on CPU; helpers that work with 1 process too.
+
+**Timeouts.** Every collective of training (gradient all-reduce, the few numbers summed each update)
+gives up after ``NMTK_DIST_TIMEOUT`` seconds (default 600): a process or node that stops answering
+ends the run on the others with one error line instead of leaving them waiting forever. A process
+that *dies* is noticed at once (its connections close). Waits that are long by nature — the other
+ranks waiting while rank 0 prepares the data or runs validation — use a second (gloo) group with a
+timeout of ``NMTK_DIST_WAIT_TIMEOUT`` seconds (default 6 hours). torchrun's own rendezvous waits
+``join_timeout`` (600 s by default) for every node to arrive.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from nmtk.errors import NmtkError
+
 T = TypeVar("T")
+DEFAULT_TIMEOUT_S = 600
+DEFAULT_WAIT_TIMEOUT_S = 6 * 3600
 
 
 @dataclass(frozen=True)
@@ -17,6 +31,7 @@ class DistInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    wait_group: Any = field(default=None, compare=False)  # gloo group for long waits (see module docstring)
 
     @property
     def is_main(self) -> bool:
@@ -27,18 +42,54 @@ class DistInfo:
         return self.world_size > 1
 
 
+def _seconds(name: str, default: int) -> timedelta:
+    raw = os.environ.get(name, str(default))
+    try:
+        value = float(raw)
+    except ValueError:
+        raise NmtkError(f"{name}={raw!r}: expected a number of seconds") from None
+    if value <= 0:
+        raise NmtkError(f"{name}={raw!r}: expected a positive number of seconds")
+    return timedelta(seconds=value)
+
+
+def collective_timeout() -> timedelta:
+    return _seconds("NMTK_DIST_TIMEOUT", DEFAULT_TIMEOUT_S)
+
+
 def init_distributed(device_type: str) -> DistInfo:
     """Join the torchrun job described by RANK / WORLD_SIZE / LOCAL_RANK; one process when absent."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    timeout, wait = collective_timeout(), _seconds("NMTK_DIST_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT_S)
     if not dist.is_initialized():
         backend = "nccl" if device_type == "cuda" else "gloo"
         if device_type == "cuda":
             torch.cuda.set_device(local)
-        dist.init_process_group(backend=backend)
-    return DistInfo(rank, world, local)
+        dist.init_process_group(backend=backend, timeout=timeout)
+    wait_group = dist.new_group(backend="gloo", timeout=max(wait, timeout))
+    return DistInfo(rank, world, local, wait_group)
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` says another process of the job stopped or stopped answering."""
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        sign in text for sign in ("gloo", "Gloo", "NCCL", "Connection closed", "Connection reset", "Timed out",
+                                  "timed out", "Broken pipe"))
+
+
+def lost_peer_error(exc: BaseException, info: DistInfo) -> NmtkError:
+    """One line for a training job that lost one of its processes."""
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    timeout = int(collective_timeout().total_seconds())
+    return NmtkError(f"rank {info.rank}: another process of this {info.world_size}-process job stopped or did not "
+                     f"answer within NMTK_DIST_TIMEOUT={timeout} s ({detail[:200]}); relaunch the same command "
+                     "to resume from the last checkpoint")
 
 
 def all_reduce_sum(values: list[float], device: torch.device, info: DistInfo) -> list[float]:
@@ -50,12 +101,12 @@ def all_reduce_sum(values: list[float], device: torch.device, info: DistInfo) ->
     return tensor.tolist()
 
 
-def broadcast_object(obj: T, info: DistInfo) -> T:
-    """Rank 0's ``obj`` (any picklable object) on every rank."""
+def broadcast_object(obj: T, info: DistInfo, wait: bool = False) -> T:
+    """Rank 0's ``obj`` (any picklable object) on every rank; ``wait=True`` after long rank-0 work."""
     if not info.enabled:
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=info.wait_group if wait else None)
     return box[0]
 
 
@@ -66,4 +117,7 @@ def barrier(info: DistInfo) -> None:
 
 def shutdown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.destroy_process_group()
+        except (RuntimeError, ValueError):  # a broken group after a lost peer: nothing left to tidy
+            pass

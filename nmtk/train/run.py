@@ -19,7 +19,15 @@ from nmtk.model import parameter_count
 from nmtk.recipe import Recipe
 from nmtk.rundir import RunDir
 from nmtk.text import text_pipelines
-from nmtk.train.distributed import DistInfo, barrier, broadcast_object, init_distributed, shutdown
+from nmtk.train.distributed import (
+    DistInfo,
+    barrier,
+    broadcast_object,
+    init_distributed,
+    lost_peer,
+    lost_peer_error,
+    shutdown,
+)
 from nmtk.train.trainer import Trainer
 
 # Settings a resumed run may not change, and what would break.
@@ -84,7 +92,7 @@ def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None,
                 console.print(f"data: {data_dir} ({'up to date' if result.up_to_date else 'prepared'})")
         except NmtkError as exc:
             error = str(exc)
-    error = broadcast_object(error, info)
+    error = broadcast_object(error, info, wait=True)
     if error:
         raise NmtkError(error)
     manifest = load_manifest(data_dir)
@@ -106,53 +114,69 @@ def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | Non
     device = pick_device(device_name)
     info = init_distributed(device.type)
     try:
-        if device.type == "cuda" and info.enabled:
-            device = torch.device("cuda", info.local_rank)
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))
-        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
-        if device.type == "cpu":
-            keep_freed_memory()
-        data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
-        run = RunDir(run_dir or Path("runs") / recipe.name)
-        checkpoint = None
-        if run.has_checkpoints():
-            if restart:
-                if info.is_main:
-                    moved = _set_aside(run)
-                    console.print(f"--restart: the previous run was moved to {moved}")
-            elif init_from:
-                raise NmtkError(f"{run.path} already has checkpoints: --init-from starts a new run "
-                                "(use another --run-dir, or --restart)")
-            else:
-                checkpoint = load_checkpoint(run.resume_checkpoint())
-        barrier(info)
-        if info.is_main:
-            run.freeze(recipe, data_dir, manifest)
-        barrier(info)
-        if checkpoint is not None:
-            check_resumable(run, checkpoint, recipe, manifest, info)
-        models = {lang: data_dir / name for lang, name in manifest["vocab"]["models"].items()}
-        pipelines = text_pipelines(recipe.tokenizer, (recipe.data.source_lang, recipe.data.target_lang), models)
-        trainer = Trainer(recipe, data_dir, manifest, pipelines, run, device, info)
-        if checkpoint is not None:
-            trainer.resume(checkpoint)
-            if info.is_main:
-                s = trainer.state
-                console.print(f"resuming {run.path} from update {s.update} (epoch {s.epoch + 1}, batch {s.batch})")
-        elif init_from:
-            trainer.init_from(init_from)
-        if info.is_main:
-            console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
-                          f"{info.world_size} process(es) | precision {recipe.train.precision}")
-        trainer.check_memory()
-        trainer.wrap()
-        state = trainer.train()
-        trainer.close()
-        if info.is_main:
-            console.print(f"[green]stopped[/]: {state.stop_reason} | update {state.update} | "
-                          f"{state.seconds / 60:.1f} min | best valid BLEU {state.best_bleu} | "
-                          f"checkpoint {run.last}")
-        return {"update": state.update, "reason": state.stop_reason, "best_bleu": state.best_bleu,
-                "run_dir": str(run.path)}
+        return _train(recipe, info, device, data_dir, data_root, run_dir, restart, init_from, threads)
+    except Exception as exc:
+        if info.enabled and lost_peer(exc):
+            raise lost_peer_error(exc, info) from None
+        raise
     finally:
         shutdown(info)
+
+
+def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path | None, data_root: Path | None,
+           run_dir: Path | None, restart: bool, init_from: Path | None, threads: int | None) -> dict[str, Any]:
+    if device.type == "cuda" and info.enabled:
+        device = torch.device("cuda", info.local_rank)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
+    if device.type == "cpu":
+        keep_freed_memory()
+    data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
+    run = RunDir(run_dir or Path("runs") / recipe.name)
+    checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
+    models = {lang: data_dir / name for lang, name in manifest["vocab"]["models"].items()}
+    pipelines = text_pipelines(recipe.tokenizer, (recipe.data.source_lang, recipe.data.target_lang), models)
+    trainer = Trainer(recipe, data_dir, manifest, pipelines, run, device, info)
+    if checkpoint is not None:
+        trainer.resume(checkpoint)
+        if info.is_main:
+            s = trainer.state
+            console.print(f"resuming {run.path} from update {s.update} (epoch {s.epoch + 1}, batch {s.batch})")
+    elif init_from:
+        trainer.init_from(init_from)
+    if info.is_main:
+        console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
+                      f"{info.world_size} process(es) | precision {recipe.train.precision}")
+    trainer.check_memory()
+    trainer.wrap()
+    state = trainer.train()
+    trainer.close()
+    if info.is_main:
+        console.print(f"[green]stopped[/]: {state.stop_reason} | update {state.update} | "
+                      f"{state.seconds / 60:.1f} min | best valid BLEU {state.best_bleu} | "
+                      f"checkpoint {run.last}")
+    return {"update": state.update, "reason": state.stop_reason, "best_bleu": state.best_bleu,
+            "run_dir": str(run.path)}
+
+
+def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: dict[str, Any], info: DistInfo,
+              restart: bool, init_from: Path | None) -> dict[str, Any] | None:
+    """Freeze the run directory (rank 0); the checkpoint to resume from, or None for a new run."""
+    checkpoint = None
+    if run.has_checkpoints():
+        if restart:
+            if info.is_main:
+                moved = _set_aside(run)
+                console.print(f"--restart: the previous run was moved to {moved}")
+        elif init_from:
+            raise NmtkError(f"{run.path} already has checkpoints: --init-from starts a new run "
+                            "(use another --run-dir, or --restart)")
+        else:
+            checkpoint = load_checkpoint(run.resume_checkpoint())
+    barrier(info)
+    if info.is_main:
+        run.freeze(recipe, data_dir, manifest)
+    barrier(info)
+    if checkpoint is not None:
+        check_resumable(run, checkpoint, recipe, manifest, info)
+    return checkpoint

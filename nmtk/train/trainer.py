@@ -367,7 +367,7 @@ class Trainer:
             devices = [self.device] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):
                 result = self.validator.run(self.model, self.precision)
-        result = broadcast_object(result, self.info)
+        result = broadcast_object(result, self.info, wait=True)
         improved = self.state.best_bleu is None or result["bleu"] > self.state.best_bleu
         if improved:
             self.state.best_bleu = result["bleu"]
