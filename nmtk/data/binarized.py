@@ -74,10 +74,14 @@ class SideReader:
             self.ids = np.zeros(0, dtype=dtype)
         else:
             self.ids = np.memmap(bin_path, dtype=dtype, mode="r")
-        self.lengths = np.diff(self.offsets)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per sentence (int32), computed from the offsets when asked: not kept in memory."""
+        return np.diff(self.offsets).astype(np.int32)
 
     def __len__(self) -> int:
-        return len(self.lengths)
+        return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.ids[self.offsets[i] : self.offsets[i + 1]]

@@ -53,5 +53,5 @@ def collate(split: BinarizedSplit, indices: np.ndarray) -> Batch:
 
 
 def split_lengths(split: BinarizedSplit) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens per side as batches hold them: source + EOS, target + BOS (or + EOS)."""
+    """Tokens per side as batches hold them (int32): source + EOS, target + BOS (or + EOS)."""
     return split.src.lengths + 1, split.tgt.lengths + 1
