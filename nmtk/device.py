@@ -30,7 +30,7 @@ import torch
 
 from nmtk.errors import NmtkError
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def pick_device(name: str | None) -> torch.device:
@@ -43,6 +43,33 @@ def pick_device(name: str | None) -> torch.device:
         except RuntimeError:
             raise NmtkError(f"--device {name!r}: not a device (use cpu, cuda or cuda:N)") from None
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX-512 BF16 or AMX, read from /proc/cpuinfo).
+
+    Without them, PyTorch emulates bf16 matrix products on the CPU, several times slower than fp32
+    (measured on an AVX2 host: 7.7 against 41 GFLOP/s).
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: str, device: torch.device) -> tuple[str, str]:
+    """The precision to run in, and why: ``auto`` is bf16 where the hardware does bf16 fast
+    (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX), else fp32."""
+    if precision != "auto":
+        return precision, "asked for"
+    if device.type == "cuda":
+        fast = torch.cuda.is_bf16_supported()
+        return ("bf16", "auto: this GPU has bf16") if fast else ("fp32", "auto: this GPU has no bf16")
+    if device.type == "cpu" and cpu_has_fast_bf16():
+        return "bf16", "auto: this CPU has AVX-512 BF16/AMX"
+    return "fp32", f"auto: no fast bf16 on this {device.type.upper()}"
 
 
 def autocast_for(device: torch.device, precision: str) -> AbstractContextManager:

@@ -300,8 +300,9 @@ class TrainSection(Section):
     """Stop after this many passes over the training data."""
     max_minutes: float | None = Field(None, gt=0.0)
     """Stop after this many minutes of training (wall clock, resumes included)."""
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    """Arithmetic: ``bf16`` autocast (GPU, and CPUs with AVX-512 BF16), ``fp16`` with dynamic loss scaling."""
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
+    """Arithmetic: ``bf16`` autocast (GPUs, and CPUs with AVX-512 BF16 or AMX; elsewhere bf16 is emulated
+    and slower than fp32), ``fp16`` with dynamic loss scaling, ``auto`` = bf16 where it is fast, else fp32."""
     update_freq: int = Field(1, ge=1)
     """Accumulate gradients over this many batches per update (simulates more GPUs)."""
     seed: int = 1

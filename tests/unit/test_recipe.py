@@ -77,7 +77,7 @@ def test_paper_settings() -> None:
         ("d_model = 256", "d_model = 250", "d_model (250) must be divisible by heads (4)"),
         ("vocab_size = 8000", "vocab_size = 4", "tokenizer.vocab_size"),
         ("joint = true", "joint = false", "share_embeddings"),
-        ('precision = "bf16"', 'precision = "fp8"', "train.precision"),
+        ('precision = "auto"', 'precision = "fp8"', "train.precision"),
     ],
 )
 def test_invalid_recipe_is_one_line_naming_the_field(nmtk, tmp_path: Path, old: str, new: str, field: str) -> None:
