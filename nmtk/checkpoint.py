@@ -12,7 +12,9 @@ import pickle
 import random
 import re
 import shutil
+import threading
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +92,48 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def snapshot(obj: Any) -> Any:
+    """A copy of a checkpoint's state whose tensors are CPU copies: training may go on changing its own."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {key: snapshot(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(snapshot(value) for value in obj)
+    return obj
+
+
+class BackgroundWriter:
+    """Runs checkpoint writes on a thread, one at a time, so that training does not wait for the disk.
+
+    `submit` first waits for the previous write (so at most one snapshot is held besides the live
+    state); `wait` blocks until the current one is on disk and re-raises its error, if any. Writes
+    stay atomic (`save_atomic`): a crash mid-write leaves the previous checkpoints as they were.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, write: Callable[[], None]) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=self._run, args=(write,), name="nmtk-checkpoint-writer")
+        self._thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as exc:  # reported by the next submit() or wait(), on the training thread
+            self._error = exc
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            if isinstance(error, NmtkError):
+                raise error
+            raise NmtkError(f"writing a checkpoint failed: {error}") from error

@@ -1,22 +1,97 @@
-"""Label-smoothed cross-entropy (paper §5.4, Szegedy et al. 2016)."""
+"""Label-smoothed cross-entropy (paper §5.4, Szegedy et al. 2016), and the same fused with the output
+projection, chunk by chunk, so that the logits of a whole batch never exist at once.
+
+The smoothed target puts 1 - ε on the reference token and ε spread uniformly over all V tokens:
+loss = (1 - ε) · (-log p_y) + ε · mean_v(-log p_v), summed over non-pad target tokens. Sums, not
+means: the trainer divides by the number of target tokens of the whole update (all batches, all
+ranks), so gradient accumulation and data parallelism give the same update as one big batch.
+"""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+#: Target positions per chunk of `ProjectedLoss`: 512 × 8,000 types × 4 bytes = 16 MiB of fp32 logits.
+CHUNK_POSITIONS = 512
+
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor]:
-    """Summed smoothed loss and summed NLL over non-pad target tokens.
-
-    The smoothed target puts 1 - ε on the reference token and ε spread uniformly over all V tokens:
-    loss = (1 - ε) · (-log p_y) + ε · mean_v(-log p_v). Sums, not means: the trainer divides by the
-    number of target tokens of the whole update (all batches, all ranks), so gradient accumulation
-    and data parallelism give the same update as one big batch.
-    """
-    target = target.reshape(-1, 1)
-    keep = target.ne(pad_id)
+    """Summed smoothed loss and summed NLL over non-pad target tokens, from logits (..., V)."""
     lprobs = F.log_softmax(logits.reshape(-1, logits.size(-1)).float(), dim=-1)  # one pass serves both terms
+    loss, nll, _ = _chunk(lprobs, target.reshape(-1, 1), epsilon, pad_id)
+    return loss, nll.detach()
+
+
+def _chunk(lprobs: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(smoothed loss, NLL, keep mask) of one chunk of log-probabilities (rows, V) and targets (rows, 1)."""
+    keep = target.ne(pad_id)
     nll = -lprobs.gather(1, target).masked_fill(~keep, 0.0).sum()
     smooth = -lprobs.mean(dim=-1, keepdim=True).masked_fill(~keep, 0.0).sum()
-    return (1.0 - epsilon) * nll + epsilon * smooth, nll.detach()
+    return (1.0 - epsilon) * nll + epsilon * smooth, nll, keep
+
+
+class ProjectedLoss(torch.autograd.Function):
+    """logits = h Wᵀ and the label-smoothed loss, a chunk of target positions at a time.
+
+    The loss is the end of the graph, so its gradient with respect to each chunk's logits is known
+    as soon as the chunk's loss is: softmax(z) - (1 - ε)·onehot(y) - ε/V (zero at padding). The
+    forward pass therefore also computes the gradients of ``h`` and ``W`` chunk by chunk and keeps
+    only those (the size of ``h`` and of ``W``); the backward pass scales them by the incoming
+    gradient. The same three matrix products as projecting, then differentiating, all the logits,
+    but at most one chunk of logits (fp32) in memory instead of all of them and their gradients.
+    """
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,  # noqa: ANN001
+                dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        vocab = weight.size(0)
+        w = weight.to(dtype)  # cast once per call (autocast would cast per chunk)
+        grad_h = torch.empty_like(h)
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        loss = torch.zeros((), dtype=torch.float32, device=h.device)
+        nll = torch.zeros((), dtype=torch.float32, device=h.device)
+        for start in range(0, h.size(0), CHUNK_POSITIONS):
+            hc = h[start : start + CHUNK_POSITIONS].to(dtype)
+            tc = target[start : start + CHUNK_POSITIONS, None]
+            lprobs = F.log_softmax((hc @ w.t()).float(), dim=-1)
+            chunk_loss, chunk_nll, keep = _chunk(lprobs, tc, epsilon, pad_id)
+            loss += chunk_loss
+            nll += chunk_nll
+            grad = lprobs.exp_()  # the softmax, in place of the log-probabilities
+            grad.sub_(epsilon / vocab).scatter_add_(1, tc, torch.full(tc.shape, epsilon - 1.0, device=grad.device))
+            grad = grad.masked_fill_(~keep, 0.0).to(dtype)
+            grad_h[start : start + CHUNK_POSITIONS] = grad @ w
+            grad_w += grad.t() @ hc
+        ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):  # noqa: ANN001, ANN205
+        grad_h, grad_w = ctx.saved_tensors
+        return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
+
+
+def projected_label_smoothed_loss(h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int
+                                  ) -> tuple[Tensor, Tensor]:
+    """`label_smoothed_loss` of ``h @ weight.T`` without holding the logits of all positions.
+
+    ``h`` (..., d) are decoder states, ``weight`` (V, d) the output projection. Under autocast the
+    products run in its dtype, as ``F.linear`` would. Returns (summed loss, summed NLL, detached).
+    """
+    device = h.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+    h, target = h.reshape(-1, h.size(-1)), target.reshape(-1)
+    with torch.autocast(device, enabled=False):
+        if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
+            loss, nll = ProjectedLoss.apply(h, weight, target, epsilon, pad_id, dtype)
+            return loss, nll.detach()
+        w = weight.to(dtype)
+        loss = nll = torch.zeros((), dtype=torch.float32, device=h.device)
+        for start in range(0, h.size(0), CHUNK_POSITIONS):
+            logits = h[start : start + CHUNK_POSITIONS].to(dtype) @ w.t()
+            lprobs = F.log_softmax(logits.float(), dim=-1)
+            chunk_loss, chunk_nll, _ = _chunk(lprobs, target[start : start + CHUNK_POSITIONS, None], epsilon, pad_id)
+            loss, nll = loss + chunk_loss, nll + chunk_nll
+        return loss, nll

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from nmtk.files import read_lines
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe
 from nmtk.text import TextPipeline
-from nmtk.train.loss import label_smoothed_loss
+from nmtk.train.loss import projected_label_smoothed_loss
 from nmtk.vocab import PAD_ID
 
 
@@ -65,9 +66,10 @@ class Validator:
         model.eval()
         for indices in self.batches:
             batch = collate(self.split, indices).to(self.device)
+            head = partial(projected_label_smoothed_loss, target=batch.tgt_out, epsilon=self.label_smoothing,
+                           pad_id=PAD_ID)
             with autocast_for(self.device, precision):
-                logits = model(batch.src, batch.tgt_in)
-            loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.label_smoothing, PAD_ID)
+                loss, nll = model(batch.src, batch.tgt_in, head=head)
             loss_sum += float(loss)
             nll_sum += float(nll)
             tokens += batch.target_tokens

@@ -212,3 +212,92 @@ def test_an_fp16_overflow_skips_the_update_without_moving_the_counter_or_the_sch
     assert trainer.optimizer.param_groups[0]["lr"] == trainer.lr(1)  # the schedule's first step, not its second
     assert not torch.equal(weight, before)
     trainer.metrics.close()
+
+
+@pytest.mark.parametrize("positions", [7, 1300])  # within one chunk, and across three (512 each)
+def test_chunked_projected_loss_equals_the_unchunked_one(positions: int) -> None:
+    """Loss, NLL and the gradients of the states and the projection match to 1e-5 in fp32."""
+    from nmtk.train.loss import projected_label_smoothed_loss
+
+    torch.manual_seed(0)
+    h = torch.randn(positions, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=True)
+    target = torch.randint(4, 50, (positions,))
+    target[::5] = 0  # padding
+    loss, nll = label_smoothed_loss(h @ w.t(), target, 0.1, pad_id=0)
+    (loss * 3.0).backward()
+    expected = [loss.detach(), nll, h.grad.clone(), w.grad.clone()]
+    h.grad = w.grad = None
+    loss, nll = projected_label_smoothed_loss(h, w, target, 0.1, pad_id=0)
+    (loss * 3.0).backward()
+    for got, want in zip([loss.detach(), nll, h.grad, w.grad], expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # evaluation: the same loss, no gradients computed
+        torch.testing.assert_close(projected_label_smoothed_loss(h, w, target, 0.1, 0)[0], expected[0],
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_training_through_the_chunked_loss_equals_training_through_the_logits() -> None:
+    """A tied-embedding model: every parameter gets the same gradient from either loss (fp32)."""
+    from helpers import copy_batch
+
+    from nmtk.train.loss import projected_label_smoothed_loss
+
+    def step(chunked: bool) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = Transformer(ModelConfig(src_vocab=40, tgt_vocab=40, d_model=16, heads=2, d_ff=32, encoder_layers=1,
+                                        decoder_layers=1, dropout=0.0))
+        src, tgt = copy_batch(torch.Generator().manual_seed(1), batch=8, vocab=40)
+        if chunked:
+            loss, _ = model(src, tgt[:, :-1], head=lambda h, w: projected_label_smoothed_loss(h, w, tgt[:, 1:], 0.1, 0))
+        else:
+            loss, _ = label_smoothed_loss(model(src, tgt[:, :-1]), tgt[:, 1:], 0.1, 0)
+        loss.backward()
+        return {name: p.grad for name, p in model.named_parameters()}
+
+    a, b = step(False), step(True)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def same(a: object, b: object) -> bool:
+    """Equal nested checkpoint states, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_a_checkpoint_written_in_the_background_is_what_a_synchronous_save_writes(tmp_path: Path) -> None:
+    """Training goes on while the writer writes; the file holds the state at the moment of saving."""
+    from helpers import toy_data, toy_recipe
+
+    from nmtk.data.prepare import prepare
+    from nmtk.recipe import load_recipe
+    from nmtk.rundir import RunDir
+    from nmtk.text import text_pipelines
+    from nmtk.train.distributed import DistInfo
+    from nmtk.train.trainer import Trainer
+
+    recipe = load_recipe(toy_recipe(tmp_path))
+    out = prepare(recipe, toy_data(tmp_path / "root"), tmp_path / "data")
+    models = {lang: out.out_dir / name for lang, name in out.manifest["vocab"]["models"].items()}
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    trainer = Trainer(recipe, out.out_dir, out.manifest, text_pipelines(recipe.tokenizer, ("en", "de"), models),
+                      run, torch.device("cpu"), DistInfo())
+    batches = trainer.plan.epoch_batches(0)
+    trainer.train_step(batches[:1])
+    save_atomic(trainer.checkpoint_state(), tmp_path / "sync.pt")
+    trainer.save()  # returns at once; the write goes on in the background...
+    for batch in batches[1:4]:
+        trainer.train_step([batch])  # ...while the parameters and Adam's moments change in place
+    trainer.writer.wait()
+    written, expected = load_checkpoint(run.checkpoint(1)), load_checkpoint(tmp_path / "sync.pt")
+    assert same(written, expected)
+    assert not torch.equal(written["model"]["encoder.0.ffn.w1.weight"], trainer.model.encoder[0].ffn.w1.weight)
+    assert run.last.samefile(run.checkpoint(1))
+    trainer.metrics.close()
