@@ -17,6 +17,7 @@ Masks are boolean, ``True`` where attention is allowed, shaped to broadcast as (
 
 from __future__ import annotations
 
+import math
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -42,6 +43,17 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causa
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 
 
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    """softmax(Q Kᵀ / √d_k) itself, (B, heads, T_q, T_k): what `attention` weighs V with."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    if causal:
+        hidden = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    return scores.float().softmax(dim=-1).to(q.dtype)
+
+
 def _init_fused(linear: nn.Linear, parts: int) -> None:
     """Xavier-uniform each d×d block separately, as if W^Q, W^K, W^V were separate matrices."""
     for block in linear.weight.data.chunk(parts, dim=0):
@@ -50,13 +62,20 @@ def _init_fused(linear: nn.Linear, parts: int) -> None:
 
 
 class _Heads(nn.Module):
-    """Shared plumbing: split into heads, attend, merge heads, output projection W^O."""
+    """Shared plumbing: split into heads, attend, merge heads, output projection W^O.
+
+    With ``keep_weights`` set (`Transformer.attention_weights` sets it), the weights of the last
+    forward are computed explicitly and kept in ``weights`` (B, heads, T_q, T_k). Off, the fused SDPA
+    kernel runs and nothing else is done.
+    """
 
     def __init__(self, d_model: int, heads: int, dropout: float) -> None:
         super().__init__()
         self.heads = heads
         self.d_head = d_model // heads
         self.dropout = dropout
+        self.keep_weights = False
+        self.weights: Tensor | None = None
         self.out = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.out.weight)
         nn.init.zeros_(self.out.bias)
@@ -67,7 +86,12 @@ class _Heads(nn.Module):
         return x.view(b, t, parts, self.heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
-        o = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)
+        if self.keep_weights:
+            w = attention_weights(q, k, mask, causal)
+            self.weights = w.detach()
+            o = F.dropout(w, self.dropout, self.training) @ v
+        else:
+            o = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)
         b, _, t, _ = o.shape
         return self.out(o.transpose(1, 2).reshape(b, t, self.heads * self.d_head))
 

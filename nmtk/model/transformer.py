@@ -7,7 +7,9 @@ and `decode_step` serve inference, one target position at a time with a key/valu
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +18,8 @@ from torch import Tensor, nn
 from nmtk.model.attention import LayerCache
 from nmtk.model.config import ModelConfig
 from nmtk.model.layers import DecoderLayer, EncoderLayer
+
+T = TypeVar("T")
 
 
 def sinusoidal_positions(length: int, d_model: int, offset: int = 0) -> Tensor:
@@ -136,10 +140,43 @@ class Transformer(nn.Module):
             y = layer(y, memory, memory_mask)
         return self.decoder_norm(y)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, V): position t predicts target token t+1."""
+    @property
+    def output_weight(self) -> Tensor:
+        """The pre-softmax projection (V, d): the target embedding matrix when tied (paper §3.4)."""
+        return self.output.weight if self.output is not None else self.tgt_embed.table.weight
+
+    def forward(self, src: Tensor, tgt_in: Tensor, head: Callable[[Tensor, Tensor], T] | None = None) -> Tensor | T:
+        """Teacher-forced logits (B, T, V): position t predicts target token t+1.
+
+        With ``head``, the decoder states (B, T, d) and `output_weight` go to ``head(states, weight)``
+        instead, and its result is returned: training's chunked loss projects a few positions at a
+        time, so the logits of a whole batch never exist at once.
+        """
         memory, mask = self.encode(src)
-        return self.project(self.decode(tgt_in, memory, mask))
+        states = self.decode(tgt_in, memory, mask)
+        return self.project(states) if head is None else head(states, self.output_weight)
+
+    @contextmanager
+    def attention_weights(self) -> Iterator[dict[str, list[Tensor]]]:
+        """Keep every attention's weights while inside; the dict yielded is filled on leaving.
+
+        ``{"encoder": [...], "decoder": [...], "cross": [...]}``, one (B, heads, T_q, T_k) tensor per
+        layer, from the last forward run inside (a teacher-forced `forward` gives whole matrices).
+        Outside this block attention runs on the fused kernel and keeps nothing.
+        """
+        kinds = {"encoder": [layer.self_attn for layer in self.encoder],
+                 "decoder": [layer.self_attn for layer in self.decoder],
+                 "cross": [layer.cross_attn for layer in self.decoder]}
+        modules = [m for group in kinds.values() for m in group]
+        for module in modules:
+            module.keep_weights, module.weights = True, None
+        found: dict[str, list[Tensor]] = {}
+        try:
+            yield found
+            found.update({kind: [m.weights for m in group] for kind, group in kinds.items()})
+        finally:
+            for module in modules:
+                module.keep_weights, module.weights = False, None
 
     # ------------------------------------------------------- incremental decoding
 

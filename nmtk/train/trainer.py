@@ -12,6 +12,7 @@ import signal
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +21,27 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmtk import __version__
-from nmtk.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
+from nmtk.checkpoint import (
+    BackgroundWriter,
+    link_atomic,
+    load_checkpoint,
+    rng_state,
+    save_atomic,
+    set_rng_state,
+    snapshot,
+)
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import Batch, collate, split_lengths
-from nmtk.device import autocast_for
+from nmtk.device import autocast_for, resolve_precision
 from nmtk.errors import NmtkError
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
 from nmtk.text import TextPipeline
 from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier, broadcast_object
-from nmtk.train.loss import label_smoothed_loss
+from nmtk.train.loss import projected_label_smoothed_loss
 from nmtk.train.metrics import MetricsLog, MetricsWindow, Progress, training_record
 from nmtk.train.schedule import inverse_sqrt_lr
 from nmtk.train.validate import Validator
@@ -106,11 +115,12 @@ class Trainer:
         fused = {"fused": True} if device.type == "cuda" else {}
         self.optimizer = optimizer_cls(self.model.parameters(), lr=0.0, betas=o.betas, eps=o.eps,
                                        weight_decay=o.weight_decay, **fused)
-        self.precision = recipe.train.precision
+        self.precision, self.precision_reason = resolve_precision(recipe.train.precision, device)
         self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None
         self.state = TrainState()
         self.validator = Validator.for_split(data_dir, manifest, recipe, pipelines, device)
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
+        self.writer = BackgroundWriter()
         self.window = MetricsWindow()
 
     # ------------------------------------------------------------------ setup
@@ -173,9 +183,11 @@ class Trainer:
     # ------------------------------------------------------------------- step
 
     def _loss(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed label-smoothed loss and NLL of a batch, projected and scored a chunk at a time."""
+        head = partial(projected_label_smoothed_loss, target=batch.tgt_out,
+                       epsilon=self.recipe.optim.label_smoothing, pad_id=PAD_ID)
         with autocast_for(self.device, self.precision):
-            logits = module(batch.src, batch.tgt_in)
-            return label_smoothed_loss(logits, batch.tgt_out, self.recipe.optim.label_smoothing, PAD_ID)
+            return module(batch.src, batch.tgt_in, head=head)
 
     def train_step(self, group: list[np.ndarray]) -> tuple[float, float, int]:
         """One update over ``update_freq`` batches; returns local (loss sum, nll sum, target tokens).
@@ -262,12 +274,18 @@ class Trainer:
         }
 
     def save(self, best: bool = False) -> None:
-        """Numbered checkpoint + checkpoint_last.pt (rank 0 writes; all ranks take part in RNG gathering)."""
+        """Numbered checkpoint + checkpoint_last.pt (rank 0 writes; all ranks take part in RNG gathering).
+
+        The state is copied now and written, fsynced and linked on a background thread while
+        training goes on (`BackgroundWriter`): the file is what a synchronous save would have written.
+        """
         state = self.checkpoint_state()
         self._last_save = time.monotonic()
-        if not self.info.is_main:
-            return
-        path = self.run.checkpoint(self.state.update)
+        if self.info.is_main:
+            self.writer.submit(partial(self._write, snapshot(state), self.state.update, best))
+
+    def _write(self, state: dict[str, Any], update: int, best: bool) -> None:
+        path = self.run.checkpoint(update)
         save_atomic(state, path)
         link_atomic(path, self.run.last)
         if best:
@@ -284,8 +302,11 @@ class Trainer:
         reason = None
         with _StopSignal() as stop, Progress(self.info.is_main, self.recipe.train.max_updates,
                                              self.state.update) as progress:
-            while reason is None:
-                reason = self._run_epoch(stop, progress)
+            try:
+                while reason is None:
+                    reason = self._run_epoch(stop, progress)
+            finally:
+                self.writer.wait()  # the last checkpoint is on disk before train() returns or raises
         self.state.stop_reason = reason
         if self.window.updates:
             self._log(progress=None)
@@ -380,7 +401,20 @@ class Trainer:
         if self.info.is_main:
             console.print(f"valid | update {self.state.update} | loss {result['loss']:.3f} | nll {result['nll']:.3f} "
                           f"| ppl {result['ppl']:.2f} | BLEU {result['bleu']:.2f} | best {self.state.best_bleu:.2f}")
+            self._draw_curves()
         return improved
+
+    def _draw_curves(self) -> None:
+        """RUN/curves.png, redrawn at each validation so that it can be looked at during the run.
+        A picture that cannot be drawn is a warning, once: it never stops training."""
+        try:
+            from nmtk.pictures import training_curves
+
+            training_curves([self.run.path], self.run.path / "curves.png", names=[self.recipe.name])
+        except Exception as exc:  # matplotlib missing or broken, a full disk...
+            if not getattr(self, "_curves_failed", False):
+                console.print(f"warning: could not draw {self.run.path / 'curves.png'}: {exc}")
+                self._curves_failed = True
 
     def _log(self, progress: Progress | None) -> None:
         w = self.window
