@@ -13,11 +13,15 @@ Scores are GNMT-normalised: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α, |Y| 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from nmtk.decode.contract import Cache, Decoder
+
+if TYPE_CHECKING:
+    from nmtk.decode.alignment import Alignment
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
@@ -27,6 +31,7 @@ NEG_INF = float("-inf")
 class Hypothesis:
     tokens: list[int]
     score: float  # length-normalised log-probability
+    alignment: Alignment | None = None  # word alignment, when asked for (`nmtk.decode.alignment`)
 
 
 @dataclass

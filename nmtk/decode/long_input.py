@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from nmtk.decode.alignment import Alignment
 from nmtk.decode.beam import Hypothesis, SearchConfig
 from nmtk.decode.contract import Decoder
 from nmtk.decode.search import decode_ids
@@ -80,7 +81,14 @@ class Segments:
                 continue
             best = [h[0] for h in group if h]
             tokens = [t for h in best for t in h.tokens]
-            joined.append([Hypothesis(tokens, sum(h.score for h in best) / max(len(best), 1))])
+            hyp = Hypothesis(tokens, sum(h.score for h in best) / max(len(best), 1))
+            if best and all(h.alignment is not None for h in best):  # word indices continue across pieces
+                pairs, src, tgt = [], 0, 0
+                for h in best:
+                    pairs += h.alignment.shifted(src, tgt).pairs
+                    src, tgt = src + h.alignment.source_words, tgt + h.alignment.target_words
+                hyp.alignment = Alignment(pairs, src, tgt)
+            joined.append([hyp])
         return joined
 
 
@@ -90,3 +98,11 @@ def decode_in_pieces(model: Decoder, sources: Sequence[Sequence[int]], cfg: Sear
     segments = Segments.of(sources, model.cfg.max_positions - 1, strength)
     hyps = decode_ids(model, segments.pieces, cfg, **options)
     return segments.join(hyps), segments.count
+
+
+def warn_split(line: int, subwords: int, max_positions: int, pieces: int) -> None:
+    """The one warning a line translated in pieces gets."""
+    from nmtk.console import console
+
+    console.print(f"warning: line {line}: {subwords:,} subwords, more than the model's {max_positions - 1:,}: "
+                  f"translated in {pieces} pieces, joined")

@@ -1,0 +1,98 @@
+"""`nmtk attention`: translate one sentence and draw the attention the model paid doing it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nmtk.cli.translate import TranslateOptions, build_translator
+from nmtk.console import console
+from nmtk.decode.translator import Translator
+from nmtk.errors import NmtkError
+from nmtk.files import decode_lines
+from nmtk.pictures import attention_picture
+from nmtk.vocab import BOS_ID, EOS_ID
+
+KINDS = ("encoder", "cross", "decoder")
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    model: Path | None
+    sentence: str | None
+    input: Path | None
+    line: int
+    out: Path
+    kinds: tuple[str, ...]
+    layer: int | None  # from 1; None: the last layer of each stack
+    head: int | None  # from 1; None: every head
+    style: str
+    format: str
+    checkpoint: Path | None = None
+
+
+def the_sentence(o: AttentionOptions) -> str:
+    """The sentence to draw: the argument, or line ``--line`` of ``-i FILE``."""
+    if (o.sentence is None) == (o.input is None):
+        raise NmtkError("give one sentence: nmtk attention -m RUN \"SENTENCE\", or -i FILE --line N")
+    if o.sentence is not None:
+        sentence = o.sentence
+    else:
+        try:
+            with open(o.input, "rb") as handle:
+                lines = decode_lines(handle, str(o.input))
+                sentence = next((text for n, text in enumerate(lines, start=1) if n == o.line), None)
+        except FileNotFoundError:
+            raise NmtkError(f"{o.input}: input file not found") from None
+        if sentence is None:
+            raise NmtkError(f"{o.input}: has no line {o.line}")
+    if not sentence.strip():
+        raise NmtkError("the sentence is empty: there is no attention to draw")
+    return sentence
+
+
+def draw(o: AttentionOptions) -> list[Path]:
+    """Translate the sentence, run the model over it and its translation keeping the weights, draw."""
+    sentence = the_sentence(o)
+    translator = build_translator(TranslateOptions(model=o.model, checkpoint=o.checkpoint, beam=None))
+    if not isinstance(translator, Translator):
+        raise NmtkError(f"{o.model}: an exported CTranslate2 model; draw attention with the run it was exported from")
+    model = translator.model
+    for kind in o.kinds:  # check --layer and --head before any work
+        count = model.cfg.encoder_layers if kind == "encoder" else model.cfg.decoder_layers
+        if o.layer is not None and not 1 <= o.layer <= count:
+            raise NmtkError(f"--layer {o.layer}: the {kind} has layers 1 to {count}")
+    if o.head is not None and not 1 <= o.head <= model.cfg.heads:
+        raise NmtkError(f"--head {o.head}: the model has heads 1 to {model.cfg.heads}")
+    src = translator.src_pipe.encode(sentence)
+    limit = model.cfg.max_positions - 1
+    if len(src) > limit:
+        raise NmtkError(f"the sentence has {len(src):,} subwords, more than the model's {limit:,}")
+    hyp = translator.hypotheses([sentence])[0][0].tokens
+    console.print(f"translation: {translator.tgt_pipe.decode(hyp)}")
+    with model.attention_weights() as kept, torch.inference_mode():
+        model(torch.tensor([[*src, EOS_ID]], device=translator.device), torch.tensor([[BOS_ID, *hyp]],
+                                                                                      device=translator.device))
+    pieces_src, pieces_tgt = translator.src_pipe.subwords.pieces(), translator.tgt_pipe.subwords.pieces()
+    source = [pieces_src[t] for t in src] + ["</s>"]
+    target_in = ["<s>"] + [pieces_tgt[t] for t in hyp]
+    target_out = [pieces_tgt[t] for t in hyp] + ["</s>"]
+    o.out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind in o.kinds:
+        layers = kept[kind]
+        layer = (o.layer or len(layers)) - 1
+        weights = layers[layer][0].float().cpu().numpy()
+        heads = None if o.head is None else [o.head - 1]
+        rows, cols = {"encoder": (source, source), "cross": (target_out, source),
+                      "decoder": (target_in, target_in)}[kind]
+        style = o.style if kind == "encoder" else "heatmap"
+        title = {"encoder": "encoder self-attention", "cross": "encoder-decoder attention (rows: the token produced)",
+                 "decoder": "decoder self-attention"}[kind] + f", layer {layer + 1} of {len(layers)}"
+        out = o.out / f"{kind}-layer{layer + 1}.{o.format}"
+        written.append(attention_picture(np.asarray(weights), rows, cols, out, title, style, heads,
+                                         average=kind != "encoder"))
+    return written

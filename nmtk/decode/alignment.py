@@ -1,0 +1,97 @@
+"""Word alignments from encoder-decoder attention (`translate --print-alignment`).
+
+For a source and its translation, the model is run once more, teacher-forced, keeping the
+cross-attention weights of one decoder layer (`Transformer.attention_weights`). The row of the
+position that *produced* target token j (decoder input j - 1) says where the model looked; averaged
+over heads, summed over the subword pieces of each word, its argmax over source words aligns target
+word j. Pairs are written ``i-j`` (source word i, target word j, from 0), the format of fast_align
+and fairseq. Words are the space-separated units of the subword model's input: Moses tokens when
+the recipe Moses-tokenises, else the words of the text itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from nmtk.data.dataset import pad_sequences
+from nmtk.device import autocast_for
+from nmtk.model import Transformer
+from nmtk.vocab import BOS_ID, EOS_ID
+
+
+@dataclass
+class Alignment:
+    """Hard word alignment of one translation: (source word, target word) pairs, and the word counts."""
+
+    pairs: list[tuple[int, int]]
+    source_words: int
+    target_words: int
+
+    def __str__(self) -> str:
+        return " ".join(f"{s}-{t}" for s, t in self.pairs)
+
+    def shifted(self, source: int, target: int) -> Alignment:
+        return Alignment([(s + source, t + target) for s, t in self.pairs], self.source_words, self.target_words)
+
+
+def word_starts(pieces: Sequence[str]) -> np.ndarray:
+    """Per vocabulary id, whether the piece begins a word: sentencepiece marks word starts with ``▁``,
+    WordPiece marks continuations with ``##``."""
+    wordpiece = any(p.startswith("##") for p in pieces) and not any(p.startswith("▁") for p in pieces)
+    if wordpiece:
+        return np.array([not p.startswith("##") for p in pieces])
+    return np.array([p.startswith("▁") for p in pieces])
+
+
+def word_index(starts: np.ndarray, ids: Sequence[int]) -> list[int]:
+    """The word (from 0) each token of ``ids`` belongs to; the first token always begins one."""
+    if not len(ids):
+        return []
+    begins = starts[np.asarray(ids)].copy()
+    begins[0] = True
+    return (np.cumsum(begins) - 1).tolist()
+
+
+def hard_alignment(weights: np.ndarray, src_words: list[int], tgt_words: list[int]) -> Alignment:
+    """Target word → the source word whose pieces draw most of its pieces' attention.
+
+    ``weights`` (T, S): cross-attention of the rows producing target tokens, over source tokens.
+    """
+    n_src, n_tgt = (max(src_words) + 1 if src_words else 0), (max(tgt_words) + 1 if tgt_words else 0)
+    if not n_src or not n_tgt:
+        return Alignment([], n_src, n_tgt)
+    by_word = np.zeros((n_tgt, n_src))
+    np.add.at(by_word, (np.asarray(tgt_words)[:, None], np.asarray(src_words)[None, :]), weights)
+    return Alignment([(int(s), t) for t, s in enumerate(by_word.argmax(axis=1))], n_src, n_tgt)
+
+
+@torch.inference_mode()
+def cross_attention(model: Transformer, sources: list[list[int]], targets: list[list[int]], layer: int,
+                    device: torch.device, precision: str = "fp32") -> list[np.ndarray]:
+    """Per pair, the head-averaged cross-attention of decoder ``layer`` (0-based, negative from the end):
+    (len(target), len(source)) rows producing each target token, columns of the source tokens (no EOS)."""
+    src = pad_sequences([np.asarray(s, dtype=np.int64) for s in sources], suffix=EOS_ID).to(device)
+    tgt = pad_sequences([np.asarray(t, dtype=np.int64) for t in targets], prefix=BOS_ID).to(device)
+    with model.attention_weights() as kept, autocast_for(device, precision):
+        model(src, tgt)
+    weights = kept["cross"][layer].float().mean(dim=1).cpu().numpy()  # (B, T, S)
+    return [weights[i, : len(t), : len(s)] for i, (s, t) in enumerate(zip(sources, targets, strict=True))]
+
+
+def align(model: Transformer, sources: list[list[int]], targets: list[list[int]], source_starts: np.ndarray,
+          target_starts: np.ndarray, layer: int, device: torch.device, precision: str = "fp32") -> list[Alignment]:
+    """Word alignments of translations ``targets`` (ids, no EOS) of ``sources`` (ids, no EOS);
+    ``*_starts`` are `word_starts` of the two vocabularies."""
+    todo = [i for i, t in enumerate(targets) if t and sources[i]]
+    found = [Alignment([], 0, 0) for _ in sources]
+    if todo:
+        matrices = cross_attention(model, [sources[i] for i in todo], [targets[i] for i in todo], layer, device,
+                                   precision)
+        for i, matrix in zip(todo, matrices, strict=True):
+            found[i] = hard_alignment(matrix, word_index(source_starts, sources[i]),
+                                      word_index(target_starts, targets[i]))
+    return found
