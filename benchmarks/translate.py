@@ -1,8 +1,18 @@
 """Benchmark `nmtk translate` on Multi30k test_2016_flickr (1,000 sentences), beam 4, 2 CPU threads.
 
-Needs a trained run of the d256 setup (default runs/multi30k-en-de-d256, else pass --run). Prints one
-JSON line: sentences/s, target tokens/s, model-load seconds (reported apart), peak RSS, per precision.
-Usage: python benchmarks/translate.py [--run DIR] [--precisions fp32,bf16]
+Each row runs in a fresh process, so its peak RSS is its own: the model is loaded (timed apart),
+50 sentences warm up, then the 1,000 are translated as `nmtk translate` does (length-sorted batches,
+its default --max-tokens and --buffer-size). A row is ENGINE:PRECISION: ``nmtk:fp32``, ``nmtk:bf16``,
+``nmtk:auto`` (what `translate` picks by default), ``ct2:float32``, ``ct2:int8``... (ct2 rows use a
+CTranslate2 export of the same checkpoint, made first with `nmtk export`). Prints one JSON line:
+per row sentences/s, target tokens/s, model load seconds, peak RSS and sacreBLEU.
+
+``--lines 20000,200000`` instead streams that many Multi30k-derived lines through the `nmtk
+translate` command (greedy, -i FILE -o FILE) and reports the peak RSS of each: memory must not grow
+with the file.
+
+Needs a trained run (default: runs/multi30k-en-de, the `make demo` run).
+Usage: python benchmarks/translate.py [--run DIR] [--rows nmtk:fp32,nmtk:bf16] [--lines N,M]
 """
 
 from __future__ import annotations
@@ -10,55 +20,128 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from _util import ROOT, data_root
+from _util import ROOT, data_root, run_measured
+
+DEFAULT_ROWS = "nmtk:fp32,nmtk:bf16,nmtk:auto"
 
 
-def measure(run: Path, precision: str, lines: list[str], threads: int, device: str) -> dict[str, float]:
-    import resource
+def test_lines(lang: str) -> list[str]:
+    with gzip.open(data_root() / "multi30k" / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
 
-    import torch
 
-    from nmtk.decode.beam import SearchConfig
-    from nmtk.decode.translator import Translator, load_model
-    from nmtk.rundir import RunDir
+def nmtk_translator(run_dir: Path, precision: str, beam: int, device: str):  # noqa: ANN201 - a Translator
+    from nmtk.cli.options import Precision
+    from nmtk.cli.translate import TranslateOptions, build_translator
 
-    torch.set_num_threads(threads)
-    rundir = RunDir(run).require()
+    return build_translator(TranslateOptions(model=run_dir, beam=beam, precision=Precision(precision), device=device))
+
+
+def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dict[str, float]:
+    """One row, in this process: load, warm up, translate the test set, score."""
+    engine, precision = row.split(":", 1)
     start = time.perf_counter()
-    model = load_model(rundir.default_checkpoint(), torch.device(device), rundir.vocab_hash())
-    recipe = rundir.recipe()
-    d = recipe.decode
-    translator = Translator(rundir.pipelines(recipe), model, SearchConfig(beam=4, length_penalty=d.length_penalty,
-                            max_len_a=d.max_len_a, max_len_b=d.max_len_b), torch.device(device), precision)
+    if engine == "nmtk":
+        import torch
+
+        torch.set_num_threads(threads)
+        translator = nmtk_translator(run_dir, precision, beam, device)
+        hyps_fn = lambda lines: [h[0].tokens if h else [] for h in translator.hypotheses(lines)]  # noqa: E731
+        detok = translator.tgt_pipe.decode
+        chosen = translator.precision
+    else:
+        from nmtk.decode.export import ExportedTranslator
+
+        exported = ExportedTranslator.load(run_dir / f"export-{precision}", device=device, threads=threads)
+        hyps_fn = lambda lines: [h[0].tokens if h else [] for h in exported.hypotheses(lines, beam=beam)]  # noqa: E731
+        detok = exported.detokenize_ids
+        chosen = precision
     load_s = time.perf_counter() - start
-    translator.translate(lines[:50])  # warm-up
+    sources, refs = test_lines("en"), test_lines("de")
+    hyps_fn(sources[:50])  # warm-up
     start = time.perf_counter()
-    hyps = translator.hypotheses(lines)
+    out = hyps_fn(sources)
     seconds = time.perf_counter() - start
-    tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
-    return {"sentences_per_s": round(len(lines) / seconds, 1), "tgt_tokens_per_s": round(tokens / seconds),
-            "seconds": round(seconds, 2), "model_load_s": round(load_s, 2),
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU().corpus_score([detok(t) for t in out], [refs]).score
+    return {"precision": chosen, "sentences_per_s": round(len(sources) / seconds, 1),
+            "tgt_tokens_per_s": round(sum(len(t) + 1 for t in out) / seconds), "seconds": round(seconds, 2),
+            "model_load_s": round(load_s, 2), "bleu": round(bleu, 2),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
+def export_for(run_dir: Path, quantization: str) -> None:
+    target = run_dir / f"export-{quantization}"
+    if not (target / "model.bin").is_file():
+        subprocess.run([sys.executable, "-m", "nmtk", "export", str(run_dir), "-o", str(target), "--quantization",
+                        quantization, "--force"], check=True, cwd=ROOT, capture_output=True)
+
+
+def rows(args: argparse.Namespace) -> dict[str, object]:
+    report: dict[str, object] = {"benchmark": "translate", "run": str(args.run), "sentences": 1000,
+                                 "beam": args.beam, "threads": args.threads, "device": args.device}
+    for row in args.rows.split(","):
+        if row.startswith("ct2:"):
+            export_for(args.run, row.split(":", 1)[1])
+        cmd = [sys.executable, __file__, "--worker", row, "--run", str(args.run), "--threads", str(args.threads),
+               "--beam", str(args.beam), "--device", args.device]
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if result.returncode:
+            sys.exit(f"row {row} failed: {result.stderr.strip()[-2000:]}")
+        report[row] = json.loads(result.stdout.strip().splitlines()[-1])
+    return report
+
+
+def streamed(args: argparse.Namespace) -> dict[str, object]:
+    """Peak RSS of `nmtk translate -i FILE -o FILE` on files of growing length."""
+    with gzip.open(data_root() / "multi30k" / "train.en.gz", "rt", encoding="utf-8") as handle:
+        pool = [line.rstrip("\n") for line in handle]
+    report: dict[str, object] = {"benchmark": "translate-stream", "run": str(args.run), "beam": 1,
+                                 "threads": args.threads}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (int(x) for x in args.lines.split(",")):
+            source = Path(tmp) / f"in-{n}.en"
+            source.write_text("".join(pool[i % len(pool)] + "\n" for i in range(n)), encoding="utf-8")
+            out = Path(tmp) / f"out-{n}.de"
+            cmd = [sys.executable, "-m", "nmtk", "translate", "-m", str(args.run), "-i", str(source), "-o", str(out),
+                   "--beam", "1", "--threads", str(args.threads)]
+            wall, peak_mib, result = run_measured(cmd, cwd=ROOT)
+            if result.returncode:
+                sys.exit(f"translate failed: {result.stderr.strip()[-2000:]}")
+            lines = out.read_text(encoding="utf-8").count("\n")
+            report[str(n)] = {"lines_out": lines, "wall_s": round(wall, 1), "sentences_per_s": round(n / wall, 1),
+                              "peak_rss_mib": round(peak_mib)}
+    sizes = [k for k in report if k.isdigit()]
+    if len(sizes) >= 2:
+        first, last = report[sizes[0]]["peak_rss_mib"], report[sizes[-1]]["peak_rss_mib"]
+        report["peak_rss_growth_percent"] = round(100 * (last - first) / first, 1)
+    return report
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--run", type=Path, default=ROOT / "runs" / "multi30k-en-de-d256")
-    parser.add_argument("--precisions", default="fp32,bf16")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", type=Path, default=ROOT / "runs" / "multi30k-en-de")
+    parser.add_argument("--rows", default=DEFAULT_ROWS)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--lines", default=None, help="stream this many lines per run instead (e.g. 20000,200000)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    with gzip.open(data_root() / "multi30k" / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as handle:
-        lines = [line.rstrip("\n") for line in handle]
-    report: dict[str, object] = {"benchmark": "translate", "sentences": len(lines), "beam": 4,
-                                 "threads": args.threads, "device": args.device}
-    for precision in args.precisions.split(","):
-        report[precision] = measure(args.run, precision, lines, args.threads, args.device)
-    print(json.dumps(report))
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.run, args.threads, args.beam, args.device)))
+    elif args.lines:
+        print(json.dumps(streamed(args)))
+    else:
+        print(json.dumps(rows(args)))
 
 
 if __name__ == "__main__":

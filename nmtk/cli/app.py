@@ -17,7 +17,15 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from nmtk import __version__
-from nmtk.cli.options import InvalidUtf8, Precision
+from nmtk.cli.options import (
+    AttentionKind,
+    AttentionStyle,
+    InvalidUtf8,
+    PictureFormat,
+    PlotAxis,
+    Precision,
+    Quantization,
+)
 from nmtk.console import console, error_line, key_value_table
 from nmtk.errors import NmtkError
 
@@ -183,7 +191,9 @@ def translate(
                                                "a tab.")] = False,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads.")] = None,
-    precision: Annotated[Precision, typer.Option(help="Arithmetic of the decoder.")] = Precision.fp32,
+    precision: Annotated[Precision, typer.Option(help="Arithmetic of the decoder; auto = bf16 where the "
+                                                 "CPU (AVX-512 BF16/AMX) or GPU does it fast, else fp32.")
+                         ] = Precision.auto,
     sampling: Annotated[bool, typer.Option("--sampling", help="Sample instead of beam search.")] = False,
     topk: Annotated[int, typer.Option(min=0, help="Sampling: keep the k most likely tokens (0 = all).")] = 0,
     topp: Annotated[float, typer.Option(min=0.0, max=1.0, help="Sampling: nucleus probability mass.")] = 1.0,
@@ -191,6 +201,10 @@ def translate(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 1,
     ensemble: Annotated[list[Path] | None, typer.Option(help="More checkpoints of the same run to ensemble "
                                                         "(repeatable).")] = None,
+    print_alignment: Annotated[bool, typer.Option("--print-alignment", help="Append a tab and word alignments "
+                                                  "'i-j' (source word i, target word j).")] = False,
+    alignment_layer: Annotated[int | None, typer.Option(min=1, help="Decoder layer (from 1) whose cross-attention "
+                                                        "aligns (default: the last).")] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
     from nmtk.cli.translate import TranslateOptions
@@ -201,7 +215,85 @@ def translate(
         lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, max_tokens=max_tokens, buffer_size=buffer_size,
         errors=errors, print_scores=print_scores, device=device, threads=threads, precision=precision,
         sampling=sampling, topk=topk, topp=topp, temperature=temperature, seed=seed, ensemble=tuple(ensemble or ()),
+        print_alignment=print_alignment, alignment_layer=alignment_layer,
     ))
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to write the CTranslate2 model to.")],
+    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: the one translate would pick: "
+                                                    "newest averaged, else best, else last).")] = None,
+    quantization: Annotated[Quantization, typer.Option(help="How the weights are stored.")] = Quantization.float32,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output folder.")] = False,
+) -> None:
+    """Export a run's model to CTranslate2: a self-contained folder for `translate -m` or CTranslate2 itself."""
+    from nmtk.decode.export import export_run
+    from nmtk.rundir import RunDir
+
+    run = RunDir(run_dir).require()
+    chosen = checkpoint or run.default_checkpoint()
+    export_run(run, chosen, out, quantization.value, force)
+    console.print(f"exported {chosen} -> {out} (CTranslate2, {quantization.value}); translate with: "
+                  f"nmtk translate -m {out}")
+
+
+@app.command()
+def attention(
+    sentence: Annotated[str | None, typer.Argument(help="The sentence to translate and draw.")] = None,
+    model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
+                                               "else the newest run under runs/).")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: as translate).")] = None,
+    input_: Annotated[Path | None, typer.Option("-i", "--input", help="Take the sentence from this file...")] = None,
+    line: Annotated[int, typer.Option(min=1, help="...at this line (from 1).")] = 1,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder for the pictures.")] = Path("attention"),
+    kind: Annotated[list[AttentionKind] | None, typer.Option(help="encoder (self-attention), cross "
+                                                            "(encoder-decoder) or decoder (self-attention); "
+                                                            "repeatable (default: all three).")] = None,
+    layer: Annotated[int | None, typer.Option(min=1, help="Layer (from 1; default: the last of its stack, as the "
+                                              "paper's Figure 3 shows layer 5 of 6 and later).")] = None,
+    head: Annotated[int | None, typer.Option(min=1, help="Only this head (from 1; default: every head).")] = None,
+    style: Annotated[AttentionStyle, typer.Option(help="Encoder self-attention as the paper's lines (one colour "
+                                                  "per head) or heat maps.")] = AttentionStyle.lines,
+    format_: Annotated[PictureFormat, typer.Option("--format", help="Picture format.")] = PictureFormat.png,
+) -> None:
+    """Translate one sentence and draw the attention of the model (paper Figures 3-5)."""
+    from nmtk.cli.attention import AttentionOptions, draw
+
+    kinds = tuple(k.value for k in kind) if kind else ("encoder", "cross", "decoder")
+    options = AttentionOptions(model=model, sentence=sentence, input=input_, line=line, out=out, kinds=kinds,
+                               layer=layer, head=head, style=style.value, format=format_.value, checkpoint=checkpoint)
+    for path in draw(options):
+        console.print(f"wrote {path}")
+
+
+@app.command()
+def plot(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories (their train.jsonl), overlaid.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Picture to write (.png or .svg).")] = Path("curves.png"),
+    x: Annotated[PlotAxis, typer.Option("--x", help="Horizontal axis.")] = PlotAxis.updates,
+    size: Annotated[str, typer.Option(help="Width x height in pixels.")] = "1500x900",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing picture.")] = False,
+) -> None:
+    """Draw training curves: training and validation loss, validation BLEU, learning rate, tokens/s."""
+    from nmtk.pictures import training_curves
+    from nmtk.rundir import RunDir
+
+    for run in runs:
+        RunDir(run).require()
+        if not (run / "train.jsonl").is_file():
+            raise NmtkError(f"{run}: no train.jsonl yet (train the run first)")
+    try:
+        width, height = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise NmtkError(f"--size {size!r}: expected WIDTHxHEIGHT in pixels, e.g. 1500x900") from None
+    if not (100 <= width <= 10000 and 100 <= height <= 10000):
+        raise NmtkError(f"--size {size}: width and height must lie between 100 and 10000 pixels")
+    if out.exists() and not force:
+        raise NmtkError(f"{out}: exists; use --force to overwrite it")
+    training_curves(list(runs), out, x.value, (width, height))
+    console.print(f"wrote {out}")
 
 
 @app.command()

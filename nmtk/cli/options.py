@@ -8,6 +8,7 @@ from enum import Enum
 class Precision(str, Enum):
     """Arithmetic of the decoder."""
 
+    auto = "auto"
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
@@ -18,3 +19,37 @@ class InvalidUtf8(str, Enum):
 
     error = "error"
     replace = "replace"
+
+
+class Quantization(str, Enum):
+    """How `nmtk export` stores the weights (CTranslate2's quantization types)."""
+
+    float32 = "float32"
+    int8 = "int8"
+    int8_float32 = "int8_float32"
+    int8_bfloat16 = "int8_bfloat16"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class AttentionKind(str, Enum):
+    """Which attention `nmtk attention` draws."""
+
+    encoder = "encoder"
+    cross = "cross"
+    decoder = "decoder"
+
+
+class AttentionStyle(str, Enum):
+    lines = "lines"
+    heatmap = "heatmap"
+
+
+class PictureFormat(str, Enum):
+    png = "png"
+    svg = "svg"
+
+
+class PlotAxis(str, Enum):
+    updates = "updates"
+    minutes = "minutes"

@@ -1,0 +1,259 @@
+"""A small run trained (by `nmtk train`) to copy its input: attention pictures, word alignments,
+training curves, and deployment through CTranslate2, checked where the right answer is known."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import WORDS, toy_data, toy_recipe, write_corpus
+
+pytestmark = pytest.mark.slow
+
+
+def copy_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(n)]
+    return [(line, line) for line in lines]
+
+
+def nmtk(*args: str, cwd: Path, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmtk", *args], input=stdin, capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("copy")
+    root = tmp / "root"
+    write_corpus(root, "train", copy_pairs(3000, 1))
+    write_corpus(root, "valid", copy_pairs(40, 2))
+    write_corpus(root, "test", copy_pairs(40, 3))
+    recipe = toy_recipe(tmp, extra="log_every_updates = 20")
+    env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
+    result = nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "run"), "--threads", "2",
+                  "--set", "train.max_updates=700", "--set", "train.validate_every_updates=350",
+                  "--set", "train.save_every_updates=350", "--set", "model.d_model=64", "--set", "model.d_ff=128",
+                  "--set", "batching.max_tokens=1024", "--set", "optim.lr=0.002",
+                  "--set", "tokenizer.vocab_size=140", cwd=tmp, env=env)  # 140: one piece per word
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp, recipe, env
+
+
+# ------------------------------------------------------------------------------------ attention
+
+
+def load(run: Path):
+    from nmtk.decode.translator import load_model
+    from nmtk.rundir import RunDir
+
+    rundir = RunDir(run)
+    recipe = rundir.recipe()
+    return load_model(rundir.default_checkpoint(), torch.device("cpu"), rundir.vocab_hash()), rundir.pipelines(recipe)
+
+
+def test_kept_attention_weights_sum_to_one_and_are_the_formula(copy_run) -> None:
+    """softmax(QKᵀ/√d_k) recomputed from each layer's own projections equals what the model kept, and the
+    fused (SDPA) forward gives the same output as the one that keeps weights."""
+    from nmtk.model.attention import attention_weights
+
+    tmp, _, _ = copy_run
+    model, (src_pipe, _) = load(tmp / "run")
+    from nmtk.data.dataset import pad_sequences
+
+    ids = [np.asarray(src_pipe.encode(s)) for s in ("the dog runs with a ball", "a cat")]
+    src, tgt = pad_sequences(ids, suffix=3), pad_sequences(ids, prefix=2)  # the second row is padded
+    with torch.no_grad():
+        fused = model(src, tgt)
+        with model.attention_weights() as kept:
+            explicit = model(src, tgt)
+    torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
+    for kind in ("encoder", "decoder", "cross"):
+        for w in kept[kind]:
+            torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.shape[:-1]), atol=1e-6, rtol=0)
+    padded = src[1].eq(0)
+    assert float(kept["encoder"][0][1][..., padded].abs().max()) == 0.0  # padding gets no attention
+    # Recompute the first encoder layer's weights from its input and projections.
+    layer = model.encoder[0]
+    with torch.no_grad():
+        x = model.src_embed(src)
+        q, k, _ = layer.self_attn.split(layer.self_attn.qkv(x), 3)
+        recomputed = attention_weights(q, k, model.source_mask(src))
+    torch.testing.assert_close(recomputed, kept["encoder"][0], atol=1e-6, rtol=0)
+
+
+def test_cross_attention_of_the_copy_model_is_the_diagonal_and_alignments_say_so(copy_run) -> None:
+    from nmtk.decode.alignment import cross_attention
+
+    tmp, _, env = copy_run
+    model, (src_pipe, _) = load(tmp / "run")
+    sentences = [a for a, _ in copy_pairs(30, 9)]
+    sources = [src_pipe.encode(s) for s in sentences]
+    matrices = cross_attention(model, sources, sources, -1, torch.device("cpu"))
+    on_diagonal = sum(int((m.argmax(axis=1) == np.arange(len(m))).sum()) for m in matrices)
+    total = sum(len(m) for m in matrices)
+    assert on_diagonal / total >= 0.9, f"{on_diagonal}/{total} target positions look at their own source position"
+
+    out = nmtk("translate", "-m", str(tmp / "run"), "--print-alignment", cwd=tmp, env=env,
+               stdin="\n".join(sentences[:10]) + "\n\n")
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.split("\n")
+    assert rows[10] == "\t"  # an empty line stays one (empty) line, with an empty alignment
+    diagonal = 0
+    for sentence, row in zip(sentences[:10], rows[:10], strict=True):
+        text, pairs = row.split("\t")
+        n = len(sentence.split())
+        diagonal += pairs == " ".join(f"{i}-{i}" for i in range(n)) and text == sentence
+    assert diagonal >= 9, out.stdout
+
+
+def test_attention_command_draws_the_three_kinds(copy_run) -> None:
+    tmp, _, env = copy_run
+    out = nmtk("attention", "-m", str(tmp / "run"), "the dog sits on the grass", "-o", str(tmp / "pics"), cwd=tmp,
+               env=env)
+    assert out.returncode == 0, out.stderr
+    names = sorted(p.name for p in (tmp / "pics").iterdir())
+    assert names == ["cross-layer2.png", "decoder-layer2.png", "encoder-layer2.png"]
+    assert all((tmp / "pics" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
+    svg = nmtk("attention", "-m", str(tmp / "run"), "a cat", "--kind", "encoder", "--layer", "1", "--head", "2",
+               "--style", "heatmap", "--format", "svg", "-o", str(tmp / "pics"), cwd=tmp, env=env)
+    assert svg.returncode == 0, svg.stderr
+    assert (tmp / "pics" / "encoder-layer1.svg").read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-m", "{run}", "   "], "the sentence is empty"),
+    (["-m", "{missing}", "a cat"], "run directory not found"),
+    (["-m", "{run}", "a cat", "--layer", "7"], "has layers 1 to 2"),
+])
+def test_attention_errors_are_one_line(copy_run, args: list[str], message: str) -> None:
+    tmp, _, env = copy_run
+    paths = {"run": str(tmp / "run"), "missing": str(tmp / "nope")}
+    out = nmtk("attention", *[a.format(**paths) for a in args], "-o", str(tmp / "bad"), cwd=tmp, env=env)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 1 and len(errors) == 1 and message in errors[0], out.stderr
+    assert not (tmp / "bad").exists()  # nothing drawn
+
+
+# ------------------------------------------------------------------------------------ curves
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_plot_draws_the_runs_at_the_size_asked(copy_run) -> None:
+    tmp, _, env = copy_run
+    assert png_size(tmp / "run" / "curves.png")  # written by train at each of its 2 validations
+    out = nmtk("plot", str(tmp / "run"), str(tmp / "run"), "-o", str(tmp / "curves.png"), "--size", "800x600",
+               "--x", "minutes", cwd=tmp, env=env)
+    assert out.returncode == 0, out.stderr
+    assert png_size(tmp / "curves.png") == (800, 600)
+    again = nmtk("plot", str(tmp / "run"), "-o", str(tmp / "curves.png"), cwd=tmp, env=env)
+    assert again.returncode == 1 and "--force" in again.stderr
+
+
+# ------------------------------------------------------------------------------------ CTranslate2
+
+
+@pytest.fixture(scope="module")
+def exported(copy_run) -> Path:
+    tmp, _, env = copy_run
+    out = nmtk("export", str(tmp / "run"), "-o", str(tmp / "ct2"), cwd=tmp, env=env)
+    assert out.returncode == 0, out.stderr
+    return tmp / "ct2"
+
+
+def test_export_translates_as_nmtk_does(copy_run, exported) -> None:
+    tmp, _, env = copy_run
+    for name in ("model.bin", "config.json", "nmtk-export.json", "recipe.toml", "spm.model", "README.md"):
+        assert (tmp / "ct2" / name).is_file(), name
+    text = "\n".join(a for a, _ in copy_pairs(25, 11)) + "\n\nthe cat\n"
+    for args in (["--beam", "1", "--print-scores"], ["--beam", "4", "--print-scores"]):
+        common = [*args, "--lenpen", "0"]  # the raw log-probability: both engines score it alike
+        ours = nmtk("translate", "-m", str(tmp / "run"), "--precision", "fp32", *common, cwd=tmp, env=env, stdin=text)
+        theirs = nmtk("translate", "-m", str(tmp / "ct2"), *common, cwd=tmp, env=env, stdin=text)
+        assert ours.returncode == 0 and theirs.returncode == 0, ours.stderr + theirs.stderr
+        a, b = ours.stdout.splitlines(), theirs.stdout.splitlines()
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):  # same text; scores to 1e-3
+            xs, ys = x.split("\t"), y.split("\t")
+            assert [v for v in xs if not _number(v)] == [v for v in ys if not _number(v)], (x, y)
+            for u, v in zip(xs, ys, strict=True):
+                if _number(u) and "." in u:
+                    assert float(u) == pytest.approx(float(v), abs=1e-3), (x, y)
+    nbest = nmtk("translate", "-m", str(tmp / "ct2"), "--nbest", "3", cwd=tmp, env=env, stdin=text)
+    rows = [line.split("\t") for line in nbest.stdout.splitlines()]  # the same n-best format
+    assert [r[0] for r in rows] == [str(i) for i in range(1, 26) for _ in range(3)] + ["26", "27", "27", "27"]
+    again = nmtk("export", str(tmp / "run"), "-o", str(tmp / "ct2"), cwd=tmp, env=env)
+    assert again.returncode == 1 and "--force" in again.stderr
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_quantised_export_still_translates(copy_run) -> None:
+    tmp, _, env = copy_run
+    out = nmtk("export", str(tmp / "run"), "-o", str(tmp / "ct2-int8"), "--quantization", "int8", cwd=tmp, env=env)
+    assert out.returncode == 0, out.stderr
+    text = "\n".join(a for a, _ in copy_pairs(20, 12)) + "\n"
+    got = nmtk("translate", "-m", str(tmp / "ct2-int8"), cwd=tmp, env=env, stdin=text)
+    full = nmtk("translate", "-m", str(tmp / "run"), cwd=tmp, env=env, stdin=text)
+    assert got.returncode == 0 and full.returncode == 0, got.stderr + full.stderr
+    lines, reference = got.stdout.splitlines(), full.stdout.splitlines()
+    assert len(lines) == 20 and all(lines)
+    assert sum(a == b for a, b in zip(lines, reference, strict=True)) >= 16  # int8 weights: nearly the same output
+
+
+def test_export_of_separate_vocabularies(copy_run, tmp_path: Path) -> None:
+    """English and German subword models of their own (the toy lexicon corpus, so that they differ)."""
+    tmp, recipe, env = copy_run
+    env = {**env, "NMTK_DATA": str(toy_data(tmp_path / "root"))}
+    separate = nmtk("train", str(recipe), "--data", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
+                    "--threads", "2", "--set", "tokenizer.joint=false", "--set", "model.share_embeddings=decoder",
+                    "--set", "train.max_updates=300", "--set", "train.validate_every_updates=1000", cwd=tmp, env=env)
+    assert separate.returncode == 0, separate.stderr
+    out = nmtk("export", str(tmp_path / "run"), "-o", str(tmp_path / "ct2"), cwd=tmp, env=env)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "ct2" / "source_vocabulary.json").is_file()
+    assert (tmp_path / "ct2" / "target_vocabulary.json").is_file()
+    text = "the dog\na cat sits\n"
+    ours = nmtk("translate", "-m", str(tmp_path / "run"), "--precision", "fp32", "--lenpen", "0", cwd=tmp, env=env,
+                stdin=text)
+    theirs = nmtk("translate", "-m", str(tmp_path / "ct2"), "--lenpen", "0", cwd=tmp, env=env, stdin=text)
+    assert theirs.returncode == 0 and theirs.stdout == ours.stdout, theirs.stderr
+
+
+@pytest.mark.parametrize("damage", ["foreign", "corrupt", "option"])
+def test_exported_directory_errors_are_one_line(copy_run, exported, tmp_path: Path, damage: str) -> None:
+    tmp, _, env = copy_run
+    target = tmp_path / "model"
+    if damage == "foreign":
+        target.mkdir()
+        (target / "model.bin").write_bytes(b"not a model")
+        expected = "not an nmtk run directory"
+    else:
+        shutil.copytree(exported, target)
+        if damage == "corrupt":
+            (target / "model.bin").write_bytes((target / "model.bin").read_bytes()[:1000])
+            expected = "not a complete nmtk export"
+        else:
+            expected = "--ensemble: not available with an exported CTranslate2 model"
+    extra = ["--ensemble", str(tmp / "run" / "checkpoint_last.pt")] if damage == "option" else []
+    out = nmtk("translate", "-m", str(target), *extra, cwd=tmp, env=env, stdin="a cat\n")
+    assert out.returncode == 1 and expected in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
