@@ -146,7 +146,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
         trainer.init_from(init_from)
     if info.is_main:
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
-                      f"{info.world_size} process(es) | precision {recipe.train.precision}")
+                      f"{info.world_size} process(es) | precision {trainer.precision} ({trainer.precision_reason})")
     trainer.check_memory()
     trainer.wrap()
     state = trainer.train()
