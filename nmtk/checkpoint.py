@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pickle
 import random
-import re
 import shutil
 import threading
 import zipfile
@@ -23,8 +22,6 @@ import torch
 
 from nmtk.errors import NmtkError
 from nmtk.files import atomic_write, fsync_dir, temp_path
-
-NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
 
 
 def save_atomic(state: dict[str, Any], path: Path) -> None:
@@ -58,16 +55,6 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NmtkError(f"{path}: not a readable nmtk checkpoint ({first})") from None
-
-
-def numbered_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """``checkpoint_<update>.pt`` files of a run, oldest first."""
-    found = []
-    for path in run_dir.glob("checkpoint_*.pt"):
-        match = NUMBERED.match(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return sorted(found)
 
 
 def rng_state() -> dict[str, Any]:

@@ -92,3 +92,15 @@ def copy_atomic(source: Path, target: Path) -> None:
     with atomic_write(target, "wb") as out, open(source, "rb") as src:
         while block := src.read(1 << 20):
             out.write(block)
+
+
+def buffered(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    """Lists of ``size`` lines (the last may be shorter)."""
+    buffer: list[str] = []
+    for line in lines:
+        buffer.append(line)
+        if len(buffer) >= size:
+            yield buffer
+            buffer = []
+    if buffer:
+        yield buffer

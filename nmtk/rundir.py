@@ -11,10 +11,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from nmtk.checkpoint import numbered_checkpoints
 from nmtk.errors import NmtkError
 from nmtk.files import copy_atomic, write_text_atomic
 from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
@@ -23,6 +23,19 @@ from nmtk.text import TextPipeline, text_pipelines
 RECIPE = "recipe.toml"
 MANIFEST = "manifest.json"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
+
+
+NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
+
+
+def numbered_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """``checkpoint_<update>.pt`` files of a run, oldest first."""
+    found = []
+    for path in run_dir.glob("checkpoint_*.pt"):
+        match = NUMBERED.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
 
 
 class RunDir:

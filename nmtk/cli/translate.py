@@ -13,23 +13,21 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-import torch
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
 from nmtk.cli.options import InvalidUtf8, Precision
 from nmtk.console import console
-from nmtk.decode.beam import Hypothesis, SearchConfig
-from nmtk.decode.ensemble import Ensemble
+from nmtk.decode.config import Hypothesis, SamplingConfig, SearchConfig
 from nmtk.decode.export import ExportedTranslator, is_export
-from nmtk.decode.sampling import SamplingConfig
-from nmtk.decode.translator import Translator, buffered, load_model
-from nmtk.device import keep_freed_memory, pick_device, resolve_precision
 from nmtk.errors import NmtkError
-from nmtk.files import atomic_write, decode_lines
+from nmtk.files import atomic_write, buffered, decode_lines
 from nmtk.recipe import DecodeSection
 from nmtk.rundir import RunDir, latest_run
+
+if TYPE_CHECKING:
+    from nmtk.decode.translator import Translator
 
 
 @dataclass(frozen=True)
@@ -99,12 +97,22 @@ def choose_run(model: Path | None) -> RunDir:
 
 
 def build_translator(o: TranslateOptions) -> Translator | ExportedTranslator:
-    """Load the run's model(s) and pipeline as the options say (or an exported CTranslate2 model)."""
-    if o.threads:
-        torch.set_num_threads(o.threads)
+    """Load the run's model(s) and pipeline as the options say (or an exported CTranslate2 model).
+
+    torch is imported only for a run's own model: an exported one is run by CTranslate2 alone, so
+    a deployment pays neither torch's memory (~200 MB) nor its import time.
+    """
     exported = o.model or (Path(os.environ["NMTK_MODEL"]) if os.environ.get("NMTK_MODEL") else None)
     if exported is not None and is_export(exported):
         return build_exported(o, exported)
+    import torch
+
+    from nmtk.decode.ensemble import Ensemble
+    from nmtk.decode.translator import Translator, load_model
+    from nmtk.device import keep_freed_memory, pick_device, resolve_precision
+
+    if o.threads:
+        torch.set_num_threads(o.threads)
     run = choose_run(o.model)
     recipe = run.recipe()
     checkpoint = o.checkpoint or run.default_checkpoint()
@@ -134,15 +142,14 @@ def build_exported(o: TranslateOptions, directory: Path) -> ExportedTranslator:
         if used:
             raise NmtkError(f"{option}: not available with an exported CTranslate2 model ({directory}): it holds one "
                             "checkpoint in the type it was exported with; export again (nmtk export) to change it")
-    device = pick_device(o.device)
-    translator = ExportedTranslator.load(directory, device.type, threads=o.threads or 0)
+    translator = ExportedTranslator.load(directory, o.device or "auto", threads=o.threads or 0)
     translator.search = o.search_config(translator.recipe.decode)
     translator.sampling, translator.max_tokens = o.sampling_config(), o.max_tokens
     if translator.sampling is not None:
         import ctranslate2
 
         ctranslate2.set_random_seed(o.seed)
-    console.print(f"model: {directory} (CTranslate2, {translator.quantization}, {device.type})")
+    console.print(f"model: {directory} (CTranslate2, {translator.quantization}, {translator.device})")
     return translator
 
 

@@ -12,35 +12,16 @@ Scores are GNMT-normalised: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α, |Y| 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor
 
+from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.decode.contract import Cache, Decoder
-
-if TYPE_CHECKING:
-    from nmtk.decode.alignment import Alignment
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
+__all__ = ["Hypothesis", "SearchConfig", "beam_search", "greedy_search", "length_penalty", "max_lengths"]
+
 NEG_INF = float("-inf")
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]
-    score: float  # length-normalised log-probability
-    alignment: Alignment | None = None  # word alignment, when asked for (`nmtk.decode.alignment`)
-
-
-@dataclass
-class SearchConfig:
-    beam: int = 4
-    length_penalty: float = 0.6
-    max_len_a: float = 1.0
-    max_len_b: int = 50
-    nbest: int = 1
 
 
 def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
@@ -65,7 +46,8 @@ def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache) -> Tensor:
 def only_eos_where(reached: Tensor, lprobs: Tensor) -> Tensor:
     """Rows of ``lprobs`` (..., V) where ``reached`` (a hypothesis at its length limit) may only end:
     every token but EOS gets -∞, and EOS keeps the model's own log-probability. (Scoring the forced
-    EOS 0 would reward exactly the hypotheses that run to the limit, often degenerate repetitions.)"""
+    EOS 0 would reward exactly the hypotheses that run to the limit, often degenerate repetitions.)
+    Searches call it only from the first step at which some row can reach its limit."""
     not_eos = torch.ones(lprobs.size(-1), dtype=torch.bool, device=lprobs.device)
     not_eos[EOS_ID] = False
     return lprobs.masked_fill(reached[..., None] & not_eos, NEG_INF)
@@ -77,6 +59,7 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[H
     cache = model.start_cache(model.encode(src))
     n = src.size(0)
     limit = max_lengths(src, cfg, model)
+    first_limit = int(limit.min())
     rows = torch.arange(n, device=src.device)
     tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
     history = torch.empty((n, 0), dtype=torch.long, device=src.device)
@@ -84,7 +67,9 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[H
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     step = 0
     while rows.numel():
-        lprobs = only_eos_where(limit[rows] <= step, step_log_probs(model, tokens, cache))
+        lprobs = step_log_probs(model, tokens, cache)
+        if step >= first_limit:
+            lprobs = only_eos_where(limit[rows] <= step, lprobs)
         best, tokens = lprobs.max(dim=-1)
         raw = raw + best
         history = torch.cat([history, tokens[:, None]], dim=1)
@@ -110,7 +95,7 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hyp
     cache = model.start_cache(model.encode(src))  # encoder keys/values projected once per sentence...
     cache.reorder(torch.arange(n, device=device).repeat_interleave(k))  # ...then shared by its K beams
     limit = max_lengths(src, cfg, model)
-    max_steps = int(limit.max()) + 1
+    max_steps, first_limit = int(limit.max()) + 1, int(limit.min())
 
     sent = torch.arange(n, device=device)  # original index of each running sentence
     scores = torch.full((n, k), NEG_INF, device=device)
@@ -126,7 +111,8 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hyp
         b = sent.numel()
         lprobs = step_log_probs(model, tokens, cache).view(b, k, -1)
         vocab = lprobs.size(-1)
-        lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)
+        if step >= first_limit:  # no row is at its limit before (and no host sync is needed to know it)
+            lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)
         cand = (scores[..., None] + lprobs).view(b, k * vocab)
         cand_scores, cand_index = cand.topk(2 * k, dim=1)
         origin, cand_tokens = cand_index // vocab, cand_index % vocab

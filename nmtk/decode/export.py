@@ -25,21 +25,21 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nmtk import __version__
-from nmtk.decode.beam import Hypothesis, SearchConfig
+from nmtk.decode.config import Hypothesis, SamplingConfig, SearchConfig, length_batches
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
-from nmtk.decode.sampling import SamplingConfig
-from nmtk.decode.search import length_batches
 from nmtk.errors import NmtkError
 from nmtk.files import write_text_atomic
-from nmtk.model import Transformer
 from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
 from nmtk.text import TextPipeline, text_pipelines
 from nmtk.vocab import BOS, EOS, UNK
+
+if TYPE_CHECKING:
+    from nmtk.model import Transformer
 
 MARKER = "nmtk-export.json"
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "bfloat16", "float16")
@@ -148,6 +148,18 @@ def export_run(run: Any, checkpoint: Path, out: Path, quantization: str, force: 
     return meta
 
 
+def _ct2_device(name: str, gpus: int) -> tuple[str, int]:
+    """CTranslate2's (device, index) for ``--device``, checked as `nmtk.device.pick_device` checks torch's."""
+    if name == "auto":
+        return ("cuda" if gpus else "cpu"), 0
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+        raise NmtkError(f"--device {name!r}: not a device (use cpu, cuda or cuda:N)")
+    if kind == "cuda" and int(index or 0) >= gpus:
+        raise NmtkError(f"--device {name}: no such CUDA device is available (CTranslate2 sees {gpus})")
+    return kind, int(index or 0)
+
+
 def _cpu() -> Any:
     import torch
 
@@ -201,26 +213,29 @@ class ExportedTranslator:
     search: SearchConfig | None = None
     sampling: SamplingConfig | None = None
     max_tokens: int = 8192
+    device: str = "cpu"
 
     @classmethod
     def load(cls, directory: Path, device: str = "cpu", threads: int = 0) -> ExportedTranslator:
+        """``device``: cpu, cuda, cuda:N, or auto (CUDA when CTranslate2 sees a GPU)."""
         import ctranslate2
 
         directory = Path(directory)
+        device, index = _ct2_device(device, ctranslate2.get_cuda_device_count())
         try:
             meta = json.loads((directory / MARKER).read_text(encoding="utf-8"))
             recipe = load_recipe(directory / "recipe.toml")
             langs = (recipe.data.source_lang, recipe.data.target_lang)
             models = {lang: directory / meta["models"][lang] for lang in langs}
             pipelines = text_pipelines(recipe.tokenizer, langs, models)
-            ct2 = ctranslate2.Translator(str(directory), device=device, intra_threads=threads)
+            ct2 = ctranslate2.Translator(str(directory), device=device, device_index=index, intra_threads=threads)
         except NmtkError:
             raise
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise NmtkError(f"{directory}: not a complete nmtk export ({first}); run nmtk export again") from None
         positions = int(meta.get("max_positions", 1024))
-        return cls(directory, recipe, pipelines, ct2, positions, meta.get("quantization", ""))
+        return cls(directory, recipe, pipelines, ct2, positions, meta.get("quantization", ""), device=device)
 
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
@@ -276,6 +291,9 @@ class ExportedTranslator:
         results = self.ct2.translate_batch([[self.source_pieces[t] for t in s] for s in sources], **options)
         return [[Hypothesis([self.target_ids[p] for p in tokens], score)
                  for tokens, score in zip(r.hypotheses, r.scores, strict=True)] for r in results]
+
+    def translate(self, sentences: list[str]) -> list[str]:
+        return [self.detokenize(h[0]) if h else "" for h in self.hypotheses(sentences)]
 
     def detokenize(self, hyp: Hypothesis) -> str:
         return self.tgt_pipe.decode(hyp.tokens)

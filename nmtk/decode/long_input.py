@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nmtk.decode.alignment import Alignment
-from nmtk.decode.beam import Hypothesis, SearchConfig
-from nmtk.decode.contract import Decoder
-from nmtk.decode.search import decode_ids
+from nmtk.decode.config import Hypothesis, SearchConfig
+
+if TYPE_CHECKING:
+    from nmtk.decode.contract import Decoder
 
 SENTENCE_END, CLAUSE_END = ".!?", ";:,"
 _MARKERS = ("▁", "##")
@@ -83,6 +83,8 @@ class Segments:
             tokens = [t for h in best for t in h.tokens]
             hyp = Hypothesis(tokens, sum(h.score for h in best) / max(len(best), 1))
             if best and all(h.alignment is not None for h in best):  # word indices continue across pieces
+                from nmtk.decode.alignment import Alignment
+
                 pairs, src, tgt = [], 0, 0
                 for h in best:
                     pairs += h.alignment.shifted(src, tgt).pairs
@@ -95,6 +97,8 @@ class Segments:
 def decode_in_pieces(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, strength: np.ndarray,
                      **options: Any) -> tuple[list[list[Hypothesis]], list[int]]:
     """`decode_ids` for sources of any length: hypotheses per source, and how many pieces each took."""
+    from nmtk.decode.search import decode_ids
+
     segments = Segments.of(sources, model.cfg.max_positions - 1, strength)
     hyps = decode_ids(model, segments.pieces, cfg, **options)
     return segments.join(hyps), segments.count

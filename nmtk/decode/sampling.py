@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
 from nmtk.decode.beam import (
     NEG_INF,
-    Hypothesis,
-    SearchConfig,
     length_penalty,
     max_lengths,
     only_eos_where,
     step_log_probs,
 )
+from nmtk.decode.config import Hypothesis, SamplingConfig, SearchConfig
 from nmtk.decode.contract import Decoder
+
+__all__ = ["SamplingConfig", "sample_search"]
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
-
-
-@dataclass
-class SamplingConfig:
-    topk: int = 0  # 0 = no top-k cut
-    topp: float = 1.0  # 1.0 = no nucleus cut
-    temperature: float = 1.0
-    seed: int = 1
 
 
 def _filter(logits: Tensor, topk: int, topp: float) -> Tensor:
@@ -58,8 +49,11 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, sampling: Samp
     raw = torch.zeros(n, device=src.device)
     length = torch.zeros(n, device=src.device)
     steps = []
+    first_limit = int(limit.min())
     for step in range(int(limit.max()) + 1):
-        lprobs = only_eos_where(limit <= step, step_log_probs(model, tokens, cache))
+        lprobs = step_log_probs(model, tokens, cache)
+        if step >= first_limit:
+            lprobs = only_eos_where(limit <= step, lprobs)
         logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)
         choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
         choice = choice.masked_fill(finished, PAD_ID)

@@ -9,24 +9,16 @@ import torch
 from torch import Tensor
 
 from nmtk.data.dataset import pad_sequences
-from nmtk.decode.beam import Hypothesis, SearchConfig, beam_search
+from nmtk.decode.beam import beam_search
+from nmtk.decode.config import Hypothesis, SearchConfig, length_batches
 from nmtk.decode.contract import Decoder
 from nmtk.device import autocast_for
 from nmtk.vocab import EOS_ID
 
+__all__ = ["SearchFn", "decode_ids", "length_batches"]
+
 #: A search over one padded batch of sources: beam search, or sampling with its settings bound.
 SearchFn = Callable[[Decoder, Tensor, SearchConfig], list[list[Hypothesis]]]
-
-
-def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.ndarray]:
-    """Indices sorted by length, cut so that sentences · longest · beam ≤ max_tokens (at least one each)."""
-    order = np.argsort(lengths, kind="stable")
-    batches, start = [], 0
-    for i in range(1, len(order) + 1):
-        if i == len(order) or (i - start + 1) * int(lengths[order[i]]) * beam > max_tokens:
-            batches.append(order[start:i])
-            start = i
-    return [b for b in batches if len(b)]
 
 
 def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, *,

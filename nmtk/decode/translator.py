@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -95,15 +94,3 @@ class Translator:
 
     def translate(self, sentences: list[str]) -> list[str]:
         return [self.detokenize(h[0]) if h else "" for h in self.hypotheses(sentences)]
-
-
-def buffered(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    """Lists of ``size`` lines (the last may be shorter)."""
-    buffer: list[str] = []
-    for line in lines:
-        buffer.append(line)
-        if len(buffer) >= size:
-            yield buffer
-            buffer = []
-    if buffer:
-        yield buffer

@@ -127,6 +127,12 @@ def test_attention_command_draws_the_three_kinds(copy_run) -> None:
                "--style", "heatmap", "--format", "svg", "-o", str(tmp / "pics"), cwd=tmp, env=env)
     assert svg.returncode == 0, svg.stderr
     assert (tmp / "pics" / "encoder-layer1.svg").read_text().lstrip().startswith("<?xml")
+    before = (tmp / "pics" / "cross-layer2.png").read_bytes()
+    again = nmtk("attention", "-m", str(tmp / "run"), "a cat", "-o", str(tmp / "pics"), cwd=tmp, env=env)
+    assert again.returncode != 0 and "exists; use --force" in again.stderr
+    assert (tmp / "pics" / "cross-layer2.png").read_bytes() == before  # nothing drawn over
+    forced = nmtk("attention", "-m", str(tmp / "run"), "a cat", "-o", str(tmp / "pics"), "--force", cwd=tmp, env=env)
+    assert forced.returncode == 0, forced.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -257,3 +263,17 @@ def test_exported_directory_errors_are_one_line(copy_run, exported, tmp_path: Pa
     extra = ["--ensemble", str(tmp / "run" / "checkpoint_last.pt")] if damage == "option" else []
     out = nmtk("translate", "-m", str(target), *extra, cwd=tmp, env=env, stdin="a cat\n")
     assert out.returncode == 1 and expected in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_an_exported_model_translates_without_torch(copy_run, exported) -> None:
+    """A deployment runs on CTranslate2 alone: `translate -m EXPORT` never imports torch."""
+    tmp, _, env = copy_run
+    code = ("import sys; from nmtk.cli.app import main; sys.argv = ['nmtk', 'translate', '-m', sys.argv[1]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "sys.stderr.write('torch imported: %s\\n' % ('torch' in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(exported)], input="the dog\n", capture_output=True,
+                         text=True, cwd=tmp, env=env, timeout=300)
+    assert out.stdout.strip() == "the dog", out.stderr
+    assert "torch imported: False" in out.stderr
+    bad = nmtk("translate", "-m", str(exported), "--device", "tpu", cwd=tmp, env=env, stdin="a cat\n")
+    assert bad.returncode == 1 and "--device 'tpu': not a device" in bad.stderr
