@@ -13,7 +13,7 @@ export NMTK_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 
 SHELL := /bin/bash
 
-.PHONY: install test demo lint clean
+.PHONY: install test demo pictures lint clean
 
 $(VENV)/.installed: pyproject.toml
 	@if [ ! -x $(PY) ]; then \
@@ -48,6 +48,12 @@ demo: install
 	                <(head -3 $(DEMO_DATA)/test_2016_flickr.raw.de | sed 's/^/  ref: /') \
 	                <(printf '\n\n\n')
 	$(NMTK) score -r $(DEMO_DATA)/test_2016_flickr.raw.de $(DEMO_RUN)/test_2016_flickr.hyp.de --metrics bleu,chrf,ter
+
+# docs/pictures/ from the demo run: attention on a sentence with a pronoun, and the training curves
+PICTURE_SENTENCE := The man is feeding the dog because it is hungry.
+pictures: install
+	$(NMTK) attention -m $(DEMO_RUN) "$(PICTURE_SENTENCE)" --kind encoder --kind cross -o docs/pictures --force
+	$(NMTK) plot $(DEMO_RUN) -o docs/pictures/curves.png --force
 
 lint: install
 	$(VENV)/bin/ruff check nmtk tests benchmarks

@@ -257,13 +257,15 @@ def attention(
     style: Annotated[AttentionStyle, typer.Option(help="Encoder self-attention as the paper's lines (one colour "
                                                   "per head) or heat maps.")] = AttentionStyle.lines,
     format_: Annotated[PictureFormat, typer.Option("--format", help="Picture format.")] = PictureFormat.png,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing pictures.")] = False,
 ) -> None:
     """Translate one sentence and draw the attention of the model (paper Figures 3-5)."""
     from nmtk.cli.attention import AttentionOptions, draw
 
     kinds = tuple(k.value for k in kind) if kind else ("encoder", "cross", "decoder")
     options = AttentionOptions(model=model, sentence=sentence, input=input_, line=line, out=out, kinds=kinds,
-                               layer=layer, head=head, style=style.value, format=format_.value, checkpoint=checkpoint)
+                               layer=layer, head=head, style=style.value, format=format_.value, checkpoint=checkpoint,
+                               force=force)
     for path in draw(options):
         console.print(f"wrote {path}")
 

@@ -32,6 +32,7 @@ class AttentionOptions:
     style: str
     format: str
     checkpoint: Path | None = None
+    force: bool = False
 
 
 def the_sentence(o: AttentionOptions) -> str:
@@ -67,6 +68,12 @@ def draw(o: AttentionOptions) -> list[Path]:
             raise NmtkError(f"--layer {o.layer}: the {kind} has layers 1 to {count}")
     if o.head is not None and not 1 <= o.head <= model.cfg.heads:
         raise NmtkError(f"--head {o.head}: the model has heads 1 to {model.cfg.heads}")
+    stacks = {"encoder": model.cfg.encoder_layers, "cross": model.cfg.decoder_layers,
+              "decoder": model.cfg.decoder_layers}
+    targets = {kind: o.out / f"{kind}-layer{o.layer or stacks[kind]}.{o.format}" for kind in o.kinds}
+    existing = [str(path) for path in targets.values() if path.exists()]
+    if existing and not o.force:
+        raise NmtkError(f"{existing[0]}: exists; use --force to overwrite it")
     src = translator.src_pipe.encode(sentence)
     limit = model.cfg.max_positions - 1
     if len(src) > limit:
@@ -92,7 +99,6 @@ def draw(o: AttentionOptions) -> list[Path]:
         style = o.style if kind == "encoder" else "heatmap"
         title = {"encoder": "encoder self-attention", "cross": "encoder-decoder attention (rows: the token produced)",
                  "decoder": "decoder self-attention"}[kind] + f", layer {layer + 1} of {len(layers)}"
-        out = o.out / f"{kind}-layer{layer + 1}.{o.format}"
-        written.append(attention_picture(np.asarray(weights), rows, cols, out, title, style, heads,
+        written.append(attention_picture(np.asarray(weights), rows, cols, targets[kind], title, style, heads,
                                          average=kind != "encoder"))
     return written
