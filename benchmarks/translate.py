@@ -12,7 +12,7 @@ translate` command (greedy, -i FILE -o FILE) and reports the peak RSS of each: m
 with the file.
 
 Needs a trained run (default: runs/multi30k-en-de, the `make demo` run).
-Usage: python benchmarks/translate.py [--run DIR] [--rows nmtk:fp32,nmtk:bf16] [--lines N,M]
+Usage: python benchmarks/translate.py [--run DIR] [--rows nmtk:fp32,ct2:int8] [--repeat 3] [--lines N,M]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from _util import ROOT, data_root, run_measured
@@ -60,7 +61,8 @@ def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dic
         from nmtk.decode.export import ExportedTranslator
 
         exported = ExportedTranslator.load(run_dir / f"export-{precision}", device=device, threads=threads)
-        hyps_fn = lambda lines: [h[0].tokens if h else [] for h in exported.hypotheses(lines, beam=beam)]  # noqa: E731
+        exported.search = replace(exported.search, beam=beam)
+        hyps_fn = lambda lines: [h[0].tokens if h else [] for h in exported.hypotheses(lines)]  # noqa: E731
         detok = exported.detokenize_ids
         chosen = precision
     load_s = time.perf_counter() - start
@@ -91,13 +93,20 @@ def rows(args: argparse.Namespace) -> dict[str, object]:
     for row in args.rows.split(","):
         if row.startswith("ct2:"):
             export_for(args.run, row.split(":", 1)[1])
-        cmd = [sys.executable, __file__, "--worker", row, "--run", str(args.run), "--threads", str(args.threads),
-               "--beam", str(args.beam), "--device", args.device]
-        result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        if result.returncode:
-            sys.exit(f"row {row} failed: {result.stderr.strip()[-2000:]}")
-        report[row] = json.loads(result.stdout.strip().splitlines()[-1])
+        runs = [one_row(row, args) for _ in range(args.repeat)]
+        median = sorted(runs, key=lambda r: r["sentences_per_s"])[len(runs) // 2]
+        report[row] = {**median, "runs_sentences_per_s": [r["sentences_per_s"] for r in runs],
+                       "runs_peak_rss_mib": [r["peak_rss_mib"] for r in runs]}
     return report
+
+
+def one_row(row: str, args: argparse.Namespace) -> dict[str, float]:
+    cmd = [sys.executable, __file__, "--worker", row, "--run", str(args.run), "--threads", str(args.threads),
+           "--beam", str(args.beam), "--device", args.device]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if result.returncode:
+        sys.exit(f"row {row} failed: {result.stderr.strip()[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def streamed(args: argparse.Namespace) -> dict[str, object]:
@@ -133,6 +142,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeat", type=int, default=3, help="fresh processes per row; the median row is reported")
     parser.add_argument("--lines", default=None, help="stream this many lines per run instead (e.g. 20000,200000)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

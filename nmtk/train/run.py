@@ -155,8 +155,10 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
         console.print(f"[green]stopped[/]: {state.stop_reason} | update {state.update} | "
                       f"{state.seconds / 60:.1f} min | best valid BLEU {state.best_bleu} | "
                       f"checkpoint {run.last}")
+        console.print(f"this session: {trainer.session_tokens_per_s:,.0f} target tokens/s over "
+                      f"{trainer.session_seconds / 60:.1f} min, validation and checkpoints included")
     return {"update": state.update, "reason": state.stop_reason, "best_bleu": state.best_bleu,
-            "run_dir": str(run.path)}
+            "run_dir": str(run.path), "tgt_tokens_per_s": round(trainer.session_tokens_per_s)}
 
 
 def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: dict[str, Any], info: DistInfo,

@@ -122,6 +122,7 @@ class Trainer:
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
         self.writer = BackgroundWriter()
         self.window = MetricsWindow()
+        self.session_tokens, self.session_seconds = 0.0, 0.0  # this session, for its average speed
 
     # ------------------------------------------------------------------ setup
 
@@ -297,8 +298,9 @@ class Trainer:
 
     def train(self) -> TrainState:
         """Run until a stopping criterion; always leaves a final checkpoint."""
-        self._clock = self._last_save = time.monotonic()
+        self._clock = self._last_save = started = time.monotonic()
         self.window.reset()
+        self.session_tokens = 0.0
         reason = None
         with _StopSignal() as stop, Progress(self.info.is_main, self.recipe.train.max_updates,
                                              self.state.update) as progress:
@@ -310,7 +312,14 @@ class Trainer:
         self.state.stop_reason = reason
         if self.window.updates:
             self._log(progress=None)
+        self.session_seconds = time.monotonic() - started
         return self.state
+
+    @property
+    def session_tokens_per_s(self) -> float:
+        """Target tokens per second of this session over its whole wall-clock time, validation and
+        checkpoint writes included: the speed a real run gets, to set beside the benchmark's."""
+        return self.session_tokens / max(self.session_seconds, 1e-9)
 
     def _run_epoch(self, stop: _StopSignal, progress: Progress) -> str | None:
         """Train on the rest of the current epoch; the reason to stop, or None to go on with the next."""
@@ -422,6 +431,7 @@ class Trainer:
         record = training_record(self.state.update, self.state.epoch + 1, tuple(sums), time.monotonic() - w.started,
                                  self.lr(self.state.update), self.state.seconds / 60, self.state.skipped_updates)
         self.metrics.write(record, "train", TRAIN_KEYS)
+        self.session_tokens += sums[2]
         if progress is not None:
             progress.show(record)
         w.reset()
