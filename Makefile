@@ -52,7 +52,7 @@ demo: install
 # docs/pictures/ from the demo run: attention on a sentence with a pronoun, and the training curves
 PICTURE_SENTENCE := The man is feeding the dog because it is hungry.
 pictures: install
-	$(NMTK) attention -m $(DEMO_RUN) "$(PICTURE_SENTENCE)" --kind encoder --kind cross -o docs/pictures --force
+	$(NMTK) attention -m $(DEMO_RUN) "$(PICTURE_SENTENCE)" -o docs/pictures --force
 	$(NMTK) plot $(DEMO_RUN) -o docs/pictures/curves.png --force
 
 lint: install
