@@ -25,10 +25,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from _util import ROOT, data_root, run_measured
+
+if TYPE_CHECKING:
+    from nmtk.decode.base import TranslatorBase
 
 DEFAULT_ROWS = "nmtk:fp32,nmtk:bf16,nmtk:auto"
 
@@ -38,33 +41,33 @@ def test_lines(lang: str) -> list[str]:
         return [line.rstrip("\n") for line in handle]
 
 
-def nmtk_translator(run_dir: Path, precision: str, beam: int, device: str):  # noqa: ANN201 - a Translator
-    from nmtk.cli.options import Precision
-    from nmtk.cli.translate import TranslateOptions, build_translator
+def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> TranslatorBase:
+    """The translator of one row: the run's model (nmtk:PRECISION) or its CTranslate2 export (ct2:TYPE)."""
+    from nmtk.decode.load import LoadOptions, SearchChoices, load_translator
+    from nmtk.precision import Precision
 
-    return build_translator(TranslateOptions(model=run_dir, beam=beam, precision=Precision(precision), device=device))
-
-
-def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dict[str, float]:
-    """One row, in this process: load, warm up, translate the test set, score."""
     engine, precision = row.split(":", 1)
-    start = time.perf_counter()
     if engine == "nmtk":
         import torch
 
         torch.set_num_threads(threads)
-        translator = nmtk_translator(run_dir, precision, beam, device)
-        hyps_fn = lambda lines: [h[0].tokens if h else [] for h in translator.hypotheses(lines)]  # noqa: E731
-        detok = translator.tgt_pipe.decode
-        chosen = translator.precision
+        model, precision = run_dir, Precision(precision)
     else:
-        from nmtk.decode.export import ExportedTranslator
+        model, precision = run_dir / f"export-{precision}", Precision.auto
+    return load_translator(LoadOptions(model=model, search=SearchChoices(beam=beam), precision=precision,
+                                       device=device, threads=threads))
 
-        exported = ExportedTranslator.load(run_dir / f"export-{precision}", device=device, threads=threads)
-        exported.search = replace(exported.search, beam=beam)
-        hyps_fn = lambda lines: [h[0].tokens if h else [] for h in exported.hypotheses(lines)]  # noqa: E731
-        detok = exported.detokenize_ids
-        chosen = precision
+
+def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dict[str, float]:
+    """One row, in this process: load, warm up, translate the test set, score."""
+    start = time.perf_counter()
+    translator = load(row, run_dir, threads, beam, device)
+    chosen = str(translator.precision) if row.startswith("nmtk:") else row.split(":", 1)[1]
+    detok = translator.tgt_pipe.decode
+
+    def hyps_fn(lines: list[str]) -> list[list[int]]:
+        return [h[0].tokens if h else [] for h in translator.hypotheses(lines)]
+
     load_s = time.perf_counter() - start
     sources, refs = test_lines("en"), test_lines("de")
     hyps_fn(sources[:50])  # warm-up

@@ -29,8 +29,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 
 from nmtk.errors import NmtkError
-
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+from nmtk.precision import Precision
 
 
 def pick_device(name: str | None) -> torch.device:
@@ -59,20 +58,21 @@ def cpu_has_fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_precision(precision: str, device: torch.device) -> tuple[str, str]:
+def resolve_precision(precision: Precision | str, device: torch.device) -> tuple[Precision, str]:
     """The precision to run in, and why: ``auto`` is bf16 where the hardware does bf16 fast
     (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX), else fp32."""
-    if precision != "auto":
+    precision = Precision(precision)
+    if precision is not Precision.auto:
         return precision, "asked for"
     if device.type == "cuda":
         fast = torch.cuda.is_bf16_supported()
-        return ("bf16", "auto: this GPU has bf16") if fast else ("fp32", "auto: this GPU has no bf16")
+        return (Precision.bf16, "auto: this GPU has bf16") if fast else (Precision.fp32, "auto: this GPU has no bf16")
     if device.type == "cpu" and cpu_has_fast_bf16():
-        return "bf16", "auto: this CPU has AVX-512 BF16/AMX"
-    return "fp32", f"auto: no fast bf16 on this {device.type.upper()}"
+        return Precision.bf16, "auto: this CPU has AVX-512 BF16/AMX"
+    return Precision.fp32, f"auto: no fast bf16 on this {device.type.upper()}"
 
 
-def autocast_for(device: torch.device, precision: str) -> AbstractContextManager:
+def autocast_for(device: torch.device, precision: Precision | str) -> AbstractContextManager:
     """Autocast to bf16 or fp16 on ``device``; nothing for fp32."""
     if precision == "fp32":
         return nullcontext()

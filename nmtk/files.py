@@ -12,12 +12,24 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import IO, Literal
 
 from nmtk.errors import NmtkError
 
-Errors = Literal["error", "replace"]
+
+class InvalidUtf8(str, Enum):
+    """What to do with input that is not valid UTF-8: stop naming the line, or put U+FFFD in its place."""
+
+    error = "error"
+    replace = "replace"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Errors = InvalidUtf8 | str
 
 
 def decode_lines(lines: Iterable[bytes], name: str, errors: Errors = "error", hint: str = "") -> Iterator[str]:

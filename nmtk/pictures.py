@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from nmtk.errors import NmtkError
 from nmtk.files import atomic_write
+from nmtk.rundir import TRAIN_LOG
 
 TRAIN_PANELS = (("loss", "training loss"), ("valid_loss", "validation loss"), ("bleu", "validation BLEU"),
                 ("lr", "learning rate"), ("tgt_tokens_per_s", "target tokens/s"))
@@ -41,10 +43,28 @@ def _save(fig: Any, out: Path, dpi: int = 100) -> Path:
 # ------------------------------------------------------------------------------------ training curves
 
 
+def plot_runs(runs: list[Path], out: Path, x: str, size: str, force: bool) -> Path:
+    """`nmtk plot`: the runs' curves into ``out``; ``size`` is ``WIDTHxHEIGHT`` in pixels."""
+    from nmtk.rundir import RunDir
+
+    for run in runs:
+        if not RunDir(run).require().log_path.is_file():
+            raise NmtkError(f"{run}: no {TRAIN_LOG} yet (train the run first)")
+    try:
+        width, height = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise NmtkError(f"--size {size!r}: expected WIDTHxHEIGHT in pixels, e.g. 1500x900") from None
+    if not (100 <= width <= 10000 and 100 <= height <= 10000):
+        raise NmtkError(f"--size {size}: width and height must lie between 100 and 10000 pixels")
+    if out.exists() and not force:
+        raise NmtkError(f"{out}: exists; use --force to overwrite it")
+    return training_curves(runs, out, x, (width, height))
+
+
 def read_log(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(training records, validation records) of a run's train.jsonl; a torn last line is skipped."""
     train, valid = [], []
-    path = Path(run) / "train.jsonl"
+    path = Path(run) / TRAIN_LOG
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
         try:
             record = json.loads(line)

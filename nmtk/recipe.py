@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -18,6 +19,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nmtk.errors import NmtkError
+from nmtk.precision import Precision
 from nmtk.vocab import PAD_ID, SPECIAL_SYMBOLS
 
 if TYPE_CHECKING:
@@ -27,6 +29,11 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
+
+
+#: Decoding's batch budget: source tokens × beam per batch (translate, validation, serving). Not
+#: ``batching.max_tokens``, which counts tokens per side of a training batch.
+DECODE_MAX_TOKENS = 8192
 
 
 class Section(BaseModel):
@@ -300,7 +307,7 @@ class TrainSection(Section):
     """Stop after this many passes over the training data."""
     max_minutes: float | None = Field(None, gt=0.0)
     """Stop after this many minutes of training (wall clock, resumes included)."""
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
+    precision: Precision = Precision.fp32
     """Arithmetic: ``bf16`` autocast (GPUs, and CPUs with AVX-512 BF16 or AMX; elsewhere bf16 is emulated
     and slower than fp32), ``fp16`` with dynamic loss scaling, ``auto`` = bf16 where it is fast, else fp32."""
     update_freq: int = Field(1, ge=1)
@@ -342,6 +349,9 @@ class DecodeSection(Section):
     """Output length is at most max_len_a · |x| + max_len_b (paper: |x| + 50)."""
     max_len_b: int = Field(50, ge=0)
     """See ``max_len_a``."""
+    max_tokens: int = Field(DECODE_MAX_TOKENS, ge=1)
+    """Decoding batch budget: source tokens × beam per batch (translate and validation), not the
+    training batch's tokens per side (``batching.max_tokens``)."""
 
 
 class AverageSection(Section):
@@ -493,6 +503,26 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     data = read_toml(path)
     data.setdefault("name", path.stem)
     return recipe_from_dict(data, str(path), overrides)
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": [1]}}`` as ``{"a.b.0": 1}``: every leaf under its dotted field name."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def first_difference(old: dict[str, Any], new: dict[str, Any], skip: Callable[[str], bool] = lambda _: False
+                     ) -> tuple[str, Any, Any] | None:
+    """The first dotted field (in sorted order, ``skip`` ones left out) whose value differs between two
+    dumped recipes (or parts of one), as ``(field, old, new)``; None when they agree."""
+    a, b = _flat(old), _flat(new)
+    for key in sorted(set(a) | set(b)):
+        if not skip(key) and a.get(key) != b.get(key):
+            return key, a.get(key), b.get(key)
+    return None
 
 
 def recipe_to_toml(recipe: Recipe) -> str:

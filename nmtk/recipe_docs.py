@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel
@@ -31,6 +32,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
 
 
 def _type(annotation: Any) -> str:
+    if isinstance(annotation, type) and issubclass(annotation, Enum):  # the choices, as TOML spells them
+        return " | ".join(f'"{member.value}"' for member in annotation)
     text = str(annotation).replace("typing.", "").replace("nmtk.recipe.", "")
     return text.replace("<class '", "").replace("'>", "")
 

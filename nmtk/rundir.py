@@ -1,7 +1,7 @@
-"""The self-contained run directory: what `translate` needs, nothing outside it.
+"""The self-contained run directory, and the exported-model folder: the one place for their file names.
 
     runs/<name>/recipe.toml          the resolved recipe the run trains with (frozen)
-    runs/<name>/manifest.json        the prepared data's manifest (vocabulary hashes, statistics)
+    runs/<name>/manifest.json        the prepared data's manifest (`nmtk.manifest.Manifest`)
     runs/<name>/spm*.model, wordpiece*.json   the subword model(s)
     runs/<name>/checkpoint_<N>.pt    numbered checkpoints; checkpoint_last.pt, checkpoint_best.pt
     runs/<name>/checkpoint_avg_*.pt  averaged checkpoints (`nmtk average`)
@@ -17,12 +17,14 @@ from typing import Any
 
 from nmtk.errors import NmtkError
 from nmtk.files import copy_atomic, write_text_atomic
+from nmtk.manifest import MANIFEST, Manifest
 from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
 from nmtk.text import TextPipeline, text_pipelines
 
 RECIPE = "recipe.toml"
-MANIFEST = "manifest.json"
+TRAIN_LOG = "train.jsonl"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
+EXPORT_MARKER = "nmtk-export.json"
 
 
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -57,7 +59,7 @@ class RunDir:
 
     @property
     def log_path(self) -> Path:
-        return self.path / "train.jsonl"
+        return self.path / TRAIN_LOG
 
     def checkpoint(self, update: int) -> Path:
         return self.path / f"checkpoint_{update}.pt"
@@ -79,12 +81,12 @@ class RunDir:
 
     # ----------------------------------------------------------------- contents
 
-    def freeze(self, recipe: Recipe, data_dir: Path, manifest: dict[str, Any]) -> None:
+    def freeze(self, recipe: Recipe, data_dir: Path, manifest: Manifest) -> None:
         """Write the recipe, manifest and subword models that make the run self-contained."""
         self.path.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.path / RECIPE, recipe_to_toml(recipe))
-        write_text_atomic(self.path / MANIFEST, json.dumps(manifest, indent=2))
-        for name in set(manifest["vocab"]["models"].values()):
+        manifest.write(self.path / MANIFEST)
+        for name in set(manifest.vocab.models.values()):
             copy_atomic(data_dir / name, self.path / name)
 
     def require(self) -> RunDir:
@@ -97,24 +99,12 @@ class RunDir:
     def recipe(self) -> Recipe:
         return load_recipe(self.path / RECIPE)
 
-    def manifest(self) -> dict[str, Any]:
-        path = self.path / MANIFEST
-        if not path.is_file():
-            raise NmtkError(f"{path}: missing; the run directory is incomplete")
-        return json.loads(path.read_text())
+    def manifest(self) -> Manifest:
+        return Manifest.read(self.path / MANIFEST)
 
-    def vocab_hash(self) -> dict[str, str]:
-        return self.manifest()["vocab"]["sha256"]
-
-    def pipelines(self, recipe: Recipe) -> tuple[TextPipeline, TextPipeline]:
+    def pipelines(self, recipe: Recipe, manifest: Manifest | None = None) -> tuple[TextPipeline, TextPipeline]:
         """The run's own text pipelines (source, target), with the subword model(s) it holds."""
-        names = self.manifest()["vocab"]["models"]
-        langs = (recipe.data.source_lang, recipe.data.target_lang)
-        models = {lang: self.path / names[lang] for lang in langs}
-        for model in models.values():
-            if not model.is_file():
-                raise NmtkError(f"{model}: subword model missing from the run directory")
-        return text_pipelines(recipe.tokenizer, langs, models)
+        return pipelines_in(self.path, recipe, manifest or self.manifest())
 
     def default_checkpoint(self) -> Path:
         """The newest averaged checkpoint, else checkpoint_best.pt, else checkpoint_last.pt."""
@@ -123,6 +113,47 @@ class RunDir:
             if candidate is not None and candidate.is_file():
                 return candidate
         raise NmtkError(f"{self.path}: no checkpoint to translate with (train first, or pass --checkpoint)")
+
+
+def pipelines_in(folder: Path, recipe: Recipe, manifest: Manifest) -> tuple[TextPipeline, TextPipeline]:
+    """The (source, target) text pipelines with the subword model(s) ``manifest`` names, inside ``folder``."""
+    langs = (recipe.data.source_lang, recipe.data.target_lang)
+    models = manifest.model_paths(folder)
+    for lang in langs:
+        if not models[lang].is_file():
+            raise NmtkError(f"{models[lang]}: subword model missing from {folder}")
+    return text_pipelines(recipe.tokenizer, langs, {lang: models[lang] for lang in langs})
+
+
+class ExportDir:
+    """A folder `nmtk export` wrote: the engine's files, the run's recipe, manifest and subword model(s),
+    and ``nmtk-export.json`` (what was exported, how) that marks it as nmtk's."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def marker(self) -> Path:
+        return self.path / EXPORT_MARKER
+
+    def is_export(self) -> bool:
+        return self.marker.is_file()
+
+    def meta(self) -> dict[str, Any]:
+        return json.loads(self.marker.read_text(encoding="utf-8"))
+
+    def recipe(self) -> Recipe:
+        return load_recipe(self.path / RECIPE)
+
+    def write_text_pipeline(self, run: RunDir, recipe: Recipe, manifest: Manifest) -> None:
+        """The run's recipe, manifest and subword model(s): what the text pipeline needs."""
+        write_text_atomic(self.path / RECIPE, recipe_to_toml(recipe))
+        manifest.write(self.path / MANIFEST)
+        for name in set(manifest.vocab.models.values()):
+            copy_atomic(run.path / name, self.path / name)
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        write_text_atomic(self.marker, json.dumps(meta, indent=2))
 
 
 def latest_run(runs_root: Path = Path("runs")) -> RunDir | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacremoses import MosesTokenizer
@@ -152,3 +152,57 @@ def sacrebleu_references(test_set: str, langpair: str) -> list[Path]:
         ) from None
     except SystemExit:
         raise NmtkError(f"{test_set} {langpair}: sacreBLEU could not get the reference; use -r REF") from None
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """What `nmtk score` was asked: hypothesis files (none: stdin), references, metrics and options."""
+
+    hyps: list[Path]
+    refs: list[Path]
+    metrics: str = "bleu,chrf"
+    lowercase: bool = False
+    tokenize: str | None = None
+    paper_bleu: bool = False
+    lang: str | None = None
+    model: Path | None = None
+    significance: bool = False
+    samples: int = 1000
+    test_set: str | None = None
+    langpair: str | None = None
+
+
+def score_files(r: ScoreRequest, stdin: BinaryIO) -> tuple[list[str], dict[str, dict[str, Any]], Any]:
+    """`nmtk score`: (system names, their scores, the significance table or None)."""
+    from nmtk.files import decode_lines, read_lines
+
+    ref_paths = list(r.refs)
+    if r.test_set:
+        if not r.langpair:
+            raise NmtkError("--test-set needs --langpair, e.g. --langpair en-de")
+        ref_paths += sacrebleu_references(r.test_set, r.langpair)
+    if not ref_paths:
+        raise NmtkError("no reference: give -r REF (or --test-set NAME --langpair xx-yy)")
+    lang = r.lang
+    if r.paper_bleu:
+        run_lang = None
+        if r.model is not None:
+            from nmtk.rundir import RunDir
+
+            run_lang = RunDir(r.model).require().recipe().data.target_lang
+        lang = target_language(lang, ref_paths, r.langpair, run_lang)
+    scorer = Scorer(tuple(m.strip() for m in r.metrics.split(",") if m.strip()), r.lowercase, r.tokenize,
+                    r.paper_bleu, lang or "en")
+    refs = {str(p): read_lines(p, "reference") for p in ref_paths}
+    if r.hyps:
+        systems = [(str(p), read_lines(p, "hypothesis")) for p in r.hyps]
+    else:
+        systems = [("stdin", list(decode_lines(stdin, "stdin")))]
+    for name, lines in systems:
+        check_lengths(name, lines, refs)
+    if r.significance and len(systems) < 2:
+        raise NmtkError("--significance compares systems: give at least two hypothesis files")
+    ref_lists = list(refs.values())
+    results = {name: scorer.score(lines, ref_lists) for name, lines in systems}
+    sig = scorer.significance(systems, ref_lists, r.samples) if r.significance else None
+    return [name for name, _ in systems], results, sig

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import random
 from pathlib import Path
+from typing import Any
 
 LEXICON = {
     "the": "der", "a": "ein", "small": "klein", "big": "gross", "red": "rot", "blue": "blau", "dog": "Hund",
@@ -140,3 +141,29 @@ def train_copy_model(steps: int = 800, vocab: int = 32, seed: int = 0, d_model: 
         optimizer.step()
         schedule.step()
     return model.eval()
+
+
+def toy_prepared(tmp: Path, *overrides: str) -> tuple[Any, Any, tuple[Any, Any]]:
+    """The toy recipe (with ``--set`` style ``overrides``), its data prepared under ``tmp``, and its
+    (source, target) text pipelines: (recipe, PrepareResult, pipelines)."""
+    from nmtk.data.prepare import prepare
+    from nmtk.recipe import load_recipe
+    from nmtk.text import text_pipelines
+
+    recipe = load_recipe(toy_recipe(tmp), list(overrides))
+    out = prepare(recipe, toy_data(tmp / "root"), tmp / "data")
+    return recipe, out, text_pipelines(recipe.tokenizer, ("en", "de"), out.manifest.model_paths(out.out_dir))
+
+
+def toy_trainer(tmp: Path, *overrides: str) -> Any:
+    """A `Trainer` of the toy recipe on CPU, one process, its run directory ``tmp/run`` (created)."""
+    import torch
+
+    from nmtk.rundir import RunDir
+    from nmtk.train.distributed import DistInfo
+    from nmtk.train.trainer import Trainer
+
+    recipe, out, pipelines = toy_prepared(tmp, *overrides)
+    run = RunDir(tmp / "run")
+    run.path.mkdir()
+    return Trainer(recipe, out.out_dir, out.manifest, pipelines, run, torch.device("cpu"), DistInfo())

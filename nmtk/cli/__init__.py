@@ -1,5 +1,5 @@
 """The `nmtk` command line: the typer app (`app.py`) and the glue of commands too big for one function."""
 
-from nmtk.cli.app import app, main
+from .app import app, main
 
 __all__ = ["app", "main"]

@@ -17,7 +17,10 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from nmtk import __version__
-from nmtk.cli.options import (
+from nmtk.console import console, error_line, key_value_table
+from nmtk.errors import NmtkError
+
+from .options import (
     AttentionKind,
     AttentionStyle,
     InvalidUtf8,
@@ -26,8 +29,6 @@ from nmtk.cli.options import (
     Precision,
     Quantization,
 )
-from nmtk.console import console, error_line, key_value_table
-from nmtk.errors import NmtkError
 
 app = typer.Typer(
     name="nmtk",
@@ -88,7 +89,7 @@ def prepare(
         console.print(f"[green]up to date[/]: {result.out_dir}")
         return
     render_manifest(result.manifest)
-    console.print(f"[green]prepared[/] {result.out_dir} in {result.manifest['seconds']:.1f} s")
+    console.print(f"[green]prepared[/] {result.out_dir} in {result.manifest.seconds:.1f} s")
 
 
 @app.command()
@@ -151,18 +152,9 @@ def average(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
 ) -> None:
     """Average the parameters of a run's checkpoints (paper §6.1)."""
-    from nmtk.rundir import RunDir
-    from nmtk.train.average import select_checkpoints, write_average
+    from nmtk.train.average import average_run
 
-    run = RunDir(run_dir).require()
-    if files:
-        paths, label = list(files), f"files{len(files)}"
-    else:
-        n = last or run.recipe().average.last
-        paths = select_checkpoints(run.numbered(), None if updates else n, updates)
-        label = f"updates{updates}" if updates else f"last{n}"
-    target = out or run.path / f"checkpoint_avg_{label}.pt"
-    write_average(paths, target, force)
+    paths, target = average_run(run_dir, list(files or []), last, updates, out, force)
     console.print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {target}")
 
 
@@ -182,7 +174,8 @@ def translate(
                                                  "recipe's).")] = None,
     max_len_a: Annotated[float | None, typer.Option(min=0.0, help="Output length ≤ a·|x| + b.")] = None,
     max_len_b: Annotated[int | None, typer.Option(min=0, help="See --max-len-a.")] = None,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Source tokens × beam per batch.")] = 8192,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Decoding batch budget: source tokens × beam per "
+                                                   "batch (default: the recipe's decode.max_tokens).")] = None,
     buffer_size: Annotated[int, typer.Option(min=1, help="Input lines read, sorted and batched at a "
                                              "time.")] = 10000,
     errors: Annotated[InvalidUtf8, typer.Option(help="Invalid UTF-8 input: stop, or replace it with "
@@ -207,16 +200,19 @@ def translate(
                                                         "aligns (default: the last).")] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
-    from nmtk.cli.translate import TranslateOptions
-    from nmtk.cli.translate import translate as run_translate
+    from nmtk.decode.config import SamplingConfig
+    from nmtk.decode.load import LoadOptions, SearchChoices
+    from nmtk.decode.stream import TranslateOptions
+    from nmtk.decode.stream import translate as run_translate
 
-    run_translate(TranslateOptions(
-        model=model, checkpoint=checkpoint, input=input_, output=output, force=force, beam=beam, nbest=nbest,
-        lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, max_tokens=max_tokens, buffer_size=buffer_size,
-        errors=errors, print_scores=print_scores, device=device, threads=threads, precision=precision,
-        sampling=sampling, topk=topk, topp=topp, temperature=temperature, seed=seed, ensemble=tuple(ensemble or ()),
-        print_alignment=print_alignment, alignment_layer=alignment_layer,
-    ))
+    search = SearchChoices(beam=beam, nbest=nbest, length_penalty=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
+                           max_tokens=max_tokens)
+    load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
+                       ensemble=tuple(ensemble or ()), search=search, align=print_alignment,
+                       alignment_layer=alignment_layer,
+                       sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None)
+    run_translate(TranslateOptions(load=load, input=input_, output=output, force=force, buffer_size=buffer_size,
+                                   errors=errors, print_scores=print_scores))
 
 
 @app.command()
@@ -229,7 +225,7 @@ def export(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output folder.")] = False,
 ) -> None:
     """Export a run's model to CTranslate2: a self-contained folder for `translate -m` or CTranslate2 itself."""
-    from nmtk.decode.export import export_run
+    from nmtk.convert.ctranslate2 import export_run
     from nmtk.rundir import RunDir
 
     run = RunDir(run_dir).require()
@@ -260,7 +256,7 @@ def attention(
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing pictures.")] = False,
 ) -> None:
     """Translate one sentence and draw the attention of the model (paper Figures 3-5)."""
-    from nmtk.cli.attention import AttentionOptions, draw
+    from nmtk.decode.attention import AttentionOptions, draw
 
     kinds = tuple(k.value for k in kind) if kind else ("encoder", "cross", "decoder")
     options = AttentionOptions(model=model, sentence=sentence, input=input_, line=line, out=out, kinds=kinds,
@@ -279,22 +275,9 @@ def plot(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing picture.")] = False,
 ) -> None:
     """Draw training curves: training and validation loss, validation BLEU, learning rate, tokens/s."""
-    from nmtk.pictures import training_curves
-    from nmtk.rundir import RunDir
+    from nmtk.pictures import plot_runs
 
-    for run in runs:
-        RunDir(run).require()
-        if not (run / "train.jsonl").is_file():
-            raise NmtkError(f"{run}: no train.jsonl yet (train the run first)")
-    try:
-        width, height = (int(v) for v in size.lower().split("x"))
-    except ValueError:
-        raise NmtkError(f"--size {size!r}: expected WIDTHxHEIGHT in pixels, e.g. 1500x900") from None
-    if not (100 <= width <= 10000 and 100 <= height <= 10000):
-        raise NmtkError(f"--size {size}: width and height must lie between 100 and 10000 pixels")
-    if out.exists() and not force:
-        raise NmtkError(f"{out}: exists; use --force to overwrite it")
-    training_curves(list(runs), out, x.value, (width, height))
+    plot_runs(list(runs), out, x.value, size, force)
     console.print(f"wrote {out}")
 
 
@@ -319,47 +302,22 @@ def score(
     langpair: Annotated[str | None, typer.Option(help="Language pair of --test-set, e.g. en-de.")] = None,
 ) -> None:
     """Score translations with sacreBLEU: BLEU, chrF, TER; several systems; significance."""
-    from nmtk.files import decode_lines, read_lines
-    from nmtk.score import Scorer, check_lengths, sacrebleu_references, target_language
+    from nmtk.score import ScoreRequest, score_files
     from nmtk.score_report import render_scores, render_significance
 
-    ref_paths = list(ref or [])
-    if test_set:
-        if not langpair:
-            raise NmtkError("--test-set needs --langpair, e.g. --langpair en-de")
-        ref_paths += sacrebleu_references(test_set, langpair)
-    if not ref_paths:
-        raise NmtkError("no reference: give -r REF (or --test-set NAME --langpair xx-yy)")
-    if paper_bleu:
-        run_lang = None
-        if model is not None:
-            from nmtk.rundir import RunDir
-
-            run_lang = RunDir(model).require().recipe().data.target_lang
-        lang = target_language(lang, ref_paths, langpair, run_lang)
-    scorer = Scorer(tuple(m.strip() for m in metrics.split(",") if m.strip()), lowercase, tokenize, paper_bleu,
-                    lang or "en")
-    refs = {str(p): read_lines(p, "reference") for p in ref_paths}
-    if hyps:
-        systems = [(str(p), read_lines(p, "hypothesis")) for p in hyps]
-    else:
-        systems = [("stdin", list(decode_lines(sys.stdin.buffer, "stdin")))]
-    for name, lines in systems:
-        check_lengths(name, lines, refs)
-    ref_lists = list(refs.values())
-    results = {name: scorer.score(lines, ref_lists) for name, lines in systems}
-    sig = scorer.significance(systems, ref_lists, samples) if significance and len(systems) > 1 else None
-    if significance and len(systems) < 2:
-        raise NmtkError("--significance compares systems: give at least two hypothesis files")
+    request = ScoreRequest(hyps=list(hyps or []), refs=list(ref or []), metrics=metrics, lowercase=lowercase,
+                           tokenize=tokenize, paper_bleu=paper_bleu, lang=lang, model=model,
+                           significance=significance, samples=samples, test_set=test_set, langpair=langpair)
+    systems, results, sig = score_files(request, sys.stdin.buffer)
     if as_json:
-        payload = results[systems[0][0]] if len(systems) == 1 else {"systems": results}
+        payload = results[systems[0]] if len(systems) == 1 else {"systems": results}
         if sig:
             payload["significance"] = sig
         print(json.dumps(payload))
         return
     render_scores(results)
     if sig:
-        render_significance(sig, baseline=systems[0][0])
+        render_significance(sig, baseline=systems[0])
 
 
 # ------------------------------------------------------------------------------------------ recipe

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 from enum import Enum
 
+from nmtk.files import InvalidUtf8
+from nmtk.precision import Precision
 
-class Precision(str, Enum):
-    """Arithmetic of the decoder."""
-
-    auto = "auto"
-    fp32 = "fp32"
-    bf16 = "bf16"
-    fp16 = "fp16"
-
-
-class InvalidUtf8(str, Enum):
-    """What to do with input that is not valid UTF-8."""
-
-    error = "error"
-    replace = "replace"
+__all__ = ["AttentionKind", "AttentionStyle", "InvalidUtf8", "PictureFormat", "PlotAxis", "Precision",
+           "Quantization"]
 
 
 class Quantization(str, Enum):

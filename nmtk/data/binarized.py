@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from nmtk.manifest import PreparedData
+
 
 def id_dtype(vocab_size: int) -> np.dtype:
     """Smallest integer dtype that holds every id of the vocabulary."""
@@ -91,8 +93,9 @@ class BinarizedSplit:
     """A prepared split: aligned source and target ids."""
 
     def __init__(self, directory: Path, split: str, src_lang: str, tgt_lang: str, dtype: str) -> None:
-        self.src = SideReader(directory / f"{split}.{src_lang}", np.dtype(dtype))
-        self.tgt = SideReader(directory / f"{split}.{tgt_lang}", np.dtype(dtype))
+        data = PreparedData(directory)
+        self.src = SideReader(data.prefix(split, src_lang), np.dtype(dtype))
+        self.tgt = SideReader(data.prefix(split, tgt_lang), np.dtype(dtype))
         if len(self.src) != len(self.tgt):
             raise ValueError(f"{directory}/{split}: {len(self.src)} source but {len(self.tgt)} target sentences")
 

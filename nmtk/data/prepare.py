@@ -26,7 +26,8 @@ from nmtk.data.binarized import SideWriter, id_dtype
 from nmtk.data.corpus import read_parallel
 from nmtk.data.fetch import ensure_file, root_path, sha256_file
 from nmtk.errors import NmtkError
-from nmtk.recipe import Corpus, CorpusFile, Recipe
+from nmtk.manifest import Manifest, PreparedData
+from nmtk.recipe import Corpus, CorpusFile, Recipe, first_difference
 from nmtk.text.moses import Moses
 from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords, model_file_name
@@ -55,7 +56,7 @@ class SplitStats:
 @dataclass
 class PrepareResult:
     out_dir: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     up_to_date: bool
     inputs_checked: bool = True  # False: reused without its inputs at hand (see `prepare`)
 
@@ -77,26 +78,18 @@ def settings_hash(recipe: Recipe) -> str:
     return hashlib.sha256(json.dumps(data_settings(recipe), sort_keys=True).encode()).hexdigest()
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
-    if isinstance(value, list):
-        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
-    return {prefix.rstrip("."): value}
-
-
-def settings_difference(manifest: dict[str, Any], recipe: Recipe) -> str | None:
+def settings_difference(manifest: Manifest, recipe: Recipe) -> str | None:
     """The first recipe field whose value differs from what ``manifest``'s data was prepared with, as
     ``field = old``, ``new``; None when the settings are the same."""
-    if manifest.get("settings_hash") == settings_hash(recipe):
+    if manifest.settings_hash == settings_hash(recipe):
         return None
-    if "settings" not in manifest:
+    if manifest.settings is None:
         return "other settings (an older nmtk did not record which)"
-    old, new = _flat(manifest["settings"]), _flat(data_settings(recipe))
-    for key in sorted(set(old) | set(new)):
-        if key != "format" and old.get(key) != new.get(key):
-            return f"{key} = {old.get(key)!r}, the recipe has {new.get(key)!r}"
-    return "another format of prepared data"
+    difference = first_difference(manifest.settings, data_settings(recipe), skip=lambda key: key == "format")
+    if difference is None:
+        return "another format of prepared data"
+    key, old, new = difference
+    return f"{key} = {old!r}, the recipe has {new!r}"
 
 
 def _fingerprints(paths: list[Path], old: dict[str, Any]) -> dict[str, Any]:
@@ -247,7 +240,8 @@ class Preparer:
                  pipes: dict[str, TextPipeline], stats: SplitStats, clean: bool) -> None:
         """Encode Moses-tokenised pairs with sentencepiece, drop over-long pairs, write memmap files."""
         dtype = id_dtype(max(p.vocab_size for p in pipes.values()))
-        writers = {lang: SideWriter(out / f"{split}.{lang}", dtype) for lang in (self.src_lang, self.tgt_lang)}
+        folder = PreparedData(out)
+        writers = {lang: SideWriter(folder.prefix(split, lang), dtype) for lang in (self.src_lang, self.tgt_lang)}
         max_len, max_ratio = self.recipe.data.max_len, self.recipe.data.max_ratio
         for chunk in tokenized:
             src_ids = pipes[self.src_lang].encode_tokenized([a for a, _ in chunk])
@@ -277,7 +271,7 @@ class Preparer:
         stats = SplitStats(corpus.name)
         start = time.perf_counter()
         langs = (self.src_lang, self.tgt_lang)
-        raw = {lang: open(out / f"{split}.raw.{lang}", "w", encoding="utf-8") for lang in langs}
+        raw = {lang: open(PreparedData(out).raw(split, lang), "w", encoding="utf-8") for lang in langs}
         try:
             def chunks() -> Iterator[list[tuple[str, str]]]:
                 for chunk in _chunks(self._pairs([corpus], stats, False), PAIRS_PER_CHUNK):
@@ -334,16 +328,6 @@ class Preparer:
         }
 
 
-def load_manifest(out_dir: Path) -> dict[str, Any] | None:
-    path = out_dir / "manifest.json"
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, OSError):
-        return None
-
-
 def input_specs(recipe: Recipe) -> list[CorpusFile]:
     data = recipe.data
     return [side for corpus in [*data.train, data.valid, *data.test] for side in (corpus.source, corpus.target)]
@@ -369,17 +353,18 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
     """
     out_dir = Path(out_dir or default_out_dir(recipe))
     preparer = Preparer(recipe, root, workers)
-    old = load_manifest(out_dir) or {}
+    old = PreparedData(out_dir).manifest_or_none()
+    old_inputs = old.inputs if old else {}
     digest = settings_hash(recipe)
-    if old and not force and not rebuild:
+    if old is not None and not force and not rebuild:
         difference = settings_difference(old, recipe)
         if difference:
             raise NmtkError(f"{out_dir}: prepared with {difference}; run `nmtk prepare` with this recipe to "
                             "rebuild it, or give --data a new folder")
         if not all(root_path(spec, root).is_file() for spec in input_specs(recipe)):
             return PrepareResult(out_dir, old, up_to_date=True, inputs_checked=False)
-    inputs = _fingerprints(input_files(preparer), old.get("inputs", {}))
-    if not force and old.get("settings_hash") == digest and _same_inputs(old.get("inputs", {}), inputs):
+    inputs = _fingerprints(input_files(preparer), old_inputs)
+    if not force and old is not None and old.settings_hash == digest and _same_inputs(old_inputs, inputs):
         return PrepareResult(out_dir, old, up_to_date=True)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -387,10 +372,9 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
     tmp.chmod(0o777 & ~_umask())
     try:
         start = time.perf_counter()
-        manifest = preparer.build(tmp)
-        manifest.update(settings_hash=digest, settings=data_settings(recipe), inputs=inputs, recipe=recipe.name,
-                        seconds=round(time.perf_counter() - start, 2))
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        manifest = Manifest(**preparer.build(tmp), settings_hash=digest, settings=data_settings(recipe),
+                            inputs=inputs, recipe=recipe.name, seconds=round(time.perf_counter() - start, 2))
+        manifest.write(PreparedData(tmp).manifest_path)
         _swap_in(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

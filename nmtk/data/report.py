@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table
 
 from nmtk.console import console
+from nmtk.manifest import Manifest
 
 
-def render_manifest(manifest: dict[str, Any]) -> None:
-    src, tgt = manifest["source_lang"], manifest["target_lang"]
-    sizes = manifest["vocab"]["size"]
-    vocab = f"{sizes[src]:,} joint" if manifest["vocab"]["joint"] else f"{sizes[src]:,} / {sizes[tgt]:,}"
-    table = Table(title=f"prepared data ({src} → {tgt}, vocabulary {vocab}, ids as {manifest['dtype']})",
+def render_manifest(manifest: Manifest) -> None:
+    src, tgt = manifest.source_lang, manifest.target_lang
+    sizes = manifest.vocab.size
+    vocab = f"{sizes[src]:,} joint" if manifest.vocab.joint else f"{sizes[src]:,} / {sizes[tgt]:,}"
+    table = Table(title=f"prepared data ({src} → {tgt}, vocabulary {vocab}, ids as {manifest.dtype})",
                   title_justify="left")
     for column in ("split", "pairs", "kept", "dropped\nempty/long/ratio", f"tokens\n{src} / {tgt}",
                    "subwords\nper word", "max len", "time"):
         table.add_column(column, justify="left" if column == "split" else "right")
-    for name, split in manifest["splits"].items():
+    for name, split in manifest.splits.items():
         d = split["dropped"]
         sides, words = split["sides"], split.get("words") or {}
         ratio = (f"{sides[src]['tokens'] / words[src]:.2f}/{sides[tgt]['tokens'] / words[tgt]:.2f}"

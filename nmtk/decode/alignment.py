@@ -70,6 +70,18 @@ def hard_alignment(weights: np.ndarray, src_words: list[int], tgt_words: list[in
 
 
 @torch.inference_mode()
+def attention_maps(model: Transformer, source: list[int], target: list[int], device: torch.device,
+                   precision: str = "fp32") -> dict[str, list[np.ndarray]]:
+    """One pair's attention weights, per kind (encoder, cross, decoder) a (heads, rows, columns) array per
+    layer: the model run over the source (EOS appended) and ``<s>`` + target, keeping every weight."""
+    src = torch.tensor([[*source, EOS_ID]], device=device)
+    tgt = torch.tensor([[BOS_ID, *target]], device=device)
+    with model.attention_weights() as kept, autocast_for(device, precision):
+        model(src, tgt)
+    return {kind: [w[0].float().cpu().numpy() for w in layers] for kind, layers in kept.items()}  # filled on leaving
+
+
+@torch.inference_mode()
 def cross_attention(model: Transformer, sources: list[list[int]], targets: list[list[int]], layer: int,
                     device: torch.device, precision: str = "fp32") -> list[np.ndarray]:
     """Per pair, the head-averaged cross-attention of decoder ``layer`` (0-based, negative from the end):

@@ -1,18 +1,27 @@
 """What a search is asked for and what it gives back, without torch.
 
 Beam search, sampling and the CTranslate2 translator share these, and the last must load without
-torch: a deployed (exported) model is run by CTranslate2 alone (`nmtk.decode.export`).
+torch: a deployed (exported) model is run by CTranslate2 alone (`nmtk.decode.ct2`).
+
+`SearchConfig` is the one home of the search settings: its defaults are the recipe's ``[decode]``
+defaults (`nmtk.recipe.DecodeSection`), and `SearchConfig.from_recipe` is the one place a recipe's
+section and a command's explicit choices become a search, for `translate`, validation and exports.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nmtk.errors import NmtkError
+from nmtk.recipe import DecodeSection
+
 if TYPE_CHECKING:
     from nmtk.decode.alignment import Alignment
+
+_DEFAULTS = DecodeSection()
 
 
 @dataclass
@@ -24,11 +33,36 @@ class Hypothesis:
 
 @dataclass
 class SearchConfig:
-    beam: int = 4
-    length_penalty: float = 0.6
-    max_len_a: float = 1.0
-    max_len_b: int = 50
+    """One search: beam (1 = greedy), GNMT length penalty α, output length ≤ a·|x| + b, the n best kept,
+    and the batch budget ``max_tokens`` in source tokens × beam (× 1 for sampling)."""
+
+    beam: int = _DEFAULTS.beam
+    length_penalty: float = _DEFAULTS.length_penalty
+    max_len_a: float = _DEFAULTS.max_len_a
+    max_len_b: int = _DEFAULTS.max_len_b
     nbest: int = 1
+    max_tokens: int = _DEFAULTS.max_tokens
+
+    @classmethod
+    def from_recipe(cls, decode: DecodeSection, *, beam: int | None = None, nbest: int = 1,
+                    length_penalty: float | None = None, max_len_a: float | None = None,
+                    max_len_b: int | None = None, max_tokens: int | None = None) -> SearchConfig:
+        """The search a command asks for, the recipe's ``[decode]`` filling what it leaves open (None).
+
+        Rule for ``nbest`` K: without an explicit beam the beam is at least K (the recipe's beam, raised
+        to K); an explicit beam smaller than K is an error, since a beam of B holds B hypotheses.
+        """
+        if beam is not None and nbest > beam:
+            raise NmtkError(f"--nbest {nbest} exceeds --beam {beam}: a beam of {beam} keeps {beam} hypotheses; "
+                            "raise --beam or leave it out (it then follows --nbest)")
+
+        def pick(value: Any, default: Any) -> Any:
+            return default if value is None else value
+
+        return cls(beam=pick(beam, max(decode.beam, nbest)), nbest=nbest,
+                   length_penalty=pick(length_penalty, decode.length_penalty),
+                   max_len_a=pick(max_len_a, decode.max_len_a), max_len_b=pick(max_len_b, decode.max_len_b),
+                   max_tokens=pick(max_tokens, decode.max_tokens))
 
 
 @dataclass

@@ -9,16 +9,12 @@ translated like any sentence, and the pieces' best translations are concatenated
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nmtk.decode.config import Hypothesis, SearchConfig
-
-if TYPE_CHECKING:
-    from nmtk.decode.contract import Decoder
+from nmtk.decode.config import Hypothesis
 
 SENTENCE_END, CLAUSE_END = ".!?", ";:,"
 _MARKERS = ("▁", "##")
@@ -69,6 +65,10 @@ class Segments:
             count.append(len(parts))
         return cls(pieces, count)
 
+    def decode(self, decode: Callable[[list[list[int]]], list[list[Hypothesis]]]) -> list[list[Hypothesis]]:
+        """Per source, its hypotheses: ``decode`` (any engine's search) over the pieces, then `join`."""
+        return self.join(decode(self.pieces))
+
     def join(self, hyps: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
         """Per source, its pieces' hypotheses; a source in several pieces gets one hypothesis: the
         pieces' best translations in order, scored with the mean of their scores."""
@@ -92,16 +92,6 @@ class Segments:
                 hyp.alignment = Alignment(pairs, src, tgt)
             joined.append([hyp])
         return joined
-
-
-def decode_in_pieces(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, strength: np.ndarray,
-                     **options: Any) -> tuple[list[list[Hypothesis]], list[int]]:
-    """`decode_ids` for sources of any length: hypotheses per source, and how many pieces each took."""
-    from nmtk.decode.search import decode_ids
-
-    segments = Segments.of(sources, model.cfg.max_positions - 1, strength)
-    hyps = decode_ids(model, segments.pieces, cfg, **options)
-    return segments.join(hyps), segments.count
 
 
 def warn_split(line: int, subwords: int, max_positions: int, pieces: int) -> None:

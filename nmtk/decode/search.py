@@ -13,6 +13,7 @@ from nmtk.decode.beam import beam_search
 from nmtk.decode.config import Hypothesis, SearchConfig, length_batches
 from nmtk.decode.contract import Decoder
 from nmtk.device import autocast_for
+from nmtk.precision import Precision
 from nmtk.vocab import EOS_ID
 
 __all__ = ["SearchFn", "decode_ids", "length_batches"]
@@ -22,12 +23,12 @@ SearchFn = Callable[[Decoder, Tensor, SearchConfig], list[list[Hypothesis]]]
 
 
 def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, *,
-               max_tokens: int = 8192, device: torch.device | None = None, precision: str = "fp32",
+               device: torch.device | None = None, precision: Precision = Precision.fp32,
                search_fn: SearchFn | None = None) -> list[list[Hypothesis]]:
     """Hypotheses for each source (ids without EOS), in input order.
 
-    ``search_fn`` defaults to beam search; batches hold at most ``max_tokens`` source tokens times the
-    beam (times 1 for any other search).
+    ``search_fn`` defaults to beam search; batches hold at most ``cfg.max_tokens`` source tokens times
+    the beam (times 1 for any other search).
     """
     search_fn = search_fn or beam_search
     rows_per_source = cfg.beam if search_fn is beam_search else 1
@@ -37,7 +38,7 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
     was_training = model.training
     model.eval()
     try:
-        for batch in length_batches(lengths, max_tokens, rows_per_source):
+        for batch in length_batches(lengths, cfg.max_tokens, rows_per_source):
             src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID).to(device)
             with autocast_for(device, precision):
                 hyps = search_fn(model, src, cfg)

@@ -18,6 +18,7 @@ import torch
 
 from nmtk.checkpoint import load_checkpoint, save_atomic
 from nmtk.errors import NmtkError
+from nmtk.rundir import RunDir
 
 KEPT = ("recipe", "recipe_hash", "vocab", "model_config", "nmtk")
 
@@ -113,6 +114,23 @@ def select_checkpoints(numbered: list[tuple[int, Path]], last: int | None, updat
     if len(numbered) < last:
         raise NmtkError(f"--last {last}: the run has only {len(numbered)} numbered checkpoint(s)")
     return [p for _, p in numbered[-last:]]
+
+
+def average_run(run_dir: Path, files: list[Path], last: int | None, updates: str | None, out: Path | None,
+                force: bool) -> tuple[list[Path], Path]:
+    """`nmtk average`: the chosen checkpoints of a run (``files``, else ``--updates A-B``, else the last
+    ``last``, by default the recipe's ``average.last``) averaged into ``out`` (by default
+    ``RUN/checkpoint_avg_<how>.pt``); returns (the checkpoints, the file written)."""
+    run = RunDir(run_dir).require()
+    if files:
+        paths, label = list(files), f"files{len(files)}"
+    else:
+        n = last or run.recipe().average.last
+        paths = select_checkpoints(run.numbered(), None if updates else n, updates)
+        label = f"updates{updates}" if updates else f"last{n}"
+    target = out or run.path / f"checkpoint_avg_{label}.pt"
+    write_average(paths, target, force)
+    return paths, target
 
 
 def write_average(paths: list[Path], out: Path, force: bool) -> dict[str, Any]:

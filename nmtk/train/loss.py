@@ -44,7 +44,7 @@ class ProjectedLoss(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,  # noqa: ANN001
+    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         vocab = weight.size(0)
         w = weight.to(dtype)  # cast once per call (autocast would cast per chunk)
@@ -68,7 +68,7 @@ class ProjectedLoss(torch.autograd.Function):
         return loss, nll
 
     @staticmethod
-    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):  # noqa: ANN001, ANN205
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
         grad_h, grad_w = ctx.saved_tensors
         return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
 

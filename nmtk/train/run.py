@@ -12,11 +12,12 @@ import torch
 from nmtk.checkpoint import load_checkpoint
 from nmtk.console import console
 from nmtk.data.fetch import default_data_root
-from nmtk.data.prepare import default_out_dir, load_manifest, prepare
+from nmtk.data.prepare import default_out_dir, prepare
 from nmtk.device import keep_freed_memory, pick_device
 from nmtk.errors import NmtkError
+from nmtk.manifest import Manifest, PreparedData
 from nmtk.model import parameter_count
-from nmtk.recipe import Recipe
+from nmtk.recipe import Recipe, first_difference
 from nmtk.rundir import RunDir
 from nmtk.text import text_pipelines
 from nmtk.train.distributed import (
@@ -43,31 +44,23 @@ _FROZEN = {
 _MUTABLE_MODEL = {"dropout", "attention_dropout", "relu_dropout"}
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in d.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
+def _frozen(field: str) -> str | None:
+    """What changing ``field`` on resume would break; None when it may change."""
+    if field.startswith("model.") and field.split(".")[-1] in _MUTABLE_MODEL:
+        return None
+    return next((why for prefix, why in _FROZEN.items() if field == prefix or field.startswith(prefix + ".")), None)
 
 
-def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, manifest: dict[str, Any],
+def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, manifest: Manifest,
                     info: DistInfo) -> None:
     """Refuse, naming the field, a recipe change that would break the checkpoint."""
-    old, new = _flatten(checkpoint["recipe"]), _flatten(recipe.model_dump(mode="json"))
-    for field in sorted(set(old) | set(new)):
-        frozen = next((why for prefix, why in _FROZEN.items() if field == prefix or field.startswith(prefix + ".")),
-                      None)
-        if frozen is None or field.split(".")[-1] in _MUTABLE_MODEL and field.startswith("model."):
-            continue
-        if old.get(field) != new.get(field):
-            raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old.get(field)!r} to "
-                            f"{new.get(field)!r}, which changes {frozen}; use --restart to start over "
-                            "or --run-dir for a new run")
-    if checkpoint["vocab"] != manifest["vocab"]["sha256"]:
+    difference = first_difference(checkpoint["recipe"], recipe.model_dump(mode="json"),
+                                  skip=lambda field: _frozen(field) is None)
+    if difference is not None:
+        field, old, new = difference
+        raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old!r} to {new!r}, which changes "
+                        f"{_frozen(field)}; use --restart to start over or --run-dir for a new run")
+    if checkpoint["vocab"] != manifest.vocab.sha256:
         raise NmtkError(f"{run.path}: cannot resume: the vocabulary (subword model) differs from the checkpoint's; "
                         "use --restart or a new --run-dir")
     if checkpoint.get("world_size", 1) != info.world_size:
@@ -75,9 +68,8 @@ def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, man
                         f"processes, this job has {info.world_size} (the data position depends on it)")
 
 
-
 def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None, info: DistInfo
-                  ) -> tuple[Path, dict[str, Any]]:
+                  ) -> tuple[Path, Manifest]:
     """Run `prepare` on rank 0 when the data is missing or out of date (other ranks wait)."""
     data_dir = Path(data_dir or default_out_dir(recipe))
     error = None
@@ -95,10 +87,7 @@ def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None,
     error = broadcast_object(error, info, wait=True)
     if error:
         raise NmtkError(error)
-    manifest = load_manifest(data_dir)
-    if manifest is None:
-        raise NmtkError(f"{data_dir}: no manifest.json (prepare did not complete)")
-    return data_dir, manifest
+    return data_dir, PreparedData(data_dir).manifest()
 
 
 def _set_aside(run: RunDir) -> Path:
@@ -134,7 +123,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
     run = RunDir(run_dir or Path("runs") / recipe.name)
     checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
-    models = {lang: data_dir / name for lang, name in manifest["vocab"]["models"].items()}
+    models = manifest.model_paths(data_dir)
     pipelines = text_pipelines(recipe.tokenizer, (recipe.data.source_lang, recipe.data.target_lang), models)
     trainer = Trainer(recipe, data_dir, manifest, pipelines, run, device, info)
     if checkpoint is not None:
@@ -161,7 +150,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
             "run_dir": str(run.path), "tgt_tokens_per_s": round(trainer.session_tokens_per_s)}
 
 
-def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: dict[str, Any], info: DistInfo,
+def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: Manifest, info: DistInfo,
               restart: bool, init_from: Path | None) -> dict[str, Any] | None:
     """Freeze the run directory (rank 0); the checkpoint to resume from, or None for a new run."""
     checkpoint = None

@@ -36,6 +36,7 @@ from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import Batch, collate, split_lengths
 from nmtk.device import autocast_for, resolve_precision
 from nmtk.errors import NmtkError
+from nmtk.manifest import Manifest
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
@@ -93,18 +94,18 @@ class Trainer:
     (validation cuts over-long sources and detokenises with them); both come from the caller, loaded.
     """
 
-    def __init__(self, recipe: Recipe, data_dir: Path, manifest: dict[str, Any],
+    def __init__(self, recipe: Recipe, data_dir: Path, manifest: Manifest,
                  pipelines: tuple[TextPipeline, TextPipeline], run: RunDir, device: torch.device,
                  info: DistInfo) -> None:
         self.recipe, self.run, self.device, self.info = recipe, run, device, info
-        self.vocab_hash: dict[str, str] = manifest["vocab"]["sha256"]
+        self.vocab_hash: dict[str, str] = manifest.vocab.sha256
         src_lang, tgt_lang = recipe.data.source_lang, recipe.data.target_lang
-        self.train_split = BinarizedSplit(data_dir, "train", src_lang, tgt_lang, manifest["dtype"])
+        self.train_split = BinarizedSplit(data_dir, "train", src_lang, tgt_lang, manifest.dtype)
         src_len, tgt_len = split_lengths(self.train_split)
         b = recipe.batching
         self.plan = BatchingPlan(src_len, tgt_len, b.max_tokens, b.bucket_width, b.max_sentences, recipe.train.seed)
         self.tgt_lengths = tgt_len
-        sizes = manifest["vocab"]["size"]
+        sizes = manifest.vocab.size
         self.cfg = model_config(recipe, sizes[src_lang], sizes[tgt_lang])
         torch.manual_seed(recipe.train.seed)
         self.model = Transformer(self.cfg).to(device)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -14,11 +13,14 @@ from sacrebleu.metrics import BLEU
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import collate, split_lengths
-from nmtk.decode.beam import SearchConfig
-from nmtk.decode.long_input import boundary_strengths, decode_in_pieces
+from nmtk.decode.config import SearchConfig
+from nmtk.decode.long_input import Segments, boundary_strengths
+from nmtk.decode.search import decode_ids
 from nmtk.device import autocast_for
 from nmtk.files import read_lines
+from nmtk.manifest import Manifest, PreparedData
 from nmtk.model import Transformer
+from nmtk.precision import Precision
 from nmtk.recipe import Recipe
 from nmtk.text import TextPipeline
 from nmtk.train.loss import projected_label_smoothed_loss
@@ -47,20 +49,18 @@ class Validator:
         self.sources = [split.src[i].astype("int64").tolist() for i in range(len(split))]
 
     @classmethod
-    def for_split(cls, data_dir: Path, manifest: dict[str, Any], recipe: Recipe,
+    def for_split(cls, data_dir: Path, manifest: Manifest, recipe: Recipe,
                   pipelines: tuple[TextPipeline, TextPipeline], device: torch.device) -> Validator:
-        """The prepared ``valid`` split and its raw references, searched as the recipe's ``[decode]`` says."""
+        """The prepared ``valid`` split and its raw references, searched as the recipe's ``[decode]`` says
+        (its beam, length penalty, length limit and decoding budget ``decode.max_tokens``)."""
         src, tgt = recipe.data.source_lang, recipe.data.target_lang
-        split = BinarizedSplit(data_dir, "valid", src, tgt, manifest["dtype"])
-        references = read_lines(data_dir / f"valid.raw.{tgt}", "reference")  # split on \n only, as corpora are
-        d = recipe.decode
-        search = SearchConfig(beam=d.beam, length_penalty=d.length_penalty, max_len_a=d.max_len_a,
-                              max_len_b=d.max_len_b)
-        return cls(split, references, pipelines, search, recipe.optim.label_smoothing, recipe.batching.max_tokens,
-                   recipe.model.max_positions, device)
+        split = BinarizedSplit(data_dir, "valid", src, tgt, manifest.dtype)
+        references = read_lines(PreparedData(data_dir).raw("valid", tgt), "reference")  # split on \n only
+        return cls(split, references, pipelines, SearchConfig.from_recipe(recipe.decode), recipe.optim.label_smoothing,
+                   recipe.batching.max_tokens, recipe.model.max_positions, device)
 
     @torch.inference_mode()
-    def loss(self, model: Transformer, precision: str) -> tuple[float, float]:
+    def loss(self, model: Transformer, precision: Precision) -> tuple[float, float]:
         loss_sum = nll_sum = 0.0
         tokens = 0
         model.eval()
@@ -75,12 +75,12 @@ class Validator:
             tokens += batch.target_tokens
         return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1)
 
-    def translations(self, model: Transformer, precision: str) -> list[str]:
-        hyps, _ = decode_in_pieces(model, self.sources, self.search, self.boundaries, device=self.device,
-                                   precision=precision)
+    def translations(self, model: Transformer, precision: Precision) -> list[str]:
+        decode = partial(decode_ids, model, cfg=self.search, device=self.device, precision=precision)
+        hyps = Segments.of(self.sources, model.cfg.max_positions - 1, self.boundaries).decode(decode)
         return [self.tgt_pipe.decode(h[0].tokens) if h else "" for h in hyps]
 
-    def run(self, model: Transformer, precision: str) -> dict[str, float]:
+    def run(self, model: Transformer, precision: Precision) -> dict[str, float]:
         was_training = model.training
         try:
             loss, nll = self.loss(model, precision)

@@ -57,7 +57,8 @@ def load(run: Path):
 
     rundir = RunDir(run)
     recipe = rundir.recipe()
-    return load_model(rundir.default_checkpoint(), torch.device("cpu"), rundir.vocab_hash()), rundir.pipelines(recipe)
+    model = load_model(rundir.default_checkpoint(), torch.device("cpu"), rundir.manifest().vocab.sha256)
+    return model, rundir.pipelines(recipe)
 
 
 def test_kept_attention_weights_sum_to_one_and_are_the_formula(copy_run) -> None:

@@ -36,13 +36,13 @@ def test_round_trip_restores_99_percent(prepared, multi30k_root: Path) -> None:
 
 def test_padding_at_4096_tokens_is_at_most_5_percent(prepared) -> None:
     recipe, result = prepared
-    split = BinarizedSplit(result.out_dir, "train", "en", "de", result.manifest["dtype"])
+    split = BinarizedSplit(result.out_dir, "train", "en", "de", result.manifest.dtype)
     src, tgt = split.src.lengths + 1, split.tgt.lengths + 1  # + EOS / BOS, as batches hold them
     plan = BatchingPlan(src, tgt, max_tokens=4096, seed=recipe.train.seed)
     fraction = padding_fraction(plan.epoch_batches(0), src, tgt)
     print(f"padding at max_tokens=4096: {fraction:.2%}")
     assert fraction <= 0.05
-    assert result.manifest["splits"]["train"]["kept"] == 29000
+    assert result.manifest.splits["train"]["kept"] == 29000
 
 
 def test_cli_second_run_is_up_to_date(nmtk, prepared, multi30k_root: Path) -> None:

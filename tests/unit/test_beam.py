@@ -125,10 +125,10 @@ def test_nbest_is_distinct_and_sorted(model, sources) -> None:
 
 def test_max_length_and_order_of_decode_ids(model) -> None:
     sources = [[5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15]]
-    cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=2)
-    hyps = decode_ids(model, sources, cfg, max_tokens=16)
+    cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=2, max_tokens=16)
+    hyps = decode_ids(model, sources, cfg)
     assert all(len(h[0].tokens) <= 2 for h in hyps)
-    full = decode_ids(model, sources, SearchConfig(beam=3), max_tokens=16)
+    full = decode_ids(model, sources, SearchConfig(beam=3, max_tokens=16))
     assert [h[0].tokens for h in full] == [h[0].tokens for h in decode_ids(model, sources, SearchConfig(beam=3))]
 
 
@@ -239,12 +239,13 @@ def test_long_sources_are_cut_at_the_strongest_boundary_that_fits() -> None:
 
 
 def test_a_source_longer_than_the_model_is_translated_in_pieces(model) -> None:
-    from nmtk.decode.long_input import decode_in_pieces
+    from nmtk.decode.long_input import Segments
 
     limit = model.cfg.max_positions - 1
     long = list(range(4, 30)) * (3 * limit // 26)
     strength = np.zeros(model.cfg.src_vocab, dtype=np.int8)
-    hyps, pieces = decode_in_pieces(model, [[5, 6, 7], long], SearchConfig(beam=1), strength)
+    segments = Segments.of([[5, 6, 7], long], limit, strength)
+    hyps, pieces = segments.decode(lambda p: decode_ids(model, p, SearchConfig(beam=1))), segments.count
     assert pieces == [1, 3] and hyps[0][0].tokens and len(hyps[1]) == 1 and len(hyps[1][0].tokens) >= 3
 
 

@@ -46,3 +46,19 @@ def test_runnable_commands_run_as_written(doc: str, command: str) -> None:
 def test_there_are_runnable_commands() -> None:
     assert len(runnable_commands()) >= 3
     assert all(shlex.split(c) for _, c in runnable_commands())
+
+
+def test_the_code_map_names_every_module() -> None:
+    """docs/code-map.md is the maintainers' map: a module it does not name is a module nobody can find."""
+    page = (ROOT / "docs" / "code-map.md").read_text()
+    modules = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "nmtk").rglob("*.py")
+                     if p.name != "__init__.py" or p.parent == ROOT / "nmtk")
+    missing = [m for m in modules if f"`{m}`" not in page]
+    assert not missing, f"docs/code-map.md does not name {missing}"
+
+
+def test_the_cli_holds_no_library_work() -> None:
+    """Nothing outside cli/ imports it (benchmarks included), and cli/ imports itself relatively."""
+    offenders = [str(p.relative_to(ROOT)) for folder in ("nmtk", "benchmarks") for p in (ROOT / folder).rglob("*.py")
+                 if "from nmtk.cli" in p.read_text() and p != ROOT / "nmtk" / "__main__.py"]
+    assert offenders == []

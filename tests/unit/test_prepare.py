@@ -41,7 +41,7 @@ def test_prepare_builds_then_is_up_to_date(toy) -> None:
     assert set(manifest["splits"]) == {"train", "valid", "test"}
     assert all(len(v["sha256"]) == 64 for v in manifest["inputs"].values()) and len(manifest["inputs"]) == 6
 
-    split = BinarizedSplit(out, "train", "en", "de", manifest["dtype"])
+    split = BinarizedSplit(out, "train", "en", "de", first.manifest.dtype)
     assert len(split) == 400 and int(split.src.lengths.sum()) == train["sides"]["en"]["tokens"]
     pipe = TextPipeline(moses_for(recipe.tokenizer, "de", "target"), out / "spm.model")
     expected = synthetic_pairs(400)[7][1]
@@ -69,10 +69,10 @@ def test_cleaning_counts_every_drop(tmp_path: Path) -> None:
     write_corpus(root, "valid", synthetic_pairs(10, 1) + [("", "")])
     write_corpus(root, "test", synthetic_pairs(10, 2))
     result = prepare(load_recipe(toy_recipe(tmp_path, vocab_size=80), ["data.max_ratio=3"]), root, tmp_path / "o")
-    train = result.manifest["splits"]["train"]
+    train = result.manifest.splits["train"]
     assert train["dropped"] == {"empty": 2, "too_long": 1, "ratio": 1}
     assert train["kept"] == 300 and train["pairs_in"] == 304
-    assert result.manifest["splits"]["valid"]["kept"] == 11  # evaluation sets keep every line
+    assert result.manifest.splits["valid"]["kept"] == 11  # evaluation sets keep every line
 
 
 def test_mismatched_line_counts(toy) -> None:
@@ -97,7 +97,7 @@ def test_invalid_utf8(toy, policy: str) -> None:
             prepare(recipe, root, out)
         assert leftovers(out) == []
     else:
-        assert prepare(recipe, root, out).manifest["splits"]["train"]["kept"] == 400
+        assert prepare(recipe, root, out).manifest.splits["train"]["kept"] == 400
 
 
 def test_empty_corpus(toy) -> None:
@@ -136,9 +136,9 @@ def test_separate_vocabularies_and_plain_text(tmp_path: Path) -> None:
     text = text.replace("dropout = 0.0", 'dropout = 0.0\nshare_embeddings = "decoder"')
     (tmp_path / "sep.toml").write_text(text)
     result = prepare(load_recipe(tmp_path / "sep.toml"), root, tmp_path / "o")
-    assert result.manifest["vocab"]["models"] == {"en": "spm.en.model", "de": "spm.de.model"}
+    assert result.manifest.vocab.models == {"en": "spm.en.model", "de": "spm.de.model"}
     assert (tmp_path / "o" / "spm.en.model").is_file() and (tmp_path / "o" / "spm.de.model").is_file()
-    ids = BinarizedSplit(tmp_path / "o", "train", "en", "de", result.manifest["dtype"]).src[0]
+    ids = BinarizedSplit(tmp_path / "o", "train", "en", "de", result.manifest.dtype).src[0]
     assert isinstance(ids, np.ndarray) and len(ids) > 0
 
 
@@ -157,9 +157,9 @@ def test_prepare_with_wordpiece(toy) -> None:
     root, recipe_path, out = toy
     recipe = load_recipe(recipe_path, ["tokenizer.type=wordpiece", "tokenizer.vocab_size=80"])
     manifest = prepare(recipe, root, out).manifest
-    assert manifest["vocab"]["models"] == {"en": "wordpiece.json", "de": "wordpiece.json"}
-    assert manifest["vocab"]["size"] == {"en": 80, "de": 80}
-    split = BinarizedSplit(out, "train", "en", "de", manifest["dtype"])
+    assert manifest.vocab.models == {"en": "wordpiece.json", "de": "wordpiece.json"}
+    assert manifest.vocab.size == {"en": 80, "de": 80}
+    split = BinarizedSplit(out, "train", "en", "de", manifest.dtype)
     pipe = TextPipeline(moses_for(recipe.tokenizer, "de", "target"), out / "wordpiece.json")
     assert pipe.decode(split.tgt[7].tolist()) == synthetic_pairs(400)[7][1]
 

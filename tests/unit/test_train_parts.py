@@ -172,8 +172,7 @@ def test_validation_references_split_on_newlines_only(tmp_path: Path) -> None:
     write_corpus(root, "valid", valid)
     recipe = load_recipe(toy_recipe(tmp_path))
     out = prepare(recipe, root, tmp_path / "data")
-    models = {lang: out.out_dir / name for lang, name in out.manifest["vocab"]["models"].items()}
-    pipelines = text_pipelines(recipe.tokenizer, ("en", "de"), models)
+    pipelines = text_pipelines(recipe.tokenizer, ("en", "de"), out.manifest.model_paths(out.out_dir))
     validator = Validator.for_split(out.out_dir, out.manifest, recipe, pipelines, torch.device("cpu"))
     assert len(validator.references) == len(validator.split) == 40
     assert validator.references[3].endswith("\u2028 line \x0c feed \x85 end")
@@ -183,22 +182,9 @@ def test_validation_references_split_on_newlines_only(tmp_path: Path) -> None:
 
 
 def test_an_fp16_overflow_skips_the_update_without_moving_the_counter_or_the_schedule(tmp_path: Path) -> None:
-    from helpers import toy_data, toy_recipe
+    from helpers import toy_trainer
 
-    from nmtk.data.prepare import prepare
-    from nmtk.recipe import load_recipe
-    from nmtk.rundir import RunDir
-    from nmtk.text import text_pipelines
-    from nmtk.train.distributed import DistInfo
-    from nmtk.train.trainer import Trainer
-
-    recipe = load_recipe(toy_recipe(tmp_path), ["train.precision=fp16"])
-    out = prepare(recipe, toy_data(tmp_path / "root"), tmp_path / "data")
-    models = {lang: out.out_dir / name for lang, name in out.manifest["vocab"]["models"].items()}
-    run = RunDir(tmp_path / "run")
-    run.path.mkdir()
-    trainer = Trainer(recipe, out.out_dir, out.manifest, text_pipelines(recipe.tokenizer, ("en", "de"), models),
-                      run, torch.device("cpu"), DistInfo())
+    trainer = toy_trainer(tmp_path, "train.precision=fp16")
     group = trainer.plan.epoch_batches(0)[:1]
     weight = trainer.model.encoder[0].ffn.w1.weight
     before, scale = weight.detach().clone(), trainer.scaler.get_scale()
@@ -273,22 +259,10 @@ def same(a: object, b: object) -> bool:
 
 def test_a_checkpoint_written_in_the_background_is_what_a_synchronous_save_writes(tmp_path: Path) -> None:
     """Training goes on while the writer writes; the file holds the state at the moment of saving."""
-    from helpers import toy_data, toy_recipe
+    from helpers import toy_trainer
 
-    from nmtk.data.prepare import prepare
-    from nmtk.recipe import load_recipe
-    from nmtk.rundir import RunDir
-    from nmtk.text import text_pipelines
-    from nmtk.train.distributed import DistInfo
-    from nmtk.train.trainer import Trainer
-
-    recipe = load_recipe(toy_recipe(tmp_path))
-    out = prepare(recipe, toy_data(tmp_path / "root"), tmp_path / "data")
-    models = {lang: out.out_dir / name for lang, name in out.manifest["vocab"]["models"].items()}
-    run = RunDir(tmp_path / "run")
-    run.path.mkdir()
-    trainer = Trainer(recipe, out.out_dir, out.manifest, text_pipelines(recipe.tokenizer, ("en", "de"), models),
-                      run, torch.device("cpu"), DistInfo())
+    trainer = toy_trainer(tmp_path)
+    run = trainer.run
     batches = trainer.plan.epoch_batches(0)
     trainer.train_step(batches[:1])
     save_atomic(trainer.checkpoint_state(), tmp_path / "sync.pt")
@@ -301,3 +275,28 @@ def test_a_checkpoint_written_in_the_background_is_what_a_synchronous_save_write
     assert not torch.equal(written["model"]["encoder.0.ffn.w1.weight"], trainer.model.encoder[0].ffn.w1.weight)
     assert run.last.samefile(run.checkpoint(1))
     trainer.metrics.close()
+
+
+def test_validation_beam_search_uses_the_recipes_decoding_budget(tmp_path: Path, monkeypatch) -> None:
+    """decode.max_tokens reaches validation's batching through typed parameters (it was dropped before)."""
+    from helpers import toy_prepared
+
+    import nmtk.decode.search as search
+    from nmtk.recipe import model_config
+    from nmtk.train.validate import Validator
+
+    recipe, out, pipelines = toy_prepared(tmp_path, "decode.max_tokens=96", "decode.beam=3")
+    validator = Validator.for_split(out.out_dir, out.manifest, recipe, pipelines, torch.device("cpu"))
+    assert (validator.search.max_tokens, validator.search.beam) == (96, 3)
+    budgets, original = [], search.length_batches
+
+    def spy(lengths, max_tokens: int, beam: int):
+        budgets.append((max_tokens, beam))
+        batches = original(lengths, max_tokens, beam)
+        assert all(len(b) == 1 or len(b) * int(lengths[b].max()) * beam <= max_tokens for b in batches)
+        return batches
+
+    monkeypatch.setattr(search, "length_batches", spy)
+    torch.manual_seed(0)
+    validator.translations(Transformer(model_config(recipe, 64, 64)), "fp32")
+    assert budgets == [(96, 3)]

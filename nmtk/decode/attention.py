@@ -1,4 +1,6 @@
-"""`nmtk attention`: translate one sentence and draw the attention the model paid doing it."""
+"""`nmtk attention`: translate one sentence and draw the attention the model paid doing it (paper
+Figures 3-5). The weights come from `nmtk.decode.alignment.attention_maps`, the pictures from
+`nmtk.pictures`."""
 
 from __future__ import annotations
 
@@ -6,15 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from nmtk.cli.translate import TranslateOptions, build_translator
 from nmtk.console import console
+from nmtk.decode.alignment import attention_maps
+from nmtk.decode.load import LoadOptions, SearchChoices, load_translator
 from nmtk.decode.translator import Translator
 from nmtk.errors import NmtkError
 from nmtk.files import decode_lines
 from nmtk.pictures import attention_picture
-from nmtk.vocab import BOS_ID, EOS_ID
 
 KINDS = ("encoder", "cross", "decoder")
 
@@ -58,10 +59,10 @@ def the_sentence(o: AttentionOptions) -> str:
 def draw(o: AttentionOptions) -> list[Path]:
     """Translate the sentence, run the model over it and its translation keeping the weights, draw."""
     sentence = the_sentence(o)
-    translator = build_translator(TranslateOptions(model=o.model, checkpoint=o.checkpoint, beam=None))
+    translator = load_translator(LoadOptions(model=o.model, checkpoint=o.checkpoint, search=SearchChoices()))
     if not isinstance(translator, Translator):
         raise NmtkError(f"{o.model}: an exported CTranslate2 model; draw attention with the run it was exported from")
-    model = translator.model
+    model = translator.first_model
     for kind in o.kinds:  # check --layer and --head before any work
         count = model.cfg.encoder_layers if kind == "encoder" else model.cfg.decoder_layers
         if o.layer is not None and not 1 <= o.layer <= count:
@@ -80,9 +81,7 @@ def draw(o: AttentionOptions) -> list[Path]:
         raise NmtkError(f"the sentence has {len(src):,} subwords, more than the model's {limit:,}")
     hyp = translator.hypotheses([sentence])[0][0].tokens
     console.print(f"translation: {translator.tgt_pipe.decode(hyp)}")
-    with model.attention_weights() as kept, torch.inference_mode():
-        model(torch.tensor([[*src, EOS_ID]], device=translator.device), torch.tensor([[BOS_ID, *hyp]],
-                                                                                      device=translator.device))
+    kept = attention_maps(model, src, hyp, translator.device, translator.precision)
     pieces_src, pieces_tgt = translator.src_pipe.subwords.pieces(), translator.tgt_pipe.subwords.pieces()
     source = [pieces_src[t] for t in src] + ["</s>"]
     target_in = ["<s>"] + [pieces_tgt[t] for t in hyp]
@@ -92,7 +91,7 @@ def draw(o: AttentionOptions) -> list[Path]:
     for kind in o.kinds:
         layers = kept[kind]
         layer = (o.layer or len(layers)) - 1
-        weights = layers[layer][0].float().cpu().numpy()
+        weights = layers[layer]
         heads = None if o.head is None else [o.head - 1]
         rows, cols = {"encoder": (source, source), "cross": (target_out, source),
                       "decoder": (target_in, target_in)}[kind]

@@ -1,0 +1,1 @@
+"""Converters between nmtk runs and other formats: CTranslate2 (`ctranslate2`)."""

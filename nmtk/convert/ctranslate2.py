@@ -1,0 +1,163 @@
+"""`nmtk export` to CTranslate2: nmtk's weights onto CTranslate2's own Transformer specification.
+
+The converter maps nmtk's weights onto ``ctranslate2.specs.TransformerSpec``, which writes the model
+files: nothing here writes a binary format. The mapping is one to one, because nmtk's model is the
+architecture CTranslate2 was built for: post-norm (or pre-norm) layers, fused Q·K·V (self-attention)
+and K·V (encoder-decoder attention) projections in that order, ReLU feed-forward, embeddings scaled
+by √d_model, the sinusoidal table given as the position encodings (so that both engines add the very
+same numbers), tied matrices given as one array (CTranslate2 stores it once), and the vocabulary as
+the subword model's pieces in id order. Sources get ``</s>`` appended and decoding starts from
+``<s>``, as in nmtk.
+
+An exported folder (`nmtk.rundir.ExportDir`) holds, besides CTranslate2's files, everything the text
+pipeline needs (the run's frozen recipe, manifest and subword model(s)) and ``nmtk-export.json``, so
+it is a complete artefact: ``nmtk translate -m DIR`` runs it with `nmtk.decode.ct2.Ct2Translator`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nmtk import __version__
+from nmtk.errors import NmtkError
+from nmtk.recipe import Recipe
+from nmtk.rundir import EXPORT_MARKER, ExportDir, RunDir
+from nmtk.vocab import BOS, EOS, UNK
+
+if TYPE_CHECKING:
+    from nmtk.model import Transformer
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "bfloat16", "float16")
+
+
+def _linear(spec: Any, linear: Any) -> None:
+    spec.weight = linear.weight.detach().float().numpy()
+    if linear.bias is not None:
+        spec.bias = linear.bias.detach().float().numpy()
+
+
+def _norm(spec: Any, norm: Any) -> None:
+    spec.gamma = norm.weight.detach().float().numpy()
+    spec.beta = norm.bias.detach().float().numpy()
+
+
+def _ffn(spec: Any, ffn: Any, residual: Any) -> None:
+    _linear(spec.linear_0, ffn.w1)
+    _linear(spec.linear_1, ffn.w2)
+    _norm(spec.layer_norm, residual.norm)
+
+
+def model_spec(model: Transformer, source_pieces: list[str], target_pieces: list[str]) -> Any:
+    """CTranslate2's specification of ``model``, weights set (fp32), vocabularies registered."""
+    import ctranslate2
+
+    cfg = model.cfg
+    spec = ctranslate2.specs.TransformerSpec.from_config(
+        (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre",
+        activation=ctranslate2.specs.Activation.RELU)
+    arrays: dict[int, np.ndarray] = {}  # one numpy array per tensor, so tied weights stay one array
+
+    def array(tensor: Any) -> np.ndarray:
+        return arrays.setdefault(tensor.data_ptr(), tensor.detach().float().numpy())
+
+    positions = model.src_embed.pe.detach().float().numpy()
+    for side, embed in ((spec.encoder, model.src_embed), (spec.decoder, model.tgt_embed)):
+        table = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
+        table.weight = array(embed.table.weight)
+        side.scale_embeddings = True  # × √d_model, paper §3.4
+        side.position_encodings.encodings = positions
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder, strict=True):
+        _linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv)
+        _linear(layer_spec.self_attention.linear[1], layer.self_attn.out)
+        _norm(layer_spec.self_attention.layer_norm, layer.res_attn.norm)
+        _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder, strict=True):
+        _linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv)
+        _linear(layer_spec.self_attention.linear[1], layer.self_attn.out)
+        _norm(layer_spec.self_attention.layer_norm, layer.res_self.norm)
+        _linear(layer_spec.attention.linear[0], layer.cross_attn.q)
+        _linear(layer_spec.attention.linear[1], layer.cross_attn.kv)
+        _linear(layer_spec.attention.linear[2], layer.cross_attn.out)
+        _norm(layer_spec.attention.layer_norm, layer.res_cross.norm)
+        _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn)
+    if cfg.norm == "pre":
+        _norm(spec.encoder.layer_norm, model.encoder_norm)
+        _norm(spec.decoder.layer_norm, model.decoder_norm)
+    spec.decoder.projection.weight = array(model.output_weight)
+    spec.register_source_vocabulary(source_pieces)
+    spec.register_target_vocabulary(target_pieces)
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, BOS, EOS
+    spec.config.decoder_start_token = BOS
+    spec.config.add_source_eos = True
+    spec.config.layer_norm_epsilon = model.encoder[0].res_attn.norm.eps
+    return spec
+
+
+def export_run(run: RunDir, checkpoint: Path, out: Path, quantization: str, force: bool) -> dict[str, Any]:
+    """Write ``run``'s model from ``checkpoint`` to ``out`` as a CTranslate2 model with its text pipeline.
+
+    Built in a temporary folder beside ``out`` and renamed into place: an existing ``out`` is kept
+    unless ``force``, and is never left half replaced.
+    """
+    import torch
+
+    from nmtk.decode.translator import load_model
+
+    if quantization not in QUANTIZATIONS:
+        raise NmtkError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
+    if out.exists() and not force:
+        raise NmtkError(f"{out}: exists; use --force to replace it")
+    recipe, manifest = run.recipe(), run.manifest()
+    source, target = run.pipelines(recipe, manifest)
+    model = load_model(checkpoint, torch.device("cpu"), manifest.vocab.sha256)
+    spec = model_spec(model, source.subwords.pieces(), target.subwords.pieces())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ExportDir(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        spec.save(str(tmp.path))
+        tmp.write_text_pipeline(run, recipe, manifest)
+        meta = {"format": "ctranslate2", "nmtk": __version__, "quantization": quantization,
+                "checkpoint": checkpoint.name, "run": str(run.path), "models": manifest.vocab.models,
+                "max_positions": model.cfg.max_positions}
+        tmp.write_meta(meta)
+        (tmp.path / "README.md").write_text(_readme(recipe, meta), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.path.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp.path, ignore_errors=True)
+        raise
+    return meta
+
+
+def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:
+    src, tgt = recipe.data.source_lang, recipe.data.target_lang
+    return f"""# {recipe.name}: a CTranslate2 model exported by nmtk {meta["nmtk"]}
+
+{src} → {tgt}, from `{meta["checkpoint"]}` of `{meta["run"]}`, weights stored as {meta["quantization"]}.
+This folder is complete: CTranslate2's model (`model.bin`, `config.json`, vocabularies), the run's
+recipe (`recipe.toml`) and subword model(s), and `{EXPORT_MARKER}`.
+
+With nmtk (its text pipeline, the recipe's beam settings; `--device cuda` on a GPU):
+
+```bash
+nmtk translate -m THIS_FOLDER < input.{src} > output.{tgt}
+nmtk translate -m THIS_FOLDER --beam 5 --nbest 3 --print-scores -i input.{src}
+```
+
+With CTranslate2 alone, the input must be the subword pieces of the recipe's text pipeline
+(`recipe.toml`, `[tokenizer]`), and the output joined back by the same subword model:
+
+```python
+import ctranslate2
+translator = ctranslate2.Translator("THIS_FOLDER", device="cpu")
+translator.translate_batch([pieces], beam_size={recipe.decode.beam}, min_decoding_length=0)
+```
+"""

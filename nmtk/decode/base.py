@@ -1,0 +1,58 @@
+"""The translator contract, once for every engine: text in, n-best hypotheses out, in input order.
+
+`Translator` (nmtk's own model, torch) and `Ct2Translator` (an exported model, CTranslate2 alone)
+differ in one thing only: how a list of source pieces (subword ids, each short enough for the model)
+becomes hypotheses. Everything around that — blank lines, encoding, cutting lines longer than the
+model into pieces and joining their translations, the warning that names such a line, detokenising —
+lives here, torch-free, so a fix to any of it is made once for both engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nmtk.decode.config import Hypothesis, SamplingConfig, SearchConfig
+from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
+from nmtk.precision import Precision
+from nmtk.text import TextPipeline
+
+
+@dataclass(kw_only=True)
+class TranslatorBase:
+    """Sentences through the (source, target) text pipelines around one engine's `decode_pieces`."""
+
+    pipelines: tuple[TextPipeline, TextPipeline]
+    search: SearchConfig
+    sampling: SamplingConfig | None = None
+    max_positions: int = 1024  # source tokens the model accepts, EOS included
+    precision: Precision = Precision.fp32
+    engine: str = "torch"
+
+    def __post_init__(self) -> None:
+        self.src_pipe, self.tgt_pipe = self.pipelines
+        self.boundaries = boundary_strengths(self.src_pipe.subwords.pieces())
+
+    def decode_pieces(self, pieces: list[list[int]]) -> list[list[Hypothesis]]:
+        """Hypotheses for each source (ids without EOS, at most ``max_positions - 1``), in input order."""
+        raise NotImplementedError
+
+    def hypotheses(self, sentences: list[str], first_line: int = 1) -> list[list[Hypothesis]]:
+        """N-best hypotheses per sentence; an empty (or blank) sentence gets none.
+
+        A sentence longer than the model's input is translated in pieces (`nmtk.decode.long_input`),
+        with one warning naming its line (``first_line`` is the number of ``sentences[0]``).
+        """
+        ids = [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
+        todo = [i for i, x in enumerate(ids) if x is not None]
+        results: list[list[Hypothesis]] = [[] for _ in sentences]
+        if not todo:
+            return results
+        segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries)
+        for i, hyps, n in zip(todo, segments.decode(self.decode_pieces), segments.count, strict=True):
+            results[i] = hyps
+            if n > 1:
+                warn_split(first_line + i, len(ids[i]), self.max_positions, n)
+        return results
+
+    def detokenize(self, hyp: Hypothesis) -> str:
+        return self.tgt_pipe.decode(hyp.tokens)

@@ -1,0 +1,109 @@
+"""The CTranslate2 engine: an `nmtk export` folder behind the translator contract, without torch.
+
+A deployment pays neither torch's memory (~200 MB) nor its import time: `load_translator` imports
+this module, never torch, for an exported folder. The converter that writes such a folder is
+`nmtk.convert.ctranslate2`.
+
+Scoring differs in one place. CTranslate2 normalises a hypothesis' log-probability by |Y|^α, nmtk
+by GNMT's ((5 + |Y|) / 6)^α; with α = 0 both rank by the raw log-probability. The search's
+``length_penalty`` is passed on as CTranslate2's α (docs/decoding.md, "Deploying", measures what that
+changes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nmtk.decode.base import TranslatorBase
+from nmtk.decode.config import Hypothesis, SearchConfig, length_batches
+from nmtk.errors import NmtkError
+from nmtk.recipe import Recipe
+from nmtk.rundir import ExportDir
+from nmtk.text import text_pipelines
+
+
+def ct2_device(name: str, gpus: int) -> tuple[str, int]:
+    """CTranslate2's (device, index) for ``--device``, checked as `nmtk.device.pick_device` checks torch's."""
+    if name == "auto":
+        return ("cuda" if gpus else "cpu"), 0
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+        raise NmtkError(f"--device {name!r}: not a device (use cpu, cuda or cuda:N)")
+    if kind == "cuda" and int(index or 0) >= gpus:
+        raise NmtkError(f"--device {name}: no such CUDA device is available (CTranslate2 sees {gpus})")
+    return kind, int(index or 0)
+
+
+@dataclass(kw_only=True)
+class Ct2Translator(TranslatorBase):
+    """An exported model run by CTranslate2, through the same text pipeline as nmtk's own."""
+
+    directory: Path
+    recipe: Recipe
+    ct2: Any
+    quantization: str = ""
+    device: str = "cpu"
+    engine: str = "ctranslate2"
+
+    @classmethod
+    def load(cls, directory: Path, device: str = "cpu", threads: int = 0,
+             search: SearchConfig | None = None) -> Ct2Translator:
+        """``device``: cpu, cuda, cuda:N, or auto (CUDA when CTranslate2 sees a GPU); ``search``: the
+        recipe's ``[decode]`` when None."""
+        import ctranslate2
+
+        folder = ExportDir(directory)
+        device, index = ct2_device(device, ctranslate2.get_cuda_device_count())
+        try:
+            meta = folder.meta()
+            recipe = folder.recipe()
+            langs = (recipe.data.source_lang, recipe.data.target_lang)
+            pipelines = text_pipelines(recipe.tokenizer, langs, {lang: folder.path / meta["models"][lang]
+                                                                 for lang in langs})
+            ct2 = ctranslate2.Translator(str(folder.path), device=device, device_index=index, intra_threads=threads)
+        except NmtkError:
+            raise
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise NmtkError(f"{directory}: not a complete nmtk export ({first}); run nmtk export again") from None
+        return cls(directory=folder.path, recipe=recipe, pipelines=pipelines, ct2=ct2,
+                   search=search or SearchConfig.from_recipe(recipe.decode),
+                   max_positions=int(meta.get("max_positions", 1024)), quantization=meta.get("quantization", ""),
+                   device=device)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.source_pieces = self.src_pipe.subwords.pieces()
+        self.target_ids = {piece: i for i, piece in enumerate(self.tgt_pipe.subwords.pieces())}
+
+    def decode_pieces(self, pieces: list[list[int]]) -> list[list[Hypothesis]]:
+        """Length-sorted batches, each cut where the output limit a·|x| + b changes: CTranslate2 takes
+        one maximum length per call, nmtk has one per sentence."""
+        search = self.search
+        lengths = np.fromiter((len(s) + 1 for s in pieces), dtype=np.int64, count=len(pieces))
+        limits = [min(int(search.max_len_a * len(s) + search.max_len_b), self.max_positions - 1) for s in pieces]
+        out: list[list[Hypothesis]] = [[] for _ in pieces]
+        rows = 1 if self.sampling else search.beam
+        for batch in length_batches(lengths, search.max_tokens, rows):
+            for limit in sorted({limits[i] for i in batch}):
+                group = [int(i) for i in batch if limits[i] == limit]
+                for i, hyps in zip(group, self._call([pieces[i] for i in group], limit), strict=True):
+                    out[i] = hyps
+        return out
+
+    def _call(self, sources: list[list[int]], limit: int) -> list[list[Hypothesis]]:
+        search, sampling = self.search, self.sampling
+        options = dict(max_decoding_length=max(limit, 1) + 1, min_decoding_length=0, max_input_length=0,
+                       return_scores=True, length_penalty=search.length_penalty)
+        if sampling is None:
+            options.update(beam_size=search.beam, num_hypotheses=search.nbest)
+        else:
+            options.update(beam_size=1, sampling_topk=sampling.topk, sampling_topp=sampling.topp,
+                           sampling_temperature=sampling.temperature)
+        results = self.ct2.translate_batch([[self.source_pieces[t] for t in s] for s in sources], **options)
+        return [[Hypothesis([self.target_ids[p] for p in tokens], score)
+                 for tokens, score in zip(r.hypotheses, r.scores, strict=True)] for r in results]

@@ -1,0 +1,128 @@
+"""From a model on disk to a translator: the one function `translate`, `attention`, benchmarks and
+the server call.
+
+``-m`` names a run directory (nmtk's engine, torch) or an `nmtk export` folder (CTranslate2, torch
+never imported: a deployment pays neither its memory, ~200 MB, nor its import time).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nmtk.console import console
+from nmtk.decode.config import SamplingConfig, SearchConfig
+from nmtk.errors import NmtkError
+from nmtk.precision import Precision
+from nmtk.recipe import DecodeSection
+from nmtk.rundir import ExportDir, RunDir, latest_run
+
+if TYPE_CHECKING:
+    from nmtk.decode.base import TranslatorBase
+
+
+@dataclass(frozen=True)
+class SearchChoices:
+    """What a command chose of the search; None leaves a setting to the recipe's ``[decode]``."""
+
+    beam: int | None = None
+    nbest: int = 1
+    length_penalty: float | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    max_tokens: int | None = None
+
+    def resolve(self, decode: DecodeSection) -> SearchConfig:
+        return SearchConfig.from_recipe(decode, beam=self.beam, nbest=self.nbest, length_penalty=self.length_penalty,
+                                        max_len_a=self.max_len_a, max_len_b=self.max_len_b,
+                                        max_tokens=self.max_tokens)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Which model, where, in what arithmetic, searched how."""
+
+    model: Path | None = None  # run directory or export; None: $NMTK_MODEL, else the newest run under runs/
+    checkpoint: Path | None = None  # None: the run's default checkpoint (`RunDir.default_checkpoint`)
+    device: str | None = None  # cpu, cuda, cuda:N; None: CUDA when available
+    threads: int | None = None
+    precision: Precision = Precision.auto
+    ensemble: tuple[Path, ...] = ()
+    search: SearchChoices = field(default_factory=SearchChoices)
+    sampling: SamplingConfig | None = None
+    alignment_layer: int | None = None  # 1-based decoder layer whose cross-attention aligns; None: the last
+    align: bool = False
+
+
+def choose_run(model: Path | None) -> RunDir:
+    """``-m``, else ``$NMTK_MODEL``, else the most recently trained run under ``runs/`` (named on stderr)."""
+    if model is not None:
+        return RunDir(model).require()
+    if os.environ.get("NMTK_MODEL"):
+        return RunDir(os.environ["NMTK_MODEL"]).require()
+    run = latest_run()
+    if run is None:
+        raise NmtkError("no model: pass -m RUN_DIR, set NMTK_MODEL, or train one (nmtk train) so runs/ has a run")
+    console.print(f"model: {run.path} (the most recently trained run under runs/)")
+    return run.require()
+
+
+def load_translator(o: LoadOptions) -> TranslatorBase:
+    """The translator ``o`` asks for: a run's model(s) with torch, or an exported model with CTranslate2."""
+    named = o.model or (Path(os.environ["NMTK_MODEL"]) if os.environ.get("NMTK_MODEL") else None)
+    if named is not None and ExportDir(named).is_export():
+        return _load_exported(o, Path(named))
+    return _load_run(o, choose_run(o.model))
+
+
+def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
+    import torch
+
+    from nmtk.decode.ensemble import Ensemble
+    from nmtk.decode.translator import Translator, load_model
+    from nmtk.device import keep_freed_memory, pick_device, resolve_precision
+
+    if o.threads:
+        torch.set_num_threads(o.threads)
+    manifest = run.manifest()
+    recipe = run.recipe()
+    search = o.search.resolve(recipe.decode)
+    checkpoint = o.checkpoint or run.default_checkpoint()
+    if o.checkpoint is None:
+        console.print(f"checkpoint: {checkpoint}")
+    device = pick_device(o.device)
+    precision, why = resolve_precision(o.precision, device)
+    console.print(f"precision: {precision} ({why})")
+    if device.type == "cpu":
+        keep_freed_memory()
+    model = load_model(checkpoint, device, manifest.vocab.sha256)
+    if o.ensemble:
+        model = Ensemble([model, *(load_model(p, device, manifest.vocab.sha256) for p in o.ensemble)])
+    layers = model.cfg.decoder_layers
+    if o.alignment_layer is not None and not 1 <= o.alignment_layer <= layers:
+        raise NmtkError(f"--alignment-layer {o.alignment_layer}: the model has decoder layers 1 to {layers}")
+    align_layer = (o.alignment_layer or layers) - 1 if o.align else None
+    return Translator(pipelines=run.pipelines(recipe, manifest), model=model, search=search, device=device,
+                      precision=precision, sampling=o.sampling, align_layer=align_layer)
+
+
+def _load_exported(o: LoadOptions, directory: Path) -> TranslatorBase:
+    """CTranslate2 behind the same options; the ones it cannot honour are errors naming them."""
+    from nmtk.decode.ct2 import Ct2Translator
+
+    for option, used in (("--ensemble", bool(o.ensemble)), ("--checkpoint", o.checkpoint is not None),
+                         ("--precision", o.precision is not Precision.auto), ("--print-alignment", o.align)):
+        if used:
+            raise NmtkError(f"{option}: not available with an exported CTranslate2 model ({directory}): it holds one "
+                            "checkpoint in the type it was exported with; export again (nmtk export) to change it")
+    translator = Ct2Translator.load(directory, o.device or "auto", threads=o.threads or 0)
+    translator.search = o.search.resolve(translator.recipe.decode)
+    translator.sampling = o.sampling
+    if o.sampling is not None:
+        import ctranslate2
+
+        ctranslate2.set_random_seed(o.sampling.seed)
+    console.print(f"model: {directory} (CTranslate2, {translator.quantization}, {translator.device})")
+    return translator

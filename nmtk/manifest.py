@@ -1,0 +1,118 @@
+"""The prepared data's manifest, typed, and the prepared-data folder that owns its file names.
+
+``nmtk prepare`` writes ``manifest.json`` beside the binarised splits; `train` copies it into the run
+directory, where `translate`, `export` and `average` read it. It was a bare dict indexed in eight
+files; here it is one pydantic model, validated when read, with a version so that a manifest written
+by a later (or much earlier) nmtk is refused with one line instead of failing somewhere downstream.
+
+    data-bin/<name>/manifest.json       this model
+    data-bin/<name>/<split>.<lang>.bin  ids of every sentence, and .idx offsets (`nmtk.data.binarized`)
+    data-bin/<name>/<split>.raw.<lang>  the split's raw text (references for validation and scoring)
+    data-bin/<name>/spm*.model ...      the subword model(s), named in ``vocab.models``
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from nmtk.errors import NmtkError
+from nmtk.files import write_text_atomic
+
+MANIFEST = "manifest.json"
+#: Version 1 is the first typed manifest; manifests written before it carried no version and are the same.
+MANIFEST_VERSION = 1
+
+
+class VocabInfo(BaseModel):
+    """The subword model(s): file per language, vocabulary size per language, sha256 per file."""
+
+    model_config = ConfigDict(extra="forbid")
+    joint: bool
+    models: dict[str, str]
+    size: dict[str, int]
+    sha256: dict[str, str]
+
+
+class Manifest(BaseModel):
+    """What `prepare` made: languages, id dtype, vocabulary, per-split statistics, the settings' hash."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: int = MANIFEST_VERSION
+    format: int
+    source_lang: str
+    target_lang: str
+    dtype: str
+    vocab: VocabInfo
+    splits: dict[str, dict[str, Any]] = {}
+    test_sets: list[str] = []
+    settings_hash: str | None = None
+    settings: dict[str, Any] | None = None
+    inputs: dict[str, Any] = {}
+    recipe: str | None = None
+    seconds: float = 0.0
+
+    @classmethod
+    def read(cls, path: Path) -> Manifest:
+        """The manifest at ``path``; one line naming the file when it is missing, unreadable or of
+        another version."""
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise NmtkError(f"{path}: missing; the folder is incomplete") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise NmtkError(f"{path}: not a readable manifest ({type(exc).__name__})") from None
+        if not isinstance(raw, dict):
+            raise NmtkError(f"{path}: not a manifest (expected a JSON object)")
+        version = raw.get("version", MANIFEST_VERSION)
+        if version != MANIFEST_VERSION:
+            raise NmtkError(f"{path}: manifest version {version!r}, this nmtk reads version {MANIFEST_VERSION}; "
+                            "prepare the data again (nmtk prepare --force) with this nmtk")
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise NmtkError(f"{path}: invalid manifest: {where}: {first['msg']}") from None
+
+    def write(self, path: Path) -> None:
+        write_text_atomic(path, self.model_dump_json(indent=2))
+
+    def model_paths(self, folder: Path) -> dict[str, Path]:
+        """The subword model file of each language, inside ``folder``."""
+        return {lang: Path(folder) / name for lang, name in self.vocab.models.items()}
+
+
+class PreparedData:
+    """A folder `nmtk prepare` wrote: the one place that knows its file names."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    def manifest(self) -> Manifest:
+        return Manifest.read(self.manifest_path)
+
+    def manifest_or_none(self) -> Manifest | None:
+        """The manifest, or None where there is none yet or it cannot be read (prepare rebuilds then)."""
+        try:
+            return self.manifest()
+        except NmtkError:
+            return None
+
+    def raw(self, split: str, lang: str) -> Path:
+        """A split's raw text: references for validation and scoring."""
+        return self.path / f"{split}.raw.{lang}"
+
+    def prefix(self, split: str, lang: str) -> Path:
+        """The binarised side's prefix: ``<prefix>.bin`` and ``<prefix>.idx`` (`nmtk.data.binarized`)."""
+        return self.path / f"{split}.{lang}"

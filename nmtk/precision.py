@@ -1,0 +1,21 @@
+"""The arithmetic of training and decoding: one type from the command line and the recipe to autocast.
+
+Kept apart from the recipe models so that parsing the command line imports neither pydantic nor torch.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Precision(str, Enum):
+    """``auto``: bf16 where the hardware multiplies bf16 natively, else fp32 (`nmtk.device.resolve_precision`);
+    ``fp16`` trains with dynamic loss scaling."""
+
+    auto = "auto"
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+    def __str__(self) -> str:  # f-strings and messages show the value, as the recipe spells it
+        return self.value

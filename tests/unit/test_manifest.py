@@ -1,0 +1,62 @@
+"""The typed manifest: validated when read, versioned, the one place for prepared-data file names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmtk.errors import NmtkError
+from nmtk.manifest import MANIFEST_VERSION, Manifest, PreparedData
+
+GOOD = {"format": 1, "source_lang": "en", "target_lang": "de", "dtype": "uint16",
+        "vocab": {"joint": True, "models": {"en": "spm.model", "de": "spm.model"}, "size": {"en": 8000, "de": 8000},
+                  "sha256": {"spm.model": "0" * 64}}}
+
+
+def write(folder: Path, data: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "manifest.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_a_manifest_without_a_version_is_version_1_and_round_trips(tmp_path: Path) -> None:
+    manifest = PreparedData(write(tmp_path / "d", GOOD)).manifest()
+    assert manifest.version == MANIFEST_VERSION == 1
+    assert manifest.model_paths(tmp_path) == {"en": tmp_path / "spm.model", "de": tmp_path / "spm.model"}
+    manifest.write(tmp_path / "again.json")
+    assert Manifest.read(tmp_path / "again.json") == manifest
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"version": 2}, "manifest version 2, this nmtk reads version 1"),
+    ({"dtype": None}, "invalid manifest: dtype"),
+    ({"vocab": {"joint": True}}, "invalid manifest: vocab.models"),
+    ({"surprise": 1}, "invalid manifest: surprise"),
+])
+def test_a_bad_manifest_is_one_line_naming_the_file(tmp_path: Path, change: dict, expected: str) -> None:
+    folder = write(tmp_path / "d", {**GOOD, **change})
+    with pytest.raises(NmtkError) as error:
+        PreparedData(folder).manifest()
+    message = str(error.value)
+    assert "\n" not in message and str(folder / "manifest.json") in message and expected in message
+
+
+def test_a_run_with_a_manifest_of_another_version_is_refused_by_translate(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write(run, {**GOOD, "version": 7})
+    (run / "recipe.toml").write_text("")
+    result = subprocess.run([sys.executable, "-m", "nmtk", "translate", "-m", str(run)], input="a\n",
+                            capture_output=True, text=True, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and "manifest version 7" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_unreadable_manifests_make_prepare_rebuild(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert PreparedData(tmp_path).manifest_or_none() is None
+    assert PreparedData(tmp_path / "nowhere").manifest_or_none() is None
