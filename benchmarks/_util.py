@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,3 +82,22 @@ def run_measured(cmd: list[str], **kwargs) -> tuple[float, float, subprocess.Com
     finally:
         os.unlink(report_path)
     return wall, peak / 1024, subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+PAPER_STEP_S = {"base": 0.4, "big": 1.0}  # §5.2, 8 × P100
+P100_FP32_FLOPS = 10.6e12  # P100 SXM2 peak (the paper predates mixed-precision NMT training)
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense tensor-core peaks
+
+
+def flops_per_update(cfg: Any, src_tokens: int, tgt_tokens: int, length: int) -> float:
+    """Matmul FLOPs of one training update (forward + backward = 3 × forward, 2 FLOPs per multiply-add).
+
+    Multiply-adds per token: encoder layers act on source tokens; decoder layers (self + cross
+    attention) and the output projection on target tokens; each attention adds 2 · length · d_model
+    (scores Q·Kᵀ and the weighted sum of V).
+    """
+    d, f = cfg.d_model, cfg.d_ff
+    encoder = cfg.encoder_layers * (4 * d * d + 2 * d * f + 2 * length * d)
+    decoder = cfg.decoder_layers * (8 * d * d + 2 * d * f + 4 * length * d)
+    forward = 2 * (src_tokens * encoder + tgt_tokens * (decoder + d * cfg.tgt_vocab))
+    return 3.0 * forward

@@ -2,8 +2,8 @@
 
 Trains a fixed number of updates in each precision on 2 threads and prints one JSON line: target
 tokens/s (from train.jsonl, after the first log interval as warm-up) and peak RSS per precision.
-On a CUDA machine it also times the paper's base and big models on WMT-like batches in bf16 and
-reports model FLOPs utilisation. ``--estimate`` prints, without training anything, the FLOPs of one
+GPU training is measured by benchmarks/gpu.py (the real Trainer on WMT-shaped batches).
+``--estimate`` prints, without training anything, the FLOPs of one
 update of the paper's base and big models (25,000 source + 25,000 target tokens, §5.1), the utilisation
 of 8 × P100 implied by the paper's step times (§5.2), and the step time that utilisation range gives
 on one of today's GPUs.
@@ -16,14 +16,9 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from _util import ROOT, data_root, run_measured
-
-if TYPE_CHECKING:
-    from nmtk.model import ModelConfig
+from _util import P100_FP32_FLOPS, PAPER_STEP_S, PEAK_BF16_FLOPS, ROOT, data_root, flops_per_update, run_measured
 
 RECIPE = ROOT / "recipes" / "multi30k-en-de-d256.toml"
 
@@ -54,25 +49,6 @@ def one_cpu_run(recipe: Path, precision: str, updates: int, run_dir: Path) -> di
     return {"tgt_tokens_per_s": round(sum(rates) / len(rates)), "peak_rss_mib": round(peak), "wall_s": round(wall, 1)}
 
 
-PAPER_STEP_S = {"base": 0.4, "big": 1.0}  # §5.2, 8 × P100
-P100_FP32_FLOPS = 10.6e12  # P100 SXM2 peak (the paper predates mixed-precision NMT training)
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense tensor-core peaks
-
-
-def flops_per_update(cfg: ModelConfig, src_tokens: int, tgt_tokens: int, length: int) -> float:
-    """Matmul FLOPs of one training update (forward + backward = 3 × forward, 2 FLOPs per multiply-add).
-
-    Multiply-adds per token: encoder layers act on source tokens; decoder layers (self + cross
-    attention) and the output projection on target tokens; each attention adds 2 · length · d_model
-    (scores Q·Kᵀ and the weighted sum of V).
-    """
-    d, f = cfg.d_model, cfg.d_ff
-    encoder = cfg.encoder_layers * (4 * d * d + 2 * d * f + 2 * length * d)
-    decoder = cfg.decoder_layers * (8 * d * d + 2 * d * f + 4 * length * d)
-    forward = 2 * (src_tokens * encoder + tgt_tokens * (decoder + d * cfg.tgt_vocab))
-    return 3.0 * forward
-
-
 def estimate() -> dict[str, object]:
     from nmtk.recipe import load_recipe, model_config
 
@@ -85,45 +61,6 @@ def estimate() -> dict[str, object]:
         out[name] = {"tflop_per_update": round(flops / 1e12, 2), "paper_step_s_8xP100": PAPER_STEP_S[name],
                      "paper_p100_utilisation_percent": round(100 * p100, 1), "h100_bf16_step_s_at_mfu": h100}
     return out
-
-
-def gpu_mfu(name: str, updates: int = 20) -> dict[str, float]:
-    """bf16 training step time and model FLOPs utilisation of the paper's models on one GPU."""
-    import torch
-
-    from nmtk.model import Transformer
-    from nmtk.recipe import load_recipe, model_config
-    from nmtk.train.loss import label_smoothed_loss
-
-    recipe = load_recipe(ROOT / "recipes" / f"wmt14-en-de-{name}.toml")
-    cfg = model_config(recipe)
-    model = Transformer(cfg).cuda()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
-    n, length = 25000 // 28, 28  # ~25k tokens per side, news-like length (paper §5.1)
-    src = torch.randint(4, cfg.src_vocab, (n, length), device="cuda")
-    tgt = torch.randint(4, cfg.tgt_vocab, (n, length + 1), device="cuda")
-
-    def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(src, tgt[:, :-1])
-            loss, _ = label_smoothed_loss(logits, tgt[:, 1:], 0.1, 0)
-        (loss / tgt[:, 1:].numel()).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(updates):
-        step()
-    torch.cuda.synchronize()
-    seconds = (time.perf_counter() - start) / updates
-    flops = flops_per_update(cfg, n * length, n * length, length)
-    gpu = torch.cuda.get_device_name()
-    peak_flops = next((v for k, v in PEAK_BF16_FLOPS.items() if k in gpu), None)
-    return {"model": name, "gpu": gpu, "step_s": round(seconds, 4), "tgt_tokens_per_s": round(n * length / seconds),
-            "mfu_percent": round(100 * flops / seconds / peak_flops, 1) if peak_flops else None}
 
 
 def main() -> None:
@@ -141,13 +78,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for precision in args.precisions.split(","):
             report[precision] = cpu_throughput(args.recipe, precision, args.updates, Path(tmp), args.repeat)
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            report["gpu"] = [gpu_mfu("base"), gpu_mfu("big")]
-    except ImportError:
-        pass
     print(json.dumps(report))
 
 

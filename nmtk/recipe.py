@@ -31,9 +31,10 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 
-#: Decoding's batch budget: source tokens × beam per batch (translate, validation, serving). Not
-#: ``batching.max_tokens``, which counts tokens per side of a training batch.
-DECODE_MAX_TOKENS = 8192
+#: Decoding's batch budget by device when ``decode.max_tokens`` is unset: source tokens × beam per batch
+#: (translate, validation, serving). Not ``batching.max_tokens``, which counts tokens per side of a
+#: training batch. A GPU needs far larger batches than a CPU to be kept busy.
+DECODE_MAX_TOKENS = {"cpu": 8_192, "cuda": 65_536}
 
 
 class Section(BaseModel):
@@ -307,9 +308,26 @@ class TrainSection(Section):
     """Stop after this many passes over the training data."""
     max_minutes: float | None = Field(None, gt=0.0)
     """Stop after this many minutes of training (wall clock, resumes included)."""
-    precision: Precision = Precision.fp32
+    precision: Precision = Precision.auto
     """Arithmetic: ``bf16`` autocast (GPUs, and CPUs with AVX-512 BF16 or AMX; elsewhere bf16 is emulated
-    and slower than fp32), ``fp16`` with dynamic loss scaling, ``auto`` = bf16 where it is fast, else fp32."""
+    and slower than fp32), ``fp16`` with dynamic loss scaling, ``auto`` = bf16 where the hardware multiplies
+    bf16 natively (Ampere and later GPUs, AVX-512 BF16/AMX CPUs), fp16 on older GPUs (V100, T4), else
+    fp32 (with TF32 matrix products on a GPU)."""
+    compile: bool | Literal["auto"] = "auto"
+    """``torch.compile`` the model's forward pass and loss: fewer, fused kernels and far fewer launches
+    per update. ``auto``: on for CUDA, off for CPU (where it was measured slower, docs/training.md)."""
+    loss_chunk_tokens: int | None = Field(None, ge=1)
+    """Target positions per chunk of the output projection and loss; unset = auto: 512 on CPU (bounds
+    memory), the whole micro-batch on CUDA (one large matrix product instead of many small ones)."""
+    prefetch_updates: int = Field(2, ge=1)
+    """Updates' batches collated ahead on a background thread (pinned memory on CUDA)."""
+    ddp_bucket_mb: int = Field(25, ge=1)
+    """DDP gradient bucket size in MiB (all-reduce granularity; PyTorch's default 25)."""
+    ddp_static_graph: bool = True
+    """Tell DDP the graph is the same every step (it is): lets it skip per-step graph discovery."""
+    ddp_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    """Gradients all-reduced in this type; ``bf16`` halves the communication (fairseq's and Megatron's
+    option for slow interconnects) at a small cost in precision."""
     update_freq: int = Field(1, ge=1)
     """Accumulate gradients over this many batches per update (simulates more GPUs)."""
     seed: int = 1
@@ -349,9 +367,9 @@ class DecodeSection(Section):
     """Output length is at most max_len_a · |x| + max_len_b (paper: |x| + 50)."""
     max_len_b: int = Field(50, ge=0)
     """See ``max_len_a``."""
-    max_tokens: int = Field(DECODE_MAX_TOKENS, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
     """Decoding batch budget: source tokens × beam per batch (translate and validation), not the
-    training batch's tokens per side (``batching.max_tokens``)."""
+    training batch's tokens per side (``batching.max_tokens``); unset = 8,192 on CPU, 65,536 on CUDA."""
 
 
 class AverageSection(Section):

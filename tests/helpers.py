@@ -150,6 +150,7 @@ def toy_prepared(tmp: Path, *overrides: str) -> tuple[Any, Any, tuple[Any, Any]]
     from nmtk.recipe import load_recipe
     from nmtk.text import text_pipelines
 
+    tmp.mkdir(parents=True, exist_ok=True)
     recipe = load_recipe(toy_recipe(tmp), list(overrides))
     out = prepare(recipe, toy_data(tmp / "root"), tmp / "data")
     return recipe, out, text_pipelines(recipe.tokenizer, ("en", "de"), out.manifest.model_paths(out.out_dir))

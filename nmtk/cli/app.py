@@ -105,39 +105,22 @@ def train(
     init_from: Annotated[Path | None, typer.Option(help="Start a new run from this checkpoint's weights.")] = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads per process.")] = None,
-    nproc: Annotated[int | None, typer.Option(help="Launch this many processes on this machine via torchrun.")] = None,
+    nproc: Annotated[int | None, typer.Option(help="Launch this many processes on this machine via torchrun; "
+                                              "train.update_freq is divided among them (same update size).")
+                     ] = None,
 ) -> None:
     """Train a recipe's model; resumes from the run's last checkpoint; torchrun for several processes."""
-    if nproc and nproc > 1 and "WORLD_SIZE" not in os.environ:
-        raise typer.Exit(_launch_torchrun(nproc))
     from nmtk.recipe import load_recipe
-    from nmtk.train.run import train as run_training
 
     recipe = load_recipe(recipe_file, set_ or [])
+    if nproc and nproc > 1 and "WORLD_SIZE" not in os.environ:
+        from nmtk.train.distributed import launch_local
+
+        raise typer.Exit(launch_local(sys.argv[1:], nproc, recipe.train.update_freq))
+    from nmtk.train.run import train as run_training
+
     run_training(recipe, data_dir=data, data_root=data_root, run_dir=run_dir, restart=restart,
                  init_from=init_from, device_name=device, threads=threads)
-
-
-def _launch_torchrun(nproc: int) -> int:
-    """Re-run this command under torchrun with ``nproc`` local processes; returns its exit code."""
-    import subprocess
-
-    argv = sys.argv[1:]
-    cleaned, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--nproc":
-            skip = True
-            continue
-        if arg.startswith("--nproc="):
-            continue
-        cleaned.append(arg)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "nmtk", *cleaned]
-    console.print(f"launching: {' '.join(cmd[2:])}")
-    return subprocess.call(cmd)
 
 
 @app.command()

@@ -106,6 +106,13 @@ class BatchingPlan:
             self._epochs[key] = [batches[j] for j in rng.permutation(len(batches))]
         return self._epochs[key][rank::world_size]
 
+    def update_batches(self, epoch: int, start: int, world_size: int = 1, group: int = 1) -> list[np.ndarray]:
+        """Every rank's batches of the update that begins at batch ``start`` of each rank's list: what
+        all ranks train on together. Each rank can count the update's tokens from it on the CPU, so no
+        rank has to ask the others (no all-reduce per update)."""
+        everyone = self.epoch_batches(epoch, 0, 1, world_size * group)  # all ranks' batches (the same cache entry)
+        return [b for rank in range(world_size) for b in everyone[rank::world_size][start : start + group]]
+
     def iterate(self, epoch: int, start: int = 0, rank: int = 0, world_size: int = 1,
                 group: int = 1) -> Iterator[tuple[int, list[np.ndarray]]]:
         """Yield ``(index_in_epoch, batches)``, ``group`` batches per update, from batch ``start`` on.

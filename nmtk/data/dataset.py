@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,20 +18,32 @@ from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 @dataclass
 class Batch:
-    """Source ``x </s>``, decoder input ``<s> y``, decoder target ``y </s>``; all padded with 0."""
+    """Source ``x </s>``, decoder input ``<s> y``, decoder target ``y </s>``; all padded with 0.
+
+    What the training step needs to know about the batch is known here, on the CPU, from the
+    lengths: whether any source is padded (the encoder then needs a mask) and how many target tokens
+    it holds. Asking the device tensors instead would make the host wait for the GPU every step.
+    """
 
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
+    src_padded: bool | None = None  # None: not known (ask the tensor)
+    target_count: int | None = None
 
     @property
     def target_tokens(self) -> int:
-        return int(self.tgt_out.ne(PAD_ID).sum())
+        return self.target_count if self.target_count is not None else int(self.tgt_out.ne(PAD_ID).sum())
+
+    def pin_memory(self) -> Batch:
+        """The same batch in page-locked host memory, so that a copy to the GPU can overlap compute."""
+        return replace(self, src=self.src.pin_memory(), tgt_in=self.tgt_in.pin_memory(),
+                       tgt_out=self.tgt_out.pin_memory())
 
     def to(self, device: torch.device) -> Batch:
-        nb = device.type == "cuda"
-        return Batch(self.src.to(device, non_blocking=nb), self.tgt_in.to(device, non_blocking=nb),
-                     self.tgt_out.to(device, non_blocking=nb))
+        nb = device.type == "cuda"  # asynchronous from pinned memory; a plain copy otherwise
+        return replace(self, src=self.src.to(device, non_blocking=nb), tgt_in=self.tgt_in.to(device, non_blocking=nb),
+                       tgt_out=self.tgt_out.to(device, non_blocking=nb))
 
 
 def pad_sequences(seqs: list[np.ndarray], prefix: int | None = None, suffix: int | None = None) -> Tensor:
@@ -48,10 +64,61 @@ def pad_sequences(seqs: list[np.ndarray], prefix: int | None = None, suffix: int
 def collate(split: BinarizedSplit, indices: np.ndarray) -> Batch:
     src = [split.src[i] for i in indices]
     tgt = [split.tgt[i] for i in indices]
+    src_lengths = [len(s) for s in src]
     return Batch(pad_sequences(src, suffix=EOS_ID), pad_sequences(tgt, prefix=BOS_ID),
-                 pad_sequences(tgt, suffix=EOS_ID))
+                 pad_sequences(tgt, suffix=EOS_ID), src_padded=min(src_lengths) != max(src_lengths),
+                 target_count=sum(len(t) + 1 for t in tgt))
 
 
 def split_lengths(split: BinarizedSplit) -> tuple[np.ndarray, np.ndarray]:
     """Tokens per side as batches hold them (int32): source + EOS, target + BOS (or + EOS)."""
     return split.src.lengths + 1, split.tgt.lengths + 1
+
+
+class Prefetcher:
+    """Collates the next updates' batches on a background thread, ``ahead`` updates in advance, in
+    pinned memory when a GPU will read them (so ``Batch.to`` copies asynchronously).
+
+    Wraps the batching plan's ``(index, group)`` iterator and yields ``(index, group, batches)`` in the
+    same order: what is trained, and so the resume position, does not change. The thread stops when
+    the iterator is exhausted or `close` is called (an early stop mid-epoch).
+    """
+
+    def __init__(self, split: BinarizedSplit, groups: Iterator[tuple[int, list[np.ndarray]]], ahead: int = 2,
+                 pin: bool = False) -> None:
+        self.split, self.groups, self.pin = split, groups, pin
+        self.queue: queue.Queue = queue.Queue(maxsize=max(ahead, 1))
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._fill, name="nmtk-prefetch", daemon=True)
+        self.thread.start()
+
+    def _fill(self) -> None:
+        try:
+            for k, group in self.groups:
+                batches = [collate(self.split, indices) for indices in group]
+                if self.pin:
+                    batches = [b.pin_memory() for b in batches]
+                if not self._put((k, group, batches)):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the training loop, raised there
+            self._put(exc)
+
+    def _put(self, item: Any) -> bool:
+        while not self.stopped.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[tuple[int, list[np.ndarray], list[Batch]]]:
+        while (item := self.queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nmtk.errors import NmtkError
-from nmtk.recipe import DecodeSection
+from nmtk.recipe import DECODE_MAX_TOKENS, DecodeSection
 
 if TYPE_CHECKING:
     from nmtk.decode.alignment import Alignment
@@ -34,14 +34,18 @@ class Hypothesis:
 @dataclass
 class SearchConfig:
     """One search: beam (1 = greedy), GNMT length penalty α, output length ≤ a·|x| + b, the n best kept,
-    and the batch budget ``max_tokens`` in source tokens × beam (× 1 for sampling)."""
+    and the batch budget ``max_tokens`` in source tokens × beam (× 1 for sampling; None: by device)."""
 
     beam: int = _DEFAULTS.beam
     length_penalty: float = _DEFAULTS.length_penalty
     max_len_a: float = _DEFAULTS.max_len_a
     max_len_b: int = _DEFAULTS.max_len_b
     nbest: int = 1
-    max_tokens: int = _DEFAULTS.max_tokens
+    max_tokens: int | None = _DEFAULTS.max_tokens  # None: by device (`budget`)
+
+    def budget(self, device_type: str) -> int:
+        """Source tokens × beam per batch on a device of this type (``cpu``, ``cuda``)."""
+        return self.max_tokens or DECODE_MAX_TOKENS.get(device_type, DECODE_MAX_TOKENS["cpu"])
 
     @classmethod
     def from_recipe(cls, decode: DecodeSection, *, beam: int | None = None, nbest: int = 1,

@@ -88,7 +88,7 @@ class Ct2Translator(TranslatorBase):
         limits = [min(int(search.max_len_a * len(s) + search.max_len_b), self.max_positions - 1) for s in pieces]
         out: list[list[Hypothesis]] = [[] for _ in pieces]
         rows = 1 if self.sampling else search.beam
-        for batch in length_batches(lengths, search.max_tokens, rows):
+        for batch in length_batches(lengths, search.budget(self.device), rows):
             for limit in sorted({limits[i] for i in batch}):
                 group = [int(i) for i in batch if limits[i] == limit]
                 for i, hyps in zip(group, self._call([pieces[i] for i in group], limit), strict=True):

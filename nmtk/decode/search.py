@@ -27,8 +27,8 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
                search_fn: SearchFn | None = None) -> list[list[Hypothesis]]:
     """Hypotheses for each source (ids without EOS), in input order.
 
-    ``search_fn`` defaults to beam search; batches hold at most ``cfg.max_tokens`` source tokens times
-    the beam (times 1 for any other search).
+    ``search_fn`` defaults to beam search; batches hold at most ``cfg.budget(device)`` source tokens
+    times the beam (times 1 for any other search).
     """
     search_fn = search_fn or beam_search
     rows_per_source = cfg.beam if search_fn is beam_search else 1
@@ -38,7 +38,7 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
     was_training = model.training
     model.eval()
     try:
-        for batch in length_batches(lengths, cfg.max_tokens, rows_per_source):
+        for batch in length_batches(lengths, cfg.budget(device.type), rows_per_source):
             src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID).to(device)
             with autocast_for(device, precision):
                 hyps = search_fn(model, src, cfg)

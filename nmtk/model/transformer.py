@@ -7,7 +7,7 @@ and `decode_step` serve inference, one target position at a time with a key/valu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple, TypeVar
 
@@ -99,6 +99,22 @@ class Transformer(nn.Module):
             nn.init.normal_(self.output.weight, std=cfg.d_model**-0.5)
         else:
             self.output = None  # logits use the target embedding matrix (paper §3.4)
+        self._compiled: dict[str, list[Callable[..., Tensor]]] = {}  # see `compile_layers`
+
+    def compile_layers(self, **options: object) -> None:
+        """``torch.compile`` each encoder and decoder layer for training (teacher-forced passes).
+
+        Per layer, so that the graphs are small and shared by every layer of a stack's shapes, and the
+        loss head (a custom autograd function with a loop over chunks) stays eager. Only training mode
+        uses them: validation's and translation's incremental decoding (with its key/value cache)
+        runs the plain layers and so causes no recompiles. The compiled wrappers are not submodules:
+        parameters and checkpoints are the model's own. ``options`` go to ``torch.compile``.
+        """
+        self._compiled = {"encoder": [torch.compile(layer, **options) for layer in self.encoder],
+                          "decoder": [torch.compile(layer, **options) for layer in self.decoder]}
+
+    def _layers(self, stack: str) -> Sequence[Callable[..., Tensor]]:
+        return self._compiled[stack] if self.training and self._compiled else getattr(self, stack)
 
     def _embedding(self, vocab: int) -> nn.Embedding:
         """N(0, d^-0.5) as tensor2tensor and fairseq do: with the √d scaling, inputs have unit variance."""
@@ -110,18 +126,24 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------ encoder
 
-    def source_mask(self, src: Tensor) -> Tensor | None:
-        """(B, 1, 1, S) True at real tokens; None when nothing is padded (lets SDPA use faster kernels)."""
+    def source_mask(self, src: Tensor, padded: bool | None = None) -> Tensor | None:
+        """(B, 1, 1, S) True at real tokens; None when nothing is padded (lets SDPA use faster kernels).
+
+        ``padded``, when the caller knows it (training's batches know it from their lengths, on the
+        CPU), spares the look at the tensor: that look makes the host wait for the device.
+        """
+        if padded is False:
+            return None
         real = src.ne(self.cfg.pad_id)
-        if bool(real.all()):
+        if padded is None and bool(real.all()):
             return None
         return real[:, None, None, :]
 
-    def encode(self, src: Tensor) -> Encoded:
+    def encode(self, src: Tensor, padded: bool | None = None) -> Encoded:
         """Encoder output (B, S, d) and the source mask used by every attention over it."""
-        mask = self.source_mask(src)
+        mask = self.source_mask(src, padded)
         x = self.src_embed(src)
-        for layer in self.encoder:
+        for layer in self._layers("encoder"):
             x = layer(x, mask)
         return Encoded(self.encoder_norm(x), mask)
 
@@ -136,7 +158,7 @@ class Transformer(nn.Module):
     def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
         """Decoder states (B, T, d) for whole target prefixes, causally masked."""
         y = self.tgt_embed(tgt_in)
-        for layer in self.decoder:
+        for layer in self._layers("decoder"):
             y = layer(y, memory, memory_mask)
         return self.decoder_norm(y)
 
@@ -145,14 +167,15 @@ class Transformer(nn.Module):
         """The pre-softmax projection (V, d): the target embedding matrix when tied (paper §3.4)."""
         return self.output.weight if self.output is not None else self.tgt_embed.table.weight
 
-    def forward(self, src: Tensor, tgt_in: Tensor, head: Callable[[Tensor, Tensor], T] | None = None) -> Tensor | T:
+    def forward(self, src: Tensor, tgt_in: Tensor, head: Callable[[Tensor, Tensor], T] | None = None,
+                src_padded: bool | None = None) -> Tensor | T:
         """Teacher-forced logits (B, T, V): position t predicts target token t+1.
 
         With ``head``, the decoder states (B, T, d) and `output_weight` go to ``head(states, weight)``
         instead, and its result is returned: training's chunked loss projects a few positions at a
-        time, so the logits of a whole batch never exist at once.
+        time, so the logits of a whole batch never exist at once. ``src_padded``: see `source_mask`.
         """
-        memory, mask = self.encode(src)
+        memory, mask = self.encode(src, src_padded)
         states = self.decode(tgt_in, memory, mask)
         return self.project(states) if head is None else head(states, self.output_weight)
 

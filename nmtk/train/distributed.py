@@ -101,6 +101,15 @@ def all_reduce_sum(values: list[float], device: torch.device, info: DistInfo) ->
     return tensor.tolist()
 
 
+def all_gather_object(obj: T, info: DistInfo) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank (``[obj]`` in a single process)."""
+    if not info.enabled:
+        return [obj]
+    gathered: list[Any] = [None] * info.world_size
+    dist.all_gather_object(gathered, obj, group=info.wait_group)
+    return gathered
+
+
 def broadcast_object(obj: T, info: DistInfo, wait: bool = False) -> T:
     """Rank 0's ``obj`` (any picklable object) on every rank; ``wait=True`` after long rank-0 work."""
     if not info.enabled:
@@ -121,3 +130,38 @@ def shutdown(info: DistInfo) -> None:
             dist.destroy_process_group()
         except (RuntimeError, ValueError):  # a broken group after a lost peer: nothing left to tidy
             pass
+
+
+def per_process_update_freq(update_freq: int, nproc: int) -> tuple[int, str]:
+    """The ``train.update_freq`` each of ``nproc`` processes uses so that an update keeps the recipe's
+    size (a recipe's ``update_freq`` is for one process: the paper's 8 GPUs simulated on one), and a
+    line saying so. Where ``nproc`` does not divide it, the nearest size is taken and the line says so."""
+    per = max(1, round(update_freq / nproc))
+    same = per * nproc == update_freq
+    note = (f"--nproc {nproc}: train.update_freq {update_freq} → {per} per process, so an update is "
+            f"{per * nproc} batches ({'as the recipe says' if same else f'the recipe says {update_freq}'})")
+    return per, note
+
+
+def launch_local(argv: list[str], nproc: int, update_freq: int) -> int:
+    """Re-run this ``nmtk`` command line under torchrun with ``nproc`` local processes, each with the
+    update frequency that keeps the recipe's update size; returns torchrun's exit code."""
+    import subprocess
+    import sys
+
+    from nmtk.console import console
+
+    cleaned, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            cleaned.append(arg)
+    per, note = per_process_update_freq(update_freq, nproc)
+    console.print(note)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "nmtk", *cleaned, "--set", f"train.update_freq={per}"]
+    console.print(f"launching: {' '.join(cmd[2:])}")
+    return subprocess.call(cmd)

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-#: Target positions per chunk of `ProjectedLoss`: 512 × 8,000 types × 4 bytes = 16 MiB of fp32 logits.
+#: Target positions per chunk of `ProjectedLoss` on a CPU: 512 × 8,000 types × 4 bytes = 16 MiB of fp32
+#: logits (the d256 benchmark's 1.32 GiB peak). On a GPU the trainer passes the whole micro-batch
+#: (``train.loss_chunk_tokens``): one large product keeps the tensor cores busy, many small ones do not.
 CHUNK_POSITIONS = 512
 
 
@@ -45,37 +47,44 @@ class ProjectedLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
-                dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+                dtype: torch.dtype, chunk: int) -> tuple[Tensor, Tensor]:
         vocab = weight.size(0)
         w = weight.to(dtype)  # cast once per call (autocast would cast per chunk)
         grad_h = torch.empty_like(h)
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        whole = chunk >= h.size(0)  # one chunk: grad_w is one product, no accumulator
+        grad_w = None if whole else torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         loss = torch.zeros((), dtype=torch.float32, device=h.device)
         nll = torch.zeros((), dtype=torch.float32, device=h.device)
-        for start in range(0, h.size(0), CHUNK_POSITIONS):
-            hc = h[start : start + CHUNK_POSITIONS].to(dtype)
-            tc = target[start : start + CHUNK_POSITIONS, None]
-            lprobs = F.log_softmax((hc @ w.t()).float(), dim=-1)
+        for start in range(0, h.size(0), chunk):
+            hc = h[start : start + chunk].to(dtype)
+            tc = target[start : start + chunk, None]
+            lprobs = F.log_softmax(hc @ w.t(), dim=-1, dtype=torch.float32)  # fp32 without a copy of the logits
             chunk_loss, chunk_nll, keep = _chunk(lprobs, tc, epsilon, pad_id)
             loss += chunk_loss
             nll += chunk_nll
             grad = lprobs.exp_()  # the softmax, in place of the log-probabilities
             grad.sub_(epsilon / vocab).scatter_add_(1, tc, torch.full(tc.shape, epsilon - 1.0, device=grad.device))
             grad = grad.masked_fill_(~keep, 0.0).to(dtype)
-            grad_h[start : start + CHUNK_POSITIONS] = grad @ w
-            grad_w += grad.t() @ hc
+            grad_h[start : start + chunk] = grad @ w
+            if whole:
+                grad_w = (grad.t() @ hc).float()
+            elif dtype == torch.float32:
+                grad_w.addmm_(grad.t(), hc)  # accumulated in place: no temporary of the weight's size per chunk
+            else:
+                grad_w += grad.t() @ hc  # a low-precision product, accumulated in fp32
         ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
         return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
         grad_h, grad_w = ctx.saved_tensors
-        return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
+        return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None, None
 
 
-def projected_label_smoothed_loss(h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int
-                                  ) -> tuple[Tensor, Tensor]:
-    """`label_smoothed_loss` of ``h @ weight.T`` without holding the logits of all positions.
+def projected_label_smoothed_loss(h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
+                                  chunk: int | None = CHUNK_POSITIONS) -> tuple[Tensor, Tensor]:
+    """`label_smoothed_loss` of ``h @ weight.T`` without holding the logits of more than ``chunk``
+    positions at once (None: all of them, one product).
 
     ``h`` (..., d) are decoder states, ``weight`` (V, d) the output projection. Under autocast the
     products run in its dtype, as ``F.linear`` would. Returns (summed loss, summed NLL, detached).
@@ -83,15 +92,15 @@ def projected_label_smoothed_loss(h: Tensor, weight: Tensor, target: Tensor, eps
     device = h.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
     h, target = h.reshape(-1, h.size(-1)), target.reshape(-1)
+    chunk = max(chunk or h.size(0), 1)
     with torch.autocast(device, enabled=False):
         if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
-            loss, nll = ProjectedLoss.apply(h, weight, target, epsilon, pad_id, dtype)
+            loss, nll = ProjectedLoss.apply(h, weight, target, epsilon, pad_id, dtype, chunk)
             return loss, nll.detach()
         w = weight.to(dtype)
         loss = nll = torch.zeros((), dtype=torch.float32, device=h.device)
-        for start in range(0, h.size(0), CHUNK_POSITIONS):
-            logits = h[start : start + CHUNK_POSITIONS].to(dtype) @ w.t()
-            lprobs = F.log_softmax(logits.float(), dim=-1)
-            chunk_loss, chunk_nll, _ = _chunk(lprobs, target[start : start + CHUNK_POSITIONS, None], epsilon, pad_id)
+        for start in range(0, h.size(0), chunk):
+            lprobs = F.log_softmax(h[start : start + chunk].to(dtype) @ w.t(), dim=-1, dtype=torch.float32)
+            chunk_loss, chunk_nll, _ = _chunk(lprobs, target[start : start + chunk, None], epsilon, pad_id)
             loss, nll = loss + chunk_loss, nll + chunk_nll
         return loss, nll

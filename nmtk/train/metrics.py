@@ -17,15 +17,16 @@ from nmtk.console import JsonlWriter, console
 
 @dataclass
 class MetricsWindow:
-    """Sums of one rank's training metrics since the last log line."""
+    """Sums of one rank's training metrics since the last log line. The loss sums are device tensors
+    during training (read once, at the log line: reading them each update would wait for the GPU)."""
 
-    loss: float = 0.0
-    nll: float = 0.0
+    loss: Any = 0.0
+    nll: Any = 0.0
     tokens: int = 0
     updates: int = 0
     started: float = field(default_factory=time.monotonic)
 
-    def add(self, loss: float, nll: float, tokens: int) -> None:
+    def add(self, loss: Any, nll: Any, tokens: int) -> None:
         self.loss += loss
         self.nll += nll
         self.tokens += tokens

@@ -29,7 +29,7 @@ from nmtk.train.distributed import (
     lost_peer_error,
     shutdown,
 )
-from nmtk.train.trainer import Trainer
+from nmtk.train.trainer import Trainer, compile_report
 
 # Settings a resumed run may not change, and what would break.
 _FROZEN = {
@@ -136,8 +136,8 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     if info.is_main:
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
                       f"{info.world_size} process(es) | precision {trainer.precision} ({trainer.precision_reason})")
-    trainer.check_memory()
     trainer.wrap()
+    trainer.check_memory()  # after DDP and with Adam's moments: what the run will hold
     state = trainer.train()
     trainer.close()
     if info.is_main:
@@ -146,6 +146,8 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
                       f"checkpoint {run.last}")
         console.print(f"this session: {trainer.session_tokens_per_s:,.0f} target tokens/s over "
                       f"{trainer.session_seconds / 60:.1f} min, validation and checkpoints included")
+        if trainer.compiled:
+            console.print(f"torch.compile: {compile_report()}")
     return {"update": state.update, "reason": state.stop_reason, "best_bleu": state.best_bleu,
             "run_dir": str(run.path), "tgt_tokens_per_s": round(trainer.session_tokens_per_s)}
 

@@ -8,6 +8,7 @@ and resumed therefore reproduces the uninterrupted run bit for bit on CPU in fp3
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from contextlib import nullcontext
@@ -33,22 +34,24 @@ from nmtk.checkpoint import (
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
-from nmtk.data.dataset import Batch, collate, split_lengths
-from nmtk.device import autocast_for, resolve_precision
+from nmtk.data.dataset import Batch, Prefetcher, collate, split_lengths
+from nmtk.device import autocast_for, resolve_precision, use_tf32
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
 from nmtk.text import TextPipeline
-from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier, broadcast_object
-from nmtk.train.loss import projected_label_smoothed_loss
+from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier
+from nmtk.train.loss import CHUNK_POSITIONS, projected_label_smoothed_loss
 from nmtk.train.metrics import MetricsLog, MetricsWindow, Progress, training_record
 from nmtk.train.schedule import inverse_sqrt_lr
 from nmtk.train.validate import Validator
 from nmtk.vocab import PAD_ID
 
 MIN_LOSS_SCALE = 2.0**-14
+#: Updates between the cross-rank agreements on stopping (signal, max_minutes) and timed saves.
+AGREE_EVERY = 10
 TRAIN_KEYS = ("loss", "nll", "ppl", "lr", "tgt_tokens_per_s")
 VALID_KEYS = ("loss", "nll", "ppl", "bleu")
 
@@ -87,6 +90,16 @@ class _StopSignal:
             signal.signal(sig, handler)
 
 
+def compile_report() -> str:
+    """What ``torch.compile`` did in this process: graphs compiled and recompilations (few is right: the
+    length buckets bound the shapes, and dynamic shapes cover the rest)."""
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"].get("unique_graphs", 0)
+    recompiles = sum(counters["recompiles"].values()) if "recompiles" in counters else 0
+    return f"{graphs} graph(s) compiled, {recompiles} recompilation(s)"
+
+
 class Trainer:
     """Trains one recipe's model on prepared data into a run directory.
 
@@ -117,15 +130,31 @@ class Trainer:
         self.optimizer = optimizer_cls(self.model.parameters(), lr=0.0, betas=o.betas, eps=o.eps,
                                        weight_decay=o.weight_decay, **fused)
         self.precision, self.precision_reason = resolve_precision(recipe.train.precision, device)
+        use_tf32(device, self.precision)
+        t = recipe.train
+        # the loss head sized for the device: bounded memory on a CPU, one large product on a GPU
+        self.loss_chunk = t.loss_chunk_tokens or (CHUNK_POSITIONS if device.type == "cpu" else None)
+        self.compiled = t.compile is True or (t.compile == "auto" and device.type == "cuda")
+        if self.compiled:  # dynamic shapes: batch and length vary; the length buckets bound the variety
+            backend = os.environ.get("NMTK_COMPILE_BACKEND")  # e.g. aot_eager: tracing without codegen (tests)
+            self.model.compile_layers(dynamic=True, **({"backend": backend} if backend else {}))
         self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None
         self.state = TrainState()
-        self.validator = Validator.for_split(data_dir, manifest, recipe, pipelines, device)
+        self._validator_args = (data_dir, manifest, recipe, pipelines, device)
+        self._validator: Validator | None = None
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
         self.writer = BackgroundWriter()
         self.window = MetricsWindow()
         self.session_tokens, self.session_seconds = 0.0, 0.0  # this session, for its average speed
 
     # ------------------------------------------------------------------ setup
+
+    @property
+    def validator(self) -> Validator:
+        """Built at the first validation: a run that never validates (a benchmark) never reads the valid set."""
+        if self._validator is None:
+            self._validator = Validator.for_split(*self._validator_args)
+        return self._validator
 
     def lr(self, update: int) -> float:
         return inverse_sqrt_lr(update, self.recipe.optim.warmup, self.peak_lr)
@@ -154,18 +183,24 @@ class Trainer:
         self.model.load_state_dict(state)
 
     def check_memory(self) -> None:
-        """Forward and backward once on the largest batch, so an out-of-memory error shows at once.
+        """Forward and backward once on the largest batch, with Adam's two moments allocated, so that
+        an out-of-memory error shows at once rather than hours later.
 
-        Runs before DDP wrapping and inside ``fork_rng``, and zeroes the gradients afterwards: it leaves
-        no trace on parameters, optimizer or random state (exact resume is unaffected).
+        Runs after DDP wrapping (its gradient buckets count) and inside ``fork_rng``, and zeroes the
+        gradients afterwards: it leaves no trace on parameters, optimizer or random state (exact
+        resume is unaffected). Adam's state does not exist before the first step, so tensors of its
+        size stand in for it (on a resumed run they exist already and count as they are).
         """
         batches = self.plan.epoch_batches(0)
         largest = max(batches, key=lambda b: len(b) * int(self.tgt_lengths[b].max()))
         batch = collate(self.train_split, largest).to(self.device)
         devices = [self.device] if self.device.type == "cuda" else []
+        params = [p for p in self.model.parameters() if p.requires_grad and p not in self.optimizer.state]
+        moments = []
         try:
+            moments = [torch.empty_like(p, dtype=torch.float32) for p in params for _ in range(2)]
             with torch.random.fork_rng(devices=devices):
-                self._loss(self.model, batch)[0].backward()
+                self._loss(self.ddp or self.model, batch)[0].backward()
         except torch.OutOfMemoryError:
             raise NmtkError(
                 f"out of memory on the largest batch ({len(largest)} sentences, batching.max_tokens = "
@@ -173,39 +208,57 @@ class Trainer:
                 "to keep the same tokens per update"
             ) from None
         finally:
+            del moments
             self.model.zero_grad(set_to_none=True)
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
 
     def wrap(self) -> None:
-        if self.info.enabled:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        """DDP as fairseq and Megatron configure it: the sinusoidal table is a constant, not a buffer to
+        broadcast every step; gradients live in the communication buckets (no copy); the graph is
+        declared static where it is; bucket size and gradient compression from the recipe."""
+        if not self.info.enabled:
+            return
+        t = self.recipe.train
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids, broadcast_buffers=False,
+                                           gradient_as_bucket_view=True, static_graph=t.ddp_static_graph,
+                                           bucket_cap_mb=t.ddp_bucket_mb)
+        if t.ddp_grad_dtype == "bf16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            self.ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
 
     # ------------------------------------------------------------------- step
 
     def _loss(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed label-smoothed loss and NLL of a batch, projected and scored a chunk at a time."""
         head = partial(projected_label_smoothed_loss, target=batch.tgt_out,
-                       epsilon=self.recipe.optim.label_smoothing, pad_id=PAD_ID)
+                       epsilon=self.recipe.optim.label_smoothing, pad_id=PAD_ID, chunk=self.loss_chunk)
         with autocast_for(self.device, self.precision):
-            return module(batch.src, batch.tgt_in, head=head)
+            return module(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded)
 
-    def train_step(self, group: list[np.ndarray]) -> tuple[float, float, int]:
+    def train_step(self, group: list[np.ndarray], total_tokens: int | None = None,
+                   batches: list[Batch] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One update over ``update_freq`` batches; returns local (loss sum, nll sum, target tokens).
 
-        In fp16 the update may be skipped (gradients overflowed): `state.update` then stays put.
+        The sums stay on the device (read once per log interval, `_log`): nothing here makes the host
+        wait for the device. ``total_tokens`` is the update's target tokens over all ranks, which the
+        training loop counts from the batching plan; without it they are summed across ranks here.
+        ``batches``: the group already collated (the prefetcher's). In fp16 the update may be skipped
+        (gradients overflowed): `state.update` then stays put.
         """
         module = self.ddp or self.model
         local_tokens = int(sum(int(self.tgt_lengths[b].sum()) for b in group))
-        (total_tokens,) = all_reduce_sum([float(local_tokens)], self.device, self.info)
+        if total_tokens is None:
+            (total_tokens,) = all_reduce_sum([float(local_tokens)], self.device, self.info)
         # Sum of token losses / all target tokens of the update; DDP averages over ranks, hence · world.
         scale = self.info.world_size / total_tokens
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
         self.model.train()
         for i, indices in enumerate(group):
-            batch = collate(self.train_split, indices).to(self.device)
+            batch = (batches[i] if batches else collate(self.train_split, indices)).to(self.device)
             sync = self.ddp is None or i == len(group) - 1
             with nullcontext() if sync else self.ddp.no_sync():
                 loss, nll = self._loss(module, batch)
@@ -214,7 +267,7 @@ class Trainer:
             loss_sum += loss.detach()
             nll_sum += nll.detach()
         self.apply_update()
-        return float(loss_sum), float(nll_sum), local_tokens
+        return loss_sum, nll_sum, local_tokens
 
     def apply_update(self) -> None:
         """Set the learning rate, clip, step (through the loss scaler in fp16), advance the counter.
@@ -324,21 +377,27 @@ class Trainer:
 
     def _run_epoch(self, stop: _StopSignal, progress: Progress) -> str | None:
         """Train on the rest of the current epoch; the reason to stop, or None to go on with the next."""
-        t = self.recipe.train
-        for k, group in self.plan.iterate(self.state.epoch, self.state.batch, self.info.rank,
-                                          self.info.world_size, t.update_freq):
-            before = self.state.update
-            self.window.add(*self.train_step(group))
-            self.state.batch = k + len(group)
-            self._count_time()
-            if self.state.update == before:  # an fp16 overflow: no new update to log, validate or save
-                reason = self._should_stop(stop, epoch_done=False)
-            else:
-                reason = self.after_update(stop, progress)
-            if reason:
-                if self.state.update == before:
-                    self.save()
-                return reason
+        t, epoch, world = self.recipe.train, self.state.epoch, self.info.world_size
+        groups = self.plan.iterate(epoch, self.state.batch, self.info.rank, world, t.update_freq)
+        prefetch = Prefetcher(self.train_split, groups, t.prefetch_updates, pin=self.device.type == "cuda")
+        try:
+            for k, group, batches in prefetch:
+                before = self.state.update
+                everyone = group if world == 1 else self.plan.update_batches(epoch, k, world, t.update_freq)
+                total = int(sum(int(self.tgt_lengths[b].sum()) for b in everyone))
+                self.window.add(*self.train_step(group, total, batches))
+                self.state.batch = k + len(group)
+                self._count_time()
+                if self.state.update == before:  # an fp16 overflow: no new update to log, validate or save
+                    reason = self._should_stop(stop, epoch_done=False)
+                else:
+                    reason = self.after_update(stop, progress)
+                if reason:
+                    if self.state.update == before:
+                        self.save()
+                    return reason
+        finally:
+            prefetch.close()
         self.state.epoch += 1
         self.state.batch = 0
         reason = self._should_stop(stop, epoch_done=True)
@@ -367,6 +426,16 @@ class Trainer:
         self.state.seconds += now - self._clock
         self._clock = now
 
+    def _agreed(self, flags: list[float], epoch_done: bool) -> list[float]:
+        """Rank-local decisions (a signal, a clock) made the same on every rank. Across ranks that takes an
+        all-reduce, which waits for the device, so it happens every `AGREE_EVERY` updates (and at the end
+        of an epoch), never in between: a stop or a timed save comes at most that many updates late."""
+        if not self.info.enabled:
+            return flags
+        if not epoch_done and self.state.update % AGREE_EVERY:
+            return [0.0] * len(flags)
+        return all_reduce_sum(flags, self.device, self.info)
+
     def _should_stop(self, stop: _StopSignal, epoch_done: bool) -> str | None:
         t = self.recipe.train
         if t.max_updates is not None and self.state.update >= t.max_updates:
@@ -375,7 +444,7 @@ class Trainer:
             return f"reached max_epochs = {t.max_epochs}"
         minutes = (self.state.seconds + time.monotonic() - self._clock) / 60
         flags = [float(stop.received is not None), float(t.max_minutes is not None and minutes >= t.max_minutes)]
-        signal_flag, time_flag = all_reduce_sum(flags, self.device, self.info)
+        signal_flag, time_flag = self._agreed(flags, epoch_done)
         if signal_flag:
             return f"received {stop.received or 'a signal on another rank'}"
         if time_flag:
@@ -386,19 +455,17 @@ class Trainer:
         t = self.recipe.train
         by_updates = t.save_every_updates is not None and self.state.update % t.save_every_updates == 0
         by_time = t.save_every_minutes > 0 and (time.monotonic() - self._last_save) / 60 >= t.save_every_minutes
-        (due,) = all_reduce_sum([float(by_updates or by_time)], self.device, self.info)
-        return bool(due)
+        (by_time_everywhere,) = self._agreed([float(by_time)], epoch_done=False)
+        return by_updates or bool(by_time_everywhere)
 
     # ------------------------------------------------------------ validation, logs
 
     def validate(self) -> bool:
-        """Valid loss and BLEU on rank 0; returns whether BLEU improved. Updates early-stopping state."""
-        result = None
-        if self.info.is_main:
-            devices = [self.device] if self.device.type == "cuda" else []
-            with torch.random.fork_rng(devices=devices):
-                result = self.validator.run(self.model, self.precision)
-        result = broadcast_object(result, self.info, wait=True)
+        """Valid loss and BLEU, the valid set sharded over the ranks; returns whether BLEU improved.
+        Updates early-stopping state (the same on every rank: every rank gets the same result)."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # every rank scores and translates its share
+            result = self.validator.run(self.model, self.precision, self.info)
         improved = self.state.best_bleu is None or result["bleu"] > self.state.best_bleu
         if improved:
             self.state.best_bleu = result["bleu"]
@@ -427,8 +494,8 @@ class Trainer:
                 self._curves_failed = True
 
     def _log(self, progress: Progress | None) -> None:
-        w = self.window
-        sums = all_reduce_sum([w.loss, w.nll, float(w.tokens)], self.device, self.info)
+        w = self.window  # its loss sums are device tensors: read here, once per log interval
+        sums = all_reduce_sum([float(w.loss), float(w.nll), float(w.tokens)], self.device, self.info)
         record = training_record(self.state.update, self.state.epoch + 1, tuple(sums), time.monotonic() - w.started,
                                  self.lr(self.state.update), self.state.seconds / 60, self.state.skipped_updates)
         self.metrics.write(record, "train", TRAIN_KEYS)

@@ -23,8 +23,11 @@ from nmtk.model import Transformer
 from nmtk.precision import Precision
 from nmtk.recipe import Recipe
 from nmtk.text import TextPipeline
+from nmtk.train.distributed import DistInfo, all_gather_object, all_reduce_sum
 from nmtk.train.loss import projected_label_smoothed_loss
 from nmtk.vocab import PAD_ID
+
+SINGLE = DistInfo()
 
 
 class Validator:
@@ -60,31 +63,43 @@ class Validator:
                    recipe.batching.max_tokens, recipe.model.max_positions, device)
 
     @torch.inference_mode()
-    def loss(self, model: Transformer, precision: Precision) -> tuple[float, float]:
-        loss_sum = nll_sum = 0.0
+    def loss(self, model: Transformer, precision: Precision, info: DistInfo = SINGLE) -> tuple[float, float]:
+        """Per-token loss and NLL; with several ranks each scores every ``world_size``-th batch."""
+        loss_sum = torch.zeros((), device=self.device)
+        nll_sum = torch.zeros((), device=self.device)
         tokens = 0
         model.eval()
-        for indices in self.batches:
+        for indices in self.batches[info.rank :: info.world_size]:
             batch = collate(self.split, indices).to(self.device)
             head = partial(projected_label_smoothed_loss, target=batch.tgt_out, epsilon=self.label_smoothing,
                            pad_id=PAD_ID)
             with autocast_for(self.device, precision):
-                loss, nll = model(batch.src, batch.tgt_in, head=head)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
+                loss, nll = model(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded)
+            loss_sum += loss
+            nll_sum += nll
             tokens += batch.target_tokens
-        return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1)
+        loss_total, nll_total, tokens_total = all_reduce_sum([float(loss_sum), float(nll_sum), float(tokens)],
+                                                            self.device, info)
+        return loss_total / max(tokens_total, 1), nll_total / max(tokens_total, 1)
 
-    def translations(self, model: Transformer, precision: Precision) -> list[str]:
+    def translations(self, model: Transformer, precision: Precision, info: DistInfo = SINGLE) -> list[str]:
+        """Best translations of every source, on every rank; with several ranks each translates every
+        ``world_size``-th source (sources are interleaved, so every rank gets a like mix of lengths)."""
+        mine = list(range(info.rank, len(self.sources), info.world_size))
         decode = partial(decode_ids, model, cfg=self.search, device=self.device, precision=precision)
-        hyps = Segments.of(self.sources, model.cfg.max_positions - 1, self.boundaries).decode(decode)
-        return [self.tgt_pipe.decode(h[0].tokens) if h else "" for h in hyps]
+        hyps = Segments.of([self.sources[i] for i in mine], model.cfg.max_positions - 1, self.boundaries).decode(decode)
+        texts = [self.tgt_pipe.decode(h[0].tokens) if h else "" for h in hyps]
+        out = [""] * len(self.sources)
+        for rank, part in enumerate(all_gather_object(texts, info)):
+            out[rank :: info.world_size] = part
+        return out
 
-    def run(self, model: Transformer, precision: Precision) -> dict[str, float]:
+    def run(self, model: Transformer, precision: Precision, info: DistInfo = SINGLE) -> dict[str, float]:
+        """Valid loss, NLL, perplexity and sacreBLEU; every rank of a job takes part and gets the result."""
         was_training = model.training
         try:
-            loss, nll = self.loss(model, precision)
-            bleu = BLEU().corpus_score(self.translations(model, precision), [self.references]).score
+            loss, nll = self.loss(model, precision, info)
+            bleu = BLEU().corpus_score(self.translations(model, precision, info), [self.references]).score
         finally:
             model.train(was_training)
         return {"loss": round(loss, 4), "nll": round(nll, 4), "ppl": round(math.exp(min(nll, 50)), 2),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,7 +96,7 @@ def test_sigterm_saves_and_exits_zero(toy) -> None:
 
 def test_ddp_two_processes_equal_one_with_update_freq_two(toy) -> None:
     tmp, recipe, env = toy
-    common = ("--set", "train.max_updates=3", "--set", "train.validate_every_updates=100")
+    common = ("--set", "train.max_updates=3", "--set", "train.validate_every_updates=3")
     train(tmp, recipe, env, "single", *common, "--set", "train.update_freq=2")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "nmtk",
            "train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "ddp"), "--threads", "1", *common]
@@ -106,6 +107,10 @@ def test_ddp_two_processes_equal_one_with_update_freq_two(toy) -> None:
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0)
     assert not torch.equal(a["encoder.0.ffn.w1.weight"], params(tmp / "single" / "checkpoint_last.pt")[
         "encoder.0.ffn.w1.weight"] * 0)
+    # validation sharded over the two ranks, gathered: the single process's figures
+    (one,), (two,) = ([json.loads(line) for line in (tmp / run / "train.jsonl").read_text().splitlines()
+                       if '"validation"' in line] for run in ("single", "ddp"))
+    assert one["bleu"] == two["bleu"] and abs(one["loss"] - two["loss"]) <= 1e-3
 
 
 def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) -> None:

@@ -51,3 +51,34 @@ def test_freed_tensors_are_reused_without_page_faults() -> None:
 @pytest.mark.parametrize("env", [{"NMTK_MALLOC": "system"}, {"MALLOC_ARENA_MAX": "2"}, {"LD_PRELOAD": ""}])
 def test_a_user_chosen_allocator_is_left_alone(env: dict[str, str]) -> None:
     assert probe("apply", **env)["applied"] is False
+
+
+@pytest.mark.parametrize(("capability", "expected"), [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp16"),
+                                                      ((7, 0), "fp16")])
+def test_auto_precision_on_a_gpu_is_native_bf16_else_fp16(monkeypatch, capability, expected) -> None:
+    """H100/A100 multiply bf16 natively; V100 and T4 only emulate it (is_bf16_supported may still say yes)."""
+    import torch
+
+    from nmtk.device import resolve_precision
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    precision, why = resolve_precision("auto", torch.device("cuda"))
+    assert precision == expected and f"{capability[0]}.{capability[1]}" in why
+
+
+def test_fp32_on_a_gpu_uses_tf32_and_nothing_changes_on_a_cpu() -> None:
+    import torch
+
+    from nmtk.device import use_tf32
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        use_tf32(torch.device("cpu"), "fp32")
+        use_tf32(torch.device("cuda"), "bf16")
+        assert torch.get_float32_matmul_precision() == "highest"
+        use_tf32(torch.device("cuda"), "fp32")
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)

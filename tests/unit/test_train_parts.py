@@ -300,3 +300,58 @@ def test_validation_beam_search_uses_the_recipes_decoding_budget(tmp_path: Path,
     torch.manual_seed(0)
     validator.translations(Transformer(model_config(recipe, 64, 64)), "fp32")
     assert budgets == [(96, 3)]
+
+
+def test_no_host_sync_inside_an_update_between_log_points(tmp_path: Path) -> None:
+    """Counted from outside with a dispatch mode: nmtk's step never reads a device value back between
+    two log lines (on a GPU each such read stalls the launch queue)."""
+    from helpers import toy_trainer
+
+    from nmtk.train.probe import update_costs
+
+    trainer = toy_trainer(tmp_path, "train.max_updates=9", "train.log_every_updates=4",
+                          "train.validate_every_updates=1000", "train.save_every_minutes=0")
+    costs, sites = update_costs(trainer)
+    assert [c.update for c in costs] == list(range(1, 10))
+    between = [c for c in costs if c.update % 4 and c.update != 9]  # 9: the last, which saves and logs
+    assert between and all(c.syncs == 0 for c in between), (costs, sites)
+    assert all(c.ops > 100 for c in costs)  # the counter sees the step
+    assert costs[3].syncs > 0  # and a log line does read the sums (once per interval)
+    trainer.metrics.close()
+
+
+def test_the_update_token_count_from_the_plan_is_what_the_ranks_hold(tmp_path: Path) -> None:
+    """Each rank counts the update's target tokens of every rank from the batching plan (no all-reduce)."""
+    from helpers import toy_trainer
+
+    trainer = toy_trainer(tmp_path)
+    plan, world, freq = trainer.plan, 2, 3
+    for k in (0, 3, 6):
+        everyone = plan.update_batches(0, k, world, freq)
+        per_rank = [dict(plan.iterate(0, k, rank, world, freq))[k] for rank in range(world)]
+        assert [b.tolist() for b in everyone] == [b.tolist() for group in per_rank for b in group]
+    trainer.metrics.close()
+
+
+def test_compiled_training_gives_the_losses_of_eager_training(tmp_path: Path, monkeypatch) -> None:
+    """train.compile=true on CPU (dynamo + AOT autograd; the aot_eager backend spares the C++ build that
+    inductor needs, ~100 s here, and gave the same losses by hand): same losses to fp32 rounding."""
+    from helpers import toy_trainer
+
+    monkeypatch.setenv("NMTK_COMPILE_BACKEND", "aot_eager")
+    losses = {}
+    for compiled in ("false", "true"):
+        trainer = toy_trainer(tmp_path / compiled, f"train.compile={compiled}", "train.precision=fp32")
+        assert trainer.compiled == (compiled == "true")
+        groups = [group for _, group in trainer.plan.iterate(0, 0, 0, 1, 1)][:4]
+        losses[compiled] = [float(trainer.train_step(group)[0]) for group in groups]
+        trainer.metrics.close()
+    torch.testing.assert_close(losses["true"], losses["false"], rtol=1e-5, atol=0)
+
+
+def test_auto_compile_and_loss_chunks_follow_the_device(tmp_path: Path) -> None:
+    from helpers import toy_trainer
+
+    trainer = toy_trainer(tmp_path)
+    assert trainer.compiled is False and trainer.loss_chunk == 512  # CPU: eager, 512-position chunks
+    trainer.metrics.close()

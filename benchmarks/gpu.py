@@ -1,0 +1,234 @@
+"""GPU training and decoding of the paper's base and big models, through nmtk's real Trainer.
+
+On a CUDA machine: WMT-shaped synthetic data (newstest-like subword lengths, a 37,000-type joint
+vocabulary; no corpus or subword model needed) is binarised into a temporary folder, and the real
+`Trainer` update (batching plan, prefetcher, chunked loss, optimizer, DDP where there are several
+GPUs) runs on it for base and big in bf16, eager and compiled. Per row: target tokens/s, model FLOPs
+utilisation against the GPU's dense bf16 peak, peak memory, ATen ops and host syncs per update (counted
+with `nmtk.train.probe` from outside the code). Then beam-4 decoding of 1,000 sentences with the same
+(untrained) model: a random model writes to its length limit, so sentences/s is a lower bound and
+target tokens/s is the figure to compare. With several GPUs the training rows are repeated on all of
+them through torchrun. One JSON line.
+
+On a machine without CUDA it says so and prints the CPU proxies instead (ATen ops and host syncs per
+update for base and big, eager, fp32, small batches), then exits 0.
+
+Usage: python benchmarks/gpu.py [--updates 30] [--tokens 25000] [--rows base:eager,base:compiled,...]
+       make gpu-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _util import PEAK_BF16_FLOPS, ROOT, flops_per_update
+
+VOCAB = 37_000
+DEFAULT_ROWS = "base:eager,base:compiled,big:eager,big:compiled"
+
+
+def synthetic_data(folder: Path, pairs: int, seed: int = 1) -> Any:
+    """A prepared-data folder of ``pairs`` WMT-shaped pairs: subword lengths drawn log-normally around
+    newstest's (median ~25, a long tail to 250), target ~1.05 × source, ids uniform over the vocabulary."""
+    from nmtk.data.binarized import SideWriter, id_dtype
+    from nmtk.manifest import Manifest, PreparedData
+
+    rng = np.random.default_rng(seed)
+    data, dtype = PreparedData(folder), id_dtype(VOCAB)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", pairs), ("valid", 64)):
+        src_len = np.clip(rng.lognormal(3.2, 0.55, n), 1, 250).astype(int)
+        tgt_len = np.clip((src_len * rng.normal(1.05, 0.1, n)).round(), 1, 250).astype(int)
+        for lang, lengths in (("en", src_len), ("de", tgt_len)):
+            writer = SideWriter(data.prefix(split, lang), dtype)
+            for start in range(0, n, 10_000):
+                writer.add([rng.integers(4, VOCAB, int(k)).tolist() for k in lengths[start : start + 10_000]])
+            writer.close()
+        data.raw(split, "de").write_text("x\n" * n)
+    manifest = Manifest(format=1, source_lang="en", target_lang="de", dtype=str(dtype),
+                        vocab={"joint": True, "models": {"en": "none", "de": "none"},
+                               "size": {"en": VOCAB, "de": VOCAB}, "sha256": {"none": "0" * 64}})
+    manifest.write(data.manifest_path)
+    return manifest
+
+
+def trainer_for(name: str, work: Path, overrides: list[str], device: Any, info: Any) -> Any:
+    from nmtk.manifest import PreparedData
+    from nmtk.recipe import load_recipe
+    from nmtk.rundir import RunDir
+    from nmtk.train.trainer import Trainer
+
+    recipe = load_recipe(ROOT / "recipes" / f"wmt14-en-de-{name}.toml",
+                         ["train.validate_every_updates=1000000", "train.save_every_minutes=0",
+                          "train.log_every_updates=1000000", "model.max_positions=256", *overrides])
+    run = RunDir(work / f"run-{name}-{time.monotonic_ns()}")
+    run.path.mkdir(parents=True, exist_ok=True)
+    return Trainer(recipe, work / "data", PreparedData(work / "data").manifest(), None, run, device, info)
+
+
+def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, info: Any) -> dict[str, Any]:
+    """Target tokens/s of the real update loop after warm-up (compilation included in warm-up), then ops
+    and syncs counted over 3 more updates (counting slows the host, so it is not timed)."""
+    import torch
+
+    from nmtk.train.probe import update_costs
+
+    device = torch.device("cuda", info.local_rank if info.enabled else 0)
+    per_gpu = max(tokens // (info.world_size * 8), 1)  # 8 batches per update on one GPU, as the recipes
+    freq = max(8 // info.world_size, 1)
+    overrides = [f"batching.max_tokens={per_gpu * 8 // freq}", f"train.update_freq={freq}", "train.precision=bf16",
+                 f"train.compile={'true' if compiled else 'false'}"]
+    warm = 8 if compiled else 3
+    trainer = trainer_for(name, work, [*overrides, f"train.max_updates={warm + updates}"], device, info)
+    trainer.wrap()
+    times, tokens_done, original = [], [], trainer.train_step
+
+    def timed_step(group: list[np.ndarray], *args: Any) -> Any:
+        result = original(group, *args)
+        torch.cuda.synchronize(device)  # the benchmark's own sync, outside the code it measures
+        times.append(time.perf_counter())
+        tokens_done.append(int(sum(int(trainer.tgt_lengths[b].sum()) for b in group)))
+        return result
+
+    trainer.train_step = timed_step
+    torch.cuda.reset_peak_memory_stats(device)
+    trainer.train()
+    trainer.train_step = original
+    trainer.recipe.train.max_updates += 3
+    costs, sites = update_costs(trainer)
+    seconds = times[-1] - times[warm - 1]
+    local = sum(tokens_done[warm:])
+    total = local * info.world_size
+    flops = flops_per_update(trainer.cfg, total, total, 28)
+    gpu = torch.cuda.get_device_name(device)
+    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in gpu), None)
+    steady = costs[:-1] or costs  # the last of the run saves its checkpoint
+    row = {"model": name, "compiled": compiled, "gpus": info.world_size, "gpu": gpu,
+           "tgt_tokens_per_update": round(total / updates), "updates": updates,
+           "tgt_tokens_per_s": round(total / seconds), "step_s": round(seconds / updates, 4),
+           "mfu_percent": round(100 * flops / seconds / (peak * info.world_size), 1) if peak else None,
+           "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+           "aten_ops_per_update": int(np.median([c.ops for c in steady])),
+           "host_syncs_per_update": float(np.mean([c.syncs for c in steady])), "sync_sites": sites}
+    trainer.close()
+    return row
+
+
+def decode_row(name: str, work: Path) -> dict[str, Any]:
+    """Beam-4 decoding of 1,000 synthetic sources with the (untrained) model, bf16."""
+    import torch
+
+    from nmtk.decode.config import SearchConfig
+    from nmtk.decode.search import decode_ids
+    from nmtk.model import Transformer
+    from nmtk.recipe import load_recipe, model_config
+
+    recipe = load_recipe(ROOT / "recipes" / f"wmt14-en-de-{name}.toml", ["model.max_positions=256"])
+    model = Transformer(model_config(recipe, VOCAB, VOCAB)).cuda().eval()
+    rng = np.random.default_rng(2)
+    sources = [rng.integers(4, VOCAB, int(n)).tolist() for n in np.clip(rng.lognormal(3.2, 0.55, 1000), 1, 200)]
+    search = SearchConfig(beam=4, max_len_a=1.0, max_len_b=10)
+    decode_ids(model, sources[:50], search, device=torch.device("cuda"), precision="bf16")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    hyps = decode_ids(model, sources, search, device=torch.device("cuda"), precision="bf16")
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    out_tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
+    return {"model": name, "beam": 4, "sentences_per_s": round(len(sources) / seconds, 1),
+            "tgt_tokens_per_s": round(out_tokens / seconds), "max_tokens": search.budget("cuda")}
+
+
+def cpu_proxies(work: Path) -> dict[str, Any]:
+    """Ops and host syncs per update of the eager fp32 update on this CPU (small batches, 2 threads)."""
+    import torch
+
+    from nmtk.train.distributed import DistInfo
+    from nmtk.train.probe import update_costs
+
+    torch.set_num_threads(2)
+    out = {}
+    for name in ("base", "big"):
+        trainer = trainer_for(name, work, ["batching.max_tokens=1024", "train.update_freq=1", "train.max_updates=6",
+                                           "train.precision=fp32", "train.compile=false",
+                                           "train.log_every_updates=3"], torch.device("cpu"), DistInfo())
+        costs, sites = update_costs(trainer)
+        between = [c for c in costs[1:] if c.update % 3 and c.update != 6]
+        out[name] = {"aten_ops_per_update": int(np.median([c.ops for c in between])),
+                     "host_syncs_per_update_between_log_points": float(np.mean([c.syncs for c in between])),
+                     "host_syncs_at_a_log_point": costs[2].syncs, "sync_sites": sites,
+                     "tgt_tokens_per_update": 1024, "loss_chunk_tokens": trainer.loss_chunk}
+        trainer.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--updates", type=int, default=30, help="timed updates per row (after warm-up)")
+    parser.add_argument("--tokens", type=int, default=25_000, help="target tokens per update (paper: 25,000)")
+    parser.add_argument("--rows", default=DEFAULT_ROWS)
+    parser.add_argument("--pairs", type=int, default=400_000, help="synthetic training pairs")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # a torchrun rank
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        with tempfile.TemporaryDirectory() as tmp:
+            synthetic_data(Path(tmp) / "data", 4_000)
+            report = {"benchmark": "gpu", "cuda": False,
+                      "note": "needs CUDA: these are the CPU proxies of the eager fp32 update",
+                      "cpu_proxies": cpu_proxies(Path(tmp))}
+        print(json.dumps(report))
+        return
+    if args.worker:
+        from nmtk.train.distributed import init_distributed
+
+        info = init_distributed("cuda")
+        rows = [train_row(*_row(r), args.updates, args.tokens, args.work, info) for r in args.rows.split(",")]
+        if info.is_main:
+            print("ROWS " + json.dumps(rows), flush=True)
+        return
+    from nmtk.train.distributed import DistInfo
+
+    report: dict[str, Any] = {"benchmark": "gpu", "cuda": True, "date": time.strftime("%Y-%m-%d"),
+                              "gpu": torch.cuda.get_device_name(), "gpus": torch.cuda.device_count()}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        synthetic_data(work / "data", args.pairs)
+        report["train_1gpu"] = [train_row(*_row(r), args.updates, args.tokens, work, DistInfo())
+                                for r in args.rows.split(",")]
+        if torch.cuda.device_count() > 1:
+            report["train_all_gpus"] = _torchrun(args, work)
+        report["decode"] = [decode_row(name, work) for name in ("base", "big")]
+    print(json.dumps(report))
+
+
+def _row(row: str) -> tuple[str, bool]:
+    name, mode = row.split(":")
+    return name, mode == "compiled"
+
+
+def _torchrun(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={__import__('torch').cuda.device_count()}", str(Path(__file__).resolve()),
+           "--worker", "--work", str(work), "--rows", args.rows, "--updates", str(args.updates),
+           "--tokens", str(args.tokens)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    line = next((line for line in result.stdout.splitlines() if line.startswith("ROWS ")), None)
+    if result.returncode or line is None:
+        return [{"error": result.stderr.strip()[-1000:]}]
+    return json.loads(line[5:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""What one training update costs the host: ATen ops (each a kernel launch on a GPU) and host syncs.
+
+Counted from outside the code, with a ``TorchDispatchMode`` around the real `Trainer` loop: every op
+the training thread dispatches is seen, whatever module issued it. A host synchronisation is
+``aten._local_scalar_dense``, the op behind ``.item()``, ``bool(t)``, ``float(t)`` and ``int(t)``: on
+a GPU each makes the CPU wait until the GPU has caught up, so kernel launches stop overlapping GPU
+work. The optimizer's own step counters are excluded: they are host tensors on CUDA (reading them
+costs nothing), only on a CPU run do they look like device reads.
+
+Used by the test that holds nmtk's step to zero syncs between log points, and by benchmarks/gpu.py,
+whose CPU proxies these counts are.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_SYNC = torch.ops.aten._local_scalar_dense.default
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts dispatched ATen ops and host syncs (outside the optimizer), with where each sync was."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.syncs = 0
+        self.sites: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops += 1
+        if func is _SYNC:
+            stack = traceback.extract_stack()
+            if not any("/torch/optim/" in frame.filename for frame in stack):
+                self.syncs += 1
+                ours = [f for f in stack if "/nmtk/" in f.filename and not f.filename.endswith("probe.py")]
+                site = f"{ours[-1].filename.rsplit('/nmtk/', 1)[-1]}:{ours[-1].lineno}" if ours else "torch"
+                self.sites[site] = self.sites.get(site, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class UpdateCost:
+    update: int
+    ops: int
+    syncs: int
+
+
+def update_costs(trainer: Any) -> tuple[list[UpdateCost], dict[str, int]]:
+    """Run ``trainer.train()`` (its recipe's stopping criterion decides how long) counting ops and syncs
+    per update (the update's step, log line, validation or save included); and the sync sites."""
+    counter, costs, seen = OpCounter(), [], [0, 0]
+    original = trainer.after_update
+
+    def after_update(*args: Any) -> Any:
+        reason = original(*args)
+        costs.append(UpdateCost(trainer.state.update, counter.ops - seen[0], counter.syncs - seen[1]))
+        seen[:] = [counter.ops, counter.syncs]
+        return reason
+
+    trainer.after_update = after_update
+    try:
+        with counter:
+            trainer.train()
+    finally:
+        trainer.after_update = original
+    return costs, counter.sites
