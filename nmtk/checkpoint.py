@@ -81,15 +81,50 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def snapshot(obj: Any) -> Any:
-    """A copy of a checkpoint's state whose tensors are CPU copies: training may go on changing its own."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {key: snapshot(value) for key, value in obj.items()}
-    if isinstance(obj, list | tuple):
-        return type(obj)(snapshot(value) for value in obj)
-    return obj
+class SnapshotBuffers:
+    """Host copies of a checkpoint's tensors in buffers allocated once and reused at every save.
+
+    On a GPU the buffers are pinned (page-locked) and filled by a side stream, so each save is one
+    DMA per tensor into memory that already exists, instead of allocating gigabytes of pageable memory
+    per save; on a CPU they are plain tensors (still no allocation per save). The caller must not
+    refill them while a previous snapshot is still being written (the trainer waits for the writer).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def copy(self, obj: Any, path: tuple[Any, ...] = ()) -> Any:
+        """``obj`` with every tensor replaced by its host copy (same structure, same dtypes)."""
+        if isinstance(obj, torch.Tensor):
+            buffer = self._buffers.get(path)
+            if buffer is None or buffer.shape != obj.shape or buffer.dtype != obj.dtype:
+                buffer = torch.empty(obj.shape, dtype=obj.dtype, device="cpu", pin_memory=obj.is_cuda)
+                self._buffers[path] = buffer
+            if obj.is_cuda:
+                stream = self._stream(obj.device)
+                stream.wait_stream(torch.cuda.current_stream(obj.device))  # the values of now
+                with torch.cuda.stream(stream):
+                    buffer.copy_(obj.detach(), non_blocking=True)
+            else:
+                buffer.copy_(obj.detach())
+            return buffer
+        if isinstance(obj, dict):
+            return {key: self.copy(value, (*path, key)) for key, value in obj.items()}
+        if isinstance(obj, list | tuple):
+            return type(obj)(self.copy(value, (*path, i)) for i, value in enumerate(obj))
+        return obj
+
+    def _stream(self, device: torch.device) -> Any:
+        if not hasattr(self, "_side"):
+            self._side = torch.cuda.Stream(device)
+        return self._side
+
+    def snapshot(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The state's host copy, complete when this returns (the side stream is waited for)."""
+        copied = self.copy(state)
+        if hasattr(self, "_side"):
+            self._side.synchronize()
+        return copied
 
 
 class BackgroundWriter:

@@ -339,6 +339,10 @@ class TrainSection(Section):
     saved every 10 minutes, §6.1; its recipes save every N updates instead, see docs/paper.md.)"""
     keep_last: int = Field(20, ge=1)
     """Numbered checkpoints kept (older ones are deleted); enough for ``average.last``."""
+    save_full_every_updates: int | None = Field(None, ge=1)
+    """Unset: every checkpoint holds the full training state. Set: only saves at multiples of this
+    (and the last one) do; the others hold the parameters alone (``checkpoint_<N>.params.pt``, a third
+    of the size with Adam), enough for ``nmtk average``; a resume starts from the last full state."""
     validate_every_updates: int | None = Field(1000, ge=1)
     """Compute valid loss and BLEU every this many updates; unset = only at the end."""
     patience: int | None = Field(None, ge=1)

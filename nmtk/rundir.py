@@ -27,15 +27,16 @@ LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
 EXPORT_MARKER = "nmtk-export.json"
 
 
-NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
+NUMBERED = re.compile(r"^checkpoint_(\d+)(\.params)?\.pt$")
 
 
-def numbered_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """``checkpoint_<update>.pt`` files of a run, oldest first."""
+def numbered_checkpoints(run_dir: Path, full_only: bool = False) -> list[tuple[int, Path]]:
+    """``checkpoint_<update>.pt`` (full training state) and ``checkpoint_<update>.params.pt`` (the
+    parameters only, for averaging: ``train.save_full_every_updates``) files of a run, oldest first."""
     found = []
     for path in run_dir.glob("checkpoint_*.pt"):
         match = NUMBERED.match(path.name)
-        if match:
+        if match and not (full_only and match.group(2)):
             found.append((int(match.group(1)), path))
     return sorted(found)
 
@@ -61,8 +62,8 @@ class RunDir:
     def log_path(self) -> Path:
         return self.path / TRAIN_LOG
 
-    def checkpoint(self, update: int) -> Path:
-        return self.path / f"checkpoint_{update}.pt"
+    def checkpoint(self, update: int, full: bool = True) -> Path:
+        return self.path / f"checkpoint_{update}{'' if full else '.params'}.pt"
 
     def numbered(self) -> list[tuple[int, Path]]:
         return numbered_checkpoints(self.path)
@@ -71,12 +72,12 @@ class RunDir:
         return self.last.is_file() or bool(self.numbered())
 
     def resume_checkpoint(self) -> Path:
-        """The checkpoint to resume from: the newest numbered one, else ``checkpoint_last.pt``.
+        """The checkpoint to resume from: the newest numbered full state, else ``checkpoint_last.pt``.
 
         ``checkpoint_last.pt`` is re-linked after each numbered checkpoint is written; a crash between
         the two leaves it one save behind, or (at the very first save) missing.
         """
-        numbered = self.numbered()
+        numbered = numbered_checkpoints(self.path, full_only=True)
         return numbered[-1][1] if numbered else self.last
 
     # ----------------------------------------------------------------- contents

@@ -5,7 +5,8 @@ sentence are taken with one ``topk``; extensions ending in EOS among the first K
 hypotheses (merged, tensor-wise, into each sentence's K best finished), the K best others continue,
 and the cache is reordered by ``index_select``. A sentence stops as soon as no live beam can beat
 its finished hypotheses, and the batch shrinks to the sentences still running. The one host sync per
-step is the check whether any sentence finished.
+step is the check whether any sentence finished; a step where some did copies their hypotheses to
+the host in one transfer per tensor (never one read per sentence).
 
 Scores are GNMT-normalised: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting EOS.
 """
@@ -75,10 +76,12 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[H
         history = torch.cat([history, tokens[:, None]], dim=1)
         done = tokens.eq(EOS_ID)
         step += 1
-        if bool(done.any()):
+        if bool(done.any()):  # the step's one host read; then one batched copy of what finished
             scores = raw / length_penalty(float(step), cfg.length_penalty)
-            for i in done.nonzero().flatten().tolist():
-                results[int(rows[i])] = [Hypothesis(history[i, :-1].tolist(), float(scores[i]))]
+            finished = done.nonzero().flatten()
+            for row, seq, score in zip(rows[finished].tolist(), history[finished, :-1].tolist(),
+                                       scores[finished].tolist(), strict=True):
+                results[row] = [Hypothesis(seq, score)]
             keep = (~done).nonzero().flatten()
             rows, tokens, raw, history = rows[keep], tokens[keep], raw[keep], history[keep]
             cache.reorder(keep)
@@ -140,10 +143,11 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hyp
         # A sentence is done when its nbest-th finished score beats any live beam's best reachable one.
         bound = scores[:, 0] / length_penalty(limit[sent].float() + 1, cfg.length_penalty)
         done = (fin_scores[:, cfg.nbest - 1] >= bound) | (limit[sent] <= step) | scores[:, 0].isneginf()
-        if bool(done.any()):
-            for i in done.nonzero().flatten().tolist():
-                out_tokens[int(sent[i])] = fin_tokens[i].cpu()
-                out_scores[int(sent[i])] = fin_scores[i].cpu()
+        if bool(done.any()):  # the step's one host read; then one batched copy of what finished
+            finished = done.nonzero().flatten()
+            for i, seqs, fin in zip(sent[finished].tolist(), fin_tokens[finished].cpu(), fin_scores[finished].cpu(),
+                                    strict=True):
+                out_tokens[i], out_scores[i] = seqs, fin
             keep = (~done).nonzero().flatten()
             if keep.numel() == 0:
                 break

@@ -135,27 +135,53 @@ class CrossAttention(_Heads):
 class LayerCache:
     """One decoder layer's state during incremental decoding.
 
-    Self-attention keys/values grow by one position per step; encoder-decoder keys/values are
-    projected once and only change when the batch is reordered or shrinks.
+    Self-attention keys and values live in preallocated, time-major buffers (positions, rows, heads,
+    d_head): a step writes one position in place (no ``torch.cat`` copying the history every step),
+    and the attention reads the filled prefix as a (rows, heads, positions, d_head) view. Reordering
+    beams gathers the filled prefix once, straight into a spare buffer (the two are swapped), so the
+    history is copied once per reorder, not twice per step. Buffers double when full. Encoder-decoder
+    keys/values are projected once and only change when the batch is reordered or shrinks.
     """
 
-    def __init__(self, memory_k: Tensor, memory_v: Tensor) -> None:
+    def __init__(self, memory_k: Tensor, memory_v: Tensor, capacity: int = 32) -> None:
         self.memory_k = memory_k
         self.memory_v = memory_v
-        self.k: Tensor | None = None
+        self.capacity = capacity
+        self.length = 0
+        self.k: Tensor | None = None  # (capacity, rows, heads, d_head)
         self.v: Tensor | None = None
+        self._spare: tuple[Tensor, Tensor] | None = None
+
+    def _empty(self, rows: int, like: Tensor) -> Tensor:
+        _, heads, _, d_head = like.shape
+        return torch.empty((self.capacity, rows, heads, d_head), dtype=like.dtype, device=like.device)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.k is not None:
-            k = torch.cat([self.k, k], dim=2)
-            v = torch.cat([self.v, v], dim=2)
-        self.k, self.v = k, v
-        return k, v
+        """Add this step's keys and values (rows, heads, 1, d_head); all so far, as (rows, heads, T, d_head)."""
+        if self.k is None:
+            self.k, self.v = self._empty(k.size(0), k), self._empty(k.size(0), v)
+        elif self.length == self.capacity:  # full: double (amortised: a copy per doubling, not per step)
+            self.capacity *= 2
+            grown_k, grown_v = self._empty(k.size(0), k), self._empty(k.size(0), v)
+            grown_k[: self.length], grown_v[: self.length] = self.k, self.v
+            self.k, self.v, self._spare = grown_k, grown_v, None
+        self.k[self.length] = k[:, :, 0].detach()  # the cache holds values for decoding, never a graph
+        self.v[self.length] = v[:, :, 0].detach()
+        self.length += 1
+        return self.k[: self.length].permute(1, 2, 0, 3), self.v[: self.length].permute(1, 2, 0, 3)
 
     def reorder(self, index: Tensor, memory: bool) -> None:
         if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+            rows = index.numel()
+            if self._spare is None or self._spare[0].size(1) != rows:
+                self._spare = (self._empty(rows, self.k.permute(1, 2, 0, 3)),
+                               self._empty(rows, self.v.permute(1, 2, 0, 3)))
+            spare_k, spare_v = self._spare
+            n = self.length
+            torch.index_select(self.k[:n], 1, index, out=spare_k[:n])
+            torch.index_select(self.v[:n], 1, index, out=spare_v[:n])
+            self._spare = (self.k, self.v) if self.k.size(1) == rows else None
+            self.k, self.v = spare_k, spare_v
         if memory:
             self.memory_k = self.memory_k.index_select(0, index)
             self.memory_v = self.memory_v.index_select(0, index)

@@ -68,10 +68,8 @@ class ProjectedLoss(torch.autograd.Function):
             grad_h[start : start + chunk] = grad @ w
             if whole:
                 grad_w = (grad.t() @ hc).float()
-            elif dtype == torch.float32:
-                grad_w.addmm_(grad.t(), hc)  # accumulated in place: no temporary of the weight's size per chunk
-            else:
-                grad_w += grad.t() @ hc  # a low-precision product, accumulated in fp32
+            else:  # (addmm_ in place would round differently: the CPU path keeps its arithmetic exactly)
+                grad_w += grad.t() @ hc
         ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
         return loss, nll
 

@@ -131,6 +131,10 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
         if info.is_main:
             s = trainer.state
             console.print(f"resuming {run.path} from update {s.update} (epoch {s.epoch + 1}, batch {s.batch})")
+            newest = run.numbered()[-1][0] if run.numbered() else s.update
+            if newest > s.update:
+                console.print(f"update {s.update} is the last full training state; the parameter-only snapshots after "
+                              f"it (to update {newest}) are for averaging and are written again as training goes on")
     elif init_from:
         trainer.init_from(init_from)
     if info.is_main:

@@ -24,12 +24,12 @@ from torch.nn.parallel import DistributedDataParallel
 from nmtk import __version__
 from nmtk.checkpoint import (
     BackgroundWriter,
+    SnapshotBuffers,
     link_atomic,
     load_checkpoint,
     rng_state,
     save_atomic,
     set_rng_state,
-    snapshot,
 )
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
@@ -144,6 +144,7 @@ class Trainer:
         self._validator: Validator | None = None
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
         self.writer = BackgroundWriter()
+        self.buffers = SnapshotBuffers()
         self.window = MetricsWindow()
         self.session_tokens, self.session_seconds = 0.0, 0.0  # this session, for its average speed
 
@@ -308,45 +309,57 @@ class Trainer:
 
     # --------------------------------------------------------------- checkpoints
 
-    def checkpoint_state(self) -> dict[str, Any]:
-        rngs = [rng_state()]
-        if self.info.enabled:
-            gathered: list[Any] = [None] * self.info.world_size
-            torch.distributed.all_gather_object(gathered, rngs[0])
-            rngs = gathered
-        return {
+    def checkpoint_state(self, full: bool = True) -> dict[str, Any]:
+        """The parameters and what describes them; with ``full``, all a resume needs besides (optimizer,
+        loss scaler, every rank's random state: gathering those is a collective, so every rank calls this)."""
+        state = {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler else {},
             "state": asdict(self.state),
-            "rng": rngs,
             "recipe": self.recipe.model_dump(mode="json"),
             "recipe_hash": self.recipe.hash(),
             "vocab": self.vocab_hash,
             "model_config": self.cfg.to_dict(),
             "world_size": self.info.world_size,
             "nmtk": __version__,
+            "full": full,
         }
+        if full:
+            rngs = [rng_state()]
+            if self.info.enabled:
+                gathered: list[Any] = [None] * self.info.world_size
+                torch.distributed.all_gather_object(gathered, rngs[0])
+                rngs = gathered
+            state.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict() if self.scaler else {},
+                         rng=rngs)
+        return state
 
-    def save(self, best: bool = False) -> None:
+    def save(self, best: bool = False, final: bool = False) -> None:
         """Numbered checkpoint + checkpoint_last.pt (rank 0 writes; all ranks take part in RNG gathering).
 
-        The state is copied now and written, fsynced and linked on a background thread while
-        training goes on (`BackgroundWriter`): the file is what a synchronous save would have written.
+        The previous write is waited for, the state copied into host buffers allocated once (pinned and
+        filled by a side stream on a GPU: `SnapshotBuffers`), then written, fsynced and linked on a
+        background thread while training goes on: at most one snapshot exists, and the file is what
+        a synchronous save would have written. With ``train.save_full_every_updates`` the saves in
+        between hold the parameters alone (``checkpoint_<N>.params.pt``); the last save is always full.
         """
-        state = self.checkpoint_state()
+        every = self.recipe.train.save_full_every_updates
+        full = final or every is None or self.state.update % every == 0
+        state = self.checkpoint_state(full)
         self._last_save = time.monotonic()
         if self.info.is_main:
-            self.writer.submit(partial(self._write, snapshot(state), self.state.update, best))
+            self.writer.wait()  # the buffers are free again
+            self.writer.submit(partial(self._write, self.buffers.snapshot(state), self.state.update, best, full))
 
-    def _write(self, state: dict[str, Any], update: int, best: bool) -> None:
-        path = self.run.checkpoint(update)
+    def _write(self, state: dict[str, Any], update: int, best: bool, full: bool) -> None:
+        path = self.run.checkpoint(update, full)
         save_atomic(state, path)
-        link_atomic(path, self.run.last)
+        if full:  # checkpoint_last.pt is what a resume starts from: always a full state
+            link_atomic(path, self.run.last)
         if best:
             link_atomic(path, self.run.best)
         for _, old in self.run.numbered()[: -self.recipe.train.keep_last]:
-            old.unlink(missing_ok=True)
+            if old != self.run.resume_checkpoint():  # the newest full state stays, however many snapshots came after
+                old.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------- loop
 
@@ -394,7 +407,7 @@ class Trainer:
                     reason = self.after_update(stop, progress)
                 if reason:
                     if self.state.update == before:
-                        self.save()
+                        self.save(final=True)
                     return reason
         finally:
             prefetch.close()
@@ -402,7 +415,7 @@ class Trainer:
         self.state.batch = 0
         reason = self._should_stop(stop, epoch_done=True)
         if reason:
-            self.save()
+            self.save(final=True)
         return reason
 
     def after_update(self, stop: _StopSignal, progress: Progress) -> str | None:
@@ -418,7 +431,7 @@ class Trainer:
                 reason = f"no BLEU improvement in {t.patience} validations (patience)"
         reason = reason or self._should_stop(stop, epoch_done=False)
         if improved or reason or self._save_due():
-            self.save(best=improved)
+            self.save(best=improved, final=reason is not None)
         return reason
 
     def _count_time(self) -> None:

@@ -355,3 +355,30 @@ def test_auto_compile_and_loss_chunks_follow_the_device(tmp_path: Path) -> None:
     trainer = toy_trainer(tmp_path)
     assert trainer.compiled is False and trainer.loss_chunk == 512  # CPU: eager, 512-position chunks
     trainer.metrics.close()
+
+
+def test_parameter_only_snapshots_between_full_states_average_and_resume(tmp_path: Path) -> None:
+    """train.save_full_every_updates: full states at its multiples and at the end, parameters alone in
+    between; averaging takes both kinds, a resume the newest full state."""
+    from helpers import toy_trainer
+
+    from nmtk.train.average import average_checkpoints
+
+    trainer = toy_trainer(tmp_path, "train.max_updates=5", "train.save_every_updates=1",
+                          "train.save_full_every_updates=2", "train.validate_every_updates=1000")
+    buffers = trainer.buffers
+    trainer.train()
+    run = trainer.run
+    names = sorted(p.name for _, p in run.numbered())
+    assert names == ["checkpoint_1.params.pt", "checkpoint_2.pt", "checkpoint_3.params.pt", "checkpoint_4.pt",
+                     "checkpoint_5.pt"]
+    params, full = load_checkpoint(run.path / "checkpoint_3.params.pt"), load_checkpoint(run.checkpoint(4))
+    assert "optimizer" not in params and not params["full"] and "optimizer" in full and full["full"]
+    assert run.resume_checkpoint() == run.checkpoint(5) and load_checkpoint(run.last)["state"]["update"] == 5
+    averaged = average_checkpoints([p for _, p in run.numbered()[-3:]])
+    assert set(averaged["model"]) == set(full["model"])
+    run.checkpoint(5).unlink()
+    run.checkpoint(4).unlink()  # the newest file left holds parameters only
+    assert run.resume_checkpoint() == run.checkpoint(2)
+    assert trainer.buffers is buffers and len(buffers._buffers) > 0  # allocated once, reused by every save
+    trainer.metrics.close()
