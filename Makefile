@@ -13,7 +13,7 @@ export NMTK_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 
 SHELL := /bin/bash
 
-.PHONY: install test demo pictures lint clean
+.PHONY: install test demo pictures lint clean gpu-bench
 
 $(VENV)/.installed: pyproject.toml
 	@if [ ! -x $(PY) ]; then \
@@ -54,6 +54,10 @@ PICTURE_SENTENCE := The man is feeding the dog because it is hungry.
 pictures: install
 	$(NMTK) attention -m $(DEMO_RUN) "$(PICTURE_SENTENCE)" -o docs/pictures --force
 	$(NMTK) plot $(DEMO_RUN) -o docs/pictures/curves.png --force
+
+# GPU training and decoding of the paper's models through the real Trainer (CPU proxies without CUDA)
+gpu-bench: install
+	$(PY) benchmarks/gpu.py
 
 lint: install
 	$(VENV)/bin/ruff check nmtk tests benchmarks

@@ -4,8 +4,9 @@ On a CUDA machine: WMT-shaped synthetic data (newstest-like subword lengths, a 3
 vocabulary; no corpus or subword model needed) is binarised into a temporary folder, and the real
 `Trainer` update (batching plan, prefetcher, chunked loss, optimizer, DDP where there are several
 GPUs) runs on it for base and big in bf16, eager and compiled. Per row: target tokens/s, model FLOPs
-utilisation against the GPU's dense bf16 peak, peak memory, ATen ops and host syncs per update (counted
-with `nmtk.train.probe` from outside the code). Then beam-4 decoding of 1,000 sentences with the same
+utilisation against the GPU's dense bf16 peak, peak memory, CUDA kernels per update (torch profiler:
+what compilation changes), and the eager update's ATen ops and host syncs (`nmtk.train.probe`; under
+its dispatch mode dynamo runs eagerly, so those two describe the eager update). Then beam-4 decoding of 1,000 sentences with the same
 (untrained) model: a random model writes to its length limit, so sentences/s is a lower bound and
 target tokens/s is the figure to compare. With several GPUs the training rows are repeated on all of
 them through torchrun. One JSON line.
@@ -68,8 +69,9 @@ def trainer_for(name: str, work: Path, overrides: list[str], device: Any, info: 
     from nmtk.train.trainer import Trainer
 
     recipe = load_recipe(ROOT / "recipes" / f"wmt14-en-de-{name}.toml",
-                         ["train.validate_every_updates=1000000", "train.save_every_minutes=0",
-                          "train.log_every_updates=1000000", "model.max_positions=256", *overrides])
+                         ["train.validate_every_updates=1000000", "train.validate_at_end=false",
+                          "train.save_every_minutes=0", "train.log_every_updates=1000000", "model.max_positions=256",
+                          *overrides])
     run = RunDir(work / f"run-{name}-{time.monotonic_ns()}")
     run.path.mkdir(parents=True, exist_ok=True)
     return Trainer(recipe, work / "data", PreparedData(work / "data").manifest(), None, run, device, info)
@@ -104,7 +106,10 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
     trainer.train()
     trainer.train_step = original
     trainer.recipe.train.max_updates += 3
-    costs, sites = update_costs(trainer)
+    kernels = cuda_kernels_per_update(trainer, 3)
+    trainer.recipe.train.max_updates += 3
+    costs, sites = update_costs(trainer)  # a Python dispatch mode makes dynamo run eagerly: ops and syncs
+    # of the eager update; the compiled launches are `cuda_kernels_per_update`
     seconds = times[-1] - times[warm - 1]
     local = sum(tokens_done[warm:])
     total = local * info.world_size
@@ -117,10 +122,26 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
            "tgt_tokens_per_s": round(total / seconds), "step_s": round(seconds / updates, 4),
            "mfu_percent": round(100 * flops / seconds / (peak * info.world_size), 1) if peak else None,
            "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
-           "aten_ops_per_update": int(np.median([c.ops for c in steady])),
+           "cuda_kernels_per_update": kernels,
+           "eager_aten_ops_per_update": int(np.median([c.ops for c in steady])),
+           "of_which_optimizer": int(np.median([c.optimizer_ops for c in steady])),
            "host_syncs_per_update": float(np.mean([c.syncs for c in steady])), "sync_sites": sites}
     trainer.close()
     return row
+
+
+def cuda_kernels_per_update(trainer: Any, updates: int) -> float | None:
+    """CUDA kernels launched per update over ``updates`` more updates (torch profiler), compiled or not."""
+    try:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            trainer.train()
+        return round(sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA) / updates, 1)
+    except Exception as exc:  # the profiler is optional here: the row still has its timings
+        print(f"cuda kernel count unavailable: {exc}", file=sys.stderr)
+        return None
 
 
 def decode_row(name: str, work: Path) -> dict[str, Any]:
@@ -166,6 +187,7 @@ def cpu_proxies(work: Path) -> dict[str, Any]:
         costs, sites = update_costs(trainer)
         between = costs[1:-1]  # the first warms up; the last logs and saves
         out[name] = {"aten_ops_per_update": int(np.median([c.ops for c in between])),
+                     "of_which_optimizer": int(np.median([c.optimizer_ops for c in between])),
                      "host_syncs_per_update_between_log_points": float(np.mean([c.syncs for c in between])),
                      "host_syncs_at_the_log_point": costs[-1].syncs, "sync_sites": sites}
         trainer.close()

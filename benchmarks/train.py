@@ -39,6 +39,7 @@ def one_cpu_run(recipe: Path, precision: str, updates: int, run_dir: Path) -> di
            "--data", str(run_dir.parent / "data"), "--run-dir", str(run_dir), "--threads", "2",
            "--set", f"train.precision={precision}", "--set", f"train.max_updates={updates}",
            "--set", "train.log_every_updates=10", "--set", "train.validate_every_updates=100000",
+           "--set", "train.validate_at_end=false",
            "--set", "train.max_minutes=100", "--set", "train.save_every_minutes=0",
            "--set", f"train.save_every_updates={updates}"]
     wall, peak, result = run_measured(cmd, cwd=ROOT)

@@ -10,6 +10,8 @@ flushed and fsynced, then renamed over it, so a crash leaves the old file or the
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -82,10 +84,14 @@ def atomic_write(path: Path, mode: Literal["w", "wb"] = "wb") -> Iterator[IO]:
 
     On an exception (or Ctrl-C) the temporary file is removed and ``path`` is left as it was.
     """
-    path = Path(path)
+    path = output_path(path)
     tmp = temp_path(path)
     try:
-        with open(tmp, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as handle:
+        try:
+            handle = open(tmp, mode, **({"encoding": "utf-8"} if "b" not in mode else {}))
+        except OSError as exc:  # named by the user's path, not the hidden temporary one
+            raise NmtkError(f"{path}: cannot write there ({exc.strerror or type(exc).__name__})") from None
+        with handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -104,6 +110,57 @@ def copy_atomic(source: Path, target: Path) -> None:
     with atomic_write(target, "wb") as out, open(source, "rb") as src:
         while block := src.read(1 << 20):
             out.write(block)
+
+
+def output_path(path: Path) -> Path:
+    """An output file the user named, its missing parent folders created (the one policy of every
+    command that writes: translate, average, plot, export, attention); one line naming it when that
+    is impossible or it is a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise NmtkError(f"{path}: is a folder; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NmtkError(f"{path}: cannot create its folder ({exc.strerror or type(exc).__name__})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise NmtkError(f"{path}: cannot write there (permission denied)")
+    return path
+
+
+def input_path(path: Path, what: str = "input file") -> Path:
+    """A file the user named to read: one line naming it when it is missing, a folder or unreadable."""
+    path = Path(path)
+    if not path.exists():
+        raise NmtkError(f"{path}: {what} not found")
+    if path.is_dir():
+        raise NmtkError(f"{path}: is a folder, not a file")
+    if not os.access(path, os.R_OK):
+        raise NmtkError(f"{path}: cannot read it (permission denied)")
+    return path
+
+
+def temp_dir_beside(target: Path) -> Path:
+    """A new hidden folder next to ``target`` (same file system, so `swap_in` is a rename), with the
+    permissions a plain ``mkdir`` would give under the user's umask (``mkdtemp`` gives 0700)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    folder.chmod(0o777 & ~mask)
+    return folder
+
+
+def swap_in(tmp: Path, target: Path) -> None:
+    """Replace the folder ``target`` by ``tmp`` with renames: the old one is removed only after the new
+    one is in place, so a crash leaves one of the two whole."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
 
 
 def buffered(lines: Iterable[str], size: int) -> Iterator[list[str]]:

@@ -11,7 +11,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +93,43 @@ class RunDir:
         for name in set(manifest.vocab.models.values()):
             copy_atomic(data_dir / name, self.path / name)
 
+    @property
+    def lock_path(self) -> Path:
+        """Beside the run, not in it: ``--restart`` moves the run aside while its lock is held."""
+        return self.path.with_name(f".{self.path.name}.lock")
+
+    @contextmanager
+    def training_lock(self) -> Iterator[None]:
+        """Held while a training job writes this run: an OS lock (``flock``), so a run that was killed,
+        even by SIGKILL, leaves no stale lock behind. A second ``nmtk train`` is refused with one line
+        naming the process that holds it. Reading commands (translate, average, export) never take it."""
+        import fcntl
+        import socket
+        import time
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.lock_path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise NmtkError(f"{self.path}: already being trained by {holder}; wait for it to finish, or stop it "
+                            "(it saves and exits on Ctrl-C / SIGTERM)") from None
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+            handle.flush()
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+
+    def is_run(self) -> bool:
+        return (self.path / RECIPE).is_file()
+
     def require(self) -> RunDir:
         if not self.path.is_dir():
             raise NmtkError(f"{self.path}: run directory not found")
@@ -107,12 +147,20 @@ class RunDir:
         """The run's own text pipelines (source, target), with the subword model(s) it holds."""
         return pipelines_in(self.path, recipe, manifest or self.manifest())
 
-    def default_checkpoint(self) -> Path:
-        """The newest averaged checkpoint, else checkpoint_best.pt, else checkpoint_last.pt."""
-        averaged = sorted(self.path.glob("checkpoint_avg*.pt"), key=lambda p: p.stat().st_mtime)
-        for candidate in (averaged[-1] if averaged else None, self.best, self.last):
-            if candidate is not None and candidate.is_file():
-                return candidate
+    def averaged(self, last: int) -> Path:
+        """The file ``nmtk average RUN --last N`` writes by default."""
+        return self.path / f"checkpoint_avg_last{last}.pt"
+
+    def default_checkpoint(self) -> tuple[Path, str]:
+        """The checkpoint translate, export and attention use without ``--checkpoint``, and why: the
+        average the recipe's ``[average]`` names (``checkpoint_avg_last<N>.pt``, what ``nmtk average RUN``
+        writes), else ``checkpoint_best.pt`` (best validation BLEU), else ``checkpoint_last.pt``. Other
+        averaged files are used only when named: a stray average never becomes the model."""
+        last = self.recipe().average.last
+        for path, why in ((self.averaged(last), f"the recipe's average of the last {last}"),
+                          (self.best, "best validation BLEU"), (self.last, "the newest")):
+            if path.is_file():
+                return path, why
         raise NmtkError(f"{self.path}: no checkpoint to translate with (train first, or pass --checkpoint)")
 
 

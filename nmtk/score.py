@@ -175,6 +175,7 @@ class ScoreRequest:
 def score_files(r: ScoreRequest, stdin: BinaryIO) -> tuple[list[str], dict[str, dict[str, Any]], Any]:
     """`nmtk score`: (system names, their scores, the significance table or None)."""
     from nmtk.files import decode_lines, read_lines
+    from nmtk.rundir import RunDir
 
     ref_paths = list(r.refs)
     if r.test_set:
@@ -184,11 +185,12 @@ def score_files(r: ScoreRequest, stdin: BinaryIO) -> tuple[list[str], dict[str, 
     if not ref_paths:
         raise NmtkError("no reference: give -r REF (or --test-set NAME --langpair xx-yy)")
     lang = r.lang
+    if r.model is not None and not RunDir(r.model).is_run():  # `-m bleu` meant --metrics bleu, say
+        raise NmtkError(f"-m {r.model}: not an nmtk run directory (-m names the run whose target language "
+                        "--paper-bleu uses; the metrics are chosen with --metrics)")
     if r.paper_bleu:
         run_lang = None
         if r.model is not None:
-            from nmtk.rundir import RunDir
-
             run_lang = RunDir(r.model).require().recipe().data.target_lang
         lang = target_language(lang, ref_paths, r.langpair, run_lang)
     scorer = Scorer(tuple(m.strip() for m in r.metrics.split(",") if m.strip()), r.lowercase, r.tokenize,

@@ -38,3 +38,35 @@ def multi30k_root() -> Path:
     if not (root / "multi30k" / "train.en.gz").is_file():
         pytest.skip(f"Multi30k not found under {root}")
     return root
+
+
+@pytest.fixture(scope="session")
+def copy_run(tmp_path_factory: pytest.TempPathFactory):
+    """A small run trained by `nmtk train` to copy its input (700 updates, ~3 minutes on 2 cores), shared
+    by the tests that need a trained model: (folder, recipe, environment). Tests that change a run work
+    on a copy of ``folder / "run"``."""
+    from helpers import copy_pairs, toy_recipe, write_corpus
+
+    tmp = tmp_path_factory.mktemp("copy")
+    root = tmp / "root"
+    write_corpus(root, "train", copy_pairs(3000, 1))
+    write_corpus(root, "valid", copy_pairs(40, 2))
+    write_corpus(root, "test", copy_pairs(40, 3))
+    recipe = toy_recipe(tmp, extra="log_every_updates = 20")
+    env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
+    result = run_nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "run"), "--threads",
+                      "2", "--set", "train.max_updates=700", "--set", "train.validate_every_updates=350",
+                      "--set", "train.save_every_updates=350", "--set", "model.d_model=64", "--set", "model.d_ff=128",
+                      "--set", "batching.max_tokens=1024", "--set", "optim.lr=0.002",
+                      "--set", "tokenizer.vocab_size=140", cwd=tmp, env=env)  # 140: one piece per word
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp, recipe, env
+
+
+@pytest.fixture(scope="session")
+def exported(copy_run) -> Path:
+    """The copy run exported to CTranslate2."""
+    tmp, _, env = copy_run
+    out = run_nmtk("export", str(tmp / "run"), "-o", str(tmp / "ct2"), cwd=tmp, env=env)
+    assert out.returncode == 0, out.stderr
+    return tmp / "ct2"

@@ -168,3 +168,10 @@ def toy_trainer(tmp: Path, *overrides: str) -> Any:
     run = RunDir(tmp / "run")
     run.path.mkdir()
     return Trainer(recipe, out.out_dir, out.manifest, pipelines, run, torch.device("cpu"), DistInfo())
+
+
+def copy_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    """Sentences of the lexicon's words paired with themselves: a task a small model learns exactly."""
+    rng = random.Random(seed)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(n)]
+    return [(line, line) for line in lines]

@@ -30,6 +30,36 @@ from .options import (
     Quantization,
 )
 
+
+def _readable_help() -> None:
+    """Two fixes to how newer typers render ``--help``: a boolean flag shows ``<bool>`` as if it took a
+    value (it does not: ``--force``, never ``--force true``), and a word longer than the help column
+    (``checkpoint_avg_last<N>.pt``) is cut with an ellipsis instead of folded. Applied only when help is
+    shown, so that start-up does not import typer's rich renderer for other commands."""
+    import typer.core
+    import typer.rich_utils
+    from rich.text import Text
+
+    option = getattr(typer.core, "TyperOption", None)
+    display = getattr(option, "display_type_rich", None)
+    if display is not None and not getattr(display, "_nmtk", False):
+        def display_type_rich(self: object, ctx: object) -> str | None:
+            return None if getattr(self, "is_flag", False) and not getattr(self, "count", False) else display(self, ctx)
+
+        display_type_rich._nmtk = True  # type: ignore[attr-defined]
+        option.display_type_rich = display_type_rich
+    make_text = getattr(typer.rich_utils, "_make_rich_text", None)
+    if make_text is not None and not getattr(make_text, "_nmtk", False):
+        def folded(**kwargs: object) -> object:
+            text = make_text(**kwargs)
+            if isinstance(text, Text):
+                text.overflow = "fold"
+            return text
+
+        folded._nmtk = True  # type: ignore[attr-defined]
+        typer.rich_utils._make_rich_text = folded
+
+
 app = typer.Typer(
     name="nmtk",
     help="Neural machine translation with the Transformer: prepare, train, average, translate, score.",
@@ -127,7 +157,7 @@ def train(
 def average(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
     files: Annotated[list[Path] | None, typer.Argument(help="Checkpoint files (instead of --last/--updates).")] = None,
-    last: Annotated[int | None, typer.Option(help="Average the last N numbered checkpoints "
+    last: Annotated[int | None, typer.Option(min=1, help="Average the last N numbered checkpoints "
                                              "(default: the recipe's average.last).")] = None,
     updates: Annotated[str | None, typer.Option(help="Average the checkpoints of updates A-B.")] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Output (default: "
@@ -145,8 +175,8 @@ def average(
 def translate(
     model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
                                                "else the newest run under runs/).")] = None,
-    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: newest averaged, else best, "
-                                                    "else last).")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: the recipe's average "
+                                                    "checkpoint_avg_last<N>.pt, else best, else last).")] = None,
     input_: Annotated[Path | None, typer.Option("-i", "--input", help="Input text (default: stdin).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Output file (default: stdout).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output.")] = False,
@@ -159,8 +189,10 @@ def translate(
     max_len_b: Annotated[int | None, typer.Option(min=0, help="See --max-len-a.")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Decoding batch budget: source tokens × beam per "
                                                    "batch (default: the recipe's decode.max_tokens).")] = None,
-    buffer_size: Annotated[int, typer.Option(min=1, help="Input lines read, sorted and batched at a "
-                                             "time.")] = 10000,
+    buffer_size: Annotated[int, typer.Option(min=1, help="Input lines read, sorted and batched at a time; "
+                                             "each buffer is written as soon as it is done.")] = 1000,
+    skip: Annotated[int, typer.Option(min=0, help="Leave out the first N input lines (to go on after an "
+                                      "interrupted run).")] = 0,
     errors: Annotated[InvalidUtf8, typer.Option(help="Invalid UTF-8 input: stop, or replace it with "
                                                 "U+FFFD.")] = InvalidUtf8.error,
     print_scores: Annotated[bool, typer.Option("--print-scores", help="Prefix each line with its score and "
@@ -195,7 +227,7 @@ def translate(
                        alignment_layer=alignment_layer,
                        sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None)
     run_translate(TranslateOptions(load=load, input=input_, output=output, force=force, buffer_size=buffer_size,
-                                   errors=errors, print_scores=print_scores))
+                                   skip=skip, errors=errors, print_scores=print_scores))
 
 
 @app.command()
@@ -203,7 +235,7 @@ def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Folder to write the CTranslate2 model to.")],
     checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: the one translate would pick: "
-                                                    "newest averaged, else best, else last).")] = None,
+                                                    "the recipe's average, else best, else last).")] = None,
     quantization: Annotated[Quantization, typer.Option(help="How the weights are stored.")] = Quantization.float32,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output folder.")] = False,
 ) -> None:
@@ -212,7 +244,8 @@ def export(
     from nmtk.rundir import RunDir
 
     run = RunDir(run_dir).require()
-    chosen = checkpoint or run.default_checkpoint()
+    chosen, why = (checkpoint, "asked for") if checkpoint else run.default_checkpoint()
+    console.print(f"checkpoint: {chosen} ({why})")
     export_run(run, chosen, out, quantization.value, force)
     console.print(f"exported {chosen} -> {out} (CTranslate2, {quantization.value}); translate with: "
                   f"nmtk translate -m {out}")
@@ -377,6 +410,8 @@ def main() -> None:
     Command-line mistakes (an unknown option, a value out of range, a choice not offered) are one
     line too, naming the option, with a pointer to the command's ``--help``.
     """
+    if len(sys.argv) < 2 or {"-h", "--help"} & set(sys.argv[1:]):
+        _readable_help()
     try:
         code = app(standalone_mode=False)
         if isinstance(code, int) and code:
@@ -385,7 +420,7 @@ def main() -> None:
         if _state["debug"]:
             raise
         error_line(str(exc))
-        sys.exit(1)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         error_line("interrupted")
         sys.exit(130)

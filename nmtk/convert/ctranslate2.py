@@ -17,7 +17,6 @@ it is a complete artefact: ``nmtk translate -m DIR`` runs it with `nmtk.decode.c
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from nmtk import __version__
 from nmtk.errors import NmtkError
+from nmtk.files import swap_in, temp_dir_beside
 from nmtk.recipe import Recipe
 from nmtk.rundir import EXPORT_MARKER, ExportDir, RunDir
 from nmtk.vocab import BOS, EOS, UNK
@@ -102,7 +102,7 @@ def export_run(run: RunDir, checkpoint: Path, out: Path, quantization: str, forc
     """Write ``run``'s model from ``checkpoint`` to ``out`` as a CTranslate2 model with its text pipeline.
 
     Built in a temporary folder beside ``out`` and renamed into place: an existing ``out`` is kept
-    unless ``force``, and is never left half replaced.
+    unless ``force``, is never left half replaced, and is replaced only when it is an earlier export.
     """
     import torch
 
@@ -110,14 +110,12 @@ def export_run(run: RunDir, checkpoint: Path, out: Path, quantization: str, forc
 
     if quantization not in QUANTIZATIONS:
         raise NmtkError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
-    if out.exists() and not force:
-        raise NmtkError(f"{out}: exists; use --force to replace it")
+    check_replaceable(out, force)
     recipe, manifest = run.recipe(), run.manifest()
     source, target = run.pipelines(recipe, manifest)
     model = load_model(checkpoint, torch.device("cpu"), manifest.vocab.sha256)
     spec = model_spec(model, source.subwords.pieces(), target.subwords.pieces())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ExportDir(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = ExportDir(temp_dir_beside(out))
     try:
         spec.validate()
         spec.optimize(quantization=quantization)
@@ -128,13 +126,23 @@ def export_run(run: RunDir, checkpoint: Path, out: Path, quantization: str, forc
                 "max_positions": model.cfg.max_positions}
         tmp.write_meta(meta)
         (tmp.path / "README.md").write_text(_readme(recipe, meta), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.path.rename(out)
+        swap_in(tmp.path, out)
     except BaseException:
         shutil.rmtree(tmp.path, ignore_errors=True)
         raise
     return meta
+
+
+def check_replaceable(out: Path, force: bool) -> None:
+    """``out`` may be written: it does not exist, or it is an earlier nmtk export and ``force`` is given.
+    ``--force`` never deletes a folder nmtk did not write (one without ``nmtk-export.json``)."""
+    if not out.exists():
+        return
+    if not ExportDir(out).is_export():
+        raise NmtkError(f"{out}: exists and is not an nmtk export (no {EXPORT_MARKER}); --force replaces only "
+                        "an earlier export: choose another -o")
+    if not force:
+        raise NmtkError(f"{out}: exists; use --force to replace it")
 
 
 def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:

@@ -86,11 +86,12 @@ class Prefetcher:
 
     def __init__(self, split: BinarizedSplit, groups: Iterator[tuple[int, list[np.ndarray]]], ahead: int = 2,
                  pin: bool = False) -> None:
-        self.split, self.groups, self.pin = split, groups, pin
+        self.split, self.groups, self.pin, self.ahead = split, groups, pin, ahead
         self.queue: queue.Queue = queue.Queue(maxsize=max(ahead, 1))
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._fill, name="nmtk-prefetch", daemon=True)
-        self.thread.start()
+        if ahead > 0:  # 0: collated in the training loop itself, when asked (no thread)
+            self.thread.start()
 
     def _fill(self) -> None:
         try:
@@ -114,6 +115,10 @@ class Prefetcher:
         return False
 
     def __iter__(self) -> Iterator[tuple[int, list[np.ndarray], list[Batch]]]:
+        if self.ahead == 0:
+            for k, group in self.groups:
+                yield k, group, [collate(self.split, indices) for indices in group]
+            return
         while (item := self.queue.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
@@ -121,4 +126,5 @@ class Prefetcher:
 
     def close(self) -> None:
         self.stopped.set()
-        self.thread.join()
+        if self.thread.is_alive():
+            self.thread.join()

@@ -26,6 +26,7 @@ from nmtk.data.binarized import SideWriter, id_dtype
 from nmtk.data.corpus import read_parallel
 from nmtk.data.fetch import ensure_file, root_path, sha256_file
 from nmtk.errors import NmtkError
+from nmtk.files import swap_in, temp_dir_beside
 from nmtk.manifest import Manifest, PreparedData
 from nmtk.recipe import Corpus, CorpusFile, Recipe, first_difference
 from nmtk.text.moses import Moses
@@ -368,32 +369,14 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
         return PrepareResult(out_dir, old, up_to_date=True)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    tmp.chmod(0o777 & ~_umask())
+    tmp = temp_dir_beside(out_dir)
     try:
         start = time.perf_counter()
         manifest = Manifest(**preparer.build(tmp), settings_hash=digest, settings=data_settings(recipe),
                             inputs=inputs, recipe=recipe.name, seconds=round(time.perf_counter() - start, 2))
         manifest.write(PreparedData(tmp).manifest_path)
-        _swap_in(tmp, out_dir)
+        swap_in(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return PrepareResult(out_dir, manifest, up_to_date=False)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _swap_in(tmp: Path, out_dir: Path) -> None:
-    """Replace ``out_dir`` by ``tmp`` with renames (the old output is removed only after the swap)."""
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out_dir)

@@ -25,6 +25,9 @@ from nmtk.recipe import Recipe
 from nmtk.rundir import ExportDir
 from nmtk.text import text_pipelines
 
+#: ``--precision`` on an export: CTranslate2's compute type (the stored weights are converted on load).
+CT2_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
 
 def ct2_device(name: str, gpus: int) -> tuple[str, int]:
     """CTranslate2's (device, index) for ``--device``, checked as `nmtk.device.pick_device` checks torch's."""
@@ -50,10 +53,10 @@ class Ct2Translator(TranslatorBase):
     engine: str = "ctranslate2"
 
     @classmethod
-    def load(cls, directory: Path, device: str = "cpu", threads: int = 0,
-             search: SearchConfig | None = None) -> Ct2Translator:
+    def load(cls, directory: Path, device: str = "cpu", threads: int = 0, search: SearchConfig | None = None,
+             compute_type: str | None = None) -> Ct2Translator:
         """``device``: cpu, cuda, cuda:N, or auto (CUDA when CTranslate2 sees a GPU); ``search``: the
-        recipe's ``[decode]`` when None."""
+        recipe's ``[decode]`` when None; ``compute_type``: CTranslate2's (None: the type exported)."""
         import ctranslate2
 
         folder = ExportDir(directory)
@@ -64,7 +67,11 @@ class Ct2Translator(TranslatorBase):
             langs = (recipe.data.source_lang, recipe.data.target_lang)
             pipelines = text_pipelines(recipe.tokenizer, langs, {lang: folder.path / meta["models"][lang]
                                                                  for lang in langs})
-            ct2 = ctranslate2.Translator(str(folder.path), device=device, device_index=index, intra_threads=threads)
+            if compute_type and compute_type not in ctranslate2.get_supported_compute_types(device):
+                raise NmtkError(f"--precision: CTranslate2 cannot compute in {compute_type} on this {device} (it can: "
+                                f"{', '.join(sorted(ctranslate2.get_supported_compute_types(device)))})")
+            ct2 = ctranslate2.Translator(str(folder.path), device=device, device_index=index, intra_threads=threads,
+                                         compute_type=compute_type or "default")
         except NmtkError:
             raise
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
@@ -72,8 +79,8 @@ class Ct2Translator(TranslatorBase):
             raise NmtkError(f"{directory}: not a complete nmtk export ({first}); run nmtk export again") from None
         return cls(directory=folder.path, recipe=recipe, pipelines=pipelines, ct2=ct2,
                    search=search or SearchConfig.from_recipe(recipe.decode),
-                   max_positions=int(meta.get("max_positions", 1024)), quantization=meta.get("quantization", ""),
-                   device=device)
+                   max_positions=int(meta.get("max_positions", 1024)),
+                   quantization=compute_type or meta.get("quantization", ""), device=device)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -97,7 +104,9 @@ class Ct2Translator(TranslatorBase):
 
     def _call(self, sources: list[list[int]], limit: int) -> list[list[Hypothesis]]:
         search, sampling = self.search, self.sampling
-        options = dict(max_decoding_length=max(limit, 1) + 1, min_decoding_length=0, max_input_length=0,
+        # at most `limit` tokens besides EOS, as nmtk's searches (which force EOS at the limit): a
+        # hypothesis CTranslate2 stops at the limit is the same text
+        options = dict(max_decoding_length=max(limit, 1), min_decoding_length=0, max_input_length=0,
                        return_scores=True, length_penalty=search.length_penalty)
         if sampling is None:
             options.update(beam_size=search.beam, num_hypotheses=search.nbest)

@@ -8,7 +8,7 @@ never imported: a deployment pays neither its memory, ~200 MB, nor its import ti
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,6 +74,14 @@ def load_translator(o: LoadOptions) -> TranslatorBase:
     named = o.model or (Path(os.environ["NMTK_MODEL"]) if os.environ.get("NMTK_MODEL") else None)
     if named is not None and ExportDir(named).is_export():
         return _load_exported(o, Path(named))
+    if named is not None and Path(named).is_file():  # fairseq's habit: -m RUN/checkpoint_N.pt
+        if o.checkpoint is not None:
+            raise NmtkError(f"-m {named} is a checkpoint file and --checkpoint {o.checkpoint} another: give one")
+        run = RunDir(Path(named).parent)
+        if not run.is_run():
+            raise NmtkError(f"{named}: a file outside a run directory; -m takes a run directory (or a checkpoint "
+                            "inside one), or an nmtk export")
+        return _load_run(replace(o, model=run.path, checkpoint=Path(named)), run)
     return _load_run(o, choose_run(o.model))
 
 
@@ -89,9 +97,8 @@ def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
     manifest = run.manifest()
     recipe = run.recipe()
     search = o.search.resolve(recipe.decode)
-    checkpoint = o.checkpoint or run.default_checkpoint()
-    if o.checkpoint is None:
-        console.print(f"checkpoint: {checkpoint}")
+    checkpoint, why = (o.checkpoint, "asked for") if o.checkpoint else run.default_checkpoint()
+    console.print(f"checkpoint: {checkpoint} ({why})")
     device = pick_device(o.device)
     precision, why = resolve_precision(o.precision, device)
     console.print(f"precision: {precision} ({why})")
@@ -110,14 +117,17 @@ def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
 
 def _load_exported(o: LoadOptions, directory: Path) -> TranslatorBase:
     """CTranslate2 behind the same options; the ones it cannot honour are errors naming them."""
-    from nmtk.decode.ct2 import Ct2Translator
+    from nmtk.decode.ct2 import CT2_COMPUTE_TYPES, Ct2Translator
 
-    for option, used in (("--ensemble", bool(o.ensemble)), ("--checkpoint", o.checkpoint is not None),
-                         ("--precision", o.precision is not Precision.auto), ("--print-alignment", o.align)):
+    needs_run = {"--ensemble": (bool(o.ensemble), "an export holds one model: ensemble with the run directories"),
+                 "--checkpoint": (o.checkpoint is not None, "an export holds the checkpoint it was made from: pass "
+                                  "the run directory, or export that checkpoint (nmtk export --checkpoint)"),
+                 "--print-alignment": (o.align, "alignments come from nmtk's own model: pass the run directory")}
+    for option, (used, why) in needs_run.items():
         if used:
-            raise NmtkError(f"{option}: not available with an exported CTranslate2 model ({directory}): it holds one "
-                            "checkpoint in the type it was exported with; export again (nmtk export) to change it")
-    translator = Ct2Translator.load(directory, o.device or "auto", threads=o.threads or 0)
+            raise NmtkError(f"{option}: not available with an exported CTranslate2 model ({directory}): {why}")
+    compute = None if o.precision is Precision.auto else CT2_COMPUTE_TYPES[o.precision]
+    translator = Ct2Translator.load(directory, o.device or "auto", threads=o.threads or 0, compute_type=compute)
     translator.search = o.search.resolve(translator.recipe.decode)
     translator.sampling = o.sampling
     if o.sampling is not None:

@@ -6,10 +6,15 @@ load (`nmtk.decode.load.LoadOptions`, which also carries the search) and how to 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -19,8 +24,8 @@ from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis
 from nmtk.decode.load import LoadOptions, load_translator
-from nmtk.errors import NmtkError
-from nmtk.files import InvalidUtf8, atomic_write, buffered, decode_lines
+from nmtk.errors import Interrupted, NmtkError
+from nmtk.files import InvalidUtf8, buffered, decode_lines, input_path, output_path
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,8 @@ class TranslateOptions:
     input: Path | None = None
     output: Path | None = None
     force: bool = False
-    buffer_size: int = 10000
+    buffer_size: int = 1000
+    skip: int = 0  # input lines to leave out (going on after an interrupted run)
     errors: InvalidUtf8 = InvalidUtf8.error
     print_scores: bool = False
 
@@ -60,17 +66,38 @@ def output_lines(index: int, hyps: list[Hypothesis], translator: TranslatorBase,
 
 
 def translate(o: TranslateOptions) -> None:
-    """Run `nmtk translate`: refuse to overwrite, load, then stream input to output."""
-    if o.output is not None and o.output.exists() and not o.force:
-        raise NmtkError(f"{o.output}: exists; use --force to overwrite it")
+    """Run `nmtk translate`: check the paths, load, then stream input to output.
+
+    With ``-o OUT`` the translations go to ``OUT.partial`` as they are finished and the file becomes
+    ``OUT`` (by rename) only when every line is done: an interrupted run leaves an existing ``OUT`` as
+    it was and the finished prefix in ``OUT.partial``, with one line saying how many lines it holds and
+    how to go on (``--skip N``).
+    """
+    if o.input is not None:  # the user's paths are checked before any model loads
+        input_path(o.input)
+    partial = None
+    if o.output is not None:
+        output_path(o.output)
+        partial = o.output.with_name(o.output.name + ".partial")
+        for path in (o.output, partial):
+            if path.exists() and not o.force:
+                raise NmtkError(f"{path}: exists; use --force to overwrite it")
     translator = load_translator(o.load)
     source: BinaryIO = open(o.input, "rb") if o.input else sys.stdin.buffer
+    done = [0]
     try:
         if o.output is None:
-            _stream(translator, o, source, sys.stdout)
+            _stream(translator, o, source, sys.stdout, done)
         else:
-            with atomic_write(o.output, "w") as sink:
-                _stream(translator, o, source, sink)
+            with open(partial, "w", encoding="utf-8") as sink:
+                _stream(translator, o, source, sink, done)
+                sink.flush()
+                os.fsync(sink.fileno())
+            os.replace(partial, o.output)
+    except KeyboardInterrupt:
+        where = "written to stdout" if o.output is None else f"in {partial}"
+        raise Interrupted(f"interrupted: the first {o.skip + done[0]:,} input lines are translated ({where}); go on "
+                          f"with --skip {o.skip + done[0]}") from None
     finally:
         if o.input:
             source.close()
@@ -103,23 +130,42 @@ def _progress(o: TranslateOptions) -> tuple[Progress, int | None]:
     return Progress(*columns, console=console, disable=not show), total
 
 
-def _stream(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, sink: TextIO) -> None:
-    """Translate ``--buffer-size`` lines at a time (one at a time from a terminal), flushing each chunk.
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Ctrl-C arriving inside is delivered on leaving (POSIX signal mask): the count of lines written
+    that the interrupt message gives is then exactly what the output holds."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
-    Memory is bounded by the buffer, not the input: lines are read, translated and written a buffer
-    at a time (benchmarks/translate.py --lines measures 20,000 against 200,000 lines).
+
+def _stream(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:
+    """Translate ``--buffer-size`` lines at a time (one at a time from a terminal), writing and flushing
+    each buffer's lines as soon as it is done; ``done[0]`` counts the input lines written so far.
+
+    The buffer is the reorder window: its lines are sorted by length into batches, and none of them
+    can be written before the buffer is finished. Memory is bounded by it, not by the input
+    (benchmarks/translate.py --lines measures 20,000 against 200,000 lines).
     """
     interactive = o.input is None and sys.stdin.isatty()
     progress, total = _progress(o)
-    index = 0
+    lines = islice(_input_lines(o, source), o.skip, None)
     with progress:
         task = progress.add_task("translate", total=total, rate="")
         start = time.perf_counter()
-        for chunk in buffered(_input_lines(o, source), 1 if interactive else o.buffer_size):
-            for hyps in translator.hypotheses(chunk, first_line=index + 1):
-                index += 1
-                for line in output_lines(index, hyps, translator, o):
-                    sink.write(line + "\n")
-            sink.flush()
-            rate = f"{index / max(time.perf_counter() - start, 1e-9):.1f} sentences/s"
+        for chunk in buffered(lines, 1 if interactive else o.buffer_size):
+            first = o.skip + done[0] + 1
+            out = [line for k, hyps in enumerate(translator.hypotheses(chunk, first_line=first))
+                   for line in output_lines(first + k, hyps, translator, o)]
+            with _sigint_deferred():  # a buffer is in the output whole, and counted, or not at all
+                sink.write("".join(f"{line}\n" for line in out))
+                sink.flush()
+                done[0] += len(chunk)
+            rate = f"{done[0] / max(time.perf_counter() - start, 1e-9):.1f} sentences/s"
             progress.update(task, advance=len(chunk), rate=rate)

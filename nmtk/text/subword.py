@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from nmtk.errors import NmtkError
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_SYMBOLS, UNK_ID
 
 WORDPIECE_PREFIX = "##"
@@ -99,9 +100,14 @@ class WordPieceModel:
 def load_subword_model(path: Path) -> SubwordModel:
     """The subword model stored in ``path`` (``.model``: sentencepiece, ``.json``: WordPiece)."""
     path = Path(path)
-    if path.suffix == ".json":
-        return WordPieceModel(path)
-    return SentencePieceModel(path)
+    kind = "WordPiece (tokenizers JSON)" if path.suffix == ".json" else "sentencepiece"
+    try:
+        return WordPieceModel(path) if path.suffix == ".json" else SentencePieceModel(path)
+    except Exception as exc:  # sentencepiece and tokenizers raise errors of their own kinds
+        if isinstance(exc, NmtkError):
+            raise
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise NmtkError(f"{path}: not a readable {kind} model ({detail})") from None
 
 
 def model_file_name(model_type: str, lang: str | None = None) -> str:

@@ -122,10 +122,16 @@ def average_run(run_dir: Path, files: list[Path], last: int | None, updates: str
     ``last``, by default the recipe's ``average.last``) averaged into ``out`` (by default
     ``RUN/checkpoint_avg_<how>.pt``); returns (the checkpoints, the file written)."""
     run = RunDir(run_dir).require()
+    if files and (last is not None or updates):
+        raise NmtkError("--last/--updates choose among the run's checkpoints: give them or checkpoint files, not both")
+    if last is not None and updates:
+        raise NmtkError("--last and --updates: give one of them")
+    if last is not None and last < 1:
+        raise NmtkError(f"--last {last}: must be at least 1")
     if files:
         paths, label = list(files), f"files{len(files)}"
     else:
-        n = last or run.recipe().average.last
+        n = run.recipe().average.last if last is None else last
         paths = select_checkpoints(run.numbered(), None if updates else n, updates)
         label = f"updates{updates}" if updates else f"last{n}"
     target = out or run.path / f"checkpoint_avg_{label}.pt"

@@ -6,6 +6,7 @@ Epochs are counted from 1 in everything a person or a script reads (`train.jsonl
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtk.console import JsonlWriter, console
+from nmtk.files import write_text_atomic
 
 
 @dataclass
@@ -48,6 +50,22 @@ def training_record(update: int, epoch: int, sums: tuple[float, float, float], s
         "tgt_tokens_per_s": round(tokens / max(seconds, 1e-9)), "minutes": round(minutes, 3),
         "skipped_updates": skipped,
     }
+
+
+def truncate_log(path: Path, update: int) -> None:
+    """Drop the lines of ``train.jsonl`` written after ``update`` (a run resumed from an earlier
+    checkpoint repeats those updates), atomically; a torn last line goes too."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("update", 0) <= update:
+            kept.append(line)
+    write_text_atomic(path, "".join(f"{line}\n" for line in kept))
 
 
 class MetricsLog:

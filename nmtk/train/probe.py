@@ -29,11 +29,14 @@ class OpCounter(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops = 0
+        self.optimizer_ops = 0  # of ``ops``: inside ``optimizer.step`` (a few fused kernels on CUDA)
+        self.in_optimizer = False
         self.syncs = 0
         self.sites: dict[str, int] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.ops += 1
+        self.optimizer_ops += self.in_optimizer
         if func is _SYNC:
             stack = traceback.extract_stack()
             if not any("/torch/optim/" in frame.filename for frame in stack):
@@ -49,24 +52,33 @@ class UpdateCost:
     update: int
     ops: int
     syncs: int
+    optimizer_ops: int = 0
 
 
 def update_costs(trainer: Any) -> tuple[list[UpdateCost], dict[str, int]]:
     """Run ``trainer.train()`` (its recipe's stopping criterion decides how long) counting ops and syncs
     per update (the update's step, log line, validation or save included); and the sync sites."""
-    counter, costs, seen = OpCounter(), [], [0, 0]
-    original = trainer.after_update
+    counter, costs, seen = OpCounter(), [], [0, 0, 0]
+    original, step = trainer.after_update, trainer.optimizer.step
 
     def after_update(*args: Any) -> Any:
         reason = original(*args)
-        costs.append(UpdateCost(trainer.state.update, counter.ops - seen[0], counter.syncs - seen[1]))
-        seen[:] = [counter.ops, counter.syncs]
+        costs.append(UpdateCost(trainer.state.update, counter.ops - seen[0], counter.syncs - seen[1],
+                                counter.optimizer_ops - seen[2]))
+        seen[:] = [counter.ops, counter.syncs, counter.optimizer_ops]
         return reason
 
-    trainer.after_update = after_update
+    def optimizer_step(*args: Any, **kwargs: Any) -> Any:
+        counter.in_optimizer = True
+        try:
+            return step(*args, **kwargs)
+        finally:
+            counter.in_optimizer = False
+
+    trainer.after_update, trainer.optimizer.step = after_update, optimizer_step
     try:
         with counter:
             trainer.train()
     finally:
-        trainer.after_update = original
+        trainer.after_update, trainer.optimizer.step = original, step
     return costs, counter.sites

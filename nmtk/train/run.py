@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from nmtk.device import keep_freed_memory, pick_device
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest, PreparedData
 from nmtk.model import parameter_count
-from nmtk.recipe import Recipe, first_difference
+from nmtk.recipe import Recipe, differences
 from nmtk.rundir import RunDir
 from nmtk.text import text_pipelines
 from nmtk.train.distributed import (
@@ -29,6 +31,7 @@ from nmtk.train.distributed import (
     lost_peer_error,
     shutdown,
 )
+from nmtk.train.metrics import truncate_log
 from nmtk.train.trainer import Trainer, compile_report
 
 # Settings a resumed run may not change, and what would break.
@@ -54,12 +57,14 @@ def _frozen(field: str) -> str | None:
 def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, manifest: Manifest,
                     info: DistInfo) -> None:
     """Refuse, naming the field, a recipe change that would break the checkpoint."""
-    difference = first_difference(checkpoint["recipe"], recipe.model_dump(mode="json"),
-                                  skip=lambda field: _frozen(field) is None)
-    if difference is not None:
-        field, old, new = difference
-        raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old!r} to {new!r}, which changes "
-                        f"{_frozen(field)}; use --restart to start over or --run-dir for a new run")
+    changed = differences(checkpoint["recipe"], recipe.model_dump(mode="json"))
+    for field, old, new in changed:
+        if _frozen(field) is not None:
+            raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old!r} to {new!r}, which changes "
+                            f"{_frozen(field)}; use --restart to start over or --run-dir for a new run")
+    if changed and info.is_main:
+        changes = ", ".join(f"{field} {old!r} → {new!r}" for field, old, new in changed)
+        console.print(f"resuming with changed settings: {changes}")
     if checkpoint["vocab"] != manifest.vocab.sha256:
         raise NmtkError(f"{run.path}: cannot resume: the vocabulary (subword model) differs from the checkpoint's; "
                         "use --restart or a new --run-dir")
@@ -102,8 +107,10 @@ def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | Non
     """Train (or resume) the recipe; returns the final state as a dict."""
     device = pick_device(device_name)
     info = init_distributed(device.type)
+    run = RunDir(run_dir or Path("runs") / recipe.name)
     try:
-        return _train(recipe, info, device, data_dir, data_root, run_dir, restart, init_from, threads)
+        with _locked(run, info):
+            return _train(recipe, info, device, data_dir, data_root, run, restart, init_from, threads)
     except Exception as exc:
         if info.enabled and lost_peer(exc):
             raise lost_peer_error(exc, info) from None
@@ -112,8 +119,24 @@ def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | Non
         shutdown(info)
 
 
+@contextmanager
+def _locked(run: RunDir, info: DistInfo) -> Iterator[None]:
+    """Rank 0 holds the run's training lock for the whole job; every rank learns whether it got it."""
+    with ExitStack() as stack:
+        error = None
+        if info.is_main:
+            try:
+                stack.enter_context(run.training_lock())
+            except NmtkError as exc:
+                error = str(exc)
+        error = broadcast_object(error, info, wait=True)
+        if error:
+            raise NmtkError(error)
+        yield
+
+
 def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path | None, data_root: Path | None,
-           run_dir: Path | None, restart: bool, init_from: Path | None, threads: int | None) -> dict[str, Any]:
+           run: RunDir, restart: bool, init_from: Path | None, threads: int | None) -> dict[str, Any]:
     if device.type == "cuda" and info.enabled:
         device = torch.device("cuda", info.local_rank)
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))
@@ -121,13 +144,22 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     if device.type == "cpu":
         keep_freed_memory()
     data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
-    run = RunDir(run_dir or Path("runs") / recipe.name)
     checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
     models = manifest.model_paths(data_dir)
     pipelines = text_pipelines(recipe.tokenizer, (recipe.data.source_lang, recipe.data.target_lang), models)
     trainer = Trainer(recipe, data_dir, manifest, pipelines, run, device, info)
     if checkpoint is not None:
         trainer.resume(checkpoint)
+        if info.is_main:  # lines of updates after the resumed one would be repeated: the log restarts there
+            truncate_log(run.log_path, trainer.state.update)
+        finished = trainer.limit_reached()
+        if finished:  # the same on every rank: the state comes from one checkpoint
+            if info.is_main:
+                console.print(f"[green]finished[/]: {run.path} {finished} at update {trainer.state.update}; nothing to "
+                              "do (raise the limit with --set to train further)")
+            trainer.close()
+            return {"update": trainer.state.update, "reason": finished, "best_bleu": trainer.state.best_bleu,
+                    "run_dir": str(run.path), "tgt_tokens_per_s": 0}
         if info.is_main:
             s = trainer.state
             console.print(f"resuming {run.path} from update {s.update} (epoch {s.epoch + 1}, batch {s.batch})")
@@ -145,9 +177,9 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     state = trainer.train()
     trainer.close()
     if info.is_main:
+        best = "no validation" if state.best_bleu is None else f"best valid BLEU {state.best_bleu:.2f}"
         console.print(f"[green]stopped[/]: {state.stop_reason} | update {state.update} | "
-                      f"{state.seconds / 60:.1f} min | best valid BLEU {state.best_bleu} | "
-                      f"checkpoint {run.last}")
+                      f"{state.seconds / 60:.1f} min | {best} | checkpoint {run.last}")
         console.print(f"this session: {trainer.session_tokens_per_s:,.0f} target tokens/s over "
                       f"{trainer.session_seconds / 60:.1f} min, validation and checkpoints included")
         if trainer.compiled:

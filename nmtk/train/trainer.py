@@ -68,6 +68,7 @@ class TrainState:
     bad_validations: int = 0
     skipped_updates: int = 0  # fp16 overflows
     stop_reason: str | None = None
+    validated_update: int = 0  # the update of the last validation (0: none yet)
 
 
 class _StopSignal:
@@ -392,7 +393,9 @@ class Trainer:
         """Train on the rest of the current epoch; the reason to stop, or None to go on with the next."""
         t, epoch, world = self.recipe.train, self.state.epoch, self.info.world_size
         groups = self.plan.iterate(epoch, self.state.batch, self.info.rank, world, t.update_freq)
-        prefetch = Prefetcher(self.train_split, groups, t.prefetch_updates, pin=self.device.type == "cuda")
+        cuda = self.device.type == "cuda"
+        ahead = (2 if cuda else 0) if t.prefetch_updates is None else t.prefetch_updates
+        prefetch = Prefetcher(self.train_split, groups, ahead, pin=cuda)
         try:
             for k, group, batches in prefetch:
                 before = self.state.update
@@ -415,7 +418,7 @@ class Trainer:
         self.state.batch = 0
         reason = self._should_stop(stop, epoch_done=True)
         if reason:
-            self.save(final=True)
+            self.save(best=self._final_validation(reason), final=True)
         return reason
 
     def after_update(self, stop: _StopSignal, progress: Progress) -> str | None:
@@ -430,9 +433,20 @@ class Trainer:
             if t.patience is not None and self.state.bad_validations >= t.patience:
                 reason = f"no BLEU improvement in {t.patience} validations (patience)"
         reason = reason or self._should_stop(stop, epoch_done=False)
+        if reason and not improved:
+            improved = self._final_validation(reason)
         if improved or reason or self._save_due():
             self.save(best=improved, final=reason is not None)
         return reason
+
+    def _final_validation(self, reason: str) -> bool:
+        """Validate once more as training stops, when the last validation is older than the last update
+        (``train.validate_at_end``): a run stopped by a limit before its first validation still gets its
+        valid BLEU, ``checkpoint_best.pt`` and curves. Not after a signal: preemption must be quick."""
+        t = self.recipe.train
+        if not t.validate_at_end or reason.startswith("received") or self.state.validated_update >= self.state.update:
+            return False
+        return self.validate()
 
     def _count_time(self) -> None:
         now = time.monotonic()
@@ -448,6 +462,18 @@ class Trainer:
         if not epoch_done and self.state.update % AGREE_EVERY:
             return [0.0] * len(flags)
         return all_reduce_sum(flags, self.device, self.info)
+
+    def limit_reached(self) -> str | None:
+        """The limit the run's state has reached already (``max_minutes`` counting the training time of
+        every session, resumes included), or None: what a re-run of a finished run is told."""
+        t, s = self.recipe.train, self.state
+        if t.max_updates is not None and s.update >= t.max_updates:
+            return f"reached max_updates = {t.max_updates}"
+        if t.max_epochs is not None and s.epoch >= t.max_epochs:
+            return f"reached max_epochs = {t.max_epochs}"
+        if t.max_minutes is not None and s.seconds / 60 >= t.max_minutes:
+            return f"reached max_minutes = {t.max_minutes:g}"
+        return None
 
     def _should_stop(self, stop: _StopSignal, epoch_done: bool) -> str | None:
         t = self.recipe.train
@@ -479,6 +505,7 @@ class Trainer:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):  # every rank scores and translates its share
             result = self.validator.run(self.model, self.precision, self.info)
+        self.state.validated_update = self.state.update
         improved = self.state.best_bleu is None or result["bleu"] > self.state.best_bleu
         if improved:
             self.state.best_bleu = result["bleu"]

@@ -3,8 +3,6 @@ training curves, and deployment through CTranslate2, checked where the right ans
 
 from __future__ import annotations
 
-import os
-import random
 import shutil
 import struct
 import subprocess
@@ -14,38 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import WORDS, toy_data, toy_recipe, write_corpus
+from helpers import copy_pairs, toy_data
 
 pytestmark = pytest.mark.slow
-
-
-def copy_pairs(n: int, seed: int) -> list[tuple[str, str]]:
-    rng = random.Random(seed)
-    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(n)]
-    return [(line, line) for line in lines]
 
 
 def nmtk(*args: str, cwd: Path, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nmtk", *args], input=stdin, capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def copy_run(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("copy")
-    root = tmp / "root"
-    write_corpus(root, "train", copy_pairs(3000, 1))
-    write_corpus(root, "valid", copy_pairs(40, 2))
-    write_corpus(root, "test", copy_pairs(40, 3))
-    recipe = toy_recipe(tmp, extra="log_every_updates = 20")
-    env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
-    result = nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "run"), "--threads", "2",
-                  "--set", "train.max_updates=700", "--set", "train.validate_every_updates=350",
-                  "--set", "train.save_every_updates=350", "--set", "model.d_model=64", "--set", "model.d_ff=128",
-                  "--set", "batching.max_tokens=1024", "--set", "optim.lr=0.002",
-                  "--set", "tokenizer.vocab_size=140", cwd=tmp, env=env)  # 140: one piece per word
-    assert result.returncode == 0, result.stderr[-3000:]
-    return tmp, recipe, env
 
 
 # ------------------------------------------------------------------------------------ attention
@@ -57,7 +31,7 @@ def load(run: Path):
 
     rundir = RunDir(run)
     recipe = rundir.recipe()
-    model = load_model(rundir.default_checkpoint(), torch.device("cpu"), rundir.manifest().vocab.sha256)
+    model = load_model(rundir.default_checkpoint()[0], torch.device("cpu"), rundir.manifest().vocab.sha256)
     return model, rundir.pipelines(recipe)
 
 
@@ -171,14 +145,6 @@ def test_plot_draws_the_runs_at_the_size_asked(copy_run) -> None:
 
 
 # ------------------------------------------------------------------------------------ CTranslate2
-
-
-@pytest.fixture(scope="module")
-def exported(copy_run) -> Path:
-    tmp, _, env = copy_run
-    out = nmtk("export", str(tmp / "run"), "-o", str(tmp / "ct2"), cwd=tmp, env=env)
-    assert out.returncode == 0, out.stderr
-    return tmp / "ct2"
 
 
 def test_export_translates_as_nmtk_does(copy_run, exported) -> None:

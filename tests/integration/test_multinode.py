@@ -88,7 +88,8 @@ def test_two_nodes_equal_one_process_write_once_and_resume(toy) -> None:
     two_nodes(tmp, recipe, env, common, "nodes", "--set", "train.max_updates=10")
     assert_close(tmp / "single" / "checkpoint_10.pt", tmp / "nodes" / "checkpoint_10.pt")
     files = sorted(p.name for p in (tmp / "nodes").iterdir() if p.name.startswith(("checkpoint", ".")))
-    assert files == ["checkpoint_10.pt", "checkpoint_5.pt", "checkpoint_last.pt"]  # once, no stray temp files
+    # once each, no stray temp files (best: the validation at the end, train.validate_at_end)
+    assert files == ["checkpoint_10.pt", "checkpoint_5.pt", "checkpoint_best.pt", "checkpoint_last.pt"]
     assert torch.load(tmp / "nodes" / "checkpoint_last.pt", weights_only=True)["world_size"] == 2
 
     errs = two_nodes(tmp, recipe, env, common, "nodes", "--set", "train.max_updates=14")

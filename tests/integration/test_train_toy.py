@@ -146,11 +146,11 @@ def test_train_learns_then_average_and_translate(toy) -> None:
     assert (tmp / "learn" / "checkpoint_best.pt").exists()
     assert len(list((tmp / "learn").glob("checkpoint_[0-9]*.pt"))) == 5  # keep_last
 
-    avg = subprocess.run(nmtk_cmd("average", str(tmp / "learn"), "--last", "3"), capture_output=True, text=True,
-                         env=env, cwd=tmp)
+    avg = subprocess.run(nmtk_cmd("average", str(tmp / "learn"), "--last", "5"), capture_output=True, text=True,
+                         env=env, cwd=tmp)  # the recipe's average.last: the average translate then uses
     assert avg.returncode == 0, avg.stderr
-    assert (tmp / "learn" / "checkpoint_avg_last3.pt").exists()
-    again = subprocess.run(nmtk_cmd("average", str(tmp / "learn"), "--last", "3"), capture_output=True, text=True,
+    assert (tmp / "learn" / "checkpoint_avg_last5.pt").exists()
+    again = subprocess.run(nmtk_cmd("average", str(tmp / "learn"), "--last", "5"), capture_output=True, text=True,
                            env=env, cwd=tmp)
     assert again.returncode == 1 and "--force" in again.stderr
 
@@ -162,7 +162,7 @@ def test_train_learns_then_average_and_translate(toy) -> None:
     got = out.stdout.split("\n")
     assert len(got) == 7 and got[1] == "" and got[-1] == ""
     assert all(got[i] for i in (0, 2, 3, 4, 5))
-    assert "checkpoint_avg_last3.pt" in out.stderr
+    assert "checkpoint_avg_last5.pt (the recipe's average of the last 5)" in out.stderr
 
     nbest = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "learn"), "--nbest", "3", "--beam", "4"),
                            input=sources[0] + "\n", capture_output=True, text=True, env=env, cwd=tmp)

@@ -382,3 +382,74 @@ def test_parameter_only_snapshots_between_full_states_average_and_resume(tmp_pat
     assert run.resume_checkpoint() == run.checkpoint(2)
     assert trainer.buffers is buffers and len(buffers._buffers) > 0  # allocated once, reused by every save
     trainer.metrics.close()
+
+
+def test_a_checkpoint_write_that_fails_stops_training_and_leaves_a_resumable_run(tmp_path: Path, monkeypatch) -> None:
+    """A full disk while saving: one clear error, checkpoint_last.pt still the previous complete file, no
+    temporary file left, and a resume from it works."""
+    import errno
+
+    from helpers import toy_trainer
+
+    import nmtk.checkpoint as checkpoint_module
+    from nmtk.errors import NmtkError
+
+    trainer = toy_trainer(tmp_path, "train.max_updates=6", "train.save_every_updates=2",
+                          "train.validate_every_updates=1000")
+    real_save, saves = torch.save, []
+
+    def disk_full_on_the_second(obj, handle) -> None:
+        saves.append(1)
+        if len(saves) == 2:
+            handle.write(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, handle)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", disk_full_on_the_second)
+    with pytest.raises(NmtkError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "\n" not in message and "writing a checkpoint failed" in message and "No space left" in message
+    run = trainer.run
+    assert load_checkpoint(run.last)["state"]["update"] == 2 and not list(run.path.glob("*.tmp"))
+    monkeypatch.setattr(checkpoint_module.torch, "save", real_save)
+    resumed = toy_trainer(tmp_path / "again", "train.max_updates=6")
+    resumed.resume(load_checkpoint(run.resume_checkpoint()))
+    assert resumed.state.update == 2
+    trainer.metrics.close()
+    resumed.metrics.close()
+
+
+def test_a_resumed_run_drops_the_log_lines_after_its_update(tmp_path: Path) -> None:
+    from nmtk.train.metrics import truncate_log
+
+    log = tmp_path / "train.jsonl"
+    log.write_text('{"update": 10, "loss": 3.0}\n{"update": 20, "loss": 2.0}\n{"validation": true, "update": 20}\n'
+                   '{"update": 30, "loss": 1.0}\n{"update": 4')  # a torn last line, as a kill leaves it
+    truncate_log(log, 20)
+    kept = '{"update": 10, "loss": 3.0}\n{"update": 20, "loss": 2.0}\n{"validation": true, "update": 20}\n'
+    assert log.read_text() == kept
+    truncate_log(tmp_path / "missing.jsonl", 5)  # nothing to do
+
+
+@pytest.mark.parametrize("ahead", [0, 2])
+def test_the_prefetcher_yields_the_plans_batches_in_order(tmp_path: Path, ahead: int) -> None:
+    """Collated ahead on a thread or in the loop, the batches are the plan's, in its order; closing early
+    stops the thread."""
+    from helpers import toy_trainer
+
+    from nmtk.data.dataset import Prefetcher, collate
+
+    trainer = toy_trainer(tmp_path)
+    groups = list(trainer.plan.iterate(0, 0, 0, 1, 2))
+    got = list(Prefetcher(trainer.train_split, iter(groups), ahead))
+    assert [k for k, _, _ in got] == [k for k, _ in groups]
+    for (_, group, batches), (_, expected) in zip(got, groups, strict=True):
+        assert [b.tolist() for b in group] == [b.tolist() for b in expected]
+        for batch, indices in zip(batches, expected, strict=True):
+            assert torch.equal(batch.src, collate(trainer.train_split, indices).src)
+    early = Prefetcher(trainer.train_split, iter(groups), ahead)
+    next(iter(early))
+    early.close()
+    assert not early.thread.is_alive()
+    trainer.metrics.close()

@@ -1,0 +1,278 @@
+"""Every command tried with bad input and the habits of fairseq, sacreBLEU and CTranslate2 users: each
+case ends with its exit code, one line naming the user's path or field, no traceback, and nothing
+already written lost or changed. Uses the trained copy run of conftest.py; a test that changes a run
+works on a copy of it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import copy_pairs
+
+pytestmark = pytest.mark.slow
+
+
+def nmtk(*args: str, cwd: Path, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmtk", *args], input=stdin, capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+def one_line(result: subprocess.CompletedProcess, code: int, *expected: str) -> str:
+    """The stderr of a refused command: one line (the command's own notes aside), no traceback."""
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    for text in expected:
+        assert text in last, result.stderr
+    return last
+
+
+def run_copy(copy_run, tmp_path: Path) -> tuple[Path, Path, dict]:
+    tmp, recipe, env = copy_run
+    run = tmp_path / "run"
+    shutil.copytree(tmp / "run", run)
+    return tmp, run, env
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")
+            if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+
+def test_export_force_replaces_only_an_earlier_export(copy_run, tmp_path: Path) -> None:
+    tmp, _, env = copy_run
+    mine = tmp_path / "mydocs"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    refused = nmtk("export", str(tmp / "run"), "-o", str(mine), "--force", cwd=tmp, env=env)
+    one_line(refused, 1, str(mine), "not an nmtk export")
+    assert (mine / "notes.txt").read_text() == "mine" and (mine / "sub").is_dir()
+    out = tmp_path / "new" / "ct2"  # missing parents are created, as for every output
+    old_mask = os.umask(0o022)
+    try:
+        assert nmtk("export", str(tmp / "run"), "-o", str(out), cwd=tmp, env=env).returncode == 0
+    finally:
+        os.umask(old_mask)
+    assert out.stat().st_mode & 0o777 == 0o755  # the user's umask, not mkdtemp's 0700
+    again = nmtk("export", str(tmp / "run"), "-o", str(out), "--force", cwd=tmp, env=env)
+    assert again.returncode == 0 and (out / "nmtk-export.json").is_file(), again.stderr
+
+
+# --------------------------------------------------------------------------------------------- train
+
+
+def test_a_second_train_on_a_running_run_is_refused_and_a_killed_one_leaves_no_lock(copy_run, tmp_path) -> None:
+    tmp, recipe, env = copy_run
+    _, run, _ = run_copy(copy_run, tmp_path)
+    args = ["train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(run), "--threads", "1",
+            "--set", "model.d_model=64", "--set", "model.d_ff=128", "--set", "batching.max_tokens=1024",
+            "--set", "optim.lr=0.002", "--set", "tokenizer.vocab_size=140"]
+    first = subprocess.Popen([sys.executable, "-m", "nmtk", *args, "--set", "train.max_updates=100000"],
+                             stderr=subprocess.PIPE, text=True, cwd=tmp, env=env)
+    lock = run.with_name(f".{run.name}.lock")
+    deadline = time.time() + 120
+    while not (lock.is_file() and "process" in lock.read_text()):
+        assert first.poll() is None and time.time() < deadline
+        time.sleep(0.1)
+    before = snapshot(run)
+    second = nmtk(*args, "--set", "train.max_updates=100000", cwd=tmp, env=env)
+    one_line(second, 1, str(run), "already being trained by process", str(first.pid))
+    assert all(snapshot(run).get(name, (0, 0))[0] >= size for name, (size, _) in before.items())
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=60)
+    third = nmtk(*args, "--set", "train.max_updates=700", cwd=tmp, env=env)  # the kill left no stale lock
+    assert third.returncode == 0 and "already being trained" not in third.stderr, third.stderr
+
+
+def test_a_finished_run_says_so_and_trains_no_more(copy_run, tmp_path: Path) -> None:
+    tmp, recipe, env = copy_run
+    _, run, _ = run_copy(copy_run, tmp_path)
+    args = ["train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(run), "--threads", "1",
+            "--set", "model.d_model=64", "--set", "model.d_ff=128", "--set", "batching.max_tokens=1024",
+            "--set", "optim.lr=0.002", "--set", "tokenizer.vocab_size=140", "--set", "train.validate_every_updates=350",
+            "--set", "train.save_every_updates=350"]
+    before = snapshot(run)
+    again = nmtk(*args, "--set", "train.max_updates=700", cwd=tmp, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "finished" in again.stderr and "reached max_updates = 700 at update 700" in again.stderr
+    after = snapshot(run)
+    assert {k: v for k, v in after.items() if k.startswith("checkpoint")} == \
+        {k: v for k, v in before.items() if k.startswith("checkpoint")}
+    assert (run / "train.jsonl").read_text() == (tmp / "run" / "train.jsonl").read_text()
+    more = nmtk(*args, "--set", "train.max_updates=705", cwd=tmp, env=env)
+    assert more.returncode == 0 and "update 705" in more.stderr, more.stderr
+    assert "resuming with changed settings: train.max_updates 700 → 705" in more.stderr
+
+
+def test_strict_recipe_types_name_the_field(copy_run) -> None:
+    tmp, recipe, env = copy_run
+    for override, field in (("model.layers=true", "model.layers"), ('model.dropout="0.3"', "model.dropout"),
+                            ('tokenizer.joint="yes"', "tokenizer.joint")):
+        result = nmtk("recipe", "validate", str(recipe), "--set", override, cwd=tmp, env=env)
+        one_line(result, 1, field)
+
+
+# ------------------------------------------------------------------------------------------- average
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--last", "0"], "--last"),
+    (["--last=-2"], "--last"),
+    (["--last", "1", "--updates", "350-700"], "--last and --updates"),
+    (["--last", "1", "CKPT"], "not both"),
+])
+def test_average_refuses_what_it_cannot_honour(copy_run, tmp_path: Path, args: list[str], message: str) -> None:
+    tmp, _, env = copy_run
+    args = [str(tmp / "run" / "checkpoint_700.pt") if a == "CKPT" else a for a in args]
+    result = nmtk("average", str(tmp / "run"), *args, "-o", str(tmp_path / "avg.pt"), cwd=tmp, env=env)
+    one_line(result, result.returncode or 1, message)
+    assert result.returncode != 0 and not (tmp_path / "avg.pt").exists()
+
+
+def test_a_stray_average_never_becomes_the_model(copy_run, tmp_path: Path) -> None:
+    tmp, run, env = run_copy(copy_run, tmp_path)
+    shutil.copyfile(run / "checkpoint_350.pt", run / "checkpoint_avg_experiment.pt")
+    used = nmtk("translate", "-m", str(run), cwd=tmp, env=env, stdin="the cat\n")
+    assert used.returncode == 0 and "checkpoint_best.pt (best validation BLEU)" in used.stderr, used.stderr
+    shutil.copyfile(run / "checkpoint_700.pt", run / "checkpoint_avg_last5.pt")  # the name the recipe's average has
+    used = nmtk("translate", "-m", str(run), cwd=tmp, env=env, stdin="the cat\n")
+    assert "checkpoint_avg_last5.pt (the recipe's average of the last 5)" in used.stderr, used.stderr
+
+
+# ----------------------------------------------------------------------------------------- translate
+
+
+def test_ctrl_c_keeps_the_finished_lines_and_says_how_to_go_on(copy_run, tmp_path: Path) -> None:
+    tmp, _, env = copy_run
+    source = tmp_path / "big.en"
+    lines = [a for a, _ in copy_pairs(4000, 21)]
+    source.write_text("".join(f"{line}\n" for line in lines))
+    out = tmp_path / "out.de"
+    out.write_text("an earlier translation\n")
+    partial = tmp_path / "out.de.partial"
+    proc = subprocess.Popen([sys.executable, "-m", "nmtk", "translate", "-m", str(tmp / "run"), "-i", str(source),
+                             "-o", str(out), "--force", "--buffer-size", "50", "--beam", "1"],
+                            stderr=subprocess.PIPE, text=True, cwd=tmp, env={**env, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 300
+    while not (partial.is_file() and partial.read_text().count("\n") >= 100):
+        assert proc.poll() is None and time.time() < deadline, "translate ended before it could be interrupted"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert out.read_text() == "an earlier translation\n"  # the earlier file is intact
+    done = partial.read_text().splitlines()
+    assert len(done) % 50 == 0 and f"the first {len(done):,} input lines are translated" in err
+    assert f"--skip {len(done)}" in err and str(partial) in err
+    rest = nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), "--skip", str(len(done)), "--beam", "1",
+                cwd=tmp, env=env)
+    head = nmtk("translate", "-m", str(tmp / "run"), "--beam", "1", cwd=tmp, env=env,
+                stdin="".join(f"{line}\n" for line in lines[: len(done)]))
+    assert done == head.stdout.splitlines() and len(rest.stdout.splitlines()) == len(lines) - len(done)
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("missing input", "input file not found"),
+    ("input folder", "is a folder, not a file"),
+    ("output under a file", "cannot create its folder"),
+    ("output is a folder", "is a folder; give a file name"),
+])
+def test_file_system_errors_name_the_users_path_before_any_model_loads(copy_run, tmp_path: Path, case: str,
+                                                                       message: str) -> None:
+    tmp, _, env = copy_run
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "in.en").write_text("the cat\n")
+    paths = {"missing input": ["-i", str(tmp_path / "nope.en")], "input folder": ["-i", str(tmp_path)],
+             "output under a file": ["-i", str(tmp_path / "in.en"), "-o", str(tmp_path / "afile" / "out.de")],
+             "output is a folder": ["-i", str(tmp_path / "in.en"), "-o", str(tmp_path)]}[case]
+    result = nmtk("translate", "-m", str(tmp / "run"), *paths, cwd=tmp, env=env)
+    last = one_line(result, 1, message)
+    assert str(tmp_path) in last and ".tmp" not in last
+    assert "checkpoint:" not in result.stderr  # refused before the model was loaded
+
+
+def test_a_damaged_subword_model_is_one_line_naming_it(copy_run, tmp_path: Path) -> None:
+    tmp, run, env = run_copy(copy_run, tmp_path)
+    (run / "spm.model").write_bytes(b"garbage, not a model")
+    one_line(nmtk("translate", "-m", str(run), cwd=tmp, env=env, stdin="the cat\n"), 1, str(run / "spm.model"),
+             "not a readable sentencepiece model")
+
+
+def test_fairseq_habits_a_checkpoint_file_as_the_model_and_score_with_a_wrong_model(copy_run, tmp_path) -> None:
+    tmp, _, env = copy_run
+    text = "the red cat\n"
+    by_file = nmtk("translate", "-m", str(tmp / "run" / "checkpoint_350.pt"), cwd=tmp, env=env, stdin=text)
+    by_option = nmtk("translate", "-m", str(tmp / "run"), "--checkpoint", str(tmp / "run" / "checkpoint_350.pt"),
+                     cwd=tmp, env=env, stdin=text)
+    assert by_file.returncode == 0 and by_file.stdout == by_option.stdout, by_file.stderr
+    (tmp_path / "ref").write_text("a\n")
+    (tmp_path / "hyp").write_text("a\n")
+    one_line(nmtk("score", "-r", str(tmp_path / "ref"), "-m", "bleu", str(tmp_path / "hyp"), cwd=tmp_path, env=env), 1,
+             "-m bleu", "not an nmtk run directory")
+
+
+def test_both_engines_stop_at_the_same_length(copy_run, exported) -> None:
+    tmp, _, env = copy_run
+    text = "the red cat runs in the park with a dog\n"
+    limits = ["--max-len-a", "0", "--max-len-b", "3", "--beam", "1"]
+    torch_out = nmtk("translate", "-m", str(tmp / "run"), *limits, cwd=tmp, env=env, stdin=text).stdout.split()
+    ct2_out = nmtk("translate", "-m", str(exported), *limits, cwd=tmp, env=env, stdin=text).stdout.split()
+    assert len(torch_out) == len(ct2_out) == 3 and torch_out == ct2_out
+
+
+def test_help_shows_no_value_after_flags_and_folds_long_words(copy_run) -> None:
+    tmp, _, env = copy_run
+    result = nmtk("translate", "--help", cwd=tmp, env={**env, "COLUMNS": "80"})
+    assert result.returncode == 0 and "<bool>" not in result.stdout and "…" not in result.stdout
+
+
+# ------------------------------------------------------------------------------------ training reports
+
+
+def test_a_run_stopped_before_its_first_validation_is_validated_at_the_end(copy_run, tmp_path: Path) -> None:
+    tmp, recipe, env = copy_run
+    run = tmp_path / "short"
+    result = nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(run), "--threads", "1",
+                  "--set", "train.max_updates=4", "--set", "train.validate_every_updates=1000",
+                  "--set", "tokenizer.vocab_size=140", cwd=tmp, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "BLEU None" not in result.stderr and "best valid BLEU" in result.stderr
+    assert '"validation": true' in (run / "train.jsonl").read_text() and (run / "checkpoint_best.pt").is_file()
+    assert (run / "curves.png").is_file()
+
+
+# ------------------------------------------------------------------------- cases that already worked
+
+
+def test_the_cases_that_already_worked_still_do(copy_run, tmp_path: Path) -> None:
+    """Invalid UTF-8, mismatched line counts, a truncated checkpoint, a missing run-directory file, an
+    unknown recipe key, a negative max_tokens, data prepared by another recipe: one line each."""
+    tmp, recipe, env = copy_run
+    (tmp_path / "bad.en").write_bytes(b"the cat\n\xff\xfe broken\n")
+    one_line(nmtk("translate", "-m", str(tmp / "run"), "-i", str(tmp_path / "bad.en"), cwd=tmp, env=env), 1,
+             str(tmp_path / "bad.en"), "2", "UTF-8")
+    (tmp_path / "ref").write_text("a\nb\n")
+    (tmp_path / "hyp").write_text("a\n")
+    one_line(nmtk("score", "-r", str(tmp_path / "ref"), str(tmp_path / "hyp"), cwd=tmp, env=env), 1, "hyp")
+    _, run, _ = run_copy(copy_run, tmp_path)
+    (run / "checkpoint_best.pt").write_bytes((run / "checkpoint_best.pt").read_bytes()[:1000])
+    one_line(nmtk("translate", "-m", str(run), cwd=tmp, env=env, stdin="a\n"), 1, "checkpoint_best.pt")
+    (run / "manifest.json").unlink()
+    one_line(nmtk("translate", "-m", str(run), cwd=tmp, env=env, stdin="a\n"), 1, "manifest.json")
+    one_line(nmtk("recipe", "validate", str(recipe), "--set", "model.surprise=1", cwd=tmp, env=env), 1,
+             "model.surprise")
+    one_line(nmtk("recipe", "validate", str(recipe), "--set", "batching.max_tokens=-5", cwd=tmp, env=env), 1,
+             "batching.max_tokens")
+    other = nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp_path / "other"),
+                 "--set", "tokenizer.vocab_size=99", cwd=tmp, env=env)
+    one_line(other, 1, str(tmp / "data"), "tokenizer.vocab_size")
