@@ -2,14 +2,14 @@
 
 On a CUDA machine: WMT-shaped synthetic data (newstest-like subword lengths, a 37,000-type joint
 vocabulary; no corpus or subword model needed) is binarised into a temporary folder, and the real
-`Trainer` update (batching plan, prefetcher, chunked loss, optimizer, DDP where there are several
-GPUs) runs on it for base and big in bf16, eager and compiled. Per row: target tokens/s, model FLOPs
+`Trainer` update (batching plan, prefetcher, chunked loss, optimizer, DDP where there are several GPUs)
+runs on it for base and big in bf16, eager and compiled. Per row: target tokens/s, model FLOPs
 utilisation against the GPU's dense bf16 peak, peak memory, CUDA kernels per update (torch profiler:
-what compilation changes), and the eager update's ATen ops and host syncs (`nmtk.train.probe`; under
-its dispatch mode dynamo runs eagerly, so those two describe the eager update). Then beam-4 decoding of 1,000 sentences with the same
-(untrained) model: a random model writes to its length limit, so sentences/s is a lower bound and
-target tokens/s is the figure to compare. With several GPUs the training rows are repeated on all of
-them through torchrun. One JSON line.
+what compilation changes), and the eager update's ATen ops and host syncs (`nmtk.train.probe`; under its
+dispatch mode dynamo runs eagerly, so those two describe the eager update). Then beam-4 decoding of
+1,000 sentences with the same (untrained) model: a random model writes to its length limit, so
+sentences/s is a lower bound and target tokens/s is the figure to compare. With several GPUs the
+training rows are repeated on all of them through torchrun. One JSON line.
 
 On a machine without CUDA it says so and prints the CPU proxies instead (ATen ops and host syncs per
 update for base and big, eager, fp32, small batches), then exits 0.
