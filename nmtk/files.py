@@ -163,6 +163,19 @@ def swap_in(tmp: Path, target: Path) -> None:
         os.replace(tmp, target)
 
 
+@contextmanager
+def built_beside(target: Path) -> Iterator[Path]:
+    """A folder to build ``target`` in: swapped in when the block ends, removed if it raises, so the
+    old ``target`` (if any) stays whole until the new one is complete."""
+    tmp = temp_dir_beside(target)
+    try:
+        yield tmp
+        swap_in(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def buffered(lines: Iterable[str], size: int) -> Iterator[list[str]]:
     """Lists of ``size`` lines (the last may be shorter)."""
     buffer: list[str] = []

@@ -164,6 +164,10 @@ class TokenizerSection(Section):
     """Sentences sampled from the training text to learn the subword model (bounds its memory)."""
     seed: int = 1
     """Seed for subword learning and sampling, so that `prepare` is reproducible."""
+    reuse: str | None = None
+    """A run directory (or prepared-data folder) whose subword models and vocabulary `prepare` copies
+    instead of learning new ones: how a recipe fine-tunes a model made elsewhere (``nmtk import``
+    writes it into the imported run's recipe). The learning fields above are then unused."""
 
     @field_validator("moses", "normalize_punctuation", mode="before")
     @classmethod
@@ -242,6 +246,11 @@ class ModelSection(Section):
     with a final LayerNorm (more stable for deep models)."""
     max_positions: int = Field(1024, ge=1)
     """Longest sequence the model accepts (positional encodings are sinusoidal, so this costs nothing)."""
+    activation: Literal["relu", "swish", "gelu"] = "relu"
+    """The feed-forward non-linearity: ``relu`` as in the paper (§3.3); ``swish`` (x·sigmoid(x), what
+    opus-mt models use) and ``gelu`` for models imported from Hugging Face (`nmtk import`)."""
+    output_bias: bool = False
+    """A bias on the pre-softmax projection: none in the paper; Marian's models (opus-mt) have one."""
 
     @property
     def n_encoder_layers(self) -> int:
@@ -417,7 +426,7 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _cross_section_checks(self) -> Recipe:
-        if self.model.share_embeddings == "all" and not self.tokenizer.joint:
+        if self.model.share_embeddings == "all" and not self.tokenizer.joint and self.tokenizer.reuse is None:
             raise ValueError(
                 'model.share_embeddings = "all" needs tokenizer.joint = true '
                 "(one vocabulary for both languages)"
@@ -597,6 +606,8 @@ def model_config(recipe: Recipe, src_vocab: int | None = None, tgt_vocab: int | 
         norm=m.norm,
         pad_id=PAD_ID,
         max_positions=m.max_positions,
+        activation=m.activation,
+        output_bias=m.output_bias,
     )
 
 

@@ -11,6 +11,13 @@ __all__ = ["AttentionKind", "AttentionStyle", "InvalidUtf8", "PictureFormat", "P
            "Quantization"]
 
 
+class ExportFormat(str, Enum):
+    """What `nmtk export` writes."""
+
+    ctranslate2 = "ctranslate2"
+    hf = "hf"
+
+
 class Quantization(str, Enum):
     """How `nmtk export` stores the weights (CTranslate2's quantization types)."""
 

@@ -16,7 +16,6 @@ it is a complete artefact: ``nmtk translate -m DIR`` runs it with `nmtk.decode.c
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from nmtk import __version__
 from nmtk.errors import NmtkError
-from nmtk.files import swap_in, temp_dir_beside
+from nmtk.files import built_beside
 from nmtk.recipe import Recipe
 from nmtk.rundir import EXPORT_MARKER, ExportDir, RunDir
 from nmtk.vocab import BOS, EOS, UNK
@@ -32,6 +31,7 @@ from nmtk.vocab import BOS, EOS, UNK
 if TYPE_CHECKING:
     from nmtk.model import Transformer
 
+CT2_ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "bfloat16", "float16")
 
 
@@ -59,7 +59,7 @@ def model_spec(model: Transformer, source_pieces: list[str], target_pieces: list
     cfg = model.cfg
     spec = ctranslate2.specs.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre",
-        activation=ctranslate2.specs.Activation.RELU)
+        activation=getattr(ctranslate2.specs.Activation, CT2_ACTIVATIONS[cfg.activation]))
     arrays: dict[int, np.ndarray] = {}  # one numpy array per tensor, so tied weights stay one array
 
     def array(tensor: Any) -> np.ndarray:
@@ -89,6 +89,8 @@ def model_spec(model: Transformer, source_pieces: list[str], target_pieces: list
         _norm(spec.encoder.layer_norm, model.encoder_norm)
         _norm(spec.decoder.layer_norm, model.decoder_norm)
     spec.decoder.projection.weight = array(model.output_weight)
+    if model.output_bias is not None:
+        spec.decoder.projection.bias = model.output_bias.detach().float().numpy()
     spec.register_source_vocabulary(source_pieces)
     spec.register_target_vocabulary(target_pieces)
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, BOS, EOS
@@ -115,8 +117,8 @@ def export_run(run: RunDir, checkpoint: Path, out: Path, quantization: str, forc
     source, target = run.pipelines(recipe, manifest)
     model = load_model(checkpoint, torch.device("cpu"), manifest.vocab.sha256)
     spec = model_spec(model, source.subwords.pieces(), target.subwords.pieces())
-    tmp = ExportDir(temp_dir_beside(out))
-    try:
+    with built_beside(out) as folder:
+        tmp = ExportDir(folder)
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(str(tmp.path))
@@ -126,10 +128,6 @@ def export_run(run: RunDir, checkpoint: Path, out: Path, quantization: str, forc
                 "max_positions": model.cfg.max_positions}
         tmp.write_meta(meta)
         (tmp.path / "README.md").write_text(_readme(recipe, meta), encoding="utf-8")
-        swap_in(tmp.path, out)
-    except BaseException:
-        shutil.rmtree(tmp.path, ignore_errors=True)
-        raise
     return meta
 
 

@@ -72,7 +72,10 @@ def data_settings(recipe: Recipe) -> dict[str, Any]:
     for corpus in [*data["train"], data["valid"], *data["test"]]:
         for side in ("source", "target"):
             corpus[side] = corpus[side]["path"]
-    return {"format": FORMAT_VERSION, "data": data, "tokenizer": recipe.tokenizer.model_dump(mode="json")}
+    # exclude_none: a field added later with None as its default (tokenizer.reuse) leaves data prepared
+    # before it valid.
+    return {"format": FORMAT_VERSION, "data": data,
+            "tokenizer": recipe.tokenizer.model_dump(mode="json", exclude_none=True)}
 
 
 def settings_hash(recipe: Recipe) -> str:
@@ -219,6 +222,8 @@ class Preparer:
         exits, and this process never grows by it.
         """
         tok = self.recipe.tokenizer
+        if tok.reuse is not None:
+            return self.reuse(out, Path(tok.reuse))
         options = dict(model_type=tok.type, vocab_size=tok.vocab_size, character_coverage=tok.character_coverage,
                        input_sentence_size=tok.input_sentence_size, seed=tok.seed, normalization=tok.normalization,
                        byte_fallback=tok.byte_fallback, threads=self.workers)
@@ -235,6 +240,24 @@ class Preparer:
                     child.submit(learn_subwords, inputs, out / name, **options).result()
                 except ValueError as exc:
                     raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
+        return names
+
+    def reuse(self, out: Path, folder: Path) -> dict[str, str]:
+        """Copy the subword model(s) of ``folder`` (a run, an imported model, prepared data) instead of
+        learning: fine-tuning needs the vocabulary the model was trained with, id for id."""
+        manifest = PreparedData(folder).manifest() if folder.is_dir() else None
+        if manifest is None:
+            raise NmtkError(f"tokenizer.reuse: {folder}: not a folder")
+        names = {}
+        for lang in (self.src_lang, self.tgt_lang):
+            if lang not in manifest.vocab.models:
+                raise NmtkError(f"tokenizer.reuse: {folder} has no subword model for {lang!r} "
+                                f"(it has {', '.join(sorted(manifest.vocab.models))})")
+            names[lang] = manifest.vocab.models[lang]
+        for name in set(names.values()):
+            if not (folder / name).is_file():
+                raise NmtkError(f"tokenizer.reuse: {folder / name}: missing")
+            shutil.copyfile(folder / name, out / name)
         return names
 
     def binarize(self, out: Path, split: str, tokenized: Iterable[list[tuple[str, str]]],
@@ -321,7 +344,7 @@ class Preparer:
             "source_lang": self.src_lang,
             "target_lang": self.tgt_lang,
             "dtype": str(id_dtype(max(p.vocab_size for p in pipes.values()))),
-            "vocab": {"joint": self.recipe.tokenizer.joint, "models": models,
+            "vocab": {"joint": len(set(models.values())) == 1, "models": models,
                       "size": {lang: p.vocab_size for lang, p in pipes.items()},
                       "sha256": {name: sha256_file(out / name) for name in set(models.values())}},
             "splits": {name: {"corpus": s.name, **s.to_dict()} for name, s in splits.items()},

@@ -119,6 +119,9 @@ def _load_exported(o: LoadOptions, directory: Path) -> TranslatorBase:
     """CTranslate2 behind the same options; the ones it cannot honour are errors naming them."""
     from nmtk.decode.ct2 import CT2_COMPUTE_TYPES, Ct2Translator
 
+    if ExportDir(directory).meta().get("format") == "hf":
+        raise NmtkError(f"{directory}: a Hugging Face (transformers) export; translate with transformers, or make "
+                        f"it a run again: nmtk import {directory} -o RUN")
     needs_run = {"--ensemble": (bool(o.ensemble), "an export holds one model: ensemble with the run directories"),
                  "--checkpoint": (o.checkpoint is not None, "an export holds the checkpoint it was made from: pass "
                                   "the run directory, or export that checkpoint (nmtk export --checkpoint)"),

@@ -24,6 +24,8 @@ class ModelConfig:
     norm: Literal["post", "pre"] = "post"
     pad_id: int = 0
     max_positions: int = 1024
+    activation: Literal["relu", "swish", "gelu"] = "relu"
+    output_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:

@@ -14,21 +14,25 @@ from torch import Tensor, nn
 from nmtk.model.attention import CrossAttention, LayerCache, SelfAttention
 from nmtk.model.config import ModelConfig
 
+#: The feed-forward non-linearity: the paper's ReLU, and what other Transformers use (opus-mt: swish).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
+
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper §3.3)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper §3.3); swish or GELU in place of max(0, ·) on request."""
 
-    def __init__(self, d_model: int, d_ff: int, relu_dropout: float) -> None:
+    def __init__(self, d_model: int, d_ff: int, relu_dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
         self.relu_dropout = relu_dropout
+        self.activation = ACTIVATIONS[activation]
         for linear in (self.w1, self.w2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.dropout(F.relu(self.w1(x)), self.relu_dropout, self.training)
+        h = F.dropout(self.activation(self.w1(x)), self.relu_dropout, self.training)
         return self.w2(h)
 
 
@@ -54,7 +58,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         pre = cfg.norm == "pre"
         self.self_attn = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout, cfg.activation)
         self.res_attn = _Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = _Residual(cfg.d_model, cfg.dropout, pre)
 
@@ -71,7 +75,7 @@ class DecoderLayer(nn.Module):
         pre = cfg.norm == "pre"
         self.self_attn = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
         self.cross_attn = CrossAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout, cfg.activation)
         self.res_self = _Residual(cfg.d_model, cfg.dropout, pre)
         self.res_cross = _Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = _Residual(cfg.d_model, cfg.dropout, pre)

@@ -99,6 +99,8 @@ class Transformer(nn.Module):
             nn.init.normal_(self.output.weight, std=cfg.d_model**-0.5)
         else:
             self.output = None  # logits use the target embedding matrix (paper §3.4)
+        # The paper's projection has no bias; Marian's (opus-mt) has one, added after the tied matrix.
+        self.output_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab)) if cfg.output_bias else None
         self._compiled: dict[str, list[Callable[..., Tensor]]] = {}  # see `compile_layers`
 
     def compile_layers(self, **options: object) -> None:
@@ -151,9 +153,7 @@ class Transformer(nn.Module):
 
     def project(self, h: Tensor) -> Tensor:
         """Decoder states -> vocabulary logits (pre-softmax linear transformation, paper §3.4)."""
-        if self.output is not None:
-            return self.output(h)
-        return F.linear(h, self.tgt_embed.table.weight)
+        return F.linear(h, self.output_weight, self.output_bias)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
         """Decoder states (B, T, d) for whole target prefixes, causally masked."""
@@ -172,12 +172,17 @@ class Transformer(nn.Module):
         """Teacher-forced logits (B, T, V): position t predicts target token t+1.
 
         With ``head``, the decoder states (B, T, d) and `output_weight` go to ``head(states, weight)``
-        instead, and its result is returned: training's chunked loss projects a few positions at a
+        (``head(states, weight, bias=output_bias)`` for a model with an output bias) instead, and its
+        result is returned: training's chunked loss projects a few positions at a
         time, so the logits of a whole batch never exist at once. ``src_padded``: see `source_mask`.
         """
         memory, mask = self.encode(src, src_padded)
         states = self.decode(tgt_in, memory, mask)
-        return self.project(states) if head is None else head(states, self.output_weight)
+        if head is None:
+            return self.project(states)
+        if self.output_bias is None:
+            return head(states, self.output_weight)
+        return head(states, self.output_weight, bias=self.output_bias)
 
     @contextmanager
     def attention_weights(self) -> Iterator[dict[str, list[Tensor]]]:

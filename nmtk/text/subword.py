@@ -2,8 +2,9 @@
 
 Both are learned by their library, never by code of ours, and both put ``<pad> <unk> <s> </s>`` at
 ids 0-3 (`nmtk.vocab`), so the model core needs no vocabulary lookups. A model lives in one file:
-``*.model`` (sentencepiece) or ``*.json`` (a `tokenizers` WordPiece tokenizer); `load_subword_model`
-picks the class by the suffix.
+``*.model`` (sentencepiece), ``*.json`` (a `tokenizers` WordPiece tokenizer) or ``*.vocab.json`` (a
+sentencepiece model whose pieces take their ids from a separate vocabulary, as in Marian's models:
+what `nmtk import` writes); `load_subword_model` picks the class by the suffix.
 
 Both segmentations invert exactly when the input has no runs of spaces: sentencepiece keeps word
 boundaries as ``▁``, and nmtk's WordPiece splits words on ASCII spaces only (``##`` marks a
@@ -13,7 +14,9 @@ any text whose characters are in the vocabulary (with ``byte_fallback``, for any
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,11 +100,74 @@ class WordPieceModel:
         return [self.tokenizer.id_to_token(i) for i in range(self.vocab_size)]
 
 
+MAPPED_SUFFIX = ".vocab.json"
+MAPPED_FORMAT = "nmtk-sentencepiece-vocabulary"
+
+
+class MappedSentencePiece:
+    """A sentencepiece model that segments, and a vocabulary that numbers its pieces.
+
+    Marian (and so every opus-mt model) segments with ``source.spm``/``target.spm`` but numbers pieces
+    by ``vocab.json``, one id space that both languages share; the sentencepiece ids are unused. The
+    file (``*.vocab.json``) holds the sentencepiece model itself (base64), the pieces in nmtk's id
+    order (``<pad> <unk> <s> </s>`` first, as everywhere in nmtk) and, for going back, the Hugging Face
+    vocabulary and each nmtk id's id in it (``hf_ids``; -1 where nmtk needed a row the original has not).
+    One self-contained file, so runs, exports and ``prepare`` copy it like any subword model.
+    """
+
+    def __init__(self, path: Path) -> None:
+        import sentencepiece as spm
+
+        self.path = Path(path)
+        data = json.loads(self.path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("format") != MAPPED_FORMAT:
+            raise ValueError(f"not an {MAPPED_FORMAT} file")
+        self.spm_bytes = base64.b64decode(data["sentencepiece"])
+        self.sp = spm.SentencePieceProcessor(model_proto=self.spm_bytes)
+        self._pieces: list[str] = data["pieces"]
+        self.hf_vocab: dict[str, int] = data["hf_vocab"]
+        self.hf_ids: list[int] = data["hf_ids"]
+        self._ids = {piece: i for i, piece in reversed(list(enumerate(self._pieces)))}
+
+    @staticmethod
+    def write(path: Path, spm_bytes: bytes, pieces: list[str], hf_vocab: dict[str, int], hf_ids: list[int]) -> None:
+        data = {"format": MAPPED_FORMAT, "version": 1, "pieces": pieces, "hf_ids": hf_ids, "hf_vocab": hf_vocab,
+                "sentencepiece": base64.b64encode(spm_bytes).decode("ascii")}
+        Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._pieces)
+
+    def _number(self, pieces: list[str]) -> list[int]:
+        return [self._ids.get(piece, UNK_ID) for piece in pieces]
+
+    def encode(self, text: str) -> list[int]:
+        return self._number(self.sp.encode(text, out_type=str))
+
+    def encode_batch(self, lines: list[str]) -> list[list[int]]:
+        return [self._number(pieces) for pieces in self.sp.encode(lines, out_type=str)]
+
+    def decode(self, ids: list[int]) -> str:
+        pieces = [self._pieces[i] for i in ids if i == UNK_ID or i >= len(SPECIAL_SYMBOLS)]
+        # As MarianTokenizer: a piece of the shared vocabulary that this side's model lacks comes back
+        # verbatim from sentencepiece, so its word-boundary marks are turned into spaces afterwards.
+        return self.sp.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+    def pieces(self) -> list[str]:
+        return list(self._pieces)
+
+
 def load_subword_model(path: Path) -> SubwordModel:
-    """The subword model stored in ``path`` (``.model``: sentencepiece, ``.json``: WordPiece)."""
+    """The subword model stored in ``path`` (``.model``: sentencepiece, ``.vocab.json``: sentencepiece
+    with a vocabulary, ``.json``: WordPiece)."""
     path = Path(path)
-    kind = "WordPiece (tokenizers JSON)" if path.suffix == ".json" else "sentencepiece"
+    mapped = path.name.endswith(MAPPED_SUFFIX)
+    kind = ("sentencepiece + vocabulary (nmtk import)" if mapped else
+            "WordPiece (tokenizers JSON)" if path.suffix == ".json" else "sentencepiece")
     try:
+        if mapped:
+            return MappedSentencePiece(path)
         return WordPieceModel(path) if path.suffix == ".json" else SentencePieceModel(path)
     except Exception as exc:  # sentencepiece and tokenizers raise errors of their own kinds
         if isinstance(exc, NmtkError):

@@ -46,45 +46,55 @@ class ProjectedLoss(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, epsilon: float, pad_id: int,
                 dtype: torch.dtype, chunk: int) -> tuple[Tensor, Tensor]:
         vocab = weight.size(0)
         w = weight.to(dtype)  # cast once per call (autocast would cast per chunk)
+        b = None if bias is None else bias.to(dtype)
         grad_h = torch.empty_like(h)
         whole = chunk >= h.size(0)  # one chunk: grad_w is one product, no accumulator
         grad_w = None if whole else torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_b = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
         loss = torch.zeros((), dtype=torch.float32, device=h.device)
         nll = torch.zeros((), dtype=torch.float32, device=h.device)
         for start in range(0, h.size(0), chunk):
             hc = h[start : start + chunk].to(dtype)
             tc = target[start : start + chunk, None]
-            lprobs = F.log_softmax(hc @ w.t(), dim=-1, dtype=torch.float32)  # fp32 without a copy of the logits
+            logits = hc @ w.t() if b is None else torch.addmm(b, hc, w.t())
+            lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # fp32 without a copy of the logits
             chunk_loss, chunk_nll, keep = _chunk(lprobs, tc, epsilon, pad_id)
             loss += chunk_loss
             nll += chunk_nll
             grad = lprobs.exp_()  # the softmax, in place of the log-probabilities
             grad.sub_(epsilon / vocab).scatter_add_(1, tc, torch.full(tc.shape, epsilon - 1.0, device=grad.device))
-            grad = grad.masked_fill_(~keep, 0.0).to(dtype)
+            grad = grad.masked_fill_(~keep, 0.0)
+            if grad_b is not None:
+                grad_b += grad.sum(0)
+            grad = grad.to(dtype)
             grad_h[start : start + chunk] = grad @ w
             if whole:
                 grad_w = (grad.t() @ hc).float()
             else:  # (addmm_ in place would round differently: the CPU path keeps its arithmetic exactly)
                 grad_w += grad.t() @ hc
-        ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
+        ctx.has_bias = grad_b is not None
+        ctx.save_for_backward(grad_h, grad_w.to(weight.dtype), *([grad_b.to(bias.dtype)] if grad_b is not None else []))
         return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        grad_h, grad_w = ctx.saved_tensors
-        return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None, None
+        grad_h, grad_w, *grad_b = ctx.saved_tensors
+        bias_grad = grad_b[0] * grad_loss if ctx.has_bias else None
+        return grad_h * grad_loss, grad_w * grad_loss, bias_grad, None, None, None, None, None
 
 
 def projected_label_smoothed_loss(h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
-                                  chunk: int | None = CHUNK_POSITIONS) -> tuple[Tensor, Tensor]:
+                                  chunk: int | None = CHUNK_POSITIONS, bias: Tensor | None = None
+                                  ) -> tuple[Tensor, Tensor]:
     """`label_smoothed_loss` of ``h @ weight.T`` without holding the logits of more than ``chunk``
     positions at once (None: all of them, one product).
 
-    ``h`` (..., d) are decoder states, ``weight`` (V, d) the output projection. Under autocast the
+    ``h`` (..., d) are decoder states, ``weight`` (V, d) the output projection, ``bias`` (V,) its
+    bias where the model has one. Under autocast the
     products run in its dtype, as ``F.linear`` would. Returns (summed loss, summed NLL, detached).
     """
     device = h.device.type
@@ -93,12 +103,15 @@ def projected_label_smoothed_loss(h: Tensor, weight: Tensor, target: Tensor, eps
     chunk = max(chunk or h.size(0), 1)
     with torch.autocast(device, enabled=False):
         if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
-            loss, nll = ProjectedLoss.apply(h, weight, target, epsilon, pad_id, dtype, chunk)
+            loss, nll = ProjectedLoss.apply(h, weight, bias, target, epsilon, pad_id, dtype, chunk)
             return loss, nll.detach()
         w = weight.to(dtype)
         loss = nll = torch.zeros((), dtype=torch.float32, device=h.device)
         for start in range(0, h.size(0), chunk):
-            lprobs = F.log_softmax(h[start : start + chunk].to(dtype) @ w.t(), dim=-1, dtype=torch.float32)
+            logits = h[start : start + chunk].to(dtype) @ w.t()
+            if bias is not None:
+                logits = logits + bias.to(dtype)
+            lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
             chunk_loss, chunk_nll, _ = _chunk(lprobs, target[start : start + chunk, None], epsilon, pad_id)
             loss, nll = loss + chunk_loss, nll + chunk_nll
         return loss, nll

@@ -168,6 +168,10 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
                 console.print(f"update {s.update} is the last full training state; the parameter-only snapshots after "
                               f"it (to update {newest}) are for averaging and are written again as training goes on")
     elif init_from:
+        if Path(init_from).is_dir():  # a run directory (an imported one, say): the checkpoint translate would use
+            init_from, why = RunDir(init_from).require().default_checkpoint()
+            if info.is_main:
+                console.print(f"--init-from: {init_from} ({why})")
         trainer.init_from(init_from)
     if info.is_main:
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "

@@ -172,8 +172,13 @@ class Trainer:
         set_rng_state(rngs[self.info.rank] if self.info.rank < len(rngs) else rngs[0])
 
     def init_from(self, path: Path) -> None:
-        """Fine-tuning: another run's weights, fresh optimizer and schedule."""
-        state = load_checkpoint(path)["model"]
+        """Fine-tuning: another run's weights, fresh optimizer and schedule. The vocabulary must be the
+        one the weights were trained with (``tokenizer.reuse`` makes prepare copy it)."""
+        checkpoint = load_checkpoint(path)
+        if checkpoint.get("vocab") not in (None, self.vocab_hash):
+            raise NmtkError(f"--init-from {path}: its model was trained with another vocabulary than this data's; "
+                            "set tokenizer.reuse to its run directory so that prepare uses that vocabulary")
+        state = checkpoint["model"]
         own = self.model.state_dict()
         for name, tensor in state.items():
             if name in own and own[name].shape != tensor.shape:
