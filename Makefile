@@ -13,7 +13,7 @@ export NMTK_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 
 SHELL := /bin/bash
 
-.PHONY: install test demo pictures lint clean gpu-bench
+.PHONY: install test demo pictures lint clean gpu-bench browser serve-bench
 
 $(VENV)/.installed: pyproject.toml
 	@if [ ! -x $(PY) ]; then \
@@ -28,8 +28,18 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-test: install
+test: install browser
 	$(PY) -m pytest
+
+# nmtk serve's page is tested in a real headless browser: Debian's Chromium package, driven by playwright
+# (its own browser download is not used). Installed here when missing, where apt-get can run as root.
+browser:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing chromium (Debian package) for the browser test of nmtk serve"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	else echo "note: no Chromium, and apt-get cannot run here: the browser test of nmtk serve is skipped"; fi
 
 DEMO_RECIPE := recipes/multi30k-en-de.toml
 DEMO_RUN    := runs/multi30k-en-de
@@ -54,6 +64,10 @@ PICTURE_SENTENCE := The man is feeding the dog because it is hungry.
 pictures: install
 	$(NMTK) attention -m $(DEMO_RUN) "$(PICTURE_SENTENCE)" -o docs/pictures --force
 	$(NMTK) plot $(DEMO_RUN) -o docs/pictures/curves.png --force
+
+# nmtk serve on loopback: 1, 8 and 64 concurrent clients against offline translate (needs `make demo`'s run)
+serve-bench: install
+	$(PY) benchmarks/serve.py
 
 # GPU training and decoding of the paper's models through the real Trainer (CPU proxies without CUDA)
 gpu-bench: install

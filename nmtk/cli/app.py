@@ -23,6 +23,7 @@ from nmtk.errors import NmtkError
 from .options import (
     AttentionKind,
     AttentionStyle,
+    ExportFormat,
     InvalidUtf8,
     PictureFormat,
     PlotAxis,
@@ -132,7 +133,8 @@ def train(
     run_dir: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<recipe name>).")] = None,
     set_: SetOption = None,
     restart: Annotated[bool, typer.Option("--restart", help="Start over: the existing run is moved aside.")] = False,
-    init_from: Annotated[Path | None, typer.Option(help="Start a new run from this checkpoint's weights.")] = None,
+    init_from: Annotated[Path | None, typer.Option(help="Start a new run from the weights of this checkpoint, or "
+                                                   "of this run directory (an nmtk import, say).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads per process.")] = None,
     nproc: Annotated[int | None, typer.Option(help="Launch this many processes on this machine via torchrun; "
@@ -233,22 +235,93 @@ def translate(
 @app.command()
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to write the CTranslate2 model to.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to write the model to.")],
+    format_: Annotated[ExportFormat, typer.Option("--format", help="ctranslate2 (for translate -m and CTranslate2) "
+                                                  "or hf (a transformers MarianMT folder).")
+                       ] = ExportFormat.ctranslate2,
     checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: the one translate would pick: "
                                                     "the recipe's average, else best, else last).")] = None,
-    quantization: Annotated[Quantization, typer.Option(help="How the weights are stored.")] = Quantization.float32,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing output folder.")] = False,
+    quantization: Annotated[Quantization, typer.Option(help="How CTranslate2 stores the weights (hf: float32)."
+                                                       )] = Quantization.float32,
+    force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in the output folder.")] = False,
 ) -> None:
-    """Export a run's model to CTranslate2: a self-contained folder for `translate -m` or CTranslate2 itself."""
+    """Export a run's model: to CTranslate2 (a self-contained folder for `translate -m` or CTranslate2 itself), or
+    to Hugging Face transformers (MarianMTModel + MarianTokenizer)."""
     from nmtk.convert.ctranslate2 import export_run
+    from nmtk.convert.huggingface import export_hf
     from nmtk.rundir import RunDir
 
+    if format_ is ExportFormat.hf and quantization is not Quantization.float32:
+        raise NmtkError(f"--quantization {quantization.value}: --format hf writes float32 weights")
     run = RunDir(run_dir).require()
     chosen, why = (checkpoint, "asked for") if checkpoint else run.default_checkpoint()
     console.print(f"checkpoint: {chosen} ({why})")
+    if format_ is ExportFormat.hf:
+        export_hf(run, chosen, out, force)
+        console.print(f"exported {chosen} -> {out} (transformers MarianMT); load with "
+                      f"MarianMTModel.from_pretrained({str(out)!r}), or nmtk import {out} -o RUN")
+        return
     export_run(run, chosen, out, quantization.value, force)
     console.print(f"exported {chosen} -> {out} (CTranslate2, {quantization.value}); translate with: "
                   f"nmtk translate -m {out}")
+
+
+@app.command("import")
+def import_(
+    folder: Annotated[Path, typer.Argument(help="A transformers MarianMT folder (an opus-mt download: config.json, "
+                                           "model.safetensors or pytorch_model.bin, source.spm, target.spm, "
+                                           "vocab.json).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Run directory to create.")],
+    source_lang: Annotated[str | None, typer.Option(help="Source language (default: tokenizer_config.json, "
+                                                    "else the folder's opus-mt-SRC-TGT name).")] = None,
+    target_lang: Annotated[str | None, typer.Option(help="Target language (as --source-lang).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a run an earlier import wrote.")] = False,
+) -> None:
+    """Make a Hugging Face MarianMT model (opus-mt) an nmtk run: translate with it, fine-tune it, export it."""
+    from nmtk.convert.huggingface import import_marian
+
+    result = import_marian(folder, out, source_lang, target_lang, force)
+    cfg = result["config"]
+    console.print(f"imported {folder} -> {out}: {result['source_lang']} -> {result['target_lang']}, "
+                  f"{cfg['encoder_layers']}+{cfg['decoder_layers']} layers, d_model {cfg['d_model']}, "
+                  f"{result['parameters']:,} parameters; translate with: nmtk translate -m {out}")
+
+
+@app.command()
+def serve(
+    model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (torch) or nmtk export "
+                                               "(CTranslate2) (default: $NMTK_MODEL, else the newest run).")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on (another than 127.0.0.1 exposes the model: "
+                                      "set --api-key).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
+    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: as translate).")] = None,
+    beam: Annotated[int | None, typer.Option(min=1, help="Default beam (default: the recipe's).")] = None,
+    lenpen: Annotated[float | None, typer.Option(min=0.0, help="GNMT length penalty α.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="A batch gathers requests up to this many source "
+                                                   "tokens × beam (default: the decoding budget).")] = None,
+    max_wait_ms: Annotated[float, typer.Option(min=0.0, help="...or until the first request has waited this "
+                                               "long.")] = 5.0,
+    max_chars: Annotated[int, typer.Option(min=1, help="Characters per request.")] = 20_000,
+    max_lines: Annotated[int, typer.Option(min=1, help="Lines per request.")] = 200,
+    max_queue: Annotated[int, typer.Option(min=1, help="Requests waiting; more are answered 503.")] = 1000,
+    api_key: Annotated[str | None, typer.Option(help="Require 'Authorization: Bearer KEY' (default: "
+                                                "$NMTK_API_KEY; unset: no key).")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads.")] = None,
+    precision: Annotated[Precision, typer.Option(help="Arithmetic, as translate's.")] = Precision.auto,
+) -> None:
+    """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
+    at / to try it. SIGTERM finishes the requests in flight; SIGHUP reloads the run's checkpoint."""
+    from nmtk.decode.load import LoadOptions, SearchChoices
+    from nmtk.serve.app import Limits
+    from nmtk.serve.server import ServeOptions
+    from nmtk.serve.server import serve as run_server
+
+    load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
+                       search=SearchChoices(beam=beam, length_penalty=lenpen))
+    run_server(ServeOptions(load=load, host=host, port=port, max_tokens=max_tokens, max_wait_ms=max_wait_ms,
+                            max_queue=max_queue, limits=Limits(max_chars=max_chars, max_lines=max_lines),
+                            api_key=api_key))
 
 
 @app.command()

@@ -1,0 +1,1 @@
+"""`nmtk serve`: an HTTP server over a translator, batching concurrent requests (`worker`, `app`, `server`)."""

@@ -1,0 +1,206 @@
+"""`nmtk serve`'s HTTP API (FastAPI): the request formats clients already speak, over one `Worker`.
+
+- ``POST /translate``: LibreTranslate's shape (``{"q", "source", "target", "alternatives"}`` →
+  ``{"translatedText"}``), which LibreTranslate clients and CAT-tool plug-ins send, plus nmtk's
+  ``beam``, ``n_best``, ``scores`` and ``alignment`` (``i-j`` word pairs, as ``translate --print-alignment``);
+- ``POST /translator/translate``: OpenNMT-py's REST server shape (``[{"id", "src"}]`` →
+  ``[[{"src", "tgt", "n_best", "pred_score", "align"}]]``);
+- ``GET /health``, ``GET /models``, ``POST /reload``, ``GET /`` (a page to try it), ``/docs`` (OpenAPI).
+
+Errors are JSON ``{"error": ...}``: 400 (invalid JSON or UTF-8, unknown language pair, empty input),
+401 (API key), 413 (over a limit), 422 (wrong type), 503 (queue full, or stopping), 500 (the decoder
+failed on this request; the server goes on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from nmtk.decode.base import TranslatorBase
+from nmtk.decode.config import Hypothesis
+from nmtk.serve.worker import QueueFull, SearchKey, Worker
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_chars: int = 20_000  # characters per request, all lines together
+    max_lines: int = 200  # lines per request
+    max_beam: int = 16
+    max_nbest: int = 16
+
+
+@dataclass
+class ModelInfo:
+    """What ``/models`` reports: languages, recipe, checkpoint, engine, precision."""
+
+    source: str
+    target: str
+    recipe: str
+    checkpoint: str
+    engine: str
+    precision: str
+    beam: int
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class LibreRequest(BaseModel):
+    """LibreTranslate's request, and nmtk's options."""
+
+    model_config = ConfigDict(extra="ignore")  # LibreTranslate clients send format, api_key, ...
+    q: str | list[str]
+    source: str = "auto"
+    target: str | None = None
+    alternatives: int = Field(0, ge=0)
+    beam: int | None = Field(None, ge=1)
+    n_best: int = Field(1, ge=1)
+    scores: bool = False
+    alignment: bool = False
+
+
+class OnmtSegment(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    src: str
+    id: int | str | None = None
+
+
+def _json_error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | None = None,
+               reload: Any = None) -> FastAPI:
+    """The app over ``worker``; ``reload()`` (optional) starts loading a new checkpoint in the background."""
+    app = FastAPI(title="nmtk serve", description=f"{info.source} → {info.target} ({info.recipe})")
+    app.state.accepting = True
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"type": "", "msg": "invalid request", "loc": ()}
+        if first.get("type") in ("json_invalid", "json_type", "value_error.jsondecode") or "JSON" in first["msg"]:
+            return _json_error(400, f"invalid JSON body: {first['msg']}")
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return _json_error(422, f"{where}: {first['msg']}")
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _json_error(exc.status, exc.message)
+
+    @app.middleware("http")
+    async def _guard(request: Request, call_next: Any) -> Any:
+        if request.method == "POST":
+            if not app.state.accepting:
+                return _json_error(503, "the server is stopping")
+            if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
+                return _json_error(401, "missing or wrong API key (Authorization: Bearer KEY)")
+            # The body is JSON whatever the client labelled it (curl -d sends a form's content type).
+            headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
+            request.scope["headers"] = [*headers, (b"content-type", b"application/json")]
+            body = await request.body()
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return _json_error(400, f"the body is not UTF-8 (byte {exc.start})")
+        return await call_next(request)
+
+    async def run(lines: list[str], key: SearchKey) -> tuple[list[list[Hypothesis]], TranslatorBase]:
+        chars = sum(map(len, lines))
+        if len(lines) > limits.max_lines:
+            raise ApiError(413, f"{len(lines)} lines in one request; the limit is {limits.max_lines} (--max-lines)")
+        if chars > limits.max_chars:
+            raise ApiError(413, f"{chars} characters in one request; the limit is {limits.max_chars} (--max-chars)")
+        if key.beam > limits.max_beam or key.nbest > limits.max_nbest:
+            raise ApiError(413, f"beam/n_best above {limits.max_beam}/{limits.max_nbest}")
+        if key.nbest > key.beam:
+            raise ApiError(422, f"n_best {key.nbest} exceeds beam {key.beam}")
+        if key.alignment and info.engine != "torch":
+            raise ApiError(400, "alignment needs nmtk's own model: serve the run directory, not an export")
+        try:
+            future = worker.submit(lines, key)
+        except QueueFull:
+            raise ApiError(503, "the queue is full; try again shortly (--max-queue)") from None
+        try:
+            return await asyncio.wrap_future(future)
+        except Exception as exc:  # noqa: BLE001 - the decoder failed on this request only
+            raise ApiError(500, f"decoding failed: {type(exc).__name__}: {exc}") from None
+
+    def check_pair(source: str, target: str | None) -> None:
+        if source not in ("auto", info.source) or target not in (None, info.target):
+            raise ApiError(400, f"this server translates {info.source} → {info.target}, not {source} → {target}")
+
+    @app.post("/translate")
+    async def translate(req: LibreRequest) -> dict[str, Any]:
+        """LibreTranslate's request; ``q`` a string or a list of strings."""
+        check_pair(req.source, req.target)
+        lines = [req.q] if isinstance(req.q, str) else req.q
+        if not lines or not any(line.strip() for line in lines):
+            raise ApiError(400, "q is empty")
+        lines = [" ".join(line.splitlines()) for line in lines]  # one segment per string
+        n = max(req.n_best, req.alternatives + 1)
+        if req.beam is not None and n > req.beam:  # as translate's --nbest/--beam: a beam of B keeps B
+            raise ApiError(422, f"n_best/alternatives ask for {n} translations; a beam of {req.beam} keeps {req.beam}")
+        key = SearchKey(beam=req.beam or max(info.beam, n), nbest=n, alignment=req.alignment)
+        hyps, translator = await run(lines, key)
+        texts = [translator.detokenize(h[0]) if h else "" for h in hyps]
+        out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
+
+        def per_line(value: Any) -> Any:
+            return value[0] if isinstance(req.q, str) else value
+
+        if req.alternatives:
+            out["alternatives"] = per_line([[translator.detokenize(x) for x in h[1 : req.alternatives + 1]]
+                                            for h in hyps])
+        if req.n_best > 1:
+            out["n_best"] = per_line([[{"text": translator.detokenize(x), "score": x.score} for x in h[: req.n_best]]
+                                      for h in hyps])
+        if req.scores:
+            out["scores"] = per_line([h[0].score if h else None for h in hyps])
+        if req.alignment:
+            out["alignment"] = per_line([str(h[0].alignment or "") if h else "" for h in hyps])
+        return out
+
+    @app.post("/translator/translate")
+    async def onmt(segments: list[OnmtSegment]) -> list[list[dict[str, Any]]]:
+        """OpenNMT-py's REST request: a list of ``{"id", "src"}``."""
+        if not segments:
+            raise ApiError(400, "empty request: send [{\"src\": \"...\", \"id\": 100}]")
+        key = SearchKey(beam=info.beam, nbest=1, alignment=False)
+        hyps, translator = await run([" ".join(s.src.splitlines()) for s in segments], key)
+        return [[{"src": s.src, "tgt": translator.detokenize(h[0]) if h else "", "n_best": 1,
+                  "pred_score": h[0].score if h else 0.0, "align": None}] for s, h in zip(segments, hyps, strict=True)]
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        s = worker.stats
+        return {"status": "ok" if app.state.accepting else "stopping", "requests": s.requests, "lines": s.lines,
+                "batches": s.batches, "failed": s.failed, "queued": worker.queue.qsize(), "reloads": s.reloads,
+                "checkpoint": info.checkpoint}
+
+    @app.get("/models")
+    async def models() -> list[dict[str, Any]]:
+        return [info.__dict__.copy()]
+
+    @app.post("/reload")
+    async def reload_model() -> JSONResponse:
+        if reload is None:
+            raise ApiError(400, "nothing to reload: an export holds one checkpoint")
+        reload()
+        return JSONResponse({"status": "reloading"}, status_code=202)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page() -> str:
+        return resources.files("nmtk.serve").joinpath("page.html").read_text(encoding="utf-8")
+
+    return app

@@ -1,0 +1,238 @@
+"""`nmtk serve` as a client sees it: a real server process on loopback, real HTTP, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from conftest import ROOT, run_nmtk  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``nmtk serve`` in a subprocess, and a small JSON client for it."""
+
+    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "nmtk", "serve", "-m", str(model), "--port",
+                                      str(self.port), "--threads", "2", *args], cwd=ROOT,
+                                     env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited: {self.proc.stderr.read()}")
+            try:
+                self.get("/health")
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError("server did not start")
+
+    def request(self, method: str, path: str, body: object = None, raw: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, object]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def get(self, path: str) -> object:
+        return self.request("GET", path)[1]
+
+    def post(self, path: str, body: object) -> tuple[int, object]:
+        return self.request("POST", path, body)
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return self.proc.returncode, err
+
+
+@pytest.fixture(scope="module")
+def served(copy_run):
+    tmp, _, _ = copy_run
+    server = Server(tmp / "run")
+    yield server, tmp
+    server.stop()
+
+
+def _test_lines(tmp: Path, n: int = 40) -> list[str]:
+    return (tmp / "data" / "test.raw.en").read_text().splitlines()[:n]
+
+
+def test_outputs_equal_translate_and_concurrent_requests_are_batched(served) -> None:
+    server, tmp = served
+    lines = _test_lines(tmp, 32)
+    before = server.get("/health")["batches"]
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda line: server.post("/translate", {"q": line, "source": "en", "target": "de"}),
+                                lines))
+    assert all(status == 200 for status, _ in answers), answers
+    batches = server.get("/health")["batches"] - before
+    assert batches < 32, f"{batches} batches for 32 concurrent requests: requests were not batched together"
+    offline = run_nmtk("translate", "-m", str(tmp / "run"), stdin="\n".join(lines) + "\n")
+    assert offline.returncode == 0, offline.stderr
+    assert [body["translatedText"] for _, body in answers] == offline.stdout.splitlines()
+
+
+def test_both_request_formats_and_options(served) -> None:
+    server, tmp = served
+    line = _test_lines(tmp, 1)[0]
+    status, body = server.post("/translate", {"q": [line, ""], "alternatives": 2, "scores": True,
+                                              "alignment": True, "n_best": 3})
+    assert status == 200
+    assert body["translatedText"][1] == "" and len(body["alternatives"][0]) == 2 and len(body["n_best"][0]) == 3
+    assert isinstance(body["scores"][0], float)
+    aligned = run_nmtk("translate", "-m", str(tmp / "run"), "--print-alignment", stdin=line + "\n")
+    assert body["alignment"][0] == aligned.stdout.rstrip("\n").split("\t")[1]
+    status, body = server.post("/translator/translate", [{"id": 7, "src": line}])
+    assert status == 200 and set(body[0][0]) == {"src", "tgt", "n_best", "pred_score", "align"}
+    assert body[0][0]["src"] == line and body[0][0]["tgt"]
+    models = server.get("/models")
+    assert models[0]["source"] == "en" and models[0]["engine"] == "torch"
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b'{"q": ', 400),                                     # invalid JSON
+    (b'{"q": 5}', 422),                                   # wrong type
+    (b'{"q": "caf\xe9"}', 400),                           # not UTF-8
+    (b'{"q": "x", "source": "fr", "target": "de"}', 400),  # unknown language pair
+    (b'{"q": ""}', 400),                                  # empty q
+    (b'{"q": ["   "]}', 400),                             # only blank lines
+    (json.dumps({"q": "word " * 5000}).encode(), 413),    # over --max-chars
+    (json.dumps({"q": ["a."] * 300}).encode(), 413),      # over --max-lines
+    (b'{"q": "x", "n_best": 5, "beam": 2}', 422),         # n_best above beam
+    (b'[{"src": 5}]', 422),                               # OpenNMT shape, wrong type (sent to /translate: a list)
+])
+def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(served, raw, status) -> None:
+    server, tmp = served
+    got, body = server.request("POST", "/translate", raw=raw)
+    assert got == status and isinstance(body, dict) and body["error"], body
+    ok, answer = server.post("/translate", {"q": _test_lines(tmp, 1)[0]})
+    assert ok == 200 and answer["translatedText"]
+
+
+def test_api_key_and_full_queue(copy_run) -> None:
+    tmp, _, _ = copy_run
+    server = Server(tmp / "run", "--max-queue", "1", "--max-wait-ms", "200", env={"NMTK_API_KEY": "s3cret"})
+    try:
+        assert server.post("/translate", {"q": "a b c"})[0] == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        lines = _test_lines(tmp, 20)
+        with ThreadPoolExecutor(20) as pool:
+            statuses = list(pool.map(lambda q: server.request("POST", "/translate", {"q": q}, headers=auth)[0], lines))
+        assert 200 in statuses and 503 in statuses and set(statuses) <= {200, 503}
+        assert server.get("/health")["status"] == "ok"
+    finally:
+        server.stop()
+
+
+def test_sigterm_finishes_the_requests_in_flight(copy_run) -> None:
+    tmp, _, _ = copy_run
+    server = Server(tmp / "run", "--max-wait-ms", "300")
+    lines = _test_lines(tmp, 40)
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(server.post, "/translate", {"q": lines[i : i + 5]}) for i in range(0, 40, 5)]
+        time.sleep(0.1)  # the requests are in: the worker is still gathering (300 ms)
+        code, err = server.stop()
+        answers = [f.result() for f in futures]
+    assert code == 0, err
+    assert all(status == 200 and len(body["translatedText"]) == 5 for status, body in answers), answers
+    assert "stopped:" in err
+
+
+def test_sighup_reloads_without_failing_a_request(copy_run) -> None:
+    tmp, _, _ = copy_run
+    server = Server(tmp / "run")
+    lines = _test_lines(tmp, 40)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(server.post, "/translate", {"q": line}) for line in lines]
+            time.sleep(0.2)
+            server.proc.send_signal(signal.SIGHUP)
+            answers = [f.result() for f in futures]
+        assert all(status == 200 for status, _ in answers)
+        deadline = time.monotonic() + 60
+        while server.get("/health")["reloads"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert server.get("/health")["reloads"] == 1
+        assert server.post("/translate", {"q": lines[0]})[0] == 200
+    finally:
+        assert server.stop()[0] == 0
+
+
+def test_an_export_is_served_by_ctranslate2(exported, copy_run) -> None:
+    tmp, _, env = copy_run
+    server = Server(exported)
+    try:
+        lines = _test_lines(tmp, 10)
+        status, body = server.post("/translate", {"q": lines})
+        assert status == 200
+        offline = run_nmtk("translate", "-m", str(exported), stdin="\n".join(lines) + "\n", env=env)
+        assert body["translatedText"] == offline.stdout.splitlines()
+        assert server.get("/models")[0]["engine"] == "ctranslate2"
+        assert server.post("/translate", {"q": "x", "alignment": True})[0] == 400
+    finally:
+        server.stop()
+
+
+def _chromium() -> str | None:
+    return next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+def test_the_page_translates_in_a_real_browser(served, tmp_path) -> None:
+    """Headless Chromium (the Debian package; `make test` installs it when missing) loads the page, types a
+    sentence and reads the translation and the alignment grid from it."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    browser_path = _chromium()
+    if browser_path is None:
+        pytest.skip("no Chromium on this machine (make test installs the Debian package)")
+    server, tmp = served
+    line = _test_lines(tmp, 1)[0]
+    expected = server.post("/translate", {"q": line})[1]["translatedText"]
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 900, "height": 700})
+        page.goto(server.url + "/")
+        page.fill("#input", line)
+        page.click("#go")
+        page.wait_for_function("document.getElementById('output').textContent.length > 1 && "
+                               "document.getElementById('output').textContent !== '…'")
+        assert page.text_content("#output") == expected
+        assert page.locator("table.heat td").count() > 0
+        shot = Path(os.environ.get("NMTK_SCREENSHOT", tmp_path / "page.png"))
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert shot.stat().st_size > 1000
