@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import http.client
 import json
 import signal
 import socket
@@ -23,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -42,12 +44,21 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _post(url: str, line: str) -> float:
-    req = urllib.request.Request(url, data=json.dumps({"q": line}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+_local = threading.local()
+
+
+def _post(base: str, line: str) -> float:
+    """One request on this client thread's own keep-alive connection (as a real client pools them)."""
+    if getattr(_local, "connection", None) is None:
+        _local.connection = http.client.HTTPConnection(base.split("//")[1], timeout=300)
     start = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=300) as response:
-        json.loads(response.read())
+    _local.connection.request("POST", "/translate", json.dumps({"q": line}),
+                              {"Content-Type": "application/json"})
+    response = _local.connection.getresponse()
+    body = response.read()
+    if response.status != 200:
+        raise RuntimeError(body)
+    json.loads(body)
     return time.perf_counter() - start
 
 
@@ -62,7 +73,7 @@ def _clients(base: str, lines: list[str], clients: int, peak: list[int], pid: in
     errors = 0
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        futures = [pool.submit(_post, base + "/translate", line) for line in lines]
+        futures = [pool.submit(_post, base, line) for line in lines]
         for future in futures:
             try:
                 latencies.append(future.result())
@@ -94,11 +105,11 @@ def _offline(model: Path, lines: list[str]) -> float:
         return len(lines) / max(timed(lines) - load, 1e-6)
 
 
-def bench_engine(model: Path, lines: list[str], client_counts: list[int], single: int) -> dict:
+def bench_engine(model: Path, lines: list[str], client_counts: list[int], single: int, wait_ms: float) -> dict:
     port = _port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "nmtk", "serve", "-m", str(model), "--port", str(port),
-                               "--threads", "2"], cwd=ROOT, stderr=subprocess.DEVNULL)
+                               "--threads", "2", "--max-wait-ms", str(wait_ms)], cwd=ROOT, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):
             try:
@@ -107,7 +118,7 @@ def bench_engine(model: Path, lines: list[str], client_counts: list[int], single
             except OSError:
                 time.sleep(0.2)
         for line in lines[:50]:
-            _post(base + "/translate", line)
+            _post(base, line)
         peak = [0]
         rows = [_clients(base, lines[:single] if n == 1 else lines, n, peak, server.pid) for n in client_counts]
     finally:
@@ -126,16 +137,18 @@ def main() -> None:
     parser.add_argument("--engines", default="torch,ct2")
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--single", type=int, default=200, help="lines sent by the single client")
+    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
     args = parser.parse_args()
     lines = _lines()
-    result: dict = {"benchmark": "serve", "run": str(args.run), "lines": len(lines)}
+    result: dict = {"benchmark": "serve", "run": str(args.run), "lines": len(lines), "max_wait_ms": args.max_wait_ms}
     for engine in args.engines.split(","):
         model = args.run
         if engine == "ct2":
             model = Path(tempfile.mkdtemp(prefix="nmtk-serve-bench-")) / "export"
             subprocess.run([sys.executable, "-m", "nmtk", "export", str(args.run), "-o", str(model)], check=True,
                            capture_output=True, cwd=ROOT)
-        result[engine] = bench_engine(model, lines, [int(c) for c in args.clients.split(",")], args.single)
+        result[engine] = bench_engine(model, lines, [int(c) for c in args.clients.split(",")], args.single,
+                                      args.max_wait_ms)
     print(json.dumps(result))
 
 

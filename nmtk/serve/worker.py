@@ -98,19 +98,24 @@ class Worker:
     # ---------------------------------------------------------------- the thread
 
     def _gather(self, first: Job) -> tuple[list[Job], bool]:
-        """``first`` and what arrives until the batch is full or the wait is over; True when told to stop."""
+        """``first`` and what arrives until the batch is full or no request has come for ``max_wait``
+        (at most 20 × ``max_wait`` in all); True when told to stop. Waiting for a gap rather than a fixed
+        time lets a burst (the clients whose answers just went out sending their next request) join one
+        batch instead of being cut into several."""
         jobs, tokens = [first], first.tokens
-        deadline = time.monotonic() + self.max_wait
+        now = time.monotonic()
+        gap_end, hard_end = now + self.max_wait, now + 20 * self.max_wait
         while tokens < self.max_tokens:
-            remaining = deadline - time.monotonic()
+            remaining = min(gap_end, hard_end) - time.monotonic()
             try:
-                job = self.queue.get(timeout=max(remaining, 0.0)) if remaining > 0 else self.queue.get_nowait()
+                job = self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait()
             except queue.Empty:
                 break
             if job is None:
                 return jobs, True
             jobs.append(job)
             tokens += job.tokens
+            gap_end = time.monotonic() + self.max_wait
         return jobs, False
 
     def _run(self) -> None:
