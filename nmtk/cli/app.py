@@ -299,8 +299,8 @@ def serve(
     lenpen: Annotated[float | None, typer.Option(min=0.0, help="GNMT length penalty α.")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="A batch gathers requests up to this many source "
                                                    "tokens × beam (default: the decoding budget).")] = None,
-    max_wait_ms: Annotated[float, typer.Option(min=0.0, help="...or until the first request has waited this "
-                                               "long.")] = 5.0,
+    max_wait_ms: Annotated[float, typer.Option(min=0.0, help="...or until no request has come for this long "
+                                               "(at most 20 times this in all).")] = 5.0,
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per request.")] = 20_000,
     max_lines: Annotated[int, typer.Option(min=1, help="Lines per request.")] = 200,
     max_queue: Annotated[int, typer.Option(min=1, help="Requests waiting; more are answered 503.")] = 1000,
