@@ -48,14 +48,23 @@ _local = threading.local()
 
 
 def _post(base: str, line: str) -> float:
-    """One request on this client thread's own keep-alive connection (as a real client pools them)."""
-    if getattr(_local, "connection", None) is None:
-        _local.connection = http.client.HTTPConnection(base.split("//")[1], timeout=300)
+    """One request on this client thread's own keep-alive connection (as a real client pools them); a
+    connection the server closed while idle is opened again."""
     start = time.perf_counter()
-    _local.connection.request("POST", "/translate", json.dumps({"q": line}),
-                              {"Content-Type": "application/json"})
-    response = _local.connection.getresponse()
-    body = response.read()
+    for attempt in range(2):
+        if getattr(_local, "connection", None) is None:
+            _local.connection = http.client.HTTPConnection(base.split("//")[1], timeout=300)
+        try:
+            _local.connection.request("POST", "/translate", json.dumps({"q": line}),
+                                      {"Content-Type": "application/json"})
+            response = _local.connection.getresponse()
+            body = response.read()
+            break
+        except (http.client.HTTPException, ConnectionError):
+            _local.connection.close()
+            _local.connection = None
+            if attempt:
+                raise
     if response.status != 200:
         raise RuntimeError(body)
     json.loads(body)
