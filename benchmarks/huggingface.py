@@ -38,17 +38,27 @@ def _nmtk_translate(model: Path, source: Path, beam: int) -> list[str]:
     return out.read_text(encoding="utf-8").splitlines()
 
 
-def _hf_translate(folder: Path, lines: list[str], beam: int, batch: int) -> list[str]:
+def _hf_translate(folder: Path, lines: list[str], beam: int, batch: int, a: float, b: int) -> list[str]:
+    """transformers' translations, in input order. Batches are length-sorted and each gets nmtk's limit
+    a·|x| + b for its longest source as ``max_new_tokens``: a sentence that never ends then stops where
+    nmtk would stop it, instead of running the whole batch to the config's one ``max_length``."""
+    import math
+
     import torch
     from transformers import MarianMTModel, MarianTokenizer
 
     tok, model = MarianTokenizer.from_pretrained(folder), MarianMTModel.from_pretrained(folder).eval()
-    out: list[str] = []
+    lengths = [len(ids) - 1 for ids in tok(lines)["input_ids"]]  # without </s>, as nmtk counts |x|
+    order = sorted(range(len(lines)), key=lengths.__getitem__)
+    out: list[str] = [""] * len(lines)
     with torch.inference_mode():
-        for start in range(0, len(lines), batch):
-            inputs = tok(lines[start : start + batch], return_tensors="pt", padding=True)
-            generated = model.generate(**inputs, num_beams=beam, do_sample=False)
-            out += tok.batch_decode(generated, skip_special_tokens=True)
+        for start in range(0, len(order), batch):
+            group = order[start : start + batch]
+            inputs = tok([lines[i] for i in group], return_tensors="pt", padding=True)
+            limit = math.floor(a * max(lengths[i] for i in group) + b)
+            generated = model.generate(**inputs, num_beams=beam, do_sample=False, max_new_tokens=limit)
+            for i, text in zip(group, tok.batch_decode(generated, skip_special_tokens=True), strict=True):
+                out[i] = text
     return out
 
 
@@ -71,9 +81,13 @@ def main() -> None:
     _nmtk("export", str(args.run), "-o", str(hf), "--format", "hf")
     _nmtk("import", str(hf), "-o", str(back))
     result: dict = {"benchmark": "huggingface", "run": str(args.run), "lines": len(src)}
+    from nmtk.rundir import RunDir
+
+    decode = RunDir(args.run).recipe().decode
     for beam in (1, 4):
+        print(json.dumps(result), file=sys.stderr, flush=True)  # what is done so far
         ours = _nmtk_translate(args.run, source, beam)
-        theirs = _hf_translate(hf, src, beam, args.batch)
+        theirs = _hf_translate(hf, src, beam, args.batch, decode.max_len_a, decode.max_len_b)
         again = _nmtk_translate(back, source, beam)
         result["greedy" if beam == 1 else "beam4"] = {
             "identical_nmtk_transformers": sum(a == b for a, b in zip(ours, theirs, strict=True)),
