@@ -72,7 +72,7 @@ def test_paper_settings() -> None:
 @pytest.mark.parametrize(
     ("old", "new", "field"),
     [
-        ("d_ff = 1024", "d_fff = 1024", "model.d_fff"),
+        ("d_ff = 512", "d_fff = 512", "model.d_fff"),
         ("d_model = 256", 'd_model = "wide"', "model.d_model"),
         ("d_model = 256", "d_model = 250", "d_model (250) must be divisible by heads (4)"),
         ("vocab_size = 8000", "vocab_size = 4", "tokenizer.vocab_size"),
