@@ -374,9 +374,13 @@ output to {recipe.decode.max_len_a}·|source| + {recipe.decode.max_len_b} tokens
 # ------------------------------------------------------------------------------------ import
 
 
+def _missing(path: Path) -> NmtkError:
+    return NmtkError(f"{path}: missing; a MarianMT folder has config.json, source.spm, target.spm and vocab.json")
+
+
 def _read_json(path: Path) -> Any:
     if not path.is_file():
-        raise NmtkError(f"{path}: missing; a MarianMT folder has config.json, source.spm, target.spm and vocab.json")
+        raise _missing(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -461,7 +465,7 @@ def read_marian(folder: Path) -> _Checked:
     for name in ("source.spm", "target.spm"):
         path = folder / name
         if not path.is_file():
-            _read_json(path)  # the one "missing" message
+            raise _missing(path)
         load_subword_model(path)  # a garbage file is one line here, not a sentencepiece error later
         spm[name] = path.read_bytes()
     src_vocab = _read_json(folder / "vocab.json")

@@ -69,9 +69,14 @@ def choose_run(model: Path | None) -> RunDir:
     return run.require()
 
 
+def named_model(o: LoadOptions) -> Path | None:
+    """``-m``, else ``$NMTK_MODEL``; None leaves the choice to `choose_run` (the newest run)."""
+    return o.model or (Path(os.environ["NMTK_MODEL"]) if os.environ.get("NMTK_MODEL") else None)
+
+
 def load_translator(o: LoadOptions) -> TranslatorBase:
     """The translator ``o`` asks for: a run's model(s) with torch, or an exported model with CTranslate2."""
-    named = o.model or (Path(os.environ["NMTK_MODEL"]) if os.environ.get("NMTK_MODEL") else None)
+    named = named_model(o)
     if named is not None and ExportDir(named).is_export():
         return _load_exported(o, Path(named))
     if named is not None and Path(named).is_file():  # fairseq's habit: -m RUN/checkpoint_N.pt

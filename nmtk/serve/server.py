@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.load import LoadOptions, choose_run, load_translator
+from nmtk.decode.load import LoadOptions, choose_run, load_translator, named_model
 from nmtk.errors import NmtkError
 from nmtk.rundir import ExportDir
 from nmtk.serve.app import Limits, ModelInfo, create_app
@@ -37,7 +37,7 @@ class ServeOptions:
 
 
 def _model_path(o: LoadOptions) -> Path:
-    named = o.model or (Path(os.environ["NMTK_MODEL"]) if os.environ.get("NMTK_MODEL") else None)
+    named = named_model(o)
     if named is not None and (ExportDir(named).is_export() or Path(named).is_file()):
         return Path(named)
     return choose_run(named).path
@@ -74,13 +74,9 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
     export = ExportDir(path).is_export()
     load = replace(o.load, model=path, align=not export)
     translator = load_translator(load)
-    align_layer = getattr(translator, "align_layer", None)
-    if hasattr(translator, "align_layer"):
-        translator.align_layer = None  # on per request (`Worker`)
     budget = o.max_tokens or translator.search.budget("cuda" if str(getattr(translator, "device", "cpu")).startswith(
         "cuda") else "cpu")
-    worker = Worker(translator, max_tokens=budget, max_wait_ms=o.max_wait_ms, max_queue=o.max_queue,
-                    align_layer=align_layer)
+    worker = Worker(translator, max_tokens=budget, max_wait_ms=o.max_wait_ms, max_queue=o.max_queue)
     info = _info(path, translator, _checkpoint_of(path, o.load))
     reload = None if export else (lambda: _reload(worker, info, load))
     app = create_app(worker, info, o.limits, api_key=o.api_key or os.environ.get(API_KEY_ENV) or None, reload=reload)
@@ -90,8 +86,6 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
 
 def _reload(worker: Worker, info: ModelInfo, load: LoadOptions) -> None:
     def loaded(translator: TranslatorBase) -> None:
-        if hasattr(translator, "align_layer"):
-            translator.align_layer = None
         worker.reload(translator)
         info.checkpoint = _checkpoint_of(Path(load.model), load)
         console.print(f"reloaded: {info.checkpoint}")

@@ -58,14 +58,15 @@ class Stats:
 class Worker:
     """The decoding thread and its queue."""
 
-    def __init__(self, translator: TranslatorBase, *, max_tokens: int, max_wait_ms: float, max_queue: int,
-                 align_layer: int | None = None) -> None:
+    def __init__(self, translator: TranslatorBase, *, max_tokens: int, max_wait_ms: float, max_queue: int) -> None:
         self.translator = translator
         self.max_tokens = max_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self.stats = Stats()
-        self.align_layer = align_layer  # the torch translator's alignment layer, switched on per search
+        # The torch translator is loaded with alignments on; the worker switches them per search, and
+        # a reloaded translator (same options) has the same layer.
+        self.align_layer = getattr(translator, "align_layer", None)
         self._thread = threading.Thread(target=self._run, name="nmtk-decoder", daemon=True)
         self._stopping = False
 
@@ -159,15 +160,12 @@ class Worker:
         self.stats.batches += 1
         base = translator.search
         translator.search = replace(base, beam=key.beam, nbest=key.nbest)
-        had_align = getattr(translator, "align_layer", None)
-        if hasattr(translator, "align_layer"):
+        if hasattr(translator, "align_layer"):  # only this thread uses the translator: set it every search
             translator.align_layer = self.align_layer if key.alignment else None
         try:
             return translator.hypotheses(lines)
         finally:
             translator.search = base
-            if hasattr(translator, "align_layer"):
-                translator.align_layer = had_align
 
 
 def background(call: Callable[[], Any], done: Callable[[Any], None], failed: Callable[[BaseException], None]) -> None:
