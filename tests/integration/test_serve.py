@@ -145,8 +145,10 @@ def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(served, raw, s
 
 
 def test_api_key_and_full_queue(copy_run) -> None:
+    """--max-wait-ms 0: the worker decodes the first request at once, so the others fill the one-place
+    queue (a longer wait would let the worker take them all while gathering, and nothing would be full)."""
     tmp, _, _ = copy_run
-    server = Server(tmp / "run", "--max-queue", "1", "--max-wait-ms", "200", env={"NMTK_API_KEY": "s3cret"})
+    server = Server(tmp / "run", "--max-queue", "1", "--max-wait-ms", "0", env={"NMTK_API_KEY": "s3cret"})
     try:
         assert server.post("/translate", {"q": "a b c"})[0] == 401
         auth = {"Authorization": "Bearer s3cret"}
