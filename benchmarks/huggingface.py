@@ -39,26 +39,27 @@ def _nmtk_translate(model: Path, source: Path, beam: int) -> list[str]:
 
 
 def _hf_translate(folder: Path, lines: list[str], beam: int, batch: int, a: float, b: int) -> list[str]:
-    """transformers' translations, in input order. Batches are length-sorted and each gets nmtk's limit
-    a·|x| + b for its longest source as ``max_new_tokens``: a sentence that never ends then stops where
-    nmtk would stop it, instead of running the whole batch to the config's one ``max_length``."""
+    """transformers' translations, in input order, each under nmtk's limit: nmtk allows a sentence
+    a·|x| + b tokens, then forces EOS; transformers has one ``max_new_tokens`` per call (counting the
+    EOS, which ``forced_eos_token_id`` puts at the last step). So sentences are batched by that limit,
+    and each batch gets limit + 1: a sentence that never ends stops where nmtk stops it."""
     import math
 
     import torch
     from transformers import MarianMTModel, MarianTokenizer
 
     tok, model = MarianTokenizer.from_pretrained(folder), MarianMTModel.from_pretrained(folder).eval()
-    lengths = [len(ids) - 1 for ids in tok(lines)["input_ids"]]  # without </s>, as nmtk counts |x|
-    order = sorted(range(len(lines)), key=lengths.__getitem__)
+    limits = [math.floor(a * (len(ids) - 1) + b) for ids in tok(lines)["input_ids"]]  # |x| without </s>
     out: list[str] = [""] * len(lines)
     with torch.inference_mode():
-        for start in range(0, len(order), batch):
-            group = order[start : start + batch]
-            inputs = tok([lines[i] for i in group], return_tensors="pt", padding=True)
-            limit = math.floor(a * max(lengths[i] for i in group) + b)
-            generated = model.generate(**inputs, num_beams=beam, do_sample=False, max_new_tokens=limit)
-            for i, text in zip(group, tok.batch_decode(generated, skip_special_tokens=True), strict=True):
-                out[i] = text
+        for limit in sorted(set(limits)):
+            same = [i for i, n in enumerate(limits) if n == limit]
+            for start in range(0, len(same), batch):
+                group = same[start : start + batch]
+                inputs = tok([lines[i] for i in group], return_tensors="pt", padding=True)
+                generated = model.generate(**inputs, num_beams=beam, do_sample=False, max_new_tokens=limit + 1)
+                for i, text in zip(group, tok.batch_decode(generated, skip_special_tokens=True), strict=True):
+                    out[i] = text
     return out
 
 

@@ -304,10 +304,12 @@ def serve(
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per request.")] = 20_000,
     max_lines: Annotated[int, typer.Option(min=1, help="Lines per request.")] = 200,
     max_queue: Annotated[int, typer.Option(min=1, help="Requests waiting; more are answered 503.")] = 1000,
+    workers: Annotated[int | None, typer.Option(min=1, help="Batches decoded side by side, the threads shared "
+                                                "among them (default: 2 on a CPU, 1 on a GPU).")] = None,
     api_key: Annotated[str | None, typer.Option(help="Require 'Authorization: Bearer KEY' (default: "
                                                 "$NMTK_API_KEY; unset: no key).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads in all (default: every core).")] = None,
     precision: Annotated[Precision, typer.Option(help="Arithmetic, as translate's.")] = Precision.auto,
 ) -> None:
     """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
@@ -320,7 +322,8 @@ def serve(
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
                        search=SearchChoices(beam=beam, length_penalty=lenpen))
     run_server(ServeOptions(load=load, host=host, port=port, max_tokens=max_tokens, max_wait_ms=max_wait_ms,
-                            max_queue=max_queue, limits=Limits(max_chars=max_chars, max_lines=max_lines),
+                            max_queue=max_queue, workers=workers,
+                            limits=Limits(max_chars=max_chars, max_lines=max_lines),
                             api_key=api_key))
 
 

@@ -164,6 +164,6 @@ With CTranslate2 alone, the input must be the subword pieces of the recipe's tex
 ```python
 import ctranslate2
 translator = ctranslate2.Translator("THIS_FOLDER", device="cpu")
-translator.translate_batch([pieces], beam_size={recipe.decode.beam}, min_decoding_length=0)
+translator.translate_batch([pieces], beam_size={recipe.decode.beam}, min_decoding_length=1)
 ```
 """

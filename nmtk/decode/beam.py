@@ -36,11 +36,16 @@ def max_lengths(src: Tensor, cfg: SearchConfig, model: Decoder) -> Tensor:
     return limit.clamp(min=1, max=model.cfg.max_positions - 1)
 
 
-def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache) -> Tensor:
-    """Log-probabilities of the next token; <pad> and <s> can never be produced."""
+def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache, first: bool = False) -> Tensor:
+    """Log-probabilities of the next token; <pad> and <s> can never be produced, nor EOS as the
+    ``first`` token: a sentence never translates to nothing. Without that rule a weakly trained model
+    under the GNMT length penalty can prefer the empty hypothesis (one EOS, penalty 1) to every real
+    one; fairseq (``min_len`` 1) and CTranslate2 (``min_decoding_length`` 1) forbid it the same way."""
     lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
     lprobs[:, PAD_ID] = NEG_INF
     lprobs[:, BOS_ID] = NEG_INF
+    if first:
+        lprobs[:, EOS_ID] = NEG_INF
     return lprobs
 
 
@@ -68,7 +73,7 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[H
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     step = 0
     while rows.numel():
-        lprobs = step_log_probs(model, tokens, cache)
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0)
         if step >= first_limit:
             lprobs = only_eos_where(limit[rows] <= step, lprobs)
         best, tokens = lprobs.max(dim=-1)
@@ -112,7 +117,7 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hyp
 
     for step in range(max_steps):
         b = sent.numel()
-        lprobs = step_log_probs(model, tokens, cache).view(b, k, -1)
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0).view(b, k, -1)
         vocab = lprobs.size(-1)
         if step >= first_limit:  # no row is at its limit before (and no host sync is needed to know it)
             lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)

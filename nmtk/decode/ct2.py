@@ -54,9 +54,10 @@ class Ct2Translator(TranslatorBase):
 
     @classmethod
     def load(cls, directory: Path, device: str = "cpu", threads: int = 0, search: SearchConfig | None = None,
-             compute_type: str | None = None) -> Ct2Translator:
+             compute_type: str | None = None, searches: int = 1) -> Ct2Translator:
         """``device``: cpu, cuda, cuda:N, or auto (CUDA when CTranslate2 sees a GPU); ``search``: the
-        recipe's ``[decode]`` when None; ``compute_type``: CTranslate2's (None: the type exported)."""
+        recipe's ``[decode]`` when None; ``compute_type``: CTranslate2's (None: the type exported);
+        ``threads`` per search, ``searches`` run side by side (calls from that many Python threads)."""
         import ctranslate2
 
         folder = ExportDir(directory)
@@ -71,7 +72,7 @@ class Ct2Translator(TranslatorBase):
                 raise NmtkError(f"--precision: CTranslate2 cannot compute in {compute_type} on this {device} (it can: "
                                 f"{', '.join(sorted(ctranslate2.get_supported_compute_types(device)))})")
             ct2 = ctranslate2.Translator(str(folder.path), device=device, device_index=index, intra_threads=threads,
-                                         compute_type=compute_type or "default")
+                                         inter_threads=searches, compute_type=compute_type or "default")
         except NmtkError:
             raise
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
@@ -88,16 +89,27 @@ class Ct2Translator(TranslatorBase):
         self.target_ids = {piece: i for i, piece in enumerate(self.tgt_pipe.subwords.pieces())}
 
     def decode_pieces(self, pieces: list[list[int]]) -> list[list[Hypothesis]]:
-        """Length-sorted batches, each cut where the output limit a·|x| + b changes: CTranslate2 takes
-        one maximum length per call, nmtk has one per sentence."""
+        """Length-sorted batches. nmtk limits each sentence to a·|x| + b tokens; CTranslate2 takes one
+        maximum per call. A search is cut by its limit only if it runs that far, so a batch is decoded
+        once under its largest limit, and only a sentence that produced a hypothesis as long as its own
+        limit is decoded again under that limit (few do: those that never end). Cutting every batch
+        where the limit changes would instead make one call per distinct source length: a server's
+        batches, of mixed lengths, would become a dozen calls of a sentence or two. Sampling is random
+        and cannot be decoded twice: it keeps one call per limit."""
         search = self.search
         lengths = np.fromiter((len(s) + 1 for s in pieces), dtype=np.int64, count=len(pieces))
         limits = [min(int(search.max_len_a * len(s) + search.max_len_b), self.max_positions - 1) for s in pieces]
         out: list[list[Hypothesis]] = [[] for _ in pieces]
         rows = 1 if self.sampling else search.beam
         for batch in length_batches(lengths, search.budget(self.device), rows):
-            for limit in sorted({limits[i] for i in batch}):
-                group = [int(i) for i in batch if limits[i] == limit]
+            again = [int(i) for i in batch]
+            if self.sampling is None:
+                top = max(limits[i] for i in again)
+                for i, hyps in zip(again, self._call([pieces[i] for i in again], top), strict=True):
+                    out[i] = hyps
+                again = [i for i in again if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
+            for limit in sorted({limits[i] for i in again}):
+                group = [i for i in again if limits[i] == limit]
                 for i, hyps in zip(group, self._call([pieces[i] for i in group], limit), strict=True):
                     out[i] = hyps
         return out
@@ -106,7 +118,7 @@ class Ct2Translator(TranslatorBase):
         search, sampling = self.search, self.sampling
         # at most `limit` tokens besides EOS, as nmtk's searches (which force EOS at the limit): a
         # hypothesis CTranslate2 stops at the limit is the same text
-        options = dict(max_decoding_length=max(limit, 1), min_decoding_length=0, max_input_length=0,
+        options = dict(max_decoding_length=max(limit, 1), min_decoding_length=1, max_input_length=0,
                        return_scores=True, length_penalty=search.length_penalty)
         if sampling is None:
             options.update(beam_size=search.beam, num_hypotheses=search.nbest)

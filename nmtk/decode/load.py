@@ -47,7 +47,8 @@ class LoadOptions:
     model: Path | None = None  # run directory or export; None: $NMTK_MODEL, else the newest run under runs/
     checkpoint: Path | None = None  # None: the run's default checkpoint (`RunDir.default_checkpoint`)
     device: str | None = None  # cpu, cuda, cuda:N; None: CUDA when available
-    threads: int | None = None
+    threads: int | None = None  # per search
+    searches: int = 1  # searches run side by side (the server's decoding threads): CTranslate2's inter_threads
     precision: Precision = Precision.auto
     ensemble: tuple[Path, ...] = ()
     search: SearchChoices = field(default_factory=SearchChoices)
@@ -135,7 +136,8 @@ def _load_exported(o: LoadOptions, directory: Path) -> TranslatorBase:
         if used:
             raise NmtkError(f"{option}: not available with an exported CTranslate2 model ({directory}): {why}")
     compute = None if o.precision is Precision.auto else CT2_COMPUTE_TYPES[o.precision]
-    translator = Ct2Translator.load(directory, o.device or "auto", threads=o.threads or 0, compute_type=compute)
+    translator = Ct2Translator.load(directory, o.device or "auto", threads=o.threads or 0, compute_type=compute,
+                                    searches=o.searches)
     translator.search = o.search.resolve(translator.recipe.decode)
     translator.sampling = o.sampling
     if o.sampling is not None:

@@ -51,7 +51,7 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, sampling: Samp
     steps = []
     first_limit = int(limit.min())
     for step in range(int(limit.max()) + 1):
-        lprobs = step_log_probs(model, tokens, cache)
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0)
         if step >= first_limit:
             lprobs = only_eos_where(limit <= step, lprobs)
         logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)

@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import math
 from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+KEPT: ContextVar[dict[nn.Module, Tensor] | None] = ContextVar("nmtk_kept_attention", default=None)
+"""Where this thread's `Transformer.attention_weights` block collects weights (None: outside one).
+Per thread, so that a server decoding on two threads can align on one while the other searches."""
 
 
 def _cpu_math_kernel(q: Tensor) -> AbstractContextManager:
@@ -64,9 +69,10 @@ def _init_fused(linear: nn.Linear, parts: int) -> None:
 class _Heads(nn.Module):
     """Shared plumbing: split into heads, attend, merge heads, output projection W^O.
 
-    With ``keep_weights`` set (`Transformer.attention_weights` sets it), the weights of the last
-    forward are computed explicitly and kept in ``weights`` (B, heads, T_q, T_k). Off, the fused SDPA
-    kernel runs and nothing else is done.
+    While some thread is inside `Transformer.attention_weights` (``keep_weights`` counts them), that
+    thread's forwards compute the weights explicitly and keep them in its `KEPT` dict, (B, heads,
+    T_q, T_k) per module. Otherwise the fused SDPA kernel runs and nothing else is done; the plain
+    attribute test is all a compiled training step sees.
     """
 
     def __init__(self, d_model: int, heads: int, dropout: float) -> None:
@@ -74,8 +80,7 @@ class _Heads(nn.Module):
         self.heads = heads
         self.d_head = d_model // heads
         self.dropout = dropout
-        self.keep_weights = False
-        self.weights: Tensor | None = None
+        self.keep_weights = 0
         self.out = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.out.weight)
         nn.init.zeros_(self.out.bias)
@@ -86,9 +91,10 @@ class _Heads(nn.Module):
         return x.view(b, t, parts, self.heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
-        if self.keep_weights:
+        kept = KEPT.get() if self.keep_weights else None
+        if kept is not None:
             w = attention_weights(q, k, mask, causal)
-            self.weights = w.detach()
+            kept[self] = w.detach()
             o = F.dropout(w, self.dropout, self.training) @ v
         else:
             o = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)

@@ -7,6 +7,7 @@ and `decode_step` serve inference, one target position at a time with a key/valu
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple, TypeVar
@@ -15,11 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmtk.model.attention import LayerCache
+from nmtk.model.attention import KEPT, LayerCache
 from nmtk.model.config import ModelConfig
 from nmtk.model.layers import DecoderLayer, EncoderLayer
 
 T = TypeVar("T")
+_KEEPING = threading.Lock()  # guards the modules' keep_weights counts (threads enter and leave attention_weights)
 
 
 def sinusoidal_positions(length: int, d_model: int, offset: int = 0) -> Tensor:
@@ -196,15 +198,20 @@ class Transformer(nn.Module):
                  "decoder": [layer.self_attn for layer in self.decoder],
                  "cross": [layer.cross_attn for layer in self.decoder]}
         modules = [m for group in kinds.values() for m in group]
-        for module in modules:
-            module.keep_weights, module.weights = True, None
+        kept: dict[nn.Module, Tensor] = {}
+        token = KEPT.set(kept)
+        with _KEEPING:
+            for module in modules:
+                module.keep_weights += 1
         found: dict[str, list[Tensor]] = {}
         try:
             yield found
-            found.update({kind: [m.weights for m in group] for kind, group in kinds.items()})
+            found.update({kind: [kept.get(m) for m in group] for kind, group in kinds.items()})
         finally:
-            for module in modules:
-                module.keep_weights, module.weights = False, None
+            KEPT.reset(token)
+            with _KEEPING:
+                for module in modules:
+                    module.keep_weights -= 1
 
     # ------------------------------------------------------- incremental decoding
 

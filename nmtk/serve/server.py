@@ -32,6 +32,7 @@ class ServeOptions:
     max_tokens: int | None = None  # a batch's source tokens × beam; None: the translator's decoding budget
     max_wait_ms: float = 5.0
     max_queue: int = 1000
+    workers: int | None = None  # searches side by side; None: 2 on a CPU with 2 threads or more, else 1
     limits: Limits = Limits()
     api_key: str | None = None
 
@@ -56,6 +57,19 @@ def _info(path: Path, translator: TranslatorBase, checkpoint: str) -> ModelInfo:
                      beam=translator.search.beam)
 
 
+def _on_gpu(device: str | None, export: bool) -> bool:
+    """Whether the model will run on CUDA (``--device``, else CUDA when the engine sees a GPU)."""
+    if device is not None:
+        return device.startswith("cuda")
+    if export:
+        import ctranslate2
+
+        return ctranslate2.get_cuda_device_count() > 0
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _checkpoint_of(path: Path, o: LoadOptions) -> str:
     if o.checkpoint:
         return str(o.checkpoint)
@@ -72,11 +86,14 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
     """The worker (started) and the app, as `serve` runs them; tests drive them in-process too."""
     path = _model_path(o.load)
     export = ExportDir(path).is_export()
-    load = replace(o.load, model=path, align=not export)
+    on_gpu = _on_gpu(o.load.device, export)
+    threads = o.load.threads or len(os.sched_getaffinity(0))
+    workers = o.workers or (1 if on_gpu or threads < 2 else 2)
+    load = replace(o.load, model=path, align=not export, threads=max(1, threads // workers), searches=workers)
     translator = load_translator(load)
-    budget = o.max_tokens or translator.search.budget("cuda" if str(getattr(translator, "device", "cpu")).startswith(
-        "cuda") else "cpu")
-    worker = Worker(translator, max_tokens=budget, max_wait_ms=o.max_wait_ms, max_queue=o.max_queue)
+    budget = o.max_tokens or translator.search.budget("cuda" if on_gpu else "cpu")
+    worker = Worker(translator, max_tokens=budget, max_wait_ms=o.max_wait_ms, max_queue=o.max_queue,
+                    workers=workers)
     info = _info(path, translator, _checkpoint_of(path, o.load))
     reload = None if export else (lambda: _reload(worker, info, load))
     app = create_app(worker, info, o.limits, api_key=o.api_key or os.environ.get(API_KEY_ENV) or None, reload=reload)

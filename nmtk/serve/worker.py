@@ -1,11 +1,17 @@
-"""One decoding worker behind a queue: requests that arrive together are decoded together.
+"""Decoding threads behind one queue: requests that arrive together are decoded together.
 
 A server that decodes each request on its own wastes the batch dimension: 32 one-line requests cost
 32 searches of one sentence instead of one search of 32. Here every request becomes a `Job` in a bounded
-queue; the worker thread takes the first, keeps gathering until ``max_tokens`` (source tokens × beam)
+queue; a decoding thread takes the first, keeps gathering until ``max_tokens`` (source tokens × beam)
 is reached or ``max_wait_ms`` has passed, then hands the lines of all jobs that share search options to
 the translator in one call (`TranslatorBase.hypotheses`: Moses, subwords, length sorting, long-line
 splitting and empty lines, as `nmtk translate` does) and gives every job its own lines back.
+
+``workers`` threads do this side by side over one model (its weights shared), each search on its own
+share of the CPU threads. Requests arriving one by one make batches of mixed lengths: a batch runs as
+long as its longest sentence, its last steps on a few rows. With two searches at once, one fills the
+cores while the other finishes its stragglers; measured on 2 cores (test_2016_flickr, beam 4, batches
+of 64 random lines), 2 searches × 1 thread translated 74 sentences/s where 1 search × 2 threads did 54.
 
 A job whose lines make the decoder fail is retried alone, so the failure is its own: the others of its
 batch still get their translations. `reload` swaps in a new translator between two batches.
@@ -13,6 +19,8 @@ batch still get their translations. `reload` swaps in a new translator between t
 
 from __future__ import annotations
 
+import copy
+import os
 import queue
 import threading
 import time
@@ -56,22 +64,27 @@ class Stats:
 
 
 class Worker:
-    """The decoding thread and its queue."""
+    """The decoding threads and their queue."""
 
-    def __init__(self, translator: TranslatorBase, *, max_tokens: int, max_wait_ms: float, max_queue: int) -> None:
+    def __init__(self, translator: TranslatorBase, *, max_tokens: int, max_wait_ms: float, max_queue: int,
+                 workers: int = 1) -> None:
         self.translator = translator
         self.max_tokens = max_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self.stats = Stats()
-        # The torch translator is loaded with alignments on; the worker switches them per search, and
-        # a reloaded translator (same options) has the same layer.
+        self._counting = threading.Lock()  # Stats are updated by several threads
+        self._gathering = threading.Lock()
+        # The torch translator is loaded with alignments on; each search switches them on its own copy,
+        # and a reloaded translator (same options) has the same layer.
         self.align_layer = getattr(translator, "align_layer", None)
-        self._thread = threading.Thread(target=self._run, name="nmtk-decoder", daemon=True)
+        self._threads = [threading.Thread(target=self._run, name=f"nmtk-decoder-{i}", daemon=True)
+                         for i in range(workers)]
         self._stopping = False
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, lines: list[str], key: SearchKey) -> Future:
         """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line)."""
@@ -81,20 +94,25 @@ class Worker:
             self.queue.put_nowait(job)
         except queue.Full:
             raise QueueFull from None
-        self.stats.requests += 1
-        self.stats.lines += len(lines)
+        with self._counting:
+            self.stats.requests += 1
+            self.stats.lines += len(lines)
         return job.future
 
     def stop(self, timeout: float | None = None) -> None:
-        """Finish every queued job, then end the thread."""
+        """Finish every queued job, then end the threads."""
         self._stopping = True
-        self.queue.put(None)
-        self._thread.join(timeout)
+        for _ in self._threads:
+            self.queue.put(None)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def reload(self, translator: TranslatorBase) -> None:
-        """Use ``translator`` from the next batch on (the batch being decoded finishes with the old one)."""
+        """Use ``translator`` from the next batch on (batches being decoded finish with the old one)."""
         self.translator = translator
-        self.stats.reloads += 1
+        with self._counting:
+            self.stats.reloads += 1
 
     # ---------------------------------------------------------------- the thread
 
@@ -120,18 +138,23 @@ class Worker:
         return jobs, False
 
     def _run(self) -> None:
+        _yield_to_io()
         stop = False
         while True:
-            try:
-                first = self.queue.get(timeout=0.1)
-            except queue.Empty:
+            with self._gathering:  # one thread gathers at a time: a burst makes one batch, not two halves
+                try:
+                    first = self.queue.get(timeout=0.1)
+                except queue.Empty:
+                    first = False
+                if first:
+                    jobs, told = self._gather(first)
+            if first is False:
                 if stop or self._stopping and self.queue.empty():
                     return
                 continue
             if first is None:
                 stop = True
                 continue
-            jobs, told = self._gather(first)
             stop = stop or told
             groups: dict[SearchKey, list[Job]] = {}
             for job in jobs:
@@ -145,7 +168,8 @@ class Worker:
             results = self._hypotheses(translator, key, [line for job in jobs for line in job.lines])
         except Exception as exc:  # noqa: BLE001 - one bad request must not fail its neighbours
             if len(jobs) == 1:
-                self.stats.failed += 1
+                with self._counting:
+                    self.stats.failed += 1
                 jobs[0].future.set_exception(exc)
                 return
             for job in jobs:  # find the job that fails: each alone
@@ -157,15 +181,25 @@ class Worker:
             start += len(job.lines)
 
     def _hypotheses(self, translator: TranslatorBase, key: SearchKey, lines: list[str]) -> list[list[Hypothesis]]:
-        self.stats.batches += 1
-        base = translator.search
-        translator.search = replace(base, beam=key.beam, nbest=key.nbest)
-        if hasattr(translator, "align_layer"):  # only this thread uses the translator: set it every search
-            translator.align_layer = self.align_layer if key.alignment else None
-        try:
-            return translator.hypotheses(lines)
-        finally:
-            translator.search = base
+        """One search, on a copy of the translator with this batch's options: the model and the text
+        pipelines are shared, the options are this thread's own."""
+        with self._counting:
+            self.stats.batches += 1
+        view = copy.copy(translator)
+        view.search = replace(translator.search, beam=key.beam, nbest=key.nbest)
+        if hasattr(view, "align_layer"):
+            view.align_layer = self.align_layer if key.alignment else None
+        return view.hypotheses(lines)
+
+
+def _yield_to_io() -> None:
+    """Lower this decoding thread's scheduling priority (Linux nice is per thread): when the event loop
+    wakes with requests to parse and answers to send, it runs at once instead of queuing behind two
+    searches for the cores, so requests reach the queue together and batches stay large."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5))
+    except (AttributeError, OSError):  # not Linux, or not allowed: the default priority serves too
+        pass
 
 
 def background(call: Callable[[], Any], done: Callable[[Any], None], failed: Callable[[BaseException], None]) -> None:

@@ -63,6 +63,8 @@ def naive_greedy(model: Transformer, src: torch.Tensor, cfg: SearchConfig) -> li
         for _ in range(limit):
             logits = model.project(model.decode(torch.tensor([prefix]), memory, mask))[0, -1]
             logits[[PAD_ID, BOS_ID]] = float("-inf")
+            if len(prefix) == 1:
+                logits[EOS_ID] = float("-inf")  # never an empty translation
             token = int(logits.argmax())
             if token == EOS_ID:
                 break
@@ -203,6 +205,30 @@ def test_gnmt_length_penalty_scores_and_ranking_are_exact() -> None:
     gnmt = beam_search(TableModel(), SRC, SearchConfig(beam=2, nbest=2, length_penalty=1.0))[0]
     assert [h.tokens for h in gnmt] == [[B, B], [A]]
     assert [h.score for h in gnmt] == pytest.approx([math.log(0.256) / (8 / 6), math.log(0.3) / (7 / 6)], abs=1e-6)
+
+
+class EagerToEnd(TableModel):
+    """Ends at once with probability 0.9; after "a", always."""
+
+    def decode_step(self, tokens: torch.Tensor, cache: PrefixCache) -> torch.Tensor:
+        cache.prefix = torch.cat([cache.prefix, tokens[:, None]], dim=1)
+        scores = torch.full((tokens.size(0), 6), float("-inf"))
+        first = cache.prefix.size(1) == 1
+        scores[:, EOS_ID] = math.log(0.9) if first else 0.0
+        if first:
+            scores[:, A] = math.log(0.1)
+        return scores
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_sentence_never_translates_to_nothing(beam: int) -> None:
+    """The empty hypothesis (log 0.9) would beat "a" (log 0.1) in every search: EOS is barred as the
+    first token, as fairseq's min_len 1 and CTranslate2's min_decoding_length 1 bar it."""
+    best = beam_search(EagerToEnd(), SRC, SearchConfig(beam=beam, length_penalty=0.6))[0][0]
+    assert best.tokens == [A]
+    assert best.score == pytest.approx(math.log(0.1) / length_penalty(2, 0.6), abs=1e-6)
+    sampled = sample_search(EagerToEnd(), SRC, SearchConfig(beam=1), sampling=SamplingConfig(seed=3))
+    assert sampled[0][0].tokens == [A]
 
 
 def test_search_stops_exactly_when_no_live_beam_can_win() -> None:
