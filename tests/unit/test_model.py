@@ -152,3 +152,39 @@ def test_attention_is_the_papers_formula(causal: bool, padded: bool) -> None:
         mask = (torch.arange(7)[None, :] < torch.tensor([7, 5, 2])[:, None])[:, None, None, :]
     torch.testing.assert_close(attention(q, k, v, mask, causal), reference_attention(q, k, v, mask, causal),
                                atol=1e-5, rtol=1e-5)
+
+
+def test_kept_attention_weights_are_per_thread() -> None:
+    """One thread keeps weights (an alignment) while another runs plain forwards (a search), as the
+    server's two decoding threads do: each gets its own results, never the other's."""
+    import threading
+
+    torch.manual_seed(0)
+    model = tiny().eval()
+    src_a, tgt_a, src_b, tgt_b = tokens(2, 7), tokens(2, 5), tokens(3, 9), tokens(3, 4)
+    with torch.no_grad():
+        with model.attention_weights() as alone:
+            model(src_a, tgt_a)
+        out_b = model(src_b, tgt_b)
+    failures: list[str] = []
+
+    def keeper() -> None:
+        for _ in range(30):
+            with torch.no_grad(), model.attention_weights() as kept:
+                model(src_a, tgt_a)
+            if not all(torch.equal(w, r) for w, r in zip(kept["cross"], alone["cross"], strict=True)):
+                failures.append("kept weights changed")
+
+    def searcher() -> None:
+        for _ in range(30):
+            with torch.no_grad():
+                if not torch.allclose(model(src_b, tgt_b), out_b, atol=1e-6):
+                    failures.append("plain forward changed")
+
+    threads = [threading.Thread(target=keeper), threading.Thread(target=searcher)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert all(m.keep_weights == 0 for m in model.modules() if hasattr(m, "keep_weights"))
