@@ -20,7 +20,6 @@ batch still get their translations. `reload` swaps in a new translator between t
 from __future__ import annotations
 
 import copy
-import os
 import queue
 import threading
 import time
@@ -138,7 +137,6 @@ class Worker:
         return jobs, False
 
     def _run(self) -> None:
-        _yield_to_io()
         stop = False
         while True:
             with self._gathering:  # one thread gathers at a time: a burst makes one batch, not two halves
@@ -190,16 +188,6 @@ class Worker:
         if hasattr(view, "align_layer"):
             view.align_layer = self.align_layer if key.alignment else None
         return view.hypotheses(lines)
-
-
-def _yield_to_io() -> None:
-    """Lower this decoding thread's scheduling priority (Linux nice is per thread): when the event loop
-    wakes with requests to parse and answers to send, it runs at once instead of queuing behind two
-    searches for the cores, so requests reach the queue together and batches stay large."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5))
-    except (AttributeError, OSError):  # not Linux, or not allowed: the default priority serves too
-        pass
 
 
 def background(call: Callable[[], Any], done: Callable[[Any], None], failed: Callable[[BaseException], None]) -> None:
