@@ -36,13 +36,19 @@ class TranslatorBase:
         """Hypotheses for each source (ids without EOS, at most ``max_positions - 1``), in input order."""
         raise NotImplementedError
 
-    def hypotheses(self, sentences: list[str], first_line: int = 1) -> list[list[Hypothesis]]:
-        """N-best hypotheses per sentence; an empty (or blank) sentence gets none.
+    def encode(self, sentences: list[str]) -> list[list[int] | None]:
+        """Source ids per sentence (None for an empty or blank one), as `hypotheses` takes them."""
+        return [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
+
+    def hypotheses(self, sentences: list[str], first_line: int = 1,
+                   ids: list[list[int] | None] | None = None) -> list[list[Hypothesis]]:
+        """N-best hypotheses per sentence; an empty (or blank) sentence gets none. ``ids``: the
+        sentences already `encode`d (the server counts tokens with them), else encoded here.
 
         A sentence longer than the model's input is translated in pieces (`nmtk.decode.long_input`),
         with one warning naming its line (``first_line`` is the number of ``sentences[0]``).
         """
-        ids = [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
+        ids = self.encode(sentences) if ids is None else ids
         todo = [i for i, x in enumerate(ids) if x is not None]
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         if not todo:

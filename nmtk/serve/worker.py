@@ -49,6 +49,7 @@ class SearchKey:
 class Job:
     lines: list[str]
     key: SearchKey
+    ids: list[list[int] | None]  # the lines encoded once, at submission: they size the batch, then are decoded
     tokens: int  # source tokens × beam: what the job adds to a batch
     future: Future = field(default_factory=Future)
 
@@ -87,8 +88,8 @@ class Worker:
 
     def submit(self, lines: list[str], key: SearchKey) -> Future:
         """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line)."""
-        tokens = sum(len(self.translator.src_pipe.encode(line)) + 1 for line in lines) * key.beam
-        job = Job(lines, key, tokens)
+        ids = self.translator.encode(lines)  # a reload keeps the run's subword model: these stay valid
+        job = Job(lines, key, ids, sum(len(x or ()) + 1 for x in ids) * key.beam)
         try:
             self.queue.put_nowait(job)
         except queue.Full:
@@ -136,23 +137,25 @@ class Worker:
             gap_end = time.monotonic() + self.max_wait
         return jobs, False
 
+    def _take(self) -> tuple[list[Job], bool] | None:
+        """The next batch, and whether a stop marker came with it; None when nothing came for 0.1 s.
+        One thread gathers at a time: a burst makes one batch, not two halves."""
+        with self._gathering:
+            try:
+                first = self.queue.get(timeout=0.1)
+            except queue.Empty:
+                return None
+            return ([], True) if first is None else self._gather(first)
+
     def _run(self) -> None:
         stop = False
         while True:
-            with self._gathering:  # one thread gathers at a time: a burst makes one batch, not two halves
-                try:
-                    first = self.queue.get(timeout=0.1)
-                except queue.Empty:
-                    first = False
-                if first:
-                    jobs, told = self._gather(first)
-            if first is False:
+            taken = self._take()
+            if taken is None:
                 if stop or self._stopping and self.queue.empty():
                     return
                 continue
-            if first is None:
-                stop = True
-                continue
+            jobs, told = taken
             stop = stop or told
             groups: dict[SearchKey, list[Job]] = {}
             for job in jobs:
@@ -163,7 +166,8 @@ class Worker:
     def _decode(self, key: SearchKey, jobs: list[Job]) -> None:
         translator = self.translator
         try:
-            results = self._hypotheses(translator, key, [line for job in jobs for line in job.lines])
+            results = self._hypotheses(translator, key, [line for job in jobs for line in job.lines],
+                                       [x for job in jobs for x in job.ids])
         except Exception as exc:  # noqa: BLE001 - one bad request must not fail its neighbours
             if len(jobs) == 1:
                 with self._counting:
@@ -178,7 +182,8 @@ class Worker:
             job.future.set_result((results[start : start + len(job.lines)], translator))
             start += len(job.lines)
 
-    def _hypotheses(self, translator: TranslatorBase, key: SearchKey, lines: list[str]) -> list[list[Hypothesis]]:
+    def _hypotheses(self, translator: TranslatorBase, key: SearchKey, lines: list[str],
+                    ids: list[list[int] | None]) -> list[list[Hypothesis]]:
         """One search, on a copy of the translator with this batch's options: the model and the text
         pipelines are shared, the options are this thread's own."""
         with self._counting:
@@ -187,7 +192,7 @@ class Worker:
         view.search = replace(translator.search, beam=key.beam, nbest=key.nbest)
         if hasattr(view, "align_layer"):
             view.align_layer = self.align_layer if key.alignment else None
-        return view.hypotheses(lines)
+        return view.hypotheses(lines, ids=ids)
 
 
 def background(call: Callable[[], Any], done: Callable[[Any], None], failed: Callable[[BaseException], None]) -> None:
