@@ -102,17 +102,19 @@ class Ct2Translator(TranslatorBase):
         out: list[list[Hypothesis]] = [[] for _ in pieces]
         rows = 1 if self.sampling else search.beam
         for batch in length_batches(lengths, search.budget(self.device), rows):
-            again = [int(i) for i in batch]
+            todo = [int(i) for i in batch]
             if self.sampling is None:
-                top = max(limits[i] for i in again)
-                for i, hyps in zip(again, self._call([pieces[i] for i in again], top), strict=True):
-                    out[i] = hyps
-                again = [i for i in again if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
-            for limit in sorted({limits[i] for i in again}):
-                group = [i for i in again if limits[i] == limit]
-                for i, hyps in zip(group, self._call([pieces[i] for i in group], limit), strict=True):
-                    out[i] = hyps
+                top = max(limits[i] for i in todo)
+                self._decode_into(out, pieces, todo, top)
+                todo = [i for i in todo if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
+            for limit in sorted({limits[i] for i in todo}):
+                self._decode_into(out, pieces, [i for i in todo if limits[i] == limit], limit)
         return out
+
+    def _decode_into(self, out: list[list[Hypothesis]], pieces: list[list[int]], group: list[int], limit: int) -> None:
+        """``out[i]`` for each ``i`` of ``group``: one CTranslate2 call under ``limit``."""
+        for i, hyps in zip(group, self._call([pieces[i] for i in group], limit), strict=True):
+            out[i] = hyps
 
     def _call(self, sources: list[list[int]], limit: int) -> list[list[Hypothesis]]:
         search, sampling = self.search, self.sampling
