@@ -58,16 +58,17 @@ def _info(path: Path, translator: TranslatorBase, checkpoint: str) -> ModelInfo:
 
 
 def _on_gpu(device: str | None, export: bool) -> bool:
-    """Whether the model will run on CUDA (``--device``, else CUDA when the engine sees a GPU)."""
-    if device is not None:
-        return device.startswith("cuda")
+    """Whether the model will run on CUDA, by the rule its engine's loader applies (`ct2_device`,
+    `pick_device`): the decoding threads are chosen before the model loads."""
     if export:
         import ctranslate2
 
-        return ctranslate2.get_cuda_device_count() > 0
-    import torch
+        from nmtk.decode.ct2 import ct2_device
 
-    return torch.cuda.is_available()
+        return ct2_device(device or "auto", ctranslate2.get_cuda_device_count())[0] == "cuda"
+    from nmtk.device import pick_device
+
+    return pick_device(device).type == "cuda"
 
 
 def _checkpoint_of(path: Path, o: LoadOptions) -> str:
