@@ -80,6 +80,49 @@ def _json_error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+class _Guard:
+    """What every POST passes first: the server still accepting (503), the API key (401), a UTF-8
+    body (400); the body is then read as JSON whatever the client labelled it (curl -d sends a form's
+    content type). A plain ASGI middleware: Starlette's ``@app.middleware("http")`` wraps every
+    request in a second task and stream, measured at a third of the server's CPU per request."""
+
+    def __init__(self, app: Any, state: Any, api_key: str | None) -> None:
+        self.app, self.state, self.api_key = app, state, api_key
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        headers = scope["headers"]
+        if not self.state.accepting:
+            return await _json_error(503, "the server is stopping")(scope, receive, send)
+        if self.api_key and dict(headers).get(b"authorization") != f"Bearer {self.api_key}".encode():
+            return await _json_error(401, "missing or wrong API key (Authorization: Bearer KEY)")(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return await _json_error(400, f"the body is not UTF-8 (byte {exc.start})")(scope, receive, send)
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        scope = {**scope, "headers": [*(h for h in headers if h[0] != b"content-type"),
+                                      (b"content-type", b"application/json")]}
+        return await self.app(scope, replay, send)
+
+
 def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | None = None,
                reload: Any = None) -> FastAPI:
     """The app over ``worker``; ``reload()`` (optional) starts loading a new checkpoint in the background."""
@@ -98,22 +141,7 @@ def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | N
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return _json_error(exc.status, exc.message)
 
-    @app.middleware("http")
-    async def _guard(request: Request, call_next: Any) -> Any:
-        if request.method == "POST":
-            if not app.state.accepting:
-                return _json_error(503, "the server is stopping")
-            if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
-                return _json_error(401, "missing or wrong API key (Authorization: Bearer KEY)")
-            # The body is JSON whatever the client labelled it (curl -d sends a form's content type).
-            headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
-            request.scope["headers"] = [*headers, (b"content-type", b"application/json")]
-            body = await request.body()
-            try:
-                body.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return _json_error(400, f"the body is not UTF-8 (byte {exc.start})")
-        return await call_next(request)
+    app.add_middleware(_Guard, state=app.state, api_key=api_key)
 
     async def run(lines: list[str], key: SearchKey) -> tuple[list[list[Hypothesis]], TranslatorBase]:
         chars = sum(map(len, lines))

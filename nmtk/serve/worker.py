@@ -75,6 +75,8 @@ class Worker:
         self.stats = Stats()
         self._counting = threading.Lock()  # Stats are updated by several threads
         self._gathering = threading.Lock()
+        self._idle = 0  # threads in `_take` (guarded by _counting)
+        self._left: list[Job] = []  # what a gatherer left for the idle threads behind it (guarded by _gathering)
         # The torch translator is loaded with alignments on; each search switches them on its own copy,
         # and a reloaded translator (same options) has the same layer.
         self.align_layer = getattr(translator, "align_layer", None)
@@ -139,20 +141,55 @@ class Worker:
 
     def _take(self) -> tuple[list[Job], bool] | None:
         """The next batch, and whether a stop marker came with it; None when nothing came for 0.1 s.
-        One thread gathers at a time: a burst makes one batch, not two halves."""
-        with self._gathering:
-            try:
-                first = self.queue.get(timeout=0.1)
-            except queue.Empty:
-                return None
-            return ([], True) if first is None else self._gather(first)
+        One thread gathers at a time, so a burst makes one batch, not two halves; but when other
+        threads are idle too, the burst is shared among them (`_share`)."""
+        with self._counting:
+            self._idle += 1
+        try:
+            with self._gathering:
+                if self._left:
+                    jobs, stop = self._left, False
+                else:
+                    try:
+                        first = self.queue.get(timeout=0.1)
+                    except queue.Empty:
+                        return None
+                    if first is None:
+                        return [], True
+                    jobs, stop = self._gather(first)
+                return self._share(jobs), stop
+        finally:
+            with self._counting:
+                self._idle -= 1
+
+    def _share(self, jobs: list[Job]) -> list[Job]:
+        """This thread's part of ``jobs``; the rest is left for the idle threads waiting behind it.
+
+        Without this, 64 clients whose answers went out together send their next lines together, one
+        thread takes all 64 and the other has nothing (measured: a whole run alternating so, one core
+        idle). The jobs are sorted by length and cut into parts of equal tokens, one per idle thread:
+        each part is also of more even lengths, so its search has fewer stragglers."""
+        with self._counting:
+            parts = self._idle
+        if parts <= 1 or len(jobs) == 1:
+            self._left = []
+            return jobs
+        jobs = sorted(jobs, key=lambda job: job.tokens / max(1, len(job.lines)))
+        share, tokens = sum(job.tokens for job in jobs) / parts, 0
+        for i, job in enumerate(jobs):
+            tokens += job.tokens
+            if tokens >= share:
+                self._left = jobs[i + 1 :]
+                return jobs[: i + 1]
+        self._left = []
+        return jobs
 
     def _run(self) -> None:
         stop = False
         while True:
             taken = self._take()
             if taken is None:
-                if stop or self._stopping and self.queue.empty():
+                if stop or self._stopping and self.queue.empty() and not self._left:
                     return
                 continue
             jobs, told = taken

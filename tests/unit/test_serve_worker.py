@@ -1,0 +1,65 @@
+"""The serve worker's batching, with a stand-in translator (no model): who decodes what, and when."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.serve.worker import SearchKey, Worker
+
+
+class RecordingTranslator:
+    """Translates a line to its length; records each batch, and takes ``seconds`` per batch."""
+
+    def __init__(self, seconds: float) -> None:
+        self.search = SearchConfig(beam=4)
+        self.seconds = seconds
+        self.batches: list[list[str]] = []
+        self.lock = threading.Lock()
+
+    def encode(self, lines: list[str]) -> list[list[int] | None]:
+        return [list(range(len(line.split()))) for line in lines]
+
+    def hypotheses(self, lines: list[str], ids: list[list[int] | None]) -> list[list[Hypothesis]]:
+        with self.lock:
+            self.batches.append(list(lines))
+        time.sleep(self.seconds)
+        return [[Hypothesis(list(x or ()), -1.0)] for x in ids]
+
+
+def test_a_burst_is_shared_among_idle_threads_in_length_order() -> None:
+    """64 lines arriving together while both threads are idle: each thread takes about half, the
+    shorter lines together and the longer ones together, instead of one thread taking all 64."""
+    translator = RecordingTranslator(seconds=0.2)
+    worker = Worker(translator, max_tokens=100_000, max_wait_ms=50, max_queue=100, workers=2)
+    worker.start()
+    time.sleep(0.3)  # both threads idle, waiting for work
+    key = SearchKey(beam=4, nbest=1, alignment=False)
+    lines = [" ".join(["w"] * (1 + i % 16)) for i in range(64)]
+    futures = [worker.submit([line], key) for line in lines]
+    results = [future.result(timeout=10)[0][0][0].tokens for future in futures]
+    worker.stop(timeout=10)
+    assert results == [list(range(1 + i % 16)) for i in range(64)]  # every job got its own line back
+    sizes = sorted(len(batch) for batch in translator.batches)
+    assert len(sizes) == 2 and sum(sizes) == 64 and sizes[0] >= 20, sizes
+    first, second = translator.batches
+    assert max(map(len, first)) <= min(map(len, second)) or max(map(len, second)) <= min(map(len, first))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_lone_idle_thread_takes_the_whole_burst(workers: int) -> None:
+    """With the other thread busy (or no other thread), the idle one keeps the burst whole."""
+    translator = RecordingTranslator(seconds=0.5)
+    worker = Worker(translator, max_tokens=100_000, max_wait_ms=50, max_queue=100, workers=workers)
+    worker.start()
+    key = SearchKey(beam=4, nbest=1, alignment=False)
+    busy = worker.submit(["a long first line"], key)  # occupies one thread for 0.5 s
+    time.sleep(0.2)
+    futures = [worker.submit([f"line {i}"], key) for i in range(32)]
+    for future in [busy, *futures]:
+        future.result(timeout=10)
+    worker.stop(timeout=10)
+    assert sorted(len(batch) for batch in translator.batches) == [1, 32]
