@@ -63,3 +63,37 @@ def test_a_lone_idle_thread_takes_the_whole_burst(workers: int) -> None:
         future.result(timeout=10)
     worker.stop(timeout=10)
     assert sorted(len(batch) for batch in translator.batches) == [1, 32]
+
+
+def test_clients_coming_back_slowly_still_make_one_batch() -> None:
+    """Lines answered together come back together, if slowly (gaps longer than --max-wait-ms): the
+    thread waits for as many as its last batch had instead of cutting the batch at the first gap."""
+    translator = RecordingTranslator(seconds=0.05)
+    worker = Worker(translator, max_tokens=100_000, max_wait_ms=20, max_queue=100, workers=1)
+    worker.start()
+    key = SearchKey(beam=4, nbest=1, alignment=False)
+    for future in [worker.submit([f"first {i}"], key) for i in range(8)]:
+        future.result(timeout=10)
+    futures = []
+    for i in range(8):  # 30 ms apart: each gap longer than max_wait, all within 20 × max_wait
+        futures.append(worker.submit([f"again {i}"], key))
+        time.sleep(0.03)
+    for future in futures:
+        future.result(timeout=10)
+    worker.stop(timeout=10)
+    assert [len(batch) for batch in translator.batches] == [8, 8]
+
+
+def test_a_single_client_is_not_held_back() -> None:
+    """One client, one line at a time: each batch closes after the first gap, not 20 × max_wait."""
+    translator = RecordingTranslator(seconds=0.0)
+    worker = Worker(translator, max_tokens=100_000, max_wait_ms=20, max_queue=100, workers=2)
+    worker.start()
+    key = SearchKey(beam=4, nbest=1, alignment=False)
+    waits = []
+    for i in range(6):
+        start = time.monotonic()
+        worker.submit([f"line {i}"], key).result(timeout=10)
+        waits.append(time.monotonic() - start)
+    worker.stop(timeout=10)
+    assert max(waits) < 0.2, waits  # a held line would wait 20 × 20 ms = 0.4 s
