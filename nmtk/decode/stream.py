@@ -118,11 +118,17 @@ def count_lines(path: Path) -> int:
     return count + (last != b"\n")
 
 
+def lines_to_translate(o: TranslateOptions) -> int | None:
+    """The lines this run will translate, for the progress bar: the input file's, less ``--skip``
+    (None from stdin, whose length is unknown)."""
+    return None if o.input is None else max(count_lines(o.input) - o.skip, 0)
+
+
 def _progress(o: TranslateOptions) -> tuple[Progress, int | None]:
     """A progress display on stderr when it is a terminal (and stdout is not the translations' terminal):
     sentences, sentences/s and, for ``-i FILE``, a bar and the time left."""
     show = (o.output is not None or not sys.stdout.isatty()) and console.is_terminal
-    total = count_lines(o.input) if o.input is not None and show else None
+    total = lines_to_translate(o) if show else None
     columns = [SpinnerColumn(), TextColumn("{task.completed:,}" + (f" of {total:,}" if total else "") + " sentences"),
                TextColumn("{task.fields[rate]}")]
     if total:

@@ -363,8 +363,9 @@ class Trainer:
             link_atomic(path, self.run.last)
         if best:
             link_atomic(path, self.run.best)
+        resume = self.run.resume_checkpoint()  # the newest full state stays, however many snapshots came after
         for _, old in self.run.numbered()[: -self.recipe.train.keep_last]:
-            if old != self.run.resume_checkpoint():  # the newest full state stays, however many snapshots came after
+            if old != resume:
                 old.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------- loop
