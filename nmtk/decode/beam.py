@@ -101,7 +101,7 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hyp
     k, device = cfg.beam, src.device
     n = src.size(0)
     cache = model.start_cache(model.encode(src))  # encoder keys/values projected once per sentence...
-    cache.reorder(torch.arange(n, device=device).repeat_interleave(k))  # ...then shared by its K beams
+    cache.expand(k)  # ...then shared by its K beams
     limit = max_lengths(src, cfg, model)
     max_steps, first_limit = int(limit.max()) + 1, int(limit.min())
 

@@ -3,7 +3,8 @@
 `Transformer` and `Ensemble` both implement it; greedy, beam and sampling search depend on nothing
 else. A search calls ``cache = model.start_cache(model.encode(src))`` once per batch, then
 ``model.decode_step(tokens, cache)`` once per output position, and ``cache.reorder(index)`` when beams
-are re-ranked or finished sentences leave the batch. What ``encode`` returns is opaque to the search.
+are re-ranked or finished sentences leave the batch; a beam search first calls ``cache.expand(K)``
+(K rows per sentence, sharing its encoder output). What ``encode`` returns is opaque to the search.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from nmtk.model import ModelConfig
 class Cache(Protocol):
     """Incremental-decoding state of a batch of rows."""
 
+    def expand(self, beams: int) -> None:
+        """Make each sentence's row ``beams`` rows (sentence-major) sharing its encoder output."""
+
     def reorder(self, index: Tensor, memory: bool = True) -> None:
-        """Keep rows ``index`` (in that order); ``memory=False`` when only beams of a sentence move."""
+        """Keep rows ``index`` (in that order); ``memory=False`` when only beams of a sentence move,
+        else whole sentences are kept (all their rows, in order)."""
 
 
 class Decoder(Protocol):

@@ -14,6 +14,10 @@ class EnsembleCache:
     def __init__(self, caches: list[DecoderCache]) -> None:
         self.caches = caches
 
+    def expand(self, beams: int) -> None:
+        for cache in self.caches:
+            cache.expand(beams)
+
     def reorder(self, index: Tensor, memory: bool = True) -> None:
         for cache in self.caches:
             cache.reorder(index, memory)

@@ -133,9 +133,15 @@ class CrossAttention(_Heads):
         """Keys and values of the encoder output: computed once per sentence when decoding."""
         return self.split(self.kv(memory), 2)
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, beams: int = 1) -> Tensor:
+        """``beams`` > 1: ``x`` holds one step (rows, 1, d) of ``beams`` rows per sentence of ``k``/``v``;
+        a sentence's beams are attended as its queries, against its one copy of the keys and values."""
         (q,) = self.split(self.q(x), 1)
-        return self.attend(q, k, v, mask)
+        if beams == 1:
+            return self.attend(q, k, v, mask)
+        rows = q.size(0)
+        q = q.view(rows // beams, beams, self.heads, self.d_head).transpose(1, 2)  # (sentences, heads, beams, d)
+        return self.attend(q, k, v, mask).reshape(rows, 1, -1)
 
 
 class LayerCache:
@@ -146,7 +152,8 @@ class LayerCache:
     and the attention reads the filled prefix as a (rows, heads, positions, d_head) view. Reordering
     beams gathers the filled prefix once, straight into a spare buffer (the two are swapped), so the
     history is copied once per reorder, not twice per step. Buffers double when full. Encoder-decoder
-    keys/values are projected once and only change when the batch is reordered or shrinks.
+    keys/values are projected once, held once per sentence however many beams it has
+    (`DecoderCache.expand`), and only change when finished sentences leave the batch.
     """
 
     def __init__(self, memory_k: Tensor, memory_v: Tensor, capacity: int = 32) -> None:

@@ -81,7 +81,8 @@ class DecoderLayer(nn.Module):
         self.res_ffn = _Residual(cfg.d_model, cfg.dropout, pre)
 
     def forward(
-        self, y: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: LayerCache | None = None
+        self, y: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: LayerCache | None = None,
+        beams: int = 1,
     ) -> Tensor:
         """Full sequence (cache None, causal mask) or one new position (cache holds the past)."""
         causal = cache is None and y.size(1) > 1
@@ -90,5 +91,5 @@ class DecoderLayer(nn.Module):
             k, v = cache.memory_k, cache.memory_v
         else:
             k, v = self.cross_attn.project_memory(memory)
-        y = self.res_cross(y, lambda h: self.cross_attn(h, k, v, memory_mask))
+        y = self.res_cross(y, lambda h: self.cross_attn(h, k, v, memory_mask, beams))
         return self.res_ffn(y, self.ffn)

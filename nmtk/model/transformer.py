@@ -68,17 +68,30 @@ class DecoderCache:
         self.layers = layers
         self.memory_mask = memory_mask
         self.length = 0  # target positions decoded so far
+        self.beams = 1  # rows per source sentence, all attending to its one copy of the encoder output
+
+    def expand(self, beams: int) -> None:
+        """Each sentence's row becomes ``beams`` rows (sentence-major) that share its encoder keys and
+        values: held once per sentence, not copied per beam, so reordering or shrinking the batch moves
+        a K-th of the bytes and encoder-decoder attention reads each source once for all its beams."""
+        self.beams = beams
 
     def reorder(self, index: Tensor, memory: bool = True) -> None:
         """Select rows of the batch (beam search's chosen origins, or the sentences still running).
 
         ``memory=False`` skips the encoder keys/values: reordering beams *within* a sentence leaves
-        them unchanged, since every beam of a sentence attends to the same source.
+        them unchanged, since every beam of a sentence attends to the same source. With ``beams`` > 1
+        a reorder with ``memory`` keeps whole sentences: all rows of each, in order.
         """
+        if memory:
+            sentences = index if self.beams == 1 else index.view(-1, self.beams)[:, 0] // self.beams
         for layer in self.layers:
-            layer.reorder(index, memory)
+            layer.reorder(index, memory=False)
+            if memory:
+                layer.memory_k = layer.memory_k.index_select(0, sentences)
+                layer.memory_v = layer.memory_v.index_select(0, sentences)
         if memory and self.memory_mask is not None:
-            self.memory_mask = self.memory_mask.index_select(0, index)
+            self.memory_mask = self.memory_mask.index_select(0, sentences)
 
 
 class Transformer(nn.Module):
@@ -224,7 +237,7 @@ class Transformer(nn.Module):
         """Logits (B, V) for the next position, given the last tokens (B,); advances the cache."""
         y = self.tgt_embed(tokens[:, None], offset=cache.length)
         for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
-            y = layer(y, None, cache.memory_mask, cache=layer_cache)
+            y = layer(y, None, cache.memory_mask, cache=layer_cache, beams=cache.beams)
         cache.length += 1
         return self.project(self.decoder_norm(y))[:, 0]
 

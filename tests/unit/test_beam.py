@@ -23,6 +23,9 @@ class FullPrefixCache:
         self.memory, self.mask = memory, mask
         self.prefix = torch.full((memory.size(0), 1), bos, dtype=torch.long)
 
+    def expand(self, beams: int) -> None:  # a copy of everything per beam: what the real cache avoids
+        self.reorder(torch.arange(self.prefix.size(0)).repeat_interleave(beams))
+
     def reorder(self, index, memory: bool = True) -> None:
         self.prefix = self.prefix.index_select(0, index)
         if memory:
@@ -162,6 +165,9 @@ TABLE = {
 class PrefixCache:
     def __init__(self, rows: int) -> None:
         self.prefix = torch.empty((rows, 0), dtype=torch.long)
+
+    def expand(self, beams: int) -> None:
+        self.reorder(torch.arange(self.prefix.size(0)).repeat_interleave(beams))
 
     def reorder(self, index: torch.Tensor, memory: bool = True) -> None:
         self.prefix = self.prefix.index_select(0, index)
