@@ -183,7 +183,9 @@ class LayerCache:
         self.length += 1
         return self.k[: self.length].permute(1, 2, 0, 3), self.v[: self.length].permute(1, 2, 0, 3)
 
-    def reorder(self, index: Tensor, memory: bool) -> None:
+    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep rows ``index`` of the self-attention history; ``sentences`` (None: unchanged) selects
+        the encoder keys/values, which are held per sentence (`DecoderCache.expand`)."""
         if self.k is not None:
             rows = index.numel()
             if self._spare is None or self._spare[0].size(1) != rows:
@@ -195,6 +197,6 @@ class LayerCache:
             torch.index_select(self.v[:n], 1, index, out=spare_v[:n])
             self._spare = (self.k, self.v) if self.k.size(1) == rows else None
             self.k, self.v = spare_k, spare_v
-        if memory:
-            self.memory_k = self.memory_k.index_select(0, index)
-            self.memory_v = self.memory_v.index_select(0, index)
+        if sentences is not None:
+            self.memory_k = self.memory_k.index_select(0, sentences)
+            self.memory_v = self.memory_v.index_select(0, sentences)

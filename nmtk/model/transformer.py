@@ -83,14 +83,12 @@ class DecoderCache:
         them unchanged, since every beam of a sentence attends to the same source. With ``beams`` > 1
         a reorder with ``memory`` keeps whole sentences: all rows of each, in order.
         """
+        sentences = None
         if memory:
             sentences = index if self.beams == 1 else index.view(-1, self.beams)[:, 0] // self.beams
         for layer in self.layers:
-            layer.reorder(index, memory=False)
-            if memory:
-                layer.memory_k = layer.memory_k.index_select(0, sentences)
-                layer.memory_v = layer.memory_v.index_select(0, sentences)
-        if memory and self.memory_mask is not None:
+            layer.reorder(index, sentences)
+        if sentences is not None and self.memory_mask is not None:
             self.memory_mask = self.memory_mask.index_select(0, sentences)
 
 
