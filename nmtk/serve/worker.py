@@ -75,8 +75,8 @@ class Worker:
         self.stats = Stats()
         self._counting = threading.Lock()  # Stats are updated by several threads
         self._gathering = threading.Lock()
-        self._idle = 0  # threads in `_take` (guarded by _counting)
-        self._last: dict[int, int] = {}  # their previous batches' lines: clients that may send again
+        # Per thread in `_take` (guarded by _counting): its previous batch's lines, clients that may send again.
+        self._last: dict[int, int] = {}
         self._left: list[Job] = []  # what a gatherer left for the idle threads behind it (guarded by _gathering)
         # The torch translator is loaded with alignments on; each search switches them on its own copy,
         # and a reloaded translator (same options) has the same layer.
@@ -154,7 +154,6 @@ class Worker:
         thread's previous batch."""
         me = threading.get_ident()
         with self._counting:
-            self._idle += 1
             self._last[me] = last
         try:
             with self._gathering:
@@ -171,7 +170,6 @@ class Worker:
                 return self._share(jobs), stop
         finally:
             with self._counting:
-                self._idle -= 1
                 del self._last[me]
 
     def _share(self, jobs: list[Job]) -> list[Job]:
@@ -182,7 +180,7 @@ class Worker:
         idle). The jobs are sorted by length and cut into parts of equal tokens, one per idle thread:
         each part is also of more even lengths, so its search has fewer stragglers."""
         with self._counting:
-            parts = self._idle
+            parts = len(self._last)  # the idle threads, this one included
         if parts <= 1 or len(jobs) == 1:
             self._left = []
             return jobs
