@@ -9,8 +9,16 @@ output). Prints one JSON line: per engine and client count, sentences/s, latency
 errors, batches per request, CPU ms per request of the server and of the clients (asyncio, one
 thread), the server's peak RSS; offline sentences/s and CPU ms per sentence; served/offline ratio at 64.
 
+Also per engine, ``in_process_sent_per_s``: the same lines decoded without a server, in random batches
+of (largest client count / 2) lines taken by the server's 2 threads from one queue, as 64 one-line
+clients at most let the server batch them (the lines' order shuffled with a fixed seed). It is what
+batching the lines in flight allows with no HTTP and no thread ever waiting for clients: the served
+rate is measured against it (``served_vs_in_process``) as well as against offline, whose batches are
+the whole file sorted by length.
+
 Needs a trained run (default: runs/multi30k-en-de, the `make demo` run).
 Usage: python benchmarks/serve.py [--run DIR] [--engines torch,ct2] [--clients 1,8,64] [--single 200]
+       python benchmarks/serve.py --in-process MODEL --batch 32   (one in-process figure, as sent/s)
 """
 
 from __future__ import annotations
@@ -166,6 +174,50 @@ def _offline(model: Path, lines: list[str]) -> tuple[float, float]:
         return len(lines) / max(full - load, 1e-6), 1000 * (full_cpu - load_cpu) / len(lines)
 
 
+def in_process(model: Path, lines: list[str], batch: int, threads: int = 2) -> tuple[float, list[str]]:
+    """Sentences/s of ``lines`` shuffled into batches of ``batch``, decoded by ``threads`` threads of one
+    core each taking the next batch from one queue: the server's decoding with requests already there.
+    Text in and out as the server does it (encoding, search, detokenizing); one warm-up batch first.
+    Also the translations, in input order."""
+    import queue
+    import random
+
+    from nmtk.decode.load import LoadOptions, load_translator
+
+    translator = load_translator(LoadOptions(model=model, threads=1, searches=threads))
+    order = list(range(len(lines)))
+    random.Random(1).shuffle(order)
+    todo: queue.Queue[list[int]] = queue.Queue()
+    for start in range(0, len(order), batch):
+        todo.put(order[start : start + batch])
+    out = [""] * len(lines)
+
+    def decode() -> None:
+        while True:
+            try:
+                chunk = todo.get_nowait()
+            except queue.Empty:
+                return
+            for i, hyps in zip(chunk, translator.hypotheses([lines[i] for i in chunk]), strict=True):
+                out[i] = translator.detokenize(hyps[0]) if hyps else ""
+
+    translator.hypotheses(lines[:batch])
+    workers = [threading.Thread(target=decode) for _ in range(threads)]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return len(lines) / (time.perf_counter() - start), out
+
+
+def _in_process_child(model: Path, batch: int) -> float:
+    """`in_process` in a fresh process (its own thread settings, nothing else loaded)."""
+    done = subprocess.run([sys.executable, __file__, "--in-process", str(model), "--batch", str(batch)], check=True,
+                          capture_output=True, text=True, cwd=ROOT)
+    return float(done.stdout.split()[-1])
+
+
 def bench_engine(model: Path, lines: list[str], client_counts: list[int], single: int, wait_ms: float) -> dict:
     port = _port()
     base = f"http://127.0.0.1:{port}"
@@ -186,10 +238,14 @@ def bench_engine(model: Path, lines: list[str], client_counts: list[int], single
         server.wait(timeout=120)
     offline, offline_cpu = _offline(model, lines)
     at_most = max(client_counts)
+    batched = _in_process_child(model, max(1, at_most // 2))
     served = next(r["sent_per_s"] for r in rows if r["clients"] == at_most)
     return {"rows": rows, "peak_rss_mib": round(peak[0] / 1024), "offline_sent_per_s": round(offline, 1),
             "offline_cpu_ms_per_sentence": round(offline_cpu, 3),
-            f"served_vs_offline_at_{at_most}": round(served / offline, 3)}
+            f"served_vs_offline_at_{at_most}": round(served / offline, 3),
+            "in_process_sent_per_s": round(batched, 1), "in_process_batch": max(1, at_most // 2),
+            f"served_vs_in_process_at_{at_most}": round(served / batched, 3),
+            "in_process_vs_offline": round(batched / offline, 3)}
 
 
 def main() -> None:
@@ -199,8 +255,13 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--single", type=int, default=200, help="lines sent by the single client")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
+    parser.add_argument("--in-process", type=Path, metavar="MODEL", help="print `in_process`'s figure for MODEL")
+    parser.add_argument("--batch", type=int, default=32, help="with --in-process: lines per batch")
     args = parser.parse_args()
     lines = _lines()
+    if args.in_process:
+        print(f"{in_process(args.in_process, lines, args.batch)[0]:.1f}")
+        return
     result: dict = {"benchmark": "serve", "run": str(args.run), "lines": len(lines), "max_wait_ms": args.max_wait_ms}
     for engine in args.engines.split(","):
         model = args.run

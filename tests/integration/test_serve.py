@@ -238,3 +238,26 @@ def test_the_page_translates_in_a_real_browser(served, tmp_path) -> None:
         page.screenshot(path=str(shot), full_page=True)
         browser.close()
     assert shot.stat().st_size > 1000
+
+
+def test_the_benchmarks_in_process_reference_decodes_as_translate(copy_run) -> None:
+    """benchmarks/serve.py measures the server against decoding the same lines in-process, in the
+    server's random batches on its 2 threads: that reference must translate what `nmtk translate` does."""
+    pytest.importorskip("httptools")
+    tmp, _, _ = copy_run
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import serve as bench
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    import torch
+
+    lines = _test_lines(tmp, 12)
+    threads = torch.get_num_threads()
+    try:
+        rate, translations = bench.in_process(tmp / "run", lines, batch=4)
+    finally:
+        torch.set_num_threads(threads)  # it decodes on threads of one core each, as the server does
+    offline = run_nmtk("translate", "-m", str(tmp / "run"), stdin="\n".join(lines) + "\n")
+    assert rate > 0
+    assert translations == offline.stdout.splitlines()
