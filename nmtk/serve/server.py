@@ -102,16 +102,30 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
     return app, worker, reload
 
 
+def _load_default(load: LoadOptions) -> tuple[TranslatorBase, str]:
+    """What a reload serves: the run's default checkpoint (`RunDir.default_checkpoint`: its average,
+    best or newest; a ``--checkpoint`` given at start is not kept), loaded, and its path. The path is
+    chosen once and that file loaded, so that ``/models`` names what was loaded even when training
+    writes another checkpoint meanwhile."""
+    model = Path(load.model)
+    if model.is_file():  # -m RUN/checkpoint_N.pt: that file is the model
+        return load_translator(load), str(model)
+    from nmtk.rundir import RunDir
+
+    checkpoint = RunDir(model).default_checkpoint()[0]
+    return load_translator(replace(load, checkpoint=checkpoint)), str(checkpoint)
+
+
 def _reload(worker: Worker, info: ModelInfo, load: LoadOptions) -> None:
-    def loaded(translator: TranslatorBase) -> None:
+    def loaded(result: tuple[TranslatorBase, str]) -> None:
+        translator, info.checkpoint = result
         worker.reload(translator)
-        info.checkpoint = _checkpoint_of(Path(load.model), load)
         console.print(f"reloaded: {info.checkpoint}")
 
     def failed(exc: BaseException) -> None:
         console.print(f"[red]reload failed, serving the previous model:[/red] {exc}")
 
-    background(lambda: load_translator(replace(load, checkpoint=None)), loaded, failed)
+    background(lambda: _load_default(load), loaded, failed)
 
 
 def _check_port(host: str, port: int) -> None:

@@ -176,8 +176,14 @@ def test_sigterm_finishes_the_requests_in_flight(copy_run) -> None:
 
 
 def test_sighup_reloads_without_failing_a_request(copy_run) -> None:
+    """Started on an older checkpoint, a reload serves the run's default one, and /models names it."""
+    from nmtk.rundir import RunDir
+
     tmp, _, _ = copy_run
-    server = Server(tmp / "run")
+    default = RunDir(tmp / "run").default_checkpoint()[0]
+    older = min((tmp / "run").glob("checkpoint_[0-9]*.pt"))
+    assert older != default
+    server = Server(tmp / "run", "--checkpoint", str(older))
     lines = _test_lines(tmp, 40)
     try:
         with ThreadPoolExecutor(4) as pool:
@@ -191,6 +197,7 @@ def test_sighup_reloads_without_failing_a_request(copy_run) -> None:
             time.sleep(0.2)
         assert server.get("/health")["reloads"] == 1
         assert server.post("/translate", {"q": lines[0]})[0] == 200
+        assert server.get("/models")[0]["checkpoint"] == str(default)
     finally:
         assert server.stop()[0] == 0
 
