@@ -108,12 +108,9 @@ def _load_default(load: LoadOptions) -> tuple[TranslatorBase, str]:
     chosen once and that file loaded, so that ``/models`` names what was loaded even when training
     writes another checkpoint meanwhile."""
     model = Path(load.model)
-    if model.is_file():  # -m RUN/checkpoint_N.pt: that file is the model
-        return load_translator(load), str(model)
-    from nmtk.rundir import RunDir
-
-    checkpoint = RunDir(model).default_checkpoint()[0]
-    return load_translator(replace(load, checkpoint=checkpoint)), str(checkpoint)
+    checkpoint = _checkpoint_of(model, replace(load, checkpoint=None))
+    # -m RUN/checkpoint_N.pt: that file is the model, and naming it again as --checkpoint is refused
+    return load_translator(replace(load, checkpoint=None if model.is_file() else Path(checkpoint))), checkpoint
 
 
 def _reload(worker: Worker, info: ModelInfo, load: LoadOptions) -> None:
