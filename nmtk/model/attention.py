@@ -37,6 +37,14 @@ def _cpu_math_kernel(q: Tensor) -> AbstractContextManager:
     return sdpa_kernel(SDPBackend.MATH) if q.device.type == "cpu" else nullcontext()
 
 
+def _plain_on_cpu(q: Tensor, dropout: float) -> bool:
+    """Decoding on a CPU (no gradient, no dropout) skips SDPA: its math kernel dispatches ~40 small
+    ops per call (q and k scaled apart, the mask turned into floats, checks for fully masked rows), a
+    fixed cost of every beam step. The plain ops (`attention_weights`, then V) agree to float rounding;
+    on the Multi30k model, 1 thread: ~3 % more sentences/s, test_2016_flickr's translations unchanged."""
+    return q.device.type == "cpu" and dropout == 0.0 and not torch.is_grad_enabled()
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
               dropout: float = 0.0) -> Tensor:
     """softmax(Q Kᵀ / √d_k) V over (B, heads, T, d_k) tensors; ``mask`` True where attention is allowed,
@@ -44,6 +52,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causa
     if causal and mask is not None:  # SDPA takes one or the other: fold the causal mask into ``mask``
         mask = mask & torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         causal = False
+    if _plain_on_cpu(q, dropout):
+        return attention_weights(q, k, mask, causal) @ v
     with _cpu_math_kernel(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 

@@ -227,8 +227,12 @@ class Transformer(nn.Module):
     # ------------------------------------------------------- incremental decoding
 
     def start_cache(self, encoded: Encoded) -> DecoderCache:
-        """Project the encoder output once per layer for encoder-decoder attention."""
-        layers = [LayerCache(*layer.cross_attn.project_memory(encoded.memory)) for layer in self.decoder]
+        """Project the encoder output once per layer for encoder-decoder attention.
+
+        Made contiguous here, once: the projection's head split is a strided view, which every step's
+        attention products would otherwise copy again (per layer, per step)."""
+        layers = [LayerCache(*(t.contiguous() for t in layer.cross_attn.project_memory(encoded.memory)))
+                  for layer in self.decoder]
         return DecoderCache(layers, encoded.mask)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:

@@ -144,14 +144,17 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("padded", [False, True])
-def test_attention_is_the_papers_formula(causal: bool, padded: bool) -> None:
+@pytest.mark.parametrize("grad", [True, False], ids=["sdpa", "inference"])
+def test_attention_is_the_papers_formula(causal: bool, padded: bool, grad: bool) -> None:
+    """Both paths: SDPA (training) and the plain ops decoding on a CPU takes (no gradient)."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 4, 7, 8) for _ in range(3))  # (batch, heads, positions, d_k)
     mask = None
     if padded:  # rows with 7, 5 and 2 real keys, as Transformer.source_mask builds them
         mask = (torch.arange(7)[None, :] < torch.tensor([7, 5, 2])[:, None])[:, None, None, :]
-    torch.testing.assert_close(attention(q, k, v, mask, causal), reference_attention(q, k, v, mask, causal),
-                               atol=1e-5, rtol=1e-5)
+    with torch.set_grad_enabled(grad):
+        got = attention(q, k, v, mask, causal)
+    torch.testing.assert_close(got, reference_attention(q, k, v, mask, causal), atol=1e-5, rtol=1e-5)
 
 
 def test_kept_attention_weights_are_per_thread() -> None:
