@@ -6,9 +6,10 @@ Scaled dot-product attention (§3.2.1, equation 1) is
 
 computed per head, with d_k = d_model / h; multi-head attention (§3.2.2) projects the input h times
 with W^Q_i, W^K_i, W^V_i, attends, concatenates the heads and projects with W^O. `attention` below
-hands equation 1 to PyTorch's fused `scaled_dot_product_attention` (SDPA); masked positions get
--∞ before the softmax. tests/unit/test_model.py checks it against a five-line transcription of the
-formula, with padding and causal masks.
+hands equation 1 to PyTorch's fused `scaled_dot_product_attention` (SDPA), or, decoding on a CPU,
+to the plain ops of `attention_weights`; masked positions get -∞ before the softmax.
+tests/unit/test_model.py checks both against a five-line transcription of the formula, with padding
+and causal masks.
 
 Projections are fused (one matmul for Q, K, V in self-attention; one for K, V in encoder-decoder
 attention): the same parameters as separate W^Q, W^K, W^V matrices, fewer kernel launches.
