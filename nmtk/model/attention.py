@@ -50,11 +50,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causa
               dropout: float = 0.0) -> Tensor:
     """softmax(Q Kᵀ / √d_k) V over (B, heads, T, d_k) tensors; ``mask`` True where attention is allowed,
     ``causal`` hides later keys (position i sees keys ≤ i); ``dropout`` on the attention weights."""
+    if _plain_on_cpu(q, dropout):
+        return attention_weights(q, k, mask, causal) @ v
     if causal and mask is not None:  # SDPA takes one or the other: fold the causal mask into ``mask``
         mask = mask & torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         causal = False
-    if _plain_on_cpu(q, dropout):
-        return attention_weights(q, k, mask, causal) @ v
     with _cpu_math_kernel(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 
