@@ -115,6 +115,7 @@ class Transformer(nn.Module):
         # The paper's projection has no bias; Marian's (opus-mt) has one, added after the tied matrix.
         self.output_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab)) if cfg.output_bias else None
         self._compiled: dict[str, list[Callable[..., Tensor]]] = {}  # see `compile_layers`
+        self._output_columns: tuple[tuple[int, int, torch.dtype], Tensor] | None = None  # see `project`
 
     def compile_layers(self, **options: object) -> None:
         """``torch.compile`` each encoder and decoder layer for training (teacher-forced passes).
@@ -165,8 +166,28 @@ class Transformer(nn.Module):
     # ------------------------------------------------------------------ decoder
 
     def project(self, h: Tensor) -> Tensor:
-        """Decoder states -> vocabulary logits (pre-softmax linear transformation, paper §3.4)."""
-        return F.linear(h, self.output_weight, self.output_bias)
+        """Decoder states -> vocabulary logits (pre-softmax linear transformation, paper §3.4).
+
+        Without autograd on a CPU (decoding, validation) the states are multiplied by a (d, V) copy of
+        the matrix: the CPU GEMM reads that layout faster than the (V, d) weight taken transposed,
+        most at the few rows of a decoding step (one thread, d 256, V 8,000: 0.60 against 0.84 ms at
+        4 rows, 6.6 against 7.3 ms at 128). The copy follows the weights (see `_columns`).
+        """
+        weight = self.output_weight
+        if h.device.type != "cpu" or torch.is_grad_enabled() or weight.is_inference():  # (no version to key on)
+            return F.linear(h, weight, self.output_bias)
+        flat, columns = h.reshape(-1, h.size(-1)), self._columns()
+        logits = flat @ columns if self.output_bias is None else torch.addmm(self.output_bias, flat, columns)
+        return logits.view(*h.shape[:-1], logits.size(-1))
+
+    def _columns(self) -> Tensor:
+        """`output_weight` as a contiguous (d, V) matrix, remade when the weight is replaced or changed
+        in place (an optimizer step, `load_state_dict`): its storage and version are the key."""
+        weight = self.output_weight
+        key = (weight.data_ptr(), weight._version, weight.dtype)
+        if self._output_columns is None or self._output_columns[0] != key:
+            self._output_columns = (key, weight.detach().t().contiguous())
+        return self._output_columns[1]
 
     def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
         """Decoder states (B, T, d) for whole target prefixes, causally masked."""

@@ -92,6 +92,37 @@ def test_incremental_decoding_equals_full_forward(share: str, norm: str) -> None
     torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize(("share", "bias"), [("all", False), ("none", True)])
+def test_decoding_projection_follows_the_weights(share: str, bias: bool) -> None:
+    """Without autograd on a CPU, `project` multiplies by its own (d, V) copy of the matrix: it must
+    equal the plain projection, and follow in-place updates (optimizer steps between validations, a
+    loaded state) and a replaced weight."""
+    model = tiny(share, output_bias=bias)
+    weight, h = model.output_weight, torch.randn(3, 4, 32)
+
+    def plain() -> torch.Tensor:
+        return torch.nn.functional.linear(h, model.output_weight, model.output_bias)
+
+    with torch.inference_mode():
+        torch.testing.assert_close(model.project(h), plain(), atol=1e-6, rtol=0)
+    with torch.no_grad():
+        weight.mul_(2.0)  # as an optimizer step does
+        torch.testing.assert_close(model.project(h), plain(), atol=1e-6, rtol=0)
+    other = tiny(share, output_bias=bias)
+    with torch.no_grad():
+        other.output_weight.normal_()
+    model.load_state_dict(other.state_dict())
+    with torch.inference_mode():
+        torch.testing.assert_close(model.project(h), plain(), atol=1e-6, rtol=0)
+    model.to(torch.float64)  # a replaced weight (new storage, new dtype)
+    h = h.double()
+    with torch.inference_mode():
+        torch.testing.assert_close(model.project(h), plain(), atol=1e-9, rtol=0)
+    with torch.enable_grad():  # training: autograd through the weight itself
+        model.project(h).sum().backward()
+    assert model.output_weight.grad is not None
+
+
 def test_cache_reorder_selects_rows() -> None:
     """Reordering the cache mid-sequence equals decoding the selected rows from the start."""
     model = tiny()
