@@ -176,14 +176,13 @@ class Transformer(nn.Module):
         weight = self.output_weight
         if h.device.type != "cpu" or torch.is_grad_enabled() or weight.is_inference():  # (no version to key on)
             return F.linear(h, weight, self.output_bias)
-        flat, columns = h.reshape(-1, h.size(-1)), self._columns()
+        flat, columns = h.reshape(-1, h.size(-1)), self._columns(weight)
         logits = flat @ columns if self.output_bias is None else torch.addmm(self.output_bias, flat, columns)
         return logits.view(*h.shape[:-1], logits.size(-1))
 
-    def _columns(self) -> Tensor:
-        """`output_weight` as a contiguous (d, V) matrix, remade when the weight is replaced or changed
-        in place (an optimizer step, `load_state_dict`): its storage and version are the key."""
-        weight = self.output_weight
+    def _columns(self, weight: Tensor) -> Tensor:
+        """``weight`` (`output_weight`) as a contiguous (d, V) matrix, remade when the weight is replaced
+        or changed in place (an optimizer step, `load_state_dict`): its storage and version are the key."""
         key = (weight.data_ptr(), weight._version, weight.dtype)
         if self._output_columns is None or self._output_columns[0] != key:
             self._output_columns = (key, weight.detach().t().contiguous())

@@ -14,6 +14,8 @@ import pytest
 import torch
 from helpers import synthetic_pairs, toy_data, toy_recipe
 
+from nmtk.rundir import numbered_checkpoints
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
@@ -69,8 +71,7 @@ def test_sigkill_then_resume_is_bitwise_identical(toy) -> None:
     proc.wait()
     # A resume starts from the newest numbered checkpoint. checkpoint_last.pt is re-linked just after
     # that file is renamed into place, so a kill between the two leaves the link one save behind.
-    last = max(int(p.stem.removeprefix("checkpoint_")) for p in (tmp / "killed").glob("checkpoint_*.pt")
-               if p.stem.removeprefix("checkpoint_").isdigit())
+    last = numbered_checkpoints(tmp / "killed", full_only=True)[-1][0]
     assert 12 <= last < n
     linked = torch.load(tmp / "killed" / "checkpoint_last.pt", weights_only=True)["state"]["update"]
     assert linked in (last, last - 4)
