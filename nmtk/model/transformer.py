@@ -171,14 +171,23 @@ class Transformer(nn.Module):
         Without autograd on a CPU (decoding, validation) the states are multiplied by a (d, V) copy of
         the matrix: the CPU GEMM reads that layout faster than the (V, d) weight taken transposed,
         most at the few rows of a decoding step (one thread, d 256, V 8,000: 0.60 against 0.84 ms at
-        4 rows, 6.6 against 7.3 ms at 128). The copy follows the weights (see `_columns`).
+        4 rows, 6.6 against 7.3 ms at 128). The copy follows the weights (see `_columns`), and is let go
+        as soon as the plain path is taken (a model moved to a GPU, training) or training mode is set.
         """
         weight = self.output_weight
         if h.device.type != "cpu" or torch.is_grad_enabled() or weight.is_inference():  # (no version to key on)
+            self._output_columns = None
             return F.linear(h, weight, self.output_bias)
         flat, columns = h.reshape(-1, h.size(-1)), self._columns(weight)
         logits = flat @ columns if self.output_bias is None else torch.addmm(self.output_bias, flat, columns)
         return logits.view(*h.shape[:-1], logits.size(-1))
+
+    def train(self, mode: bool = True) -> Transformer:
+        """`nn.Module.train`; entering training mode also frees `project`'s decoding copy of the output
+        matrix (the size of the embedding table), which the optimizer steps would make stale anyway."""
+        if mode:
+            self._output_columns = None
+        return super().train(mode)
 
     def _columns(self, weight: Tensor) -> Tensor:
         """``weight`` (`output_weight`) as a contiguous (d, V) matrix, remade when the weight is replaced

@@ -121,6 +121,12 @@ def test_decoding_projection_follows_the_weights(share: str, bias: bool) -> None
     with torch.enable_grad():  # training: autograd through the weight itself
         model.project(h).sum().backward()
     assert model.output_weight.grad is not None
+    assert model._output_columns is None  # the plain path lets the copy go (no stale matrix kept)
+    with torch.inference_mode():
+        model.project(h)
+    assert model._output_columns is not None
+    model.train()  # training mode frees it too: the optimizer steps would make it stale
+    assert model._output_columns is None
 
 
 def test_cache_reorder_selects_rows() -> None:
