@@ -4,10 +4,14 @@ and 64 concurrent clients, against offline `nmtk translate` on the same lines an
 For each engine (``torch``: the run directory; ``ct2``: its CTranslate2 export, made first) a server is
 started (2 threads, default batching), warmed up with 50 requests, then each client count sends the
 lines (1 client: the first ``--single`` lines only, for latency per line). Offline reference: `nmtk
-translate -m MODEL -i test -o out` in a fresh process, its load time subtracted (timed from its own
-output). Prints one JSON line: per engine and client count, sentences/s, latency p50/p95/p99 (ms),
-errors, batches per request, CPU ms per request of the server and of the clients (asyncio, one
-thread), the server's peak RSS; offline sentences/s and CPU ms per sentence; served/offline ratio at 64.
+translate -m MODEL -i test -o out` in a fresh process, less the time of a 1-line run (model loading)
+made just before it. The largest client count runs ``--repeat`` times (default 3), each run between
+two offline runs: the host's speed drifts by tens of percent within minutes, so each served run is
+divided by the mean of the offline runs around it, and the ratio reported is the median of those
+(each run's figures are in ``*_runs``). Prints one JSON line: per engine and client count,
+sentences/s, latency p50/p95/p99 (ms), errors, batches per request, CPU ms per request of the server
+and of the clients (asyncio, one thread), the server's peak RSS; offline sentences/s and CPU ms per
+sentence (medians); served/offline ratio at 64.
 
 Also per engine, ``in_process_sent_per_s``: the same lines decoded without a server, in random batches
 of (largest client count / 2) lines taken by the server's 2 threads from one queue, as 64 one-line
@@ -17,7 +21,7 @@ rate is measured against it (``served_vs_in_process``) as well as against offlin
 the whole file sorted by length.
 
 Needs a trained run (default: runs/multi30k-en-de, the `make demo` run).
-Usage: python benchmarks/serve.py [--run DIR] [--engines torch,ct2] [--clients 1,8,64] [--single 200]
+Usage: python benchmarks/serve.py [--run DIR] [--engines torch,ct2] [--clients 1,8,64] [--single 200] [--repeat 3]
        python benchmarks/serve.py --in-process MODEL --batch 32   (one in-process figure, as sent/s)
 """
 
@@ -29,6 +33,7 @@ import gzip
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import statistics
@@ -154,24 +159,26 @@ def _clients(base: str, lines: list[str], clients: int, peak: list[int], pid: in
                                                / len(lines), 3)}
 
 
-def _offline(model: Path, lines: list[str]) -> tuple[float, float]:
-    """Sentences/s of `nmtk translate` on ``lines`` and its CPU milliseconds per sentence, model loading
-    excluded (a run of 1 line is subtracted)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "in.en"
+class _Offline:
+    """`nmtk translate` on ``lines`` in a fresh process: sentences/s and CPU milliseconds per sentence,
+    model loading excluded (each run subtracts the time of a 1-line run made just before it)."""
 
-        def timed(text: list[str]) -> tuple[float, float]:
-            src.write_text("\n".join(text) + "\n")
-            before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-            subprocess.run([sys.executable, "-m", "nmtk", "translate", "-m", str(model), "-i", str(src), "-o",
-                            str(Path(tmp) / "out"), "--force", "--threads", "2"], check=True, capture_output=True,
-                           cwd=ROOT)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            return (time.perf_counter() - start,
-                    after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    def __init__(self, model: Path, lines: list[str]) -> None:
+        self.model, self.lines = model, lines
+        self.tmp = Path(tempfile.mkdtemp(prefix="nmtk-serve-bench-"))
 
-        (load, load_cpu), (full, full_cpu) = timed(lines[:1]), timed(lines)
-        return len(lines) / max(full - load, 1e-6), 1000 * (full_cpu - load_cpu) / len(lines)
+    def _timed(self, text: list[str]) -> tuple[float, float]:
+        src = self.tmp / "in.en"
+        src.write_text("\n".join(text) + "\n")
+        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        subprocess.run([sys.executable, "-m", "nmtk", "translate", "-m", str(self.model), "-i", str(src), "-o",
+                        str(self.tmp / "out"), "--force", "--threads", "2"], check=True, capture_output=True, cwd=ROOT)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.perf_counter() - start, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+    def run(self) -> tuple[float, float]:
+        (load, load_cpu), (full, full_cpu) = self._timed(self.lines[:1]), self._timed(self.lines)
+        return len(self.lines) / max(full - load, 1e-6), 1000 * (full_cpu - load_cpu) / len(self.lines)
 
 
 def in_process(model: Path, lines: list[str], batch: int, threads: int = 2) -> tuple[float, list[str]]:
@@ -218,11 +225,19 @@ def _in_process_child(model: Path, batch: int) -> float:
     return float(done.stdout.split()[-1])
 
 
-def bench_engine(model: Path, lines: list[str], client_counts: list[int], single: int, wait_ms: float) -> dict:
+def bench_engine(model: Path, lines: list[str], client_counts: list[int], single: int, wait_ms: float,
+                 repeat: int) -> dict:
+    """The rows of every client count; at the largest, ``repeat`` runs, each between two offline runs.
+
+    The host's speed drifts by tens of percent within minutes, so each served run is divided by the
+    mean of the offline runs just before and just after it (the server idles meanwhile), and the
+    ratio is the median of those."""
     port = _port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "nmtk", "serve", "-m", str(model), "--port", str(port),
                                "--threads", "2", "--max-wait-ms", str(wait_ms)], cwd=ROOT, stderr=subprocess.DEVNULL)
+    at_most = max(client_counts)
+    offline = _Offline(model, lines)
     try:
         for _ in range(600):
             try:
@@ -232,20 +247,31 @@ def bench_engine(model: Path, lines: list[str], client_counts: list[int], single
                 time.sleep(0.2)
         _send(port, lines[:50], 1)  # warm-up
         peak = [0]
-        rows = [_clients(base, lines[:single] if n == 1 else lines, n, peak, server.pid) for n in client_counts]
+        rows = [_clients(base, lines[:single] if n == 1 else lines, n, peak, server.pid)
+                for n in client_counts if n != at_most]
+        offline_runs = [offline.run()]
+        served_runs = []
+        for _ in range(repeat):
+            served_runs.append(_clients(base, lines, at_most, peak, server.pid))
+            offline_runs.append(offline.run())
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
-    offline, offline_cpu = _offline(model, lines)
-    at_most = max(client_counts)
+        shutil.rmtree(offline.tmp, ignore_errors=True)
+    rates = [r["sent_per_s"] for r in served_runs]
+    ratios = [rate / ((offline_runs[i][0] + offline_runs[i + 1][0]) / 2) for i, rate in enumerate(rates)]
+    median_run = sorted(served_runs, key=lambda r: r["sent_per_s"])[len(served_runs) // 2]
+    rows.append({**median_run, "sent_per_s_runs": rates})
     batched = _in_process_child(model, max(1, at_most // 2))
-    served = next(r["sent_per_s"] for r in rows if r["clients"] == at_most)
-    return {"rows": rows, "peak_rss_mib": round(peak[0] / 1024), "offline_sent_per_s": round(offline, 1),
-            "offline_cpu_ms_per_sentence": round(offline_cpu, 3),
-            f"served_vs_offline_at_{at_most}": round(served / offline, 3),
+    offline_rate = statistics.median(r[0] for r in offline_runs)
+    return {"rows": rows, "peak_rss_mib": round(peak[0] / 1024), "offline_sent_per_s": round(offline_rate, 1),
+            "offline_sent_per_s_runs": [round(r[0], 1) for r in offline_runs],
+            "offline_cpu_ms_per_sentence": round(statistics.median(r[1] for r in offline_runs), 3),
+            f"served_vs_offline_at_{at_most}": round(statistics.median(ratios), 3),
+            f"served_vs_offline_at_{at_most}_runs": [round(x, 3) for x in ratios],
             "in_process_sent_per_s": round(batched, 1), "in_process_batch": max(1, at_most // 2),
-            f"served_vs_in_process_at_{at_most}": round(served / batched, 3),
-            "in_process_vs_offline": round(batched / offline, 3)}
+            f"served_vs_in_process_at_{at_most}": round(median_run["sent_per_s"] / batched, 3),
+            "in_process_vs_offline": round(batched / offline_rate, 3)}
 
 
 def main() -> None:
@@ -255,14 +281,18 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--single", type=int, default=200, help="lines sent by the single client")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
+    parser.add_argument("--repeat", type=int, default=3, help="served runs at the largest client count")
     parser.add_argument("--in-process", type=Path, metavar="MODEL", help="print `in_process`'s figure for MODEL")
     parser.add_argument("--batch", type=int, default=32, help="with --in-process: lines per batch")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     lines = _lines()
     if args.in_process:
         print(f"{in_process(args.in_process, lines, args.batch)[0]:.1f}")
         return
-    result: dict = {"benchmark": "serve", "run": str(args.run), "lines": len(lines), "max_wait_ms": args.max_wait_ms}
+    result: dict = {"benchmark": "serve", "run": str(args.run), "lines": len(lines), "max_wait_ms": args.max_wait_ms,
+                    "repeat": args.repeat}
     for engine in args.engines.split(","):
         model = args.run
         if engine == "ct2":
@@ -270,7 +300,7 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "nmtk", "export", str(args.run), "-o", str(model)], check=True,
                            capture_output=True, cwd=ROOT)
         result[engine] = bench_engine(model, lines, [int(c) for c in args.clients.split(",")], args.single,
-                                      args.max_wait_ms)
+                                      args.max_wait_ms, args.repeat)
     print(json.dumps(result))
 
 
