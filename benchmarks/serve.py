@@ -33,7 +33,6 @@ import gzip
 import json
 import os
 import resource
-import shutil
 import signal
 import socket
 import statistics
@@ -159,26 +158,24 @@ def _clients(base: str, lines: list[str], clients: int, peak: list[int], pid: in
                                                / len(lines), 3)}
 
 
-class _Offline:
-    """`nmtk translate` on ``lines`` in a fresh process: sentences/s and CPU milliseconds per sentence,
-    model loading excluded (each run subtracts the time of a 1-line run made just before it)."""
+def _offline(model: Path, lines: list[str]) -> tuple[float, float]:
+    """Sentences/s of `nmtk translate` on ``lines`` and its CPU milliseconds per sentence, model loading
+    excluded (a run of 1 line is subtracted)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "in.en"
 
-    def __init__(self, model: Path, lines: list[str]) -> None:
-        self.model, self.lines = model, lines
-        self.tmp = Path(tempfile.mkdtemp(prefix="nmtk-serve-bench-"))
+        def timed(text: list[str]) -> tuple[float, float]:
+            src.write_text("\n".join(text) + "\n")
+            before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+            subprocess.run([sys.executable, "-m", "nmtk", "translate", "-m", str(model), "-i", str(src), "-o",
+                            str(Path(tmp) / "out"), "--force", "--threads", "2"], check=True, capture_output=True,
+                           cwd=ROOT)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return (time.perf_counter() - start,
+                    after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
 
-    def _timed(self, text: list[str]) -> tuple[float, float]:
-        src = self.tmp / "in.en"
-        src.write_text("\n".join(text) + "\n")
-        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-        subprocess.run([sys.executable, "-m", "nmtk", "translate", "-m", str(self.model), "-i", str(src), "-o",
-                        str(self.tmp / "out"), "--force", "--threads", "2"], check=True, capture_output=True, cwd=ROOT)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return time.perf_counter() - start, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-
-    def run(self) -> tuple[float, float]:
-        (load, load_cpu), (full, full_cpu) = self._timed(self.lines[:1]), self._timed(self.lines)
-        return len(self.lines) / max(full - load, 1e-6), 1000 * (full_cpu - load_cpu) / len(self.lines)
+        (load, load_cpu), (full, full_cpu) = timed(lines[:1]), timed(lines)
+        return len(lines) / max(full - load, 1e-6), 1000 * (full_cpu - load_cpu) / len(lines)
 
 
 def in_process(model: Path, lines: list[str], batch: int, threads: int = 2) -> tuple[float, list[str]]:
@@ -237,7 +234,6 @@ def bench_engine(model: Path, lines: list[str], client_counts: list[int], single
     server = subprocess.Popen([sys.executable, "-m", "nmtk", "serve", "-m", str(model), "--port", str(port),
                                "--threads", "2", "--max-wait-ms", str(wait_ms)], cwd=ROOT, stderr=subprocess.DEVNULL)
     at_most = max(client_counts)
-    offline = _Offline(model, lines)
     try:
         for _ in range(600):
             try:
@@ -249,15 +245,14 @@ def bench_engine(model: Path, lines: list[str], client_counts: list[int], single
         peak = [0]
         rows = [_clients(base, lines[:single] if n == 1 else lines, n, peak, server.pid)
                 for n in client_counts if n != at_most]
-        offline_runs = [offline.run()]
+        offline_runs = [_offline(model, lines)]
         served_runs = []
         for _ in range(repeat):
             served_runs.append(_clients(base, lines, at_most, peak, server.pid))
-            offline_runs.append(offline.run())
+            offline_runs.append(_offline(model, lines))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
-        shutil.rmtree(offline.tmp, ignore_errors=True)
     rates = [r["sent_per_s"] for r in served_runs]
     ratios = [rate / ((offline_runs[i][0] + offline_runs[i + 1][0]) / 2) for i, rate in enumerate(rates)]
     median_run = sorted(served_runs, key=lambda r: r["sent_per_s"])[len(served_runs) // 2]
