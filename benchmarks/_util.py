@@ -27,17 +27,28 @@ def data_root() -> Path:
     return Path(os.environ.get("NMTK_DATA", ROOT.parent / "shared" / "data"))
 
 
-def _tree_rss_kib(pid: int) -> int:
-    """Resident memory of a process and all its descendants, in KiB (Linux /proc)."""
-    total, stack = 0, [pid]
+def tree_pids(pid: int) -> list[int]:
+    """A process and all its descendants (Linux /proc); those that ended meanwhile are left out."""
+    found, stack = [], [pid]
     while stack:
         p = stack.pop()
         try:
-            with open(f"/proc/{p}/status") as handle:
-                total += next((int(line.split()[1]) for line in handle if line.startswith("VmRSS:")), 0)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as handle:
                     stack.extend(int(c) for c in handle.read().split())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        found.append(p)
+    return found
+
+
+def _tree_rss_kib(pid: int) -> int:
+    """Resident memory of a process and all its descendants, in KiB (Linux /proc)."""
+    total = 0
+    for p in tree_pids(pid):
+        try:
+            with open(f"/proc/{p}/status") as handle:
+                total += next((int(line.split()[1]) for line in handle if line.startswith("VmRSS:")), 0)
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
     return total

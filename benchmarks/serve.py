@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httptools
-from _util import ROOT, _tree_rss_kib, data_root
+from _util import ROOT, _tree_rss_kib, data_root, tree_pids
 
 
 def _lines() -> list[str]:
@@ -125,10 +125,17 @@ def _health(base: str) -> dict:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a running process, all its threads (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a running process and its descendants (the decoding processes), all
+    their threads (Linux /proc)."""
+    total = 0
+    for p in tree_pids(pid):
+        try:
+            with open(f"/proc/{p}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _clients(base: str, lines: list[str], clients: int, peak: list[int], pid: int) -> dict:

@@ -305,7 +305,8 @@ def serve(
     max_lines: Annotated[int, typer.Option(min=1, help="Lines per request.")] = 200,
     max_queue: Annotated[int, typer.Option(min=1, help="Requests waiting; more are answered 503.")] = 1000,
     workers: Annotated[int | None, typer.Option(min=1, help="Batches decoded side by side, the threads shared "
-                                                "among them (default: 2 on a CPU, 1 on a GPU).")] = None,
+                                                "among them; a run's on a CPU each in a process of its own "
+                                                "(default: 2 on a CPU, 1 on a GPU).")] = None,
     api_key: Annotated[str | None, typer.Option(help="Require 'Authorization: Bearer KEY' (default: "
                                                 "$NMTK_API_KEY; unset: no key).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,

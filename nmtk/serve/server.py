@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from nmtk.console import console
@@ -91,38 +92,56 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
     threads = o.load.threads or len(os.sched_getaffinity(0))
     workers = o.workers or (1 if on_gpu or threads < 2 else 2)
     load = replace(o.load, model=path, align=not export, threads=max(1, threads // workers), searches=workers)
+    checkpoint = _checkpoint_of(path, o.load)
     translator = load_translator(load)
     budget = o.max_tokens or translator.search.budget("cuda" if on_gpu else "cpu")
+    processes = None if export or on_gpu or workers == 1 else _child_loader(_pinned(load, checkpoint))
     worker = Worker(translator, max_tokens=budget, max_wait_ms=o.max_wait_ms, max_queue=o.max_queue,
-                    workers=workers)
-    info = _info(path, translator, _checkpoint_of(path, o.load))
+                    workers=workers, processes=processes)
+    info = _info(path, translator, checkpoint)
     reload = None if export else (lambda: _reload(worker, info, load))
     app = create_app(worker, info, o.limits, api_key=o.api_key or os.environ.get(API_KEY_ENV) or None, reload=reload)
     worker.start()
     return app, worker, reload
 
 
-def _load_default(load: LoadOptions) -> tuple[TranslatorBase, str]:
+def _pinned(load: LoadOptions, checkpoint: str) -> LoadOptions:
+    """``load`` naming ``checkpoint``, so that every process loads that file even when training writes
+    another meanwhile (-m RUN/checkpoint_N.pt: that file is the model already, and naming it again as
+    --checkpoint is refused; an export has none)."""
+    if not checkpoint or Path(load.model).is_file():
+        return load
+    return replace(load, checkpoint=Path(checkpoint))
+
+
+def _child_loader(load: LoadOptions) -> partial[TranslatorBase]:
+    """How a decoding process loads its translator: one search, on its share of the threads."""
+    return partial(load_translator, replace(load, searches=1))
+
+
+def _load_default(load: LoadOptions) -> tuple[TranslatorBase, LoadOptions, str]:
     """What a reload serves: the run's default checkpoint (`RunDir.default_checkpoint`: its average,
-    best or newest; a ``--checkpoint`` given at start is not kept), loaded, and its path. The path is
-    chosen once and that file loaded, so that ``/models`` names what was loaded even when training
-    writes another checkpoint meanwhile."""
-    model = Path(load.model)
-    checkpoint = _checkpoint_of(model, replace(load, checkpoint=None))
-    # -m RUN/checkpoint_N.pt: that file is the model, and naming it again as --checkpoint is refused
-    return load_translator(replace(load, checkpoint=None if model.is_file() else Path(checkpoint))), checkpoint
+    best or newest; a ``--checkpoint`` given at start is not kept), loaded, the options naming it, and
+    its path. The path is chosen once and that file loaded, so that ``/models`` names what was loaded."""
+    checkpoint = _checkpoint_of(Path(load.model), replace(load, checkpoint=None))
+    load = _pinned(replace(load, checkpoint=None), checkpoint)
+    return load_translator(load), load, checkpoint
 
 
 def _reload(worker: Worker, info: ModelInfo, load: LoadOptions) -> None:
-    def loaded(result: tuple[TranslatorBase, str]) -> None:
-        translator, info.checkpoint = result
-        worker.reload(translator)
+    def swap() -> str:
+        translator, pinned, checkpoint = _load_default(load)
+        worker.reload(translator, _child_loader(pinned))  # with processes, once the new children are loaded
+        return checkpoint
+
+    def loaded(checkpoint: str) -> None:
+        info.checkpoint = checkpoint
         console.print(f"reloaded: {info.checkpoint}")
 
     def failed(exc: BaseException) -> None:
         console.print(f"[red]reload failed, serving the previous model:[/red] {exc}")
 
-    background(lambda: _load_default(load), loaded, failed)
+    background(swap, loaded, failed)
 
 
 def _check_port(host: str, port: int) -> None:

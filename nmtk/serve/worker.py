@@ -13,6 +13,9 @@ long as its longest sentence, its last steps on a few rows. With two searches at
 cores while the other finishes its stragglers; measured on 2 cores (test_2016_flickr, beam 4, batches
 of 64 random lines), 2 searches × 1 thread translated 74 sentences/s where 1 search × 2 threads did 54.
 
+With ``processes`` (the torch engine on a CPU), each thread hands its batches to a child process of
+its own (`nmtk.serve.process`): two searches in one interpreter take turns at its lock.
+
 A job whose lines make the decoder fail is retried alone, so the failure is its own: the others of its
 batch still get their translations. `reload` swaps in a new translator between two batches.
 """
@@ -28,8 +31,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis
+from nmtk.serve.process import Loader, SearchProcess
 
 
 class QueueFull(Exception):
@@ -67,8 +72,13 @@ class Worker:
     """The decoding threads and their queue."""
 
     def __init__(self, translator: TranslatorBase, *, max_tokens: int, max_wait_ms: float, max_queue: int,
-                 workers: int = 1) -> None:
+                 workers: int = 1, processes: Loader | None = None) -> None:
         self.translator = translator
+        # With ``processes`` (how a child loads the translator): each thread's child; a reload's new children
+        # wait in _fresh until their thread takes them, between two batches.
+        self.processes = processes
+        self._children: list[SearchProcess | None] = [None] * workers
+        self._fresh: list[SearchProcess | None] = [None] * workers
         self.max_tokens = max_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
@@ -81,11 +91,13 @@ class Worker:
         # The torch translator is loaded with alignments on; each search switches them on its own copy,
         # and a reloaded translator (same options) has the same layer.
         self.align_layer = getattr(translator, "align_layer", None)
-        self._threads = [threading.Thread(target=self._run, name=f"nmtk-decoder-{i}", daemon=True)
+        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"nmtk-decoder-{i}", daemon=True)
                          for i in range(workers)]
         self._stopping = False
 
     def start(self) -> None:
+        if self.processes is not None:
+            self._children = _started(self.processes, len(self._threads))
         for thread in self._threads:
             thread.start()
 
@@ -110,9 +122,21 @@ class Worker:
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for child in self._fresh:
+            if child is not None:
+                child.close()
 
-    def reload(self, translator: TranslatorBase) -> None:
-        """Use ``translator`` from the next batch on (batches being decoded finish with the old one)."""
+    def reload(self, translator: TranslatorBase, processes: Loader | None = None) -> None:
+        """Use ``translator`` from the next batch on (batches being decoded finish with the old one).
+        With processes, ``processes`` loads the new model in new children first (on the caller's thread:
+        a reload's), then each decoding thread swaps its child between two batches."""
+        if self.processes is not None and processes is not None:
+            fresh = _started(processes, len(self._threads))
+            with self._counting:
+                old, self._fresh, self.processes = self._fresh, fresh, processes
+            for child in old:  # a reload before the previous one was taken up
+                if child is not None:
+                    child.close()
         self.translator = translator
         with self._counting:
             self.stats.reloads += 1
@@ -194,10 +218,18 @@ class Worker:
         self._left = []
         return jobs
 
-    def _run(self) -> None:
+    def _run(self, index: int) -> None:
+        try:
+            self._loop(index)
+        finally:
+            if self._children[index] is not None:
+                self._children[index].close()
+
+    def _loop(self, index: int) -> None:
         stop, last = False, 0
         while True:
             taken = self._take(last)
+            self._swap(index)
             if taken is None:  # nothing for 0.1 s: no client is waiting to send again
                 if stop or self._stopping and self.queue.empty() and not self._left:
                     return
@@ -209,13 +241,21 @@ class Worker:
             for job in jobs:
                 groups.setdefault(job.key, []).append(job)
             for key, group in groups.items():
-                self._decode(key, group)
+                self._decode(key, group, index)
 
-    def _decode(self, key: SearchKey, jobs: list[Job]) -> None:
+    def _swap(self, index: int) -> None:
+        """Take this thread's child loaded by a reload, if there is one, and end the old one."""
+        with self._counting:
+            fresh, self._fresh[index] = self._fresh[index], None
+        if fresh is not None:
+            old, self._children[index] = self._children[index], fresh
+            old.close()
+
+    def _decode(self, key: SearchKey, jobs: list[Job], index: int) -> None:
         translator = self.translator
         try:
             results = self._hypotheses(translator, key, [line for job in jobs for line in job.lines],
-                                       [x for job in jobs for x in job.ids])
+                                       [x for job in jobs for x in job.ids], index)
         except Exception as exc:  # noqa: BLE001 - one bad request must not fail its neighbours
             if len(jobs) == 1:
                 with self._counting:
@@ -223,7 +263,7 @@ class Worker:
                 jobs[0].future.set_exception(exc)
                 return
             for job in jobs:  # find the job that fails: each alone
-                self._decode(key, [job])
+                self._decode(key, [job], index)
             return
         start = 0
         for job in jobs:
@@ -231,16 +271,56 @@ class Worker:
             start += len(job.lines)
 
     def _hypotheses(self, translator: TranslatorBase, key: SearchKey, lines: list[str],
-                    ids: list[list[int] | None]) -> list[list[Hypothesis]]:
-        """One search, on a copy of the translator with this batch's options: the model and the text
-        pipelines are shared, the options are this thread's own."""
+                    ids: list[list[int] | None], index: int) -> list[list[Hypothesis]]:
+        """One search: in this thread's child process, else here. A child that ended (killed from
+        outside, out of memory) is replaced and the batch sent again; when the new one ends on it too,
+        the batch fails, and `_decode`'s jobs retried alone find the line that ends it."""
         with self._counting:
             self.stats.batches += 1
-        view = copy.copy(translator)
-        view.search = replace(translator.search, beam=key.beam, nbest=key.nbest)
-        if hasattr(view, "align_layer"):
-            view.align_layer = self.align_layer if key.alignment else None
-        return view.hypotheses(lines, ids=ids)
+        child = self._children[index]
+        if child is None:
+            return search(translator, key, self.align_layer, lines, ids)
+        try:
+            return child.hypotheses(key, lines, ids)
+        except Exception as exc:
+            if child.alive():
+                raise
+            child = self._restart(index, exc)
+        try:
+            return child.hypotheses(key, lines, ids)
+        except Exception as exc:
+            if not child.alive():  # it ended twice on this batch: one of its lines ends it
+                self._restart(index, exc)
+            raise
+
+    def _restart(self, index: int, why: Exception) -> SearchProcess:
+        child = self._children[index]
+        console.print(f"[yellow]warning:[/yellow] {why}; starting another")
+        child.close()
+        self._children[index] = SearchProcess(child.load).ready()
+        return self._children[index]
+
+
+def search(translator: TranslatorBase, key: SearchKey, align_layer: int | None, lines: list[str],
+           ids: list[list[int] | None]) -> list[list[Hypothesis]]:
+    """One search, on a copy of the translator with this batch's options: the model and the text
+    pipelines are shared, the options are this thread's own."""
+    view = copy.copy(translator)
+    view.search = replace(translator.search, beam=key.beam, nbest=key.nbest)
+    if hasattr(view, "align_layer"):
+        view.align_layer = align_layer if key.alignment else None
+    return view.hypotheses(lines, ids=ids)
+
+
+def _started(load: Loader, count: int) -> list[SearchProcess | None]:
+    """``count`` children loading side by side; returned once every one is ready."""
+    children = [SearchProcess(load) for _ in range(count)]
+    try:
+        return [child.ready() for child in children]
+    except BaseException:
+        for child in children:
+            child.close()
+        raise
 
 
 def background(call: Callable[[], Any], done: Callable[[Any], None], failed: Callable[[BaseException], None]) -> None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
 import pytest
 
 from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.errors import NmtkError
 from nmtk.serve.worker import SearchKey, Worker
+
+KEY = SearchKey(beam=4, nbest=1, alignment=False)
 
 
 class RecordingTranslator:
@@ -97,3 +102,60 @@ def test_a_single_client_is_not_held_back() -> None:
         waits.append(time.monotonic() - start)
     worker.stop(timeout=10)
     assert max(waits) < 0.2, waits  # a held line would wait 20 × 20 ms = 0.4 s
+
+
+class FailingTranslator(RecordingTranslator):
+    """Fails a batch that holds the line "boom"; ends its whole process on the line "die"."""
+
+    def hypotheses(self, lines: list[str], ids: list[list[int] | None]) -> list[list[Hypothesis]]:
+        if "boom" in lines:
+            raise ValueError("boom: no translation")
+        if "die" in lines:
+            os._exit(3)
+        return super().hypotheses(lines, ids)
+
+
+def failing_translator() -> FailingTranslator:
+    """What a decoding process loads (module-level, so that it pickles by name)."""
+    return FailingTranslator(seconds=0.0)
+
+
+def _tokens(future) -> list[int]:  # noqa: ANN001 - a job's future
+    return future.result(timeout=60)[0][0][0].tokens
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_a_line_that_fails_in_the_search_fails_its_request_only(processes: bool) -> None:
+    """The three jobs are one batch; the search fails on it, and each job is retried alone: the
+    failing one gets the search's own exception (through the pipe, from a process), the others
+    their lines, and the worker goes on serving."""
+    worker = Worker(failing_translator(), max_tokens=100_000, max_wait_ms=200, max_queue=100, workers=1,
+                    processes=failing_translator if processes else None)
+    worker.start()
+    futures = {line: worker.submit([line], KEY) for line in ["a b", "boom", "c d e"]}
+    assert _tokens(futures["a b"]) == [0, 1] and _tokens(futures["c d e"]) == [0, 1, 2]
+    with pytest.raises(ValueError, match="boom: no translation"):
+        futures["boom"].result(timeout=60)
+    assert _tokens(worker.submit(["x"], KEY)) == [0]
+    worker.stop(timeout=60)
+    assert worker.stats.failed == 1 and worker.stats.batches == 5  # the batch, each job alone, then "x"
+
+
+def test_a_decoding_process_that_ends_is_replaced_without_failing_a_request() -> None:
+    """Killed from outside, a child is replaced and its batch sent again; a line that ends its child
+    fails its own request only, and a live child serves the next."""
+    worker = Worker(failing_translator(), max_tokens=100_000, max_wait_ms=200, max_queue=100, workers=1,
+                    processes=failing_translator)
+    worker.start()
+    killed = worker._children[0].process
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.join(10)
+    assert _tokens(worker.submit(["a b"], KEY)) == [0, 1]
+    futures = {line: worker.submit([line], KEY) for line in ["a b", "die", "c d e"]}
+    assert _tokens(futures["a b"]) == [0, 1] and _tokens(futures["c d e"]) == [0, 1, 2]
+    with pytest.raises(NmtkError, match=r"the decoding process ended \(exit code 3\)"):
+        futures["die"].result(timeout=60)
+    live = worker._children[0]
+    assert live.alive() and live.process is not killed
+    worker.stop(timeout=60)
+    assert not live.process.is_alive()  # stop ends the children
