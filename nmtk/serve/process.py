@@ -88,12 +88,14 @@ def _child(pipe: Connection, load: Loader) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    console.quiet = True  # the server has reported what it loaded
+    console.quiet = True  # the server has reported what it loaded; a search's warnings are shown
     try:
         translator = load()
     except Exception as exc:  # noqa: BLE001 - reported to the server, which refuses to start
         _send(pipe, True, exc)
         return
+    finally:
+        console.quiet = False
     _send(pipe, False, None)
     align_layer = getattr(translator, "align_layer", None)
     while True:
@@ -107,16 +109,23 @@ def _child(pipe: Connection, load: Loader) -> None:
         try:
             result = search(translator, key, align_layer, lines, ids)
         except Exception as exc:  # noqa: BLE001 - fails this batch only; the worker retries its jobs alone
-            _send(pipe, True, exc)
+            sent = _send(pipe, True, exc)
         else:
-            _send(pipe, False, result)
+            sent = _send(pipe, False, result)
+        if not sent:
+            return
 
 
-def _send(pipe: Connection, failed: bool, value: Any) -> None:
-    """Send an answer; an exception that does not pickle goes as a RuntimeError with its text."""
+def _send(pipe: Connection, failed: bool, value: Any) -> bool:
+    """Send an answer; an exception that does not pickle goes as a RuntimeError with its text. False
+    when the server is gone (killed while this child searched): the child then ends quietly."""
     if failed:
         try:
             pickle.dumps(value)
         except Exception:  # noqa: BLE001
             value = RuntimeError(f"{type(value).__name__}: {value}")
-    pipe.send((failed, value))
+    try:
+        pipe.send((failed, value))
+    except OSError:
+        return False
+    return True

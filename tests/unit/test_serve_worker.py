@@ -104,12 +104,21 @@ def test_a_single_client_is_not_held_back() -> None:
     assert max(waits) < 0.2, waits  # a held line would wait 20 × 20 ms = 0.4 s
 
 
+class Unpicklable(Exception):
+    def __init__(self) -> None:
+        super().__init__("holds a lock")
+        self.lock = threading.Lock()
+
+
 class FailingTranslator(RecordingTranslator):
-    """Fails a batch that holds the line "boom"; ends its whole process on the line "die"."""
+    """Fails a batch that holds the line "boom" (or "odd", with an exception that does not pickle);
+    ends its whole process on the line "die"."""
 
     def hypotheses(self, lines: list[str], ids: list[list[int] | None]) -> list[list[Hypothesis]]:
         if "boom" in lines:
             raise ValueError("boom: no translation")
+        if "odd" in lines:
+            raise Unpicklable
         if "die" in lines:
             os._exit(3)
         return super().hypotheses(lines, ids)
@@ -126,19 +135,21 @@ def _tokens(future) -> list[int]:  # noqa: ANN001 - a job's future
 
 @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
 def test_a_line_that_fails_in_the_search_fails_its_request_only(processes: bool) -> None:
-    """The three jobs are one batch; the search fails on it, and each job is retried alone: the
+    """The four jobs are one batch; the search fails on it, and each job is retried alone: the
     failing one gets the search's own exception (through the pipe, from a process), the others
     their lines, and the worker goes on serving."""
     worker = Worker(failing_translator(), max_tokens=100_000, max_wait_ms=200, max_queue=100, workers=1,
                     processes=failing_translator if processes else None)
     worker.start()
-    futures = {line: worker.submit([line], KEY) for line in ["a b", "boom", "c d e"]}
+    futures = {line: worker.submit([line], KEY) for line in ["a b", "boom", "c d e", "odd"]}
     assert _tokens(futures["a b"]) == [0, 1] and _tokens(futures["c d e"]) == [0, 1, 2]
     with pytest.raises(ValueError, match="boom: no translation"):
         futures["boom"].result(timeout=60)
+    with pytest.raises(Unpicklable if not processes else RuntimeError, match="holds a lock"):
+        futures["odd"].result(timeout=60)  # from a process: a RuntimeError naming it
     assert _tokens(worker.submit(["x"], KEY)) == [0]
     worker.stop(timeout=60)
-    assert worker.stats.failed == 1 and worker.stats.batches == 5  # the batch, each job alone, then "x"
+    assert worker.stats.failed == 2 and worker.stats.batches == 6  # the batch, each job alone, then "x"
 
 
 def test_a_decoding_process_that_ends_is_replaced_without_failing_a_request() -> None:
