@@ -15,8 +15,9 @@ sentence (medians); served/offline ratio at 64.
 
 Also per engine, ``in_process_sent_per_s``: the same lines decoded without a server, in random batches
 of (largest client count / 2) lines taken by the server's 2 threads from one queue, as 64 one-line
-clients at most let the server batch them (the lines' order shuffled with a fixed seed). It is what
-batching the lines in flight allows with no HTTP and no thread ever waiting for clients: the served
+clients at most let the server batch them (the lines' order shuffled with a fixed seed); each thread
+searches in a decoding process of its own for a run, as the server does (`nmtk.serve.process`). It is
+what batching the lines in flight allows with no HTTP and no thread ever waiting for clients: the served
 rate is measured against it (``served_vs_in_process``) as well as against offline, whose batches are
 the whole file sorted by length.
 
@@ -187,15 +188,26 @@ def _offline(model: Path, lines: list[str]) -> tuple[float, float]:
 
 def in_process(model: Path, lines: list[str], batch: int, threads: int = 2) -> tuple[float, list[str]]:
     """Sentences/s of ``lines`` shuffled into batches of ``batch``, decoded by ``threads`` threads of one
-    core each taking the next batch from one queue: the server's decoding with requests already there.
-    Text in and out as the server does it (encoding, search, detokenizing); one warm-up batch first.
-    Also the translations, in input order."""
+    core each taking the next batch from one queue: the server's decoding with requests already there
+    (for a run, each thread's searches in a process of its own, as the server's). Text in and out as
+    the server does it (encoding, search, detokenizing); one warm-up batch per search first. Also the
+    translations, in input order."""
     import queue
     import random
+    from functools import partial
 
     from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.rundir import ExportDir
+    from nmtk.serve.process import SearchProcess
+    from nmtk.serve.worker import SearchKey, search
 
-    translator = load_translator(LoadOptions(model=model, threads=1, searches=threads))
+    load = LoadOptions(model=model, threads=1, searches=threads)
+    translator = load_translator(load)
+    key = SearchKey(beam=translator.search.beam, nbest=1, alignment=False)
+    children = [] if ExportDir(model).is_export() else [SearchProcess(partial(load_translator, load))
+                                                        for _ in range(threads)]
+    searches = ([child.ready().hypotheses for child in children]
+                or [lambda key, text, ids: search(translator, key, None, text, ids)] * threads)
     order = list(range(len(lines)))
     random.Random(1).shuffle(order)
     todo: queue.Queue[list[int]] = queue.Queue()
@@ -203,23 +215,29 @@ def in_process(model: Path, lines: list[str], batch: int, threads: int = 2) -> t
         todo.put(order[start : start + batch])
     out = [""] * len(lines)
 
-    def decode() -> None:
+    def decode(hypotheses) -> None:  # noqa: ANN001 - one search's (key, lines, ids) -> hypotheses
         while True:
             try:
                 chunk = todo.get_nowait()
             except queue.Empty:
                 return
-            for i, hyps in zip(chunk, translator.hypotheses([lines[i] for i in chunk]), strict=True):
+            text = [lines[i] for i in chunk]
+            for i, hyps in zip(chunk, hypotheses(key, text, translator.encode(text)), strict=True):
                 out[i] = translator.detokenize(hyps[0]) if hyps else ""
 
-    translator.hypotheses(lines[:batch])
-    workers = [threading.Thread(target=decode) for _ in range(threads)]
+    warm = lines[:batch]
+    for hypotheses in searches:
+        hypotheses(key, warm, translator.encode(warm))
+    workers = [threading.Thread(target=decode, args=(hypotheses,)) for hypotheses in searches]
     start = time.perf_counter()
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    return len(lines) / (time.perf_counter() - start), out
+    rate = len(lines) / (time.perf_counter() - start)
+    for child in children:
+        child.close()
+    return rate, out
 
 
 def _in_process_child(model: Path, batch: int) -> float:
