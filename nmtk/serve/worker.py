@@ -74,8 +74,8 @@ class Worker:
     def __init__(self, translator: TranslatorBase, *, max_tokens: int, max_wait_ms: float, max_queue: int,
                  workers: int = 1, processes: Loader | None = None) -> None:
         self.translator = translator
-        # With ``processes`` (how a child loads the translator): each thread's child; a reload's new children
-        # wait in _fresh until their thread takes them, between two batches.
+        # With ``processes`` (how the first children load the translator; each child keeps its loader for a
+        # restart): each thread's child; a reload's new children wait in _fresh until their thread takes them.
         self.processes = processes
         self._children: list[SearchProcess | None] = [None] * workers
         self._fresh: list[SearchProcess | None] = [None] * workers
@@ -133,7 +133,7 @@ class Worker:
         if self.processes is not None and processes is not None:
             fresh = _started(processes, len(self._threads))
             with self._counting:
-                old, self._fresh, self.processes = self._fresh, fresh, processes
+                old, self._fresh = self._fresh, fresh
             for child in old:  # a reload before the previous one was taken up
                 if child is not None:
                     child.close()
