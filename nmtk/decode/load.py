@@ -46,6 +46,7 @@ class LoadOptions:
 
     model: Path | None = None  # run directory or export; None: $NMTK_MODEL, else the newest run under runs/
     checkpoint: Path | None = None  # None: the run's default checkpoint (`RunDir.default_checkpoint`)
+    checkpoint_why: str = "asked for"  # said of ``checkpoint``: a server names the default it chose and pinned
     device: str | None = None  # cpu, cuda, cuda:N; None: CUDA when available
     threads: int | None = None  # per search
     searches: int = 1  # searches run side by side (the server's decoding threads): CTranslate2's inter_threads
@@ -103,7 +104,7 @@ def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
     manifest = run.manifest()
     recipe = run.recipe()
     search = o.search.resolve(recipe.decode)
-    checkpoint, why = (o.checkpoint, "asked for") if o.checkpoint else run.default_checkpoint()
+    checkpoint, why = (o.checkpoint, o.checkpoint_why) if o.checkpoint else run.default_checkpoint()
     console.print(f"checkpoint: {checkpoint} ({why})")
     device = pick_device(o.device)
     precision, why = resolve_precision(o.precision, device)

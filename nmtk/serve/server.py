@@ -72,16 +72,18 @@ def _on_gpu(device: str | None, export: bool) -> bool:
     return pick_device(device).type == "cuda"
 
 
-def _checkpoint_of(path: Path, o: LoadOptions) -> str:
+def _checkpoint_of(path: Path, o: LoadOptions) -> tuple[str, str]:
+    """The checkpoint ``o`` serves and why ("" for an export, which holds its own)."""
     if o.checkpoint:
-        return str(o.checkpoint)
+        return str(o.checkpoint), o.checkpoint_why
     if path.is_file():
-        return str(path)
+        return str(path), "asked for"
     if ExportDir(path).is_export():
-        return ""
+        return "", ""
     from nmtk.rundir import RunDir
 
-    return str(RunDir(path).default_checkpoint()[0])
+    checkpoint, why = RunDir(path).default_checkpoint()
+    return str(checkpoint), why
 
 
 def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fastapi imported lazily)
@@ -92,10 +94,13 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
     threads = o.load.threads or len(os.sched_getaffinity(0))
     workers = o.workers or (1 if on_gpu or threads < 2 else 2)
     load = replace(o.load, model=path, align=not export, threads=max(1, threads // workers), searches=workers)
-    checkpoint = _checkpoint_of(path, o.load)
+    # chosen once: the server's model, its decoding processes' and /models name one file, even when
+    # training writes a newer default checkpoint while they load
+    checkpoint, why = _checkpoint_of(path, o.load)
+    load = _pinned(load, checkpoint, why)
     translator = load_translator(load)
     budget = o.max_tokens or translator.search.budget("cuda" if on_gpu else "cpu")
-    processes = None if export or on_gpu or workers == 1 else _child_loader(_pinned(load, checkpoint))
+    processes = None if export or on_gpu or workers == 1 else _child_loader(load)
     worker = Worker(translator, max_tokens=budget, max_wait_ms=o.max_wait_ms, max_queue=o.max_queue,
                     workers=workers, processes=processes)
     info = _info(path, translator, checkpoint)
@@ -105,13 +110,13 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
     return app, worker, reload
 
 
-def _pinned(load: LoadOptions, checkpoint: str) -> LoadOptions:
+def _pinned(load: LoadOptions, checkpoint: str, why: str) -> LoadOptions:
     """``load`` naming ``checkpoint``, so that every process loads that file even when training writes
     another meanwhile (-m RUN/checkpoint_N.pt: that file is the model already, and naming it again as
-    --checkpoint is refused; an export has none)."""
+    --checkpoint is refused; an export has none). ``why`` is what the loader says of it."""
     if not checkpoint or Path(load.model).is_file():
         return load
-    return replace(load, checkpoint=Path(checkpoint))
+    return replace(load, checkpoint=Path(checkpoint), checkpoint_why=why)
 
 
 def _child_loader(load: LoadOptions) -> partial[TranslatorBase]:
@@ -123,8 +128,8 @@ def _load_default(load: LoadOptions) -> tuple[TranslatorBase, LoadOptions, str]:
     """What a reload serves: the run's default checkpoint (`RunDir.default_checkpoint`: its average,
     best or newest; a ``--checkpoint`` given at start is not kept), loaded, the options naming it, and
     its path. The path is chosen once and that file loaded, so that ``/models`` names what was loaded."""
-    checkpoint = _checkpoint_of(Path(load.model), replace(load, checkpoint=None))
-    load = _pinned(replace(load, checkpoint=None), checkpoint)
+    checkpoint, why = _checkpoint_of(Path(load.model), replace(load, checkpoint=None))
+    load = _pinned(replace(load, checkpoint=None), checkpoint, why)
     return load_translator(load), load, checkpoint
 
 

@@ -202,6 +202,37 @@ def test_sighup_reloads_without_failing_a_request(copy_run) -> None:
         assert server.stop()[0] == 0
 
 
+def test_the_default_checkpoint_is_chosen_once(copy_run, monkeypatch, capsys) -> None:
+    """Training may write a new default checkpoint while the server starts: the model served is the
+    file chosen first, /models names it, and the start-up line still says why it was chosen."""
+    import asyncio
+
+    from nmtk.decode import translator as translator_module
+    from nmtk.decode.load import LoadOptions
+    from nmtk.rundir import RunDir
+    from nmtk.serve.server import ServeOptions, build
+
+    tmp, _, _ = copy_run
+    run = tmp / "run"
+    default, why = RunDir(run).default_checkpoint()
+    older = min(run.glob("checkpoint_[0-9]*.pt"))
+    assert older != default
+    answers = iter([(older, "best validation BLEU")])  # the first answer; every later one: the new default
+    monkeypatch.setattr(RunDir, "default_checkpoint", lambda self: next(answers, (default, why)))
+    loaded: list[Path] = []
+    real = translator_module.load_model
+    monkeypatch.setattr(translator_module, "load_model",
+                        lambda path, *a, **k: loaded.append(path) or real(path, *a, **k))
+    app, worker, _ = build(ServeOptions(load=LoadOptions(model=run), workers=1))
+    try:
+        models = next(r for r in app.routes if getattr(r, "path", "") == "/models").endpoint
+        assert loaded == [older]
+        assert asyncio.run(models())[0]["checkpoint"] == str(older)
+        assert f"checkpoint: {older} (best validation BLEU)" in capsys.readouterr().err.replace("\n", "")
+    finally:
+        worker.stop(timeout=30)
+
+
 def test_an_export_is_served_by_ctranslate2(exported, copy_run) -> None:
     tmp, _, env = copy_run
     server = Server(exported)
