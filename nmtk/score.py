@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sacrebleu.metrics import BLEU, CHRF, TER
-from sacremoses import MosesTokenizer
 
 from nmtk.errors import NmtkError
 
@@ -32,6 +31,8 @@ def check_lengths(name: str, hyps: list[str], refs: dict[str, list[str]]) -> Non
 
 def paper_tokenize(lines: list[str], lang: str) -> list[str]:
     """Moses-tokenise and split hyphenated compounds as the paper-era WMT14 scripts did."""
+    from sacremoses import MosesTokenizer  # imported here: ~0.5 s that only this option needs
+
     moses = MosesTokenizer(lang=lang)
     out = []
     for line in lines:

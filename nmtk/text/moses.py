@@ -6,7 +6,11 @@ detokenisation lose spacing such as ``5,5 %`` or URLs), so each can be switched 
 
 from __future__ import annotations
 
-from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
 
 
 class Moses:
@@ -14,16 +18,33 @@ class Moses:
 
     With both off the text passes through untouched. ``aggressive_dash_splits`` turns ``a-b`` into
     ``a @-@ b`` (the paper-era en-de convention); the detokeniser joins it back. No XML escaping: the
-    subword models handle raw characters.
+    subword models handle raw characters. sacremoses is imported and its objects built on first use:
+    its import alone (~0.5 s, hundreds of regexes) would otherwise start every command of a recipe
+    without Moses.
     """
 
     def __init__(self, lang: str, tokenize: bool = True, normalize: bool = True,
                  aggressive_dash_splits: bool = True) -> None:
         self.lang, self.tokenize_, self.normalize = lang, tokenize, normalize
         self.aggressive_dash_splits = aggressive_dash_splits
-        self._tok = MosesTokenizer(lang=lang)
-        self._detok = MosesDetokenizer(lang=lang)
-        self._norm = MosesPunctNormalizer(lang=lang)
+
+    @cached_property
+    def _tok(self) -> MosesTokenizer:
+        from sacremoses import MosesTokenizer
+
+        return MosesTokenizer(lang=self.lang)
+
+    @cached_property
+    def _detok(self) -> MosesDetokenizer:
+        from sacremoses import MosesDetokenizer
+
+        return MosesDetokenizer(lang=self.lang)
+
+    @cached_property
+    def _norm(self) -> MosesPunctNormalizer:
+        from sacremoses import MosesPunctNormalizer
+
+        return MosesPunctNormalizer(lang=self.lang)
 
     def __repr__(self) -> str:
         return (f"Moses({self.lang!r}, tokenize={self.tokenize_}, normalize={self.normalize}, "

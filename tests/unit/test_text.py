@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,13 @@ def test_model_files_load_by_suffix(tmp_path: Path, model_type: str) -> None:
     loaded = load_subword_model(model)
     assert loaded.vocab_size == 60 and len(loaded.pieces()) == 60
     assert model.name == ("wordpiece.de.json" if model_type == "wordpiece" else "spm.de.model")
+
+
+def test_sacremoses_is_imported_only_when_a_side_uses_moses() -> None:
+    """Its import costs every command ~0.5 s: a recipe without Moses (the default) never pays it."""
+    code = ("import sys; from nmtk.text.moses import Moses; import nmtk.score, nmtk.decode.load, nmtk.train.run; "
+            "off = Moses('en', tokenize=False, normalize=False); assert off.tokenize('a, b') == 'a, b'; "
+            "assert off.detokenize('a , b') == 'a , b'; assert 'sacremoses' not in sys.modules; "
+            "assert Moses('en').tokenize('a, b') == 'a , b' and 'sacremoses' in sys.modules")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
