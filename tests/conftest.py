@@ -42,7 +42,8 @@ def multi30k_root() -> Path:
 
 @pytest.fixture(scope="session")
 def copy_run(tmp_path_factory: pytest.TempPathFactory):
-    """A small run trained by `nmtk train` to copy its input (700 updates, ~3 minutes on 2 cores), shared
+    """A small run trained by `nmtk train` to copy its input (700 updates, validated at 350 and 700, saved
+    every 100; ~30 s on 2 cores), shared
     by the tests that need a trained model: (folder, recipe, environment). Tests that change a run work
     on a copy of ``folder / "run"``."""
     from helpers import copy_pairs, toy_recipe, write_corpus
@@ -56,7 +57,7 @@ def copy_run(tmp_path_factory: pytest.TempPathFactory):
     env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
     result = run_nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "run"), "--threads",
                       "2", "--set", "train.max_updates=700", "--set", "train.validate_every_updates=350",
-                      "--set", "train.save_every_updates=350", "--set", "model.d_model=64", "--set", "model.d_ff=128",
+                      "--set", "train.save_every_updates=100", "--set", "model.d_model=64", "--set", "model.d_ff=128",
                       "--set", "batching.max_tokens=1024", "--set", "optim.lr=0.002",
                       "--set", "tokenizer.vocab_size=140", cwd=tmp, env=env)  # 140: one piece per word
     assert result.returncode == 0, result.stderr[-3000:]

@@ -99,7 +99,7 @@ def test_a_finished_run_says_so_and_trains_no_more(copy_run, tmp_path: Path) -> 
     args = ["train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(run), "--threads", "1",
             "--set", "model.d_model=64", "--set", "model.d_ff=128", "--set", "batching.max_tokens=1024",
             "--set", "optim.lr=0.002", "--set", "tokenizer.vocab_size=140", "--set", "train.validate_every_updates=350",
-            "--set", "train.save_every_updates=350"]
+            "--set", "train.save_every_updates=100"]
     before = snapshot(run)
     again = nmtk(*args, "--set", "train.max_updates=700", cwd=tmp, env=env)
     assert again.returncode == 0, again.stderr

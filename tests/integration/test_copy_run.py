@@ -1,8 +1,10 @@
-"""A small run trained (by `nmtk train`) to copy its input: attention pictures, word alignments,
-training curves, and deployment through CTranslate2, checked where the right answer is known."""
+"""A small run trained (by `nmtk train`) to copy its input: that it learned, averaging, attention
+pictures, word alignments, training curves, and deployment through CTranslate2, checked where the right
+answer is known."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import subprocess
@@ -20,6 +22,45 @@ pytestmark = pytest.mark.slow
 def nmtk(*args: str, cwd: Path, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nmtk", *args], input=stdin, capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)
+
+
+# ------------------------------------------------------------------------- learning, averaging
+
+
+def test_train_learned_then_average_and_translate(copy_run, tmp_path: Path) -> None:
+    """The loss more than halves and the last validation's BLEU is high; the last 5 numbered checkpoints
+    are kept (the recipe's keep_last); `nmtk average` writes the recipe's average, which translate then
+    uses (and refuses to write it again without --force); empty lines stay empty; n-best lists are sorted."""
+    tmp, _, env = copy_run
+    run = tmp_path / "run"
+    shutil.copytree(tmp / "run", run)
+    records = [json.loads(line) for line in (run / "train.jsonl").read_text().splitlines()]
+    train_losses = [r["loss"] for r in records if "validation" not in r]
+    assert train_losses[-1] < 0.5 * train_losses[0]
+    valid = [r for r in records if r.get("validation")]
+    assert len(valid) == 2 and valid[-1]["bleu"] > 15, valid
+    assert (run / "checkpoint_best.pt").exists()
+    kept = sorted(int(p.stem.split("_")[1]) for p in run.glob("checkpoint_[0-9]*.pt"))
+    assert kept == [350, 400, 500, 600, 700]  # saved every 100 updates and at each validation; the last 5 kept
+
+    avg = nmtk("average", str(run), "--last", "5", cwd=tmp, env=env)  # the recipe's average.last
+    assert avg.returncode == 0, avg.stderr
+    assert (run / "checkpoint_avg_last5.pt").exists()
+    again = nmtk("average", str(run), "--last", "5", cwd=tmp, env=env)
+    assert again.returncode == 1 and "--force" in again.stderr
+
+    sources = [a for a, _ in copy_pairs(5, seed=7)]
+    out = nmtk("translate", "-m", str(run), cwd=tmp, env=env, stdin=sources[0] + "\n\n" + "\n".join(sources[1:]) + "\n")
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.split("\n")
+    assert len(got) == 7 and got[1] == "" and got[-1] == ""
+    assert all(got[i] for i in (0, 2, 3, 4, 5))
+    assert "checkpoint_avg_last5.pt (the recipe's average of the last 5)" in out.stderr
+
+    nbest = nmtk("translate", "-m", str(run), "--nbest", "3", "--beam", "4", cwd=tmp, env=env, stdin=sources[0] + "\n")
+    rows = [line.split("\t") for line in nbest.stdout.splitlines()]
+    assert len(rows) == 3 and all(r[0] == "1" for r in rows) and len({r[2] for r in rows}) == 3
+    assert [float(r[1]) for r in rows] == sorted((float(r[1]) for r in rows), reverse=True)
 
 
 # ------------------------------------------------------------------------------------ attention

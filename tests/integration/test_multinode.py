@@ -22,6 +22,7 @@ from helpers import toy_data, toy_recipe
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 20  # NMTK_DIST_TIMEOUT for these tests: a lost node must end the job well within it
+FROZEN_TIMEOUT_S = 10  # the frozen node's test waits it out: shorter, but far above an update's collectives
 
 
 def free_port() -> int:
@@ -30,8 +31,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def toy(tmp_path: Path):
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory):
+    """Data prepared once for the module's tests, each of which trains into run directories of its own."""
+    tmp_path = tmp_path_factory.mktemp("multinode")
     root = toy_data(tmp_path / "root", n_train=600)
     recipe = toy_recipe(tmp_path, extra="log_every_updates = 5")
     env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1", "NMTK_DIST_TIMEOUT": str(TIMEOUT_S)}
@@ -116,11 +119,14 @@ def test_a_node_that_dies_or_freezes_ends_the_other_with_one_error_line(toy, fat
     once (its connections close). Freezes: node 1's worker is stopped (SIGSTOP) with its connections
     open, as a hung machine; the other gives up after NMTK_DIST_TIMEOUT seconds."""
     tmp, recipe, env, common = toy
+    timeout = TIMEOUT_S if fate == "dies" else FROZEN_TIMEOUT_S
+    env = {**env, "NMTK_DIST_TIMEOUT": str(timeout)}
     port = free_port()
-    procs = [node(tmp, recipe, env, common, "dying", rank, port, "--set", "train.max_updates=100000")
+    run = f"dying-{fate}"
+    procs = [node(tmp, recipe, env, common, run, rank, port, "--set", "train.max_updates=100000")
              for rank in (0, 1)]
     deadline = time.time() + 300
-    while not (tmp / "dying" / "checkpoint_5.pt").exists():
+    while not (tmp / run / "checkpoint_5.pt").exists():
         assert all(p.poll() is None for p in procs) and time.time() < deadline, "the job ended before the kill"
         time.sleep(0.05)
     victims = tree(procs[1].pid)
@@ -128,7 +134,7 @@ def test_a_node_that_dies_or_freezes_ends_the_other_with_one_error_line(toy, fat
         os.kill(pid, signal.SIGKILL if fate == "dies" else signal.SIGSTOP)
     struck = time.time()
     try:
-        _, err = procs[0].communicate(timeout=TIMEOUT_S + 60)
+        _, err = procs[0].communicate(timeout=timeout + 60)
         waited = time.time() - struck
     finally:
         for pid in victims:
@@ -137,7 +143,7 @@ def test_a_node_that_dies_or_freezes_ends_the_other_with_one_error_line(toy, fat
         procs[1].communicate()
     print(f"node 0 ended {waited:.1f} s after node 1 {fate == 'dies' and 'died' or 'froze'}")
     assert procs[0].returncode != 0
-    assert waited < (10 if fate == "dies" else TIMEOUT_S + 15), waited
+    assert waited < (10 if fate == "dies" else timeout + 15), waited
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "another process of this 2-process job stopped" in lines[0], err[-3000:]
-    assert (tmp / "dying" / "checkpoint_5.pt").is_file()  # what was written is kept
+    assert (tmp / run / "checkpoint_5.pt").is_file()  # what was written is kept

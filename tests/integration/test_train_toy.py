@@ -1,4 +1,5 @@
-"""`nmtk train` on a toy corpus: learning, exact resume after SIGKILL, SIGTERM, DDP, refusals, translate."""
+"""`nmtk train` on a toy corpus: exact resume after SIGKILL, SIGTERM, DDP, refusals, translate (that a run
+learns, and averaging: tests/integration/test_copy_run.py)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ def nmtk_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "nmtk", *args]
 
 
-@pytest.fixture
-def toy(tmp_path: Path):
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory):
+    """One corpus for the module (prepared by the first train): each test trains runs named its own."""
+    tmp_path = tmp_path_factory.mktemp("toy")
     root = toy_data(tmp_path / "root", n_train=600)
     recipe = toy_recipe(tmp_path, extra="log_every_updates = 5")
     env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
@@ -134,47 +137,6 @@ def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) ->
     assert "moved to" in restarted.stderr
     assert len(list(tmp.glob("run.old-*"))) == 1
     assert torch.load(tmp / "run" / "checkpoint_last.pt", weights_only=True)["state"]["update"] == 2
-
-
-def test_train_learns_then_average_and_translate(toy) -> None:
-    tmp, recipe, env = toy
-    train(tmp, recipe, env, "learn", "--set", "train.max_updates=600", "--set", "train.save_every_updates=100",
-          "--set", "train.validate_every_updates=300", "--set", "model.d_model=64", "--set", "model.d_ff=256",
-          "--set", "batching.max_tokens=1024")
-    lines = (tmp / "learn" / "train.jsonl").read_text().splitlines()
-    import json
-
-    records = [json.loads(line) for line in lines]
-    train_losses = [r["loss"] for r in records if "validation" not in r]
-    assert train_losses[-1] < 0.5 * train_losses[0]
-    valid = [r for r in records if r.get("validation")]
-    assert len(valid) == 2 and valid[-1]["bleu"] > 15, valid
-    assert (tmp / "learn" / "checkpoint_best.pt").exists()
-    assert len(list((tmp / "learn").glob("checkpoint_[0-9]*.pt"))) == 5  # keep_last
-
-    avg = subprocess.run(nmtk_cmd("average", str(tmp / "learn"), "--last", "5"), capture_output=True, text=True,
-                         env=env, cwd=tmp)  # the recipe's average.last: the average translate then uses
-    assert avg.returncode == 0, avg.stderr
-    assert (tmp / "learn" / "checkpoint_avg_last5.pt").exists()
-    again = subprocess.run(nmtk_cmd("average", str(tmp / "learn"), "--last", "5"), capture_output=True, text=True,
-                           env=env, cwd=tmp)
-    assert again.returncode == 1 and "--force" in again.stderr
-
-    sources = [a for a, _ in synthetic_pairs(5, seed=7)]
-    text = sources[0] + "\n\n" + "\n".join(sources[1:]) + "\n"
-    out = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "learn")), input=text, capture_output=True,
-                         text=True, env=env, cwd=tmp)
-    assert out.returncode == 0, out.stderr
-    got = out.stdout.split("\n")
-    assert len(got) == 7 and got[1] == "" and got[-1] == ""
-    assert all(got[i] for i in (0, 2, 3, 4, 5))
-    assert "checkpoint_avg_last5.pt (the recipe's average of the last 5)" in out.stderr
-
-    nbest = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "learn"), "--nbest", "3", "--beam", "4"),
-                           input=sources[0] + "\n", capture_output=True, text=True, env=env, cwd=tmp)
-    rows = [line.split("\t") for line in nbest.stdout.splitlines()]
-    assert len(rows) == 3 and all(r[0] == "1" for r in rows) and len({r[2] for r in rows}) == 3
-    assert [float(r[1]) for r in rows] == sorted((float(r[1]) for r in rows), reverse=True)
 
 
 def test_translate_errors_are_one_line(toy) -> None:
