@@ -115,8 +115,12 @@ def copy_batch(gen, batch: int = 64, min_len: int = 3, max_len: int = 10, vocab:
     return src, tgt
 
 
-def train_copy_model(steps: int = 800, vocab: int = 32, seed: int = 0, d_model: int = 64):
-    """A tiny Transformer trained to copy: the paper's schedule shape, Adam, no dropout."""
+def train_copy_models(steps: tuple[int, ...], vocab: int = 32, seed: int = 0, d_model: int = 64) -> dict:
+    """A tiny Transformer trained to copy (the paper's schedule shape, Adam, no dropout), after each of
+    ``steps`` updates, from one run (copies, in eval mode): the schedule does not depend on the total,
+    so each equals a run of that many updates alone."""
+    import copy
+
     import torch
     import torch.nn.functional as F
 
@@ -132,7 +136,8 @@ def train_copy_model(steps: int = 800, vocab: int = 32, seed: int = 0, d_model: 
     warmup, peak = 100, 3e-3
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: peak * warmup**0.5 * min((step + 1) ** -0.5, (step + 1) * warmup**-1.5))
-    for _ in range(steps):
+    models = {}
+    for step in range(1, max(steps) + 1):
         src, tgt = copy_batch(gen, vocab=vocab)
         logits = model(src, tgt[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID)
@@ -140,7 +145,9 @@ def train_copy_model(steps: int = 800, vocab: int = 32, seed: int = 0, d_model: 
         loss.backward()
         optimizer.step()
         schedule.step()
-    return model.eval()
+        if step in steps:
+            models[step] = copy.deepcopy(model).eval()
+    return models
 
 
 def toy_prepared(tmp: Path, *overrides: str) -> tuple[Any, Any, tuple[Any, Any]]:

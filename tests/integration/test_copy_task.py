@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from helpers import copy_batch, train_copy_model
+from helpers import copy_batch
 
 from nmtk.decode.beam import SearchConfig, greedy_search
 from nmtk.vocab import EOS_ID as EOS
@@ -13,8 +13,8 @@ from nmtk.vocab import PAD_ID as PAD
 VOCAB = 32
 
 
-def test_tiny_model_learns_to_copy() -> None:
-    model = train_copy_model(steps=800, vocab=VOCAB)
+def test_tiny_model_learns_to_copy(copy_models) -> None:
+    model = copy_models[800]  # vocabulary VOCAB
     src, tgt = copy_batch(torch.Generator().manual_seed(123), batch=100, vocab=VOCAB)
     with torch.no_grad():
         logits = model(src, tgt[:, :-1])

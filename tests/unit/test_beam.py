@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import copy_batch, train_copy_model
+from helpers import copy_batch
 
 from nmtk.decode.beam import Hypothesis, SearchConfig, beam_search, length_penalty
 from nmtk.decode.sampling import SamplingConfig, sample_search
@@ -45,9 +45,9 @@ class Uncached(Transformer):
 
 
 @pytest.fixture(scope="module")
-def model() -> Transformer:
+def model(copy_models) -> Transformer:
     # Trained briefly: good enough to make search decisions non-trivial, not perfect.
-    return train_copy_model(steps=250)
+    return copy_models[250]
 
 
 @pytest.fixture(scope="module")
