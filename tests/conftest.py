@@ -43,9 +43,8 @@ def multi30k_root() -> Path:
 @pytest.fixture(scope="session")
 def copy_run(tmp_path_factory: pytest.TempPathFactory):
     """A small run trained by `nmtk train` to copy its input (700 updates, validated at 350 and 700, saved
-    every 100; ~30 s on 2 cores), shared
-    by the tests that need a trained model: (folder, recipe, environment). Tests that change a run work
-    on a copy of ``folder / "run"``."""
+    every 100; ~30 s on 2 cores), shared by the tests that need a trained model: (folder, recipe,
+    environment). Tests that change a run work on a copy of ``folder / "run"``."""
     from helpers import copy_pairs, toy_recipe, write_corpus
 
     tmp = tmp_path_factory.mktemp("copy")

@@ -94,10 +94,7 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
     threads = o.load.threads or len(os.sched_getaffinity(0))
     workers = o.workers or (1 if on_gpu or threads < 2 else 2)
     load = replace(o.load, model=path, align=not export, threads=max(1, threads // workers), searches=workers)
-    # chosen once: the server's model, its decoding processes' and /models name one file, even when
-    # training writes a newer default checkpoint while they load
-    checkpoint, why = _checkpoint_of(path, o.load)
-    load = _pinned(load, checkpoint, why)
+    load, checkpoint = _pinned(load)
     translator = load_translator(load)
     budget = o.max_tokens or translator.search.budget("cuda" if on_gpu else "cpu")
     processes = None if export or on_gpu or workers == 1 else _child_loader(load)
@@ -110,13 +107,16 @@ def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fa
     return app, worker, reload
 
 
-def _pinned(load: LoadOptions, checkpoint: str, why: str) -> LoadOptions:
-    """``load`` naming ``checkpoint``, so that every process loads that file even when training writes
-    another meanwhile (-m RUN/checkpoint_N.pt: that file is the model already, and naming it again as
-    --checkpoint is refused; an export has none). ``why`` is what the loader says of it."""
+def _pinned(load: LoadOptions) -> tuple[LoadOptions, str]:
+    """``load`` naming the checkpoint it serves, chosen now and once, and that checkpoint ("" for an
+    export, which holds its own): the server's model, its decoding processes and /models then name one
+    file even when training writes a newer default while they load. The loader still says why it was
+    chosen. (-m RUN/checkpoint_N.pt: that file is the model already, and naming it again as
+    --checkpoint is refused.)"""
+    checkpoint, why = _checkpoint_of(Path(load.model), load)
     if not checkpoint or Path(load.model).is_file():
-        return load
-    return replace(load, checkpoint=Path(checkpoint), checkpoint_why=why)
+        return load, checkpoint
+    return replace(load, checkpoint=Path(checkpoint), checkpoint_why=why), checkpoint
 
 
 def _child_loader(load: LoadOptions) -> partial[TranslatorBase]:
@@ -128,8 +128,7 @@ def _load_default(load: LoadOptions) -> tuple[TranslatorBase, LoadOptions, str]:
     """What a reload serves: the run's default checkpoint (`RunDir.default_checkpoint`: its average,
     best or newest; a ``--checkpoint`` given at start is not kept), loaded, the options naming it, and
     its path. The path is chosen once and that file loaded, so that ``/models`` names what was loaded."""
-    checkpoint, why = _checkpoint_of(Path(load.model), replace(load, checkpoint=None))
-    load = _pinned(replace(load, checkpoint=None), checkpoint, why)
+    load, checkpoint = _pinned(replace(load, checkpoint=None))
     return load_translator(load), load, checkpoint
 
 

@@ -74,7 +74,7 @@ class Moses:
         return self._detok.detokenize(text.split(), unescape=False)
 
     def __getstate__(self) -> dict:
-        """Picklable for worker processes: the sacremoses objects are rebuilt on arrival."""
+        """Picklable for worker processes: the sacremoses objects (built on first use) are not sent."""
         return {"lang": self.lang, "tokenize": self.tokenize_, "normalize": self.normalize,
                 "aggressive_dash_splits": self.aggressive_dash_splits}
 
