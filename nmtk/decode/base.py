@@ -62,3 +62,7 @@ class TranslatorBase:
 
     def detokenize(self, hyp: Hypothesis) -> str:
         return self.tgt_pipe.decode(hyp.tokens)
+
+    def keep_text_only(self) -> None:
+        """Free what only a search needs, keeping the text pipelines: for a translator that encodes and
+        detokenizes while other processes search (`nmtk serve`'s decoding processes). Here: nothing."""

@@ -14,7 +14,8 @@ cores while the other finishes its stragglers; measured on 2 cores (test_2016_fl
 of 64 random lines), 2 searches × 1 thread translated 74 sentences/s where 1 search × 2 threads did 54.
 
 With ``processes`` (the torch engine on a CPU), each thread hands its batches to a child process of
-its own (`nmtk.serve.process`): two searches in one interpreter take turns at its lock.
+its own (`nmtk.serve.process`): two searches in one interpreter take turns at its lock. The server's
+own translator then frees its weights (`keep_text_only`): it encodes and detokenizes only.
 
 A job whose lines make the decoder fail is retried alone, so the failure is its own: the others of its
 batch still get their translations. `reload` swaps in a new translator between two batches.
@@ -73,10 +74,11 @@ class Worker:
 
     def __init__(self, translator: TranslatorBase, *, max_tokens: int, max_wait_ms: float, max_queue: int,
                  workers: int = 1, processes: Loader | None = None) -> None:
-        self.translator = translator
         # With ``processes`` (how the first children load the translator; each child keeps its loader for a
         # restart): each thread's child; a reload's new children wait in _fresh until their thread takes them.
+        # The children search; this translator only encodes and detokenizes, so its weights are freed.
         self.processes = processes
+        self.translator = self._text(translator)
         self._children: list[SearchProcess | None] = [None] * workers
         self._fresh: list[SearchProcess | None] = [None] * workers
         self.max_tokens = max_tokens
@@ -131,6 +133,7 @@ class Worker:
         With processes, ``processes`` loads the new model in new children first (on the caller's thread:
         a reload's), then each decoding thread swaps its child between two batches."""
         if self.processes is not None and processes is not None:
+            translator = self._text(translator)  # before the new children load: one full copy fewer meanwhile
             fresh = _started(processes, len(self._threads))
             with self._counting:
                 old, self._fresh = self._fresh, fresh
@@ -140,6 +143,11 @@ class Worker:
         self.translator = translator
         with self._counting:
             self.stats.reloads += 1
+
+    def _text(self, translator: TranslatorBase) -> TranslatorBase:
+        if self.processes is not None:
+            translator.keep_text_only()
+        return translator
 
     # ---------------------------------------------------------------- the thread
 

@@ -233,6 +233,24 @@ def test_the_default_checkpoint_is_chosen_once(copy_run, monkeypatch, capsys) ->
         worker.stop(timeout=30)
 
 
+def test_a_text_only_translator_encodes_and_detokenizes_but_cannot_search(copy_run) -> None:
+    """What the server keeps while its decoding processes search: the text pipelines, no weights."""
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.errors import NmtkError
+
+    tmp, _, _ = copy_run
+    translator = load_translator(LoadOptions(model=tmp / "run"))
+    lines = _test_lines(tmp, 3)
+    ids, hyps = translator.encode(lines), translator.hypotheses(lines)
+    texts = [translator.detokenize(h[0]) for h in hyps]
+    translator.keep_text_only()
+    assert all(p.is_meta for p in [*translator.model.parameters(), *translator.model.buffers()])
+    assert translator.encode(lines) == ids
+    assert [translator.detokenize(h[0]) for h in hyps] == texts and all(texts)
+    with pytest.raises(NmtkError, match="weights were freed"):
+        translator.hypotheses(lines)
+
+
 def test_an_export_is_served_by_ctranslate2(exported, copy_run) -> None:
     tmp, _, env = copy_run
     server = Server(exported)

@@ -24,6 +24,10 @@ class RecordingTranslator:
         self.seconds = seconds
         self.batches: list[list[str]] = []
         self.lock = threading.Lock()
+        self.text_only = False
+
+    def keep_text_only(self) -> None:
+        self.text_only = True
 
     def encode(self, lines: list[str]) -> list[list[int] | None]:
         return [list(range(len(line.split()))) for line in lines]
@@ -170,3 +174,20 @@ def test_a_decoding_process_that_ends_is_replaced_without_failing_a_request() ->
     assert live.alive() and live.process is not killed
     worker.stop(timeout=60)
     assert not live.process.is_alive()  # stop ends the children
+
+
+def test_with_decoding_processes_the_servers_translator_keeps_only_its_text_pipelines() -> None:
+    """The children search, so the server's own translator (and a reload's) frees its weights; with
+    decoding threads it is the one that searches, and keeps them."""
+    threads = Worker(RecordingTranslator(seconds=0.0), max_tokens=100, max_wait_ms=1, max_queue=10)
+    assert not threads.translator.text_only
+    threads.reload(RecordingTranslator(seconds=0.0))
+    assert not threads.translator.text_only
+    worker = Worker(failing_translator(), max_tokens=100_000, max_wait_ms=1, max_queue=100, workers=1,
+                    processes=failing_translator)
+    assert worker.translator.text_only
+    worker.start()
+    worker.reload(failing_translator(), failing_translator)
+    assert worker.translator.text_only
+    assert _tokens(worker.submit(["a b"], KEY)) == [0, 1]  # searched by the new child
+    worker.stop(timeout=60)

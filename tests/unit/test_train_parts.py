@@ -85,8 +85,9 @@ def test_truncated_or_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> Non
     save_atomic(small_state(1), path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(NmtkError, match=r"checkpoint_5\.pt: not a readable nmtk checkpoint"):
-        load_checkpoint(path)
+    for mmap in (False, True):  # decoding maps the file (it reads the model only)
+        with pytest.raises(NmtkError, match=r"checkpoint_5\.pt: not a readable nmtk checkpoint"):
+            load_checkpoint(path, mmap=mmap)
     with pytest.raises(NmtkError, match=r"checkpoint_9\.pt: checkpoint not found"):
         load_checkpoint(tmp_path / "checkpoint_9.pt")
 
