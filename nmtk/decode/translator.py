@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -16,6 +15,7 @@ from nmtk.decode.config import Hypothesis
 from nmtk.decode.ensemble import Ensemble
 from nmtk.decode.sampling import sample_search
 from nmtk.decode.search import SearchFn, decode_ids
+from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
 
@@ -76,18 +76,10 @@ class Translator(TranslatorBase):
         more in the server (about 0.85 GB for a transformer-big in fp32)."""
         self.model.to(torch.device("meta"))
         self._text_only = True
-        _give_back_freed_memory()
+        give_back_freed_memory()
 
     @property
     def first_model(self) -> Transformer:
         """The model (an ensemble's first): whose attention alignments and pictures show."""
         return self.model.models[0] if isinstance(self.model, Ensemble) else self.model
 
-
-def _give_back_freed_memory() -> None:
-    """glibc's malloc keeps freed heap pages for reuse, so freed weights would stay in the process's
-    resident memory: ``malloc_trim`` returns them to the system. Elsewhere (no glibc) nothing is done."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
