@@ -40,7 +40,6 @@ class Translator(TranslatorBase):
     device: torch.device
     align_layer: int | None = None  # decoder layer (0-based, negative from the end) for word alignments
     _search_fn: SearchFn | None = field(default=None, init=False, repr=False)
-    _text_only: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.max_positions = self.model.cfg.max_positions
@@ -52,7 +51,7 @@ class Translator(TranslatorBase):
             self._search_fn = partial(sample_search, sampling=self.sampling, generator=generator)
 
     def decode_pieces(self, pieces: list[list[int]]) -> list[list[Hypothesis]]:
-        if self._text_only:
+        if self.text_only:
             raise NmtkError("this translator's weights were freed (keep_text_only): it cannot search")
         hyps = decode_ids(self.model, pieces, self.search, device=self.device, precision=self.precision,
                           search_fn=self._search_fn)
@@ -75,11 +74,14 @@ class Translator(TranslatorBase):
         A server whose decoding processes each load the model then holds one copy per process, not one
         more in the server (about 0.85 GB for a transformer-big in fp32)."""
         self.model.to(torch.device("meta"))
-        self._text_only = True
         give_back_freed_memory()
+
+    @property
+    def text_only(self) -> bool:
+        """Whether `keep_text_only` freed the weights (they are on the meta device)."""
+        return next(self.model.parameters()).is_meta
 
     @property
     def first_model(self) -> Transformer:
         """The model (an ensemble's first): whose attention alignments and pictures show."""
         return self.model.models[0] if isinstance(self.model, Ensemble) else self.model
-

@@ -132,8 +132,8 @@ class Worker:
         """Use ``translator`` from the next batch on (batches being decoded finish with the old one).
         With processes, ``processes`` loads the new model in new children first (on the caller's thread:
         a reload's), then each decoding thread swaps its child between two batches."""
+        translator = self._text(translator)  # before new children load: one full copy fewer meanwhile
         if self.processes is not None and processes is not None:
-            translator = self._text(translator)  # before the new children load: one full copy fewer meanwhile
             fresh = _started(processes, len(self._threads))
             with self._counting:
                 old, self._fresh = self._fresh, fresh

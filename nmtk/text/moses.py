@@ -19,7 +19,7 @@ class Moses:
     With both off the text passes through untouched. ``aggressive_dash_splits`` turns ``a-b`` into
     ``a @-@ b`` (the paper-era en-de convention); the detokeniser joins it back. No XML escaping: the
     subword models handle raw characters. sacremoses is imported and its objects built on first use:
-    its import alone (~0.5 s, hundreds of regexes) would otherwise start every command of a recipe
+    its import alone (~0.3 s, hundreds of regexes) would otherwise start every command of a recipe
     without Moses.
     """
 
