@@ -296,16 +296,35 @@ def test_the_page_translates_in_a_real_browser(served, tmp_path) -> None:
     assert shot.stat().st_size > 1000
 
 
-def test_the_benchmarks_in_process_reference_decodes_as_translate(copy_run) -> None:
-    """benchmarks/serve.py measures the server against decoding the same lines in-process, in the
-    server's random batches on its 2 threads: that reference must translate what `nmtk translate` does."""
+def _benchmark():  # noqa: ANN202 - benchmarks/serve.py, imported as a module
     pytest.importorskip("httptools")
-    tmp, _, _ = copy_run
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import serve as bench
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+    return bench
+
+
+def test_the_benchmarks_clients_send_every_line_once(served) -> None:
+    """benchmarks/serve.py's clients, one line or several per request, send each line once and read
+    every answer: its sentences/s count what the server translated."""
+    bench = _benchmark()
+    server, tmp = served
+    lines = _test_lines(tmp, 7)
+    before = server.get("/health")
+    for per_request, requests in ((1, 7), (3, 3)):
+        latencies, errors, seconds = bench._send(server.port, lines, clients=2, per_request=per_request)
+        assert errors == [] and len(latencies) == requests and seconds > 0
+    after = server.get("/health")
+    assert (after["requests"] - before["requests"], after["lines"] - before["lines"]) == (7 + 3, 7 + 7)
+
+
+def test_the_benchmarks_in_process_reference_decodes_as_translate(copy_run) -> None:
+    """benchmarks/serve.py measures the server against decoding the same lines in-process, in the
+    server's random batches on its 2 threads: that reference must translate what `nmtk translate` does."""
+    bench = _benchmark()
+    tmp, _, _ = copy_run
     import torch
 
     lines = _test_lines(tmp, 12)
