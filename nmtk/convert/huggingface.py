@@ -562,7 +562,7 @@ def nmtk_model(checked: _Checked) -> Transformer:
         state["output.weight"] = _nmtk_rows(w["lm_head.weight"], checked.tgt, inverse)
     if cfg.output_bias:
         state["output_bias"] = _nmtk_rows(bias.reshape(-1, 1), checked.tgt, torch.tensor([0]))[:, 0]
-    model = Transformer(cfg)
+    model = Transformer.empty(cfg, torch.device("cpu"))
     model.load_state_dict(state)
     return model.eval()
 

@@ -27,9 +27,9 @@ def load_model(path: Path, device: torch.device, expected_vocab: dict[str, str] 
         raise NmtkError(f"{path}: not an nmtk checkpoint (no model)")
     if expected_vocab is not None and checkpoint.get("vocab") not in (None, expected_vocab):
         raise NmtkError(f"{path}: trained with another vocabulary than this run's subword model")
-    model = Transformer(ModelConfig(**checkpoint["model_config"]))
+    model = Transformer.empty(ModelConfig(**checkpoint["model_config"]), device)
     model.load_state_dict(checkpoint["model"])
-    return model.to(device).eval()
+    return model.eval()
 
 
 @dataclass(kw_only=True)

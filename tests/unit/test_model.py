@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -43,6 +45,37 @@ def test_weight_tying_and_parameter_count() -> None:
     assert parameter_count(none) - parameter_count(dec) == 60 * emb
     for model in (all_, dec, none):
         assert parameter_count(model.cfg) == parameter_count(model)
+
+
+@pytest.mark.parametrize("share", ["all", "decoder", "none"])
+def test_an_empty_model_with_a_state_loaded_is_that_model(share: str) -> None:
+    """`Transformer.empty` skips initialization for loading: once a state is loaded, every buffer (the
+    unsaved sinusoid tables too) and every output equal the model's, and tied tables stay one."""
+    model = tiny(share)
+    empty = Transformer.empty(model.cfg, torch.device("cpu"))
+    empty.load_state_dict(model.state_dict())
+    empty.eval()
+    buffers = dict(empty.named_buffers())
+    assert buffers.keys() == dict(model.named_buffers()).keys()
+    assert all(torch.equal(buffers[name], b) for name, b in model.named_buffers())
+    assert (empty.src_embed.table is empty.tgt_embed.table) == (share == "all")
+    src, tgt = tokens(3, 7), tokens(3, 5)
+    assert torch.equal(empty(src, tgt), model(src, tgt))
+
+
+def test_counting_parameters_computes_nothing() -> None:
+    """A model built on the meta device for its shapes draws no weights and computes no sinusoids:
+    torch's meta kernels for those import its compiler, 1.2 s of every `nmtk recipe show`."""
+    code = ("import sys, torch; from nmtk.model import ModelConfig, parameter_count; "
+            "before = 'torch._dynamo' in sys.modules; "
+            "cfg = ModelConfig(src_vocab=50, tgt_vocab=60, d_model=32, heads=4, d_ff=64, encoder_layers=1, "
+            "decoder_layers=1, share_embeddings='none'); "
+            "print(parameter_count(cfg), before, 'torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    count, before, after = done.stdout.split()
+    if before == "True":
+        pytest.skip("this torch imports its compiler on import")
+    assert int(count) > 0 and after == "False"
 
 
 def test_positional_encoding_matches_paper_formula() -> None:
