@@ -51,8 +51,15 @@ class Embeddings(nn.Module):
         self.dropout = dropout
         self.max_positions = max_positions
         # Not a parameter and not saved: it is a function of d_model alone (shapes only on meta, see `_on_meta`).
-        pe = torch.empty(max_positions, d_model) if _on_meta() else sinusoidal_positions(max_positions, d_model)
-        self.register_buffer("pe", pe, persistent=False)
+        self.register_buffer("pe", torch.empty(max_positions, d_model), persistent=False)
+        if not _on_meta():
+            self.fill_positions()
+
+    @torch.no_grad()
+    def fill_positions(self) -> None:
+        """Compute the sinusoid table into ``pe``: at construction, and after `Transformer.empty`
+        (a state dict does not hold it)."""
+        self.pe.copy_(sinusoidal_positions(self.max_positions, self.pe.size(1)))
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         length = tokens.size(1)
@@ -137,9 +144,8 @@ class Transformer(nn.Module):
         with torch.device("meta"):
             model = cls(cfg)
         model.to_empty(device=device)
-        with torch.no_grad():
-            for embed in (model.src_embed, model.tgt_embed):
-                embed.pe.copy_(sinusoidal_positions(cfg.max_positions, cfg.d_model))
+        for embed in (model.src_embed, model.tgt_embed):
+            embed.fill_positions()
         return model
 
     def compile_layers(self, **options: object) -> None:

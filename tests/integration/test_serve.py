@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -296,7 +297,8 @@ def test_the_page_translates_in_a_real_browser(served, tmp_path) -> None:
     assert shot.stat().st_size > 1000
 
 
-def _benchmark():  # noqa: ANN202 - benchmarks/serve.py, imported as a module
+def _benchmark() -> ModuleType:
+    """benchmarks/serve.py, imported as a module."""
     pytest.importorskip("httptools")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
