@@ -103,8 +103,10 @@ async def _client(port: int, lines: list[str], next_line: Iterator[int], per_req
             latencies.append(time.perf_counter() - start)
             if parser.get_status_code() != 200:
                 errors.append(bytes(response.body).decode(errors="replace"))
-            elif per_request > 1 and len(json.loads(response.body)["translatedText"]) != len(taken):
-                errors.append(f"{len(taken)} lines sent, a different number answered")
+            else:
+                answer = json.loads(response.body)["translatedText"]
+                if per_request > 1 and len(answer) != len(taken):
+                    errors.append(f"{len(taken)} lines sent, a different number answered")
     finally:
         writer.close()
 
