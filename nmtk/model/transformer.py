@@ -28,7 +28,7 @@ def _on_meta() -> bool:
     """Whether modules are being built under ``torch.device("meta")``, for their shapes only
     (`parameter_count`, `Transformer.empty`). Then nothing is computed: torch's meta ``arange`` and
     ``normal_`` import its compiler, 1.2 s of every `nmtk recipe show`."""
-    return torch.empty(0).is_meta
+    return torch.get_default_device().type == "meta"
 
 
 def sinusoidal_positions(length: int, d_model: int, offset: int = 0) -> Tensor:
