@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
+from nmtk.bf16_probe import MIN_SPEEDUP, Purpose, Shapes, bf16_speed
 from nmtk.errors import NmtkError
 from nmtk.precision import Precision
 
@@ -44,11 +45,12 @@ def pick_device(name: str | None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def cpu_has_fast_bf16() -> bool:
+def cpu_has_bf16_hardware() -> bool:
     """Whether this CPU multiplies bf16 in hardware (AVX-512 BF16 or AMX, read from /proc/cpuinfo).
 
     Without them, PyTorch emulates bf16 matrix products on the CPU, several times slower than fp32
-    (measured on an AVX2 host: 7.7 against 41 GFLOP/s).
+    (measured on an AVX2 host: 7.7 against 41 GFLOP/s), so `auto` does not even measure. With them,
+    bf16 may still be slower than fp32 (`nmtk.bf16_probe`).
     """
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -58,9 +60,19 @@ def cpu_has_fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_precision(precision: Precision | str, device: torch.device) -> tuple[Precision, str]:
-    """The precision to run in, and why: ``auto`` is bf16 where the hardware does bf16 fast
-    (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX), else fp32."""
+#: Test-only: ``fp32`` or ``bf16`` makes ``auto`` resolve to it on a CPU, whatever the CPU, so that one
+#: machine runs the suite as a host of the other kind would (tests/conftest.py; docs/development.md).
+AUTO_PRECISION_SWITCH = "NMTK_TEST_AUTO_PRECISION"
+
+
+def resolve_precision(precision: Precision | str, device: torch.device, shapes: Shapes | None = None,
+                      purpose: Purpose = "train") -> tuple[Precision, str]:
+    """The precision to run in, and why.
+
+    ``auto`` is bf16 on a CUDA GPU that multiplies bf16 natively (fp16 with loss scaling on older
+    ones). On a CPU it is bf16 only where the CPU has bf16 hardware *and* bf16 is measured faster for
+    this model's ``shapes`` and ``purpose`` (`nmtk.bf16_probe`); fp32 elsewhere.
+    """
     precision = Precision(precision)
     if precision is not Precision.auto:
         return precision, "asked for"
@@ -70,9 +82,25 @@ def resolve_precision(precision: Precision | str, device: torch.device) -> tuple
             return Precision.bf16, f"auto: this GPU (compute capability {major}.{minor}) multiplies bf16 natively"
         return Precision.fp16, (f"auto: this GPU (compute capability {major}.{minor}) has no native bf16: fp16 "
                                 "with loss scaling")
-    if device.type == "cpu" and cpu_has_fast_bf16():
-        return Precision.bf16, "auto: this CPU has AVX-512 BF16/AMX"
-    return Precision.fp32, f"auto: no fast bf16 on this {device.type.upper()}"
+    if device.type != "cpu":
+        return Precision.fp32, f"auto: fp32 on {device.type}"
+    forced = os.environ.get(AUTO_PRECISION_SWITCH, "")
+    if forced:
+        if forced not in ("fp32", "bf16"):
+            raise NmtkError(f"{AUTO_PRECISION_SWITCH}={forced!r}: the test switch takes fp32 or bf16")
+        return Precision(forced), f"auto: {AUTO_PRECISION_SWITCH}={forced} (test switch)"
+    if not cpu_has_bf16_hardware():
+        return Precision.fp32, "auto: no bf16 hardware on this CPU"
+    return _measured_choice(shapes or Shapes(d_model=512, d_ff=2048, vocab=32000), purpose)
+
+
+def _measured_choice(shapes: Shapes, purpose: Purpose) -> tuple[Precision, str]:
+    measured, cached = bf16_speed(shapes, purpose)
+    how = f"bf16 {measured.speedup:.2f}x fp32's speed for this model's {purpose} products on this CPU"
+    how += ", cached" if cached else ", measured now"
+    if measured.bf16_faster:
+        return Precision.bf16, f"auto: {how}"
+    return Precision.fp32, f"auto: {how}; bf16 needs {MIN_SPEEDUP:.2f}x"
 
 
 def use_tf32(device: torch.device, precision: Precision | str) -> None:

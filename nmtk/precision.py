@@ -9,7 +9,8 @@ from enum import Enum
 
 
 class Precision(str, Enum):
-    """``auto``: bf16 where the hardware multiplies bf16 natively, else fp32 (`nmtk.device.resolve_precision`);
+    """``auto``: bf16 where the hardware multiplies bf16 natively and, on a CPU, is measured faster, else fp32
+    (`nmtk.device.resolve_precision`);
     ``fp16`` trains with dynamic loss scaling."""
 
     auto = "auto"

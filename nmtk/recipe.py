@@ -322,8 +322,9 @@ class TrainSection(Section):
     precision: Precision = Field(Precision.auto, strict=False)  # its names, as TOML strings
     """Arithmetic: ``bf16`` autocast (GPUs, and CPUs with AVX-512 BF16 or AMX; elsewhere bf16 is emulated
     and slower than fp32), ``fp16`` with dynamic loss scaling, ``auto`` = bf16 where the hardware multiplies
-    bf16 natively (Ampere and later GPUs, AVX-512 BF16/AMX CPUs), fp16 on older GPUs (V100, T4), else
-    fp32 (with TF32 matrix products on a GPU)."""
+    bf16 natively (Ampere and later GPUs) and on a CPU with bf16 hardware where bf16 is measured faster for
+    this model (a sub-second probe, cached), fp16 on older GPUs (V100, T4), else fp32 (with TF32 matrix
+    products on a GPU)."""
     compile: bool | Literal["auto"] = "auto"
     """``torch.compile`` the model's forward pass and loss: fewer, fused kernels and far fewer launches
     per update. ``auto``: on for CUDA, off for CPU (where it was measured slower, docs/training.md)."""

@@ -16,6 +16,21 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 if "NMTK_DATA" not in os.environ and SHARED_DATA.is_dir():
     os.environ["NMTK_DATA"] = str(SHARED_DATA)
 
+# `auto` precision for the whole session, in this process and every `nmtk` it starts: what this CPU's
+# flags allow (bf16 with AVX-512 BF16/AMX, else fp32), or what the developer forces with
+# NMTK_TEST_AUTO_PRECISION=fp32|bf16 to run the suite as a host of the other kind would. Pinned so
+# that no test process times the hardware (nmtk.bf16_probe has tests of its own) and no outcome hangs
+# on a measurement; tests that assert figures pin fp32 in their recipes or calls regardless.
+AUTO_SWITCH = "NMTK_TEST_AUTO_PRECISION"
+if not os.environ.get(AUTO_SWITCH):
+    from nmtk.device import cpu_has_bf16_hardware
+
+    os.environ[AUTO_SWITCH] = "bf16" if cpu_has_bf16_hardware() else "fp32"
+
+
+def pytest_report_header() -> str:
+    return f"auto precision on the CPU in this session: {os.environ[AUTO_SWITCH]} ({AUTO_SWITCH})"
+
 
 def run_nmtk(*args: str, stdin: str | None = None, cwd: Path | None = None,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -52,7 +67,7 @@ def copy_run(tmp_path_factory: pytest.TempPathFactory):
     write_corpus(root, "train", copy_pairs(3000, 1))
     write_corpus(root, "valid", copy_pairs(40, 2))
     write_corpus(root, "test", copy_pairs(40, 3))
-    recipe = toy_recipe(tmp, extra="log_every_updates = 20")
+    recipe = toy_recipe(tmp, extra="log_every_updates = 20", precision="auto")  # bf16 where the session's auto is
     env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
     result = run_nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "run"), "--threads",
                       "2", "--set", "train.max_updates=700", "--set", "train.validate_every_updates=350",

@@ -193,16 +193,17 @@ def translate(
                                                    "batch (default: the recipe's decode.max_tokens).")] = None,
     buffer_size: Annotated[int, typer.Option(min=1, help="Input lines read, sorted and batched at a time; "
                                              "each buffer is written as soon as it is done.")] = 1000,
-    skip: Annotated[int, typer.Option(min=0, help="Leave out the first N input lines (to go on after an "
-                                      "interrupted run).")] = 0,
+    skip: Annotated[int, typer.Option(min=0, help="Leave out the first N input lines: to go on after an "
+                                      "interrupted run, appending to -o's .partial file.")] = 0,
     errors: Annotated[InvalidUtf8, typer.Option(help="Invalid UTF-8 input: stop, or replace it with "
                                                 "U+FFFD.")] = InvalidUtf8.error,
     print_scores: Annotated[bool, typer.Option("--print-scores", help="Prefix each line with its score and "
                                                "a tab.")] = False,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads.")] = None,
-    precision: Annotated[Precision, typer.Option(help="Arithmetic of the decoder; auto = bf16 where the "
-                                                 "CPU (AVX-512 BF16/AMX) or GPU does it fast, else fp32.")
+    precision: Annotated[Precision, typer.Option(help="Arithmetic of the decoder; auto = bf16 on a "
+                                                 "GPU with bf16, or where this CPU is measured faster in it, "
+                                                 "else fp32.")
                          ] = Precision.auto,
     sampling: Annotated[bool, typer.Option("--sampling", help="Sample instead of beam search.")] = False,
     topk: Annotated[int, typer.Option(min=0, help="Sampling: keep the k most likely tokens (0 = all).")] = 0,

@@ -95,6 +95,7 @@ def load_translator(o: LoadOptions) -> TranslatorBase:
 def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
     import torch
 
+    from nmtk.bf16_probe import Shapes
     from nmtk.decode.ensemble import Ensemble
     from nmtk.decode.translator import Translator, load_model
     from nmtk.device import keep_freed_memory, pick_device, resolve_precision
@@ -107,13 +108,14 @@ def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
     checkpoint, why = (o.checkpoint, o.checkpoint_why) if o.checkpoint else run.default_checkpoint()
     console.print(f"checkpoint: {checkpoint} ({why})")
     device = pick_device(o.device)
-    precision, why = resolve_precision(o.precision, device)
-    console.print(f"precision: {precision} ({why})")
     if device.type == "cpu":
         keep_freed_memory()
     model = load_model(checkpoint, device, manifest.vocab.sha256)
     if o.ensemble:
         model = Ensemble([model, *(load_model(p, device, manifest.vocab.sha256) for p in o.ensemble)])
+    cfg = model.cfg
+    precision, why = resolve_precision(o.precision, device, Shapes(cfg.d_model, cfg.d_ff, cfg.tgt_vocab), "decode")
+    console.print(f"precision: {precision} ({why})")
     layers = model.cfg.decoder_layers
     if o.alignment_layer is not None and not 1 <= o.alignment_layer <= layers:
         raise NmtkError(f"--alignment-layer {o.alignment_layer}: the model has decoder layers 1 to {layers}")

@@ -22,6 +22,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmtk import __version__
+from nmtk.bf16_probe import Shapes
 from nmtk.checkpoint import (
     BackgroundWriter,
     SnapshotBuffers,
@@ -130,7 +131,8 @@ class Trainer:
         fused = {"fused": True} if device.type == "cuda" else {}
         self.optimizer = optimizer_cls(self.model.parameters(), lr=0.0, betas=o.betas, eps=o.eps,
                                        weight_decay=o.weight_decay, **fused)
-        self.precision, self.precision_reason = resolve_precision(recipe.train.precision, device)
+        shapes = Shapes(self.cfg.d_model, self.cfg.d_ff, self.cfg.tgt_vocab, rows=b.max_tokens)
+        self.precision, self.precision_reason = resolve_precision(recipe.train.precision, device, shapes)
         use_tf32(device, self.precision)
         t = recipe.train
         # the loss head sized for the device: bounded memory on a CPU, one large product on a GPU

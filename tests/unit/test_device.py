@@ -82,3 +82,4 @@ def test_fp32_on_a_gpu_uses_tf32_and_nothing_changes_on_a_cpu() -> None:
         assert torch.get_float32_matmul_precision() == "high"
     finally:
         torch.set_float32_matmul_precision(before)
+

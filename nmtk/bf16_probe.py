@@ -1,0 +1,176 @@
+"""Whether bf16 is faster than fp32 on this CPU, for one model's shapes: measured, then cached.
+
+The flag ``avx512_bf16`` says that a CPU *can* multiply bf16; it does not say that doing so is faster.
+On an AMD EPYC (Zen 4) bf16 trained the d256 setup at 2.0x fp32's speed; on a 2-core Intel Xeon with
+the same flag it trained at 0.64x and decoded at 0.59x (issue 43): oneDNN's kernels, the tile units
+present or not, and the casts that autocast adds decide it. So `auto` asks the hardware.
+
+The probe times what dominates a step of the model: the matrix products of its shapes (attention
+projections, the feed-forward pair, the vocabulary projection, with the fp32 log-softmax the loss and
+the search both take). Training runs them forward and backward on a batch of rows; decoding runs
+them forward, without gradients, on the few rows of a search step, several steps inside one autocast
+region as a search does. fp32 and bf16 alternate, and the fastest repeat of each counts, so a burst
+of other work on the machine does not decide. Each purpose costs well under a second, once: the
+answer is cached per CPU model, torch version, thread count and shapes in the user's cache folder
+(``$XDG_CACHE_HOME/nmtk`` or ``~/.cache/nmtk``). A cache that cannot be read or parsed is ignored and
+rewritten; one that cannot be written is not an error (the next process measures again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+Purpose = Literal["train", "decode"]
+
+CACHE_NAME = "precision.json"
+#: bf16 must be at least this much faster: it keeps more memory on a CPU (autocast's weight copies) and
+#: rounds, so a tie goes to fp32.
+MIN_SPEEDUP = 1.15
+#: Floating-point operations one timed repeat may cost (~20-40 ms at 2 cores' fp32 rate): rows shrink
+#: for big models so that the probe stays well under a second.
+REPEAT_FLOPS = 1.5e9
+DECODE_ROWS = 64  # a search step's rows on a CPU: 16 sentences x beam 4
+DECODE_STEPS = 4
+REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What the probe multiplies: the model's widths and target vocabulary, and training's batch rows."""
+
+    d_model: int
+    d_ff: int
+    vocab: int
+    rows: int = 1024  # training: target tokens a batch holds (capped by REPEAT_FLOPS)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Seconds per repeat in each precision (the fastest of `REPEATS`), and what `auto` makes of them."""
+
+    fp32_s: float
+    bf16_s: float
+
+    @property
+    def speedup(self) -> float:
+        return self.fp32_s / self.bf16_s
+
+    @property
+    def bf16_faster(self) -> bool:
+        return self.speedup >= MIN_SPEEDUP
+
+
+def cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "nmtk" / CACHE_NAME
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (``unknown`` where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                        "unknown")
+    except OSError:
+        return "unknown"
+
+
+def cache_key(shapes: Shapes, purpose: Purpose, threads: int) -> str:
+    rows = f" rows {shapes.rows}" if purpose == "train" else ""
+    return (f"{cpu_model()} | torch {torch.__version__} | {threads} threads | {purpose} | d_model {shapes.d_model} "
+            f"d_ff {shapes.d_ff} vocab {shapes.vocab}{rows}")
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cached(entry: object) -> Measured | None:
+    try:
+        measured = Measured(float(entry["fp32_s"]), float(entry["bf16_s"]))  # type: ignore[index]
+    except (TypeError, KeyError, ValueError):
+        return None
+    return measured if measured.fp32_s > 0 and measured.bf16_s > 0 else None
+
+
+def _write_cache(path: Path, key: str, measured: Measured) -> None:
+    from nmtk.files import write_text_atomic
+
+    data = _read_cache(path)
+    data[key] = asdict(measured)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass
+
+
+def bf16_speed(shapes: Shapes, purpose: Purpose) -> tuple[Measured, bool]:
+    """This CPU's fp32 and bf16 times for ``shapes``, and whether they came from the cache."""
+    path, key = cache_path(), cache_key(shapes, purpose, torch.get_num_threads())
+    cached = _cached(_read_cache(path).get(key))
+    if cached is not None:
+        return cached, True
+    measured = measure(shapes, purpose)
+    _write_cache(path, key, measured)
+    return measured, False
+
+
+def _weights(shapes: Shapes, generator: torch.Generator, grad: bool) -> list[torch.Tensor]:
+    d, ff = shapes.d_model, shapes.d_ff
+    dims = [(d, 3 * d), (3 * d, d), (d, ff), (ff, d), (d, shapes.vocab)]  # qkv (as d -> d chains), ffn, output
+    return [(torch.randn(n, m, generator=generator) / n**0.5).requires_grad_(grad) for n, m in dims]
+
+
+def _chain(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
+    qkv, out, w1, w2, vocab = weights
+    h = x + (x @ qkv) @ out
+    h = h + torch.relu(h @ w1) @ w2
+    return torch.log_softmax((h @ vocab).float(), dim=-1)
+
+
+def _rows(shapes: Shapes, purpose: Purpose) -> int:
+    d, ff, v = shapes.d_model, shapes.d_ff, shapes.vocab
+    per_row = 2 * (3 * d * d + 3 * d * d + 2 * d * ff + d * v) * (3 if purpose == "train" else DECODE_STEPS)
+    wanted = shapes.rows if purpose == "train" else DECODE_ROWS
+    return max(8, min(wanted, int(REPEAT_FLOPS // per_row)))
+
+
+def measure(shapes: Shapes, purpose: Purpose) -> Measured:
+    """Time the shapes' products in fp32 and under bf16 autocast (see the module docstring)."""
+    generator = torch.Generator().manual_seed(0)
+    train = purpose == "train"
+    weights = _weights(shapes, generator, grad=train)
+    x = torch.randn(_rows(shapes, purpose), shapes.d_model, generator=generator)
+
+    def once(dtype: torch.dtype | None) -> float:
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
+            if train:
+                _chain(x, weights).mean().backward()
+            else:
+                with torch.no_grad():
+                    for _ in range(DECODE_STEPS):
+                        _chain(x, weights)
+        return time.perf_counter() - start
+
+    best = {None: float("inf"), torch.bfloat16: float("inf")}
+    for dtype in best:  # warm-up: oneDNN builds its kernels on first use
+        once(dtype)
+    for _ in range(REPEATS):
+        for dtype in best:
+            best[dtype] = min(best[dtype], once(dtype))
+    for w in weights:
+        w.grad = None
+    return Measured(best[None], best[torch.bfloat16])

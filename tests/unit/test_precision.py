@@ -1,0 +1,112 @@
+"""`auto` precision on a CPU: bf16 only where this CPU is measured faster in it (nmtk.bf16_probe), cached;
+and the test-only switch that makes one machine run the suite as a host of the other kind would."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture
+def cpu_auto(monkeypatch, tmp_path):
+    """`auto` on a CPU as a user has it: no test switch, a cache folder of the test's own, bf16 hardware."""
+    import nmtk.device
+
+    monkeypatch.delenv("NMTK_TEST_AUTO_PRECISION", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(nmtk.device, "cpu_has_bf16_hardware", lambda: True)
+    return tmp_path / "nmtk" / "precision.json"
+
+
+def timed(monkeypatch, fp32_s: float, bf16_s: float) -> list:
+    """Make the probe 'measure' these times; returns the list of purposes it was asked to measure."""
+    import nmtk.bf16_probe
+
+    calls = []
+
+    def fake(shapes, purpose):
+        calls.append(purpose)
+        return nmtk.bf16_probe.Measured(fp32_s, bf16_s)
+
+    monkeypatch.setattr(nmtk.bf16_probe, "measure", fake)
+    return calls
+
+
+@pytest.mark.parametrize(("fp32_s", "bf16_s", "expected"), [(2.0, 1.0, "bf16"), (1.0, 1.6, "fp32"),
+                                                            (1.1, 1.0, "fp32")])  # 1.1x: a tie goes to fp32
+def test_auto_on_a_bf16_cpu_follows_the_measurement(cpu_auto, monkeypatch, fp32_s, bf16_s, expected) -> None:
+    import torch
+
+    from nmtk.bf16_probe import Shapes
+    from nmtk.device import resolve_precision
+
+    calls = timed(monkeypatch, fp32_s, bf16_s)
+    shapes = Shapes(256, 1024, 8000)
+    precision, why = resolve_precision("auto", torch.device("cpu"), shapes, "decode")
+    assert precision == expected and f"{fp32_s / bf16_s:.2f}x" in why and "measured now" in why, why
+    again, why = resolve_precision("auto", torch.device("cpu"), shapes, "decode")  # the cache answers
+    assert again == expected and "cached" in why and calls == ["decode"]
+    resolve_precision("auto", torch.device("cpu"), shapes, "train")  # training measures for itself
+    assert calls == ["decode", "train"]
+    assert len(json.loads(cpu_auto.read_text())) == 2
+
+
+def test_a_broken_cache_is_ignored_and_rewritten_and_threads_are_part_of_the_key(cpu_auto, monkeypatch) -> None:
+    import torch
+
+    from nmtk.bf16_probe import Shapes
+    from nmtk.device import resolve_precision
+
+    cpu_auto.parent.mkdir(parents=True)
+    calls = timed(monkeypatch, 2.0, 1.0)
+    for broken in ("{not json", "[1, 2]", '{"x": {"fp32_s": "fast"}}'):
+        cpu_auto.write_text(broken)
+        assert resolve_precision("auto", torch.device("cpu"), Shapes(64, 128, 100))[0] == "bf16"
+    assert len(calls) == 3 and "fp32_s" in cpu_auto.read_text()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        resolve_precision("auto", torch.device("cpu"), Shapes(64, 128, 100))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 4
+
+
+def test_no_bf16_hardware_means_fp32_without_measuring(cpu_auto, monkeypatch) -> None:
+    import torch
+
+    import nmtk.device
+    from nmtk.device import resolve_precision
+
+    monkeypatch.setattr(nmtk.device, "cpu_has_bf16_hardware", lambda: False)
+    calls = timed(monkeypatch, 2.0, 1.0)
+    precision, why = resolve_precision("auto", torch.device("cpu"))
+    assert precision == "fp32" and "no bf16 hardware" in why and calls == [] and not cpu_auto.exists()
+
+
+@pytest.mark.parametrize("forced", ["fp32", "bf16"])
+def test_the_test_switch_forces_auto_both_ways(cpu_auto, monkeypatch, forced) -> None:
+    import torch
+
+    from nmtk.device import resolve_precision
+
+    calls = timed(monkeypatch, 1.0, 1.0 if forced == "bf16" else 0.1)  # the measurement would say otherwise
+    monkeypatch.setenv("NMTK_TEST_AUTO_PRECISION", forced)
+    precision, why = resolve_precision("auto", torch.device("cpu"))
+    assert precision == forced and "NMTK_TEST_AUTO_PRECISION" in why and calls == []
+    assert resolve_precision("fp32", torch.device("cpu"))[0] == "fp32"  # an explicit choice stays the user's
+    monkeypatch.setenv("NMTK_TEST_AUTO_PRECISION", "fp16")
+    with pytest.raises(Exception, match="fp32 or bf16"):
+        resolve_precision("auto", torch.device("cpu"))
+
+
+def test_the_real_probe_answers_for_both_purposes(cpu_auto) -> None:
+    """The real measurement (no timing asserted: speed goals live in benchmarks/): positive times, and
+    an answer the cache then gives back."""
+    from nmtk.bf16_probe import Shapes, bf16_speed
+
+    for purpose in ("train", "decode"):
+        measured, cached = bf16_speed(Shapes(64, 256, 1000, rows=256), purpose)
+        assert measured.fp32_s > 0 and measured.bf16_s > 0 and not cached
+        assert bf16_speed(Shapes(64, 256, 1000, rows=256), purpose) == (measured, True)
