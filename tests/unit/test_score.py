@@ -147,3 +147,49 @@ def test_paper_bleu_without_a_language_and_with_tokenize_are_errors(nmtk, tmp_pa
     both = nmtk("score", "-r", str(tmp_path / "reference"), "--paper-bleu", "--lang", "en", "--tokenize", "intl",
                 str(tmp_path / "h"))
     assert both.returncode == 1 and "--tokenize intl with --paper-bleu" in both.stderr
+
+
+def _corpus(n: int = 60) -> tuple[list[str], list[str], list[str]]:
+    """References, a system close to them and one far from them (every third word dropped)."""
+    import random
+
+    rng = random.Random(5)
+    words = "the a man woman dog cat runs sits on in red blue big small park street ball".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 12))) + "." for _ in range(n)]
+    close = [r if i % 5 else r.replace(" the ", " a ", 1) for i, r in enumerate(refs)]
+    far = [" ".join(w for j, w in enumerate(r.split()) if j % 3) for r in refs]
+    return refs, close, far
+
+
+def test_identical_systems_are_not_significantly_different() -> None:
+    """Koehn's paired bootstrap: two identical systems tie on every resample, p = 1 (sacreBLEU 2.6's own
+    statistic says 1/(n+1) for them, the defect of issue 44)."""
+    from sacrebleu.significance import PairedTest
+
+    from nmtk.score import Scorer
+
+    refs, close, _ = _corpus()
+    ours = Scorer(metrics=("bleu", "chrf", "ter")).significance([("a", close), ("b", list(close))], [refs], 200)
+    assert all(ours["b"][m]["p_value"] == 1.0 for m in ("bleu", "chrf", "ter")), ours["b"]
+    _, theirs = PairedTest([("a", close), ("b", list(close))], {"BLEU": BLEU()}, [refs], test_type="bs",
+                           n_samples=200)()
+    assert theirs["BLEU"][1].p_value < 0.01  # what sacreBLEU reports for the same files
+
+
+def test_systems_that_differ_are_significant_as_in_sacrebleu() -> None:
+    """A system far worse than the baseline, and the baseline against it: p as small as sacreBLEU's
+    (both < 0.01), whichever is first; scores and means equal sacreBLEU's to rounding."""
+    from sacrebleu.significance import PairedTest
+
+    from nmtk.score import Scorer
+
+    refs, close, far = _corpus()
+    for first, second in ((close, far), (far, close)):
+        ours = Scorer(metrics=("bleu", "chrf", "ter")).significance([("a", first), ("b", second)], [refs], 200)
+        metrics = {"BLEU": BLEU(), "chrF2": CHRF(), "TER": TER()}
+        _, theirs = PairedTest([("a", first), ("b", second)], metrics, [refs], test_type="bs", n_samples=200)()
+        for ours_name, their_name in (("bleu", "BLEU"), ("chrf", "chrF2"), ("ter", "TER")):
+            mine, sacre = ours["b"][ours_name], theirs[their_name][1]
+            assert mine["p_value"] < 0.01 and sacre.p_value < 0.01, (ours_name, mine, sacre)
+            assert mine["score"] == pytest.approx(sacre.score, abs=1e-3)
+            assert mine["mean"] == pytest.approx(sacre.mean, abs=1e-3)  # the same seed, the same resamples
