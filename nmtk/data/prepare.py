@@ -27,7 +27,7 @@ from nmtk.data.corpus import read_parallel
 from nmtk.data.fetch import ensure_file, root_path, sha256_file
 from nmtk.errors import NmtkError
 from nmtk.files import swap_in, temp_dir_beside
-from nmtk.manifest import Manifest, PreparedData
+from nmtk.manifest import MANIFEST, Manifest, PreparedData
 from nmtk.recipe import Corpus, CorpusFile, Recipe, first_difference
 from nmtk.text.moses import Moses
 from nmtk.text.pipeline import TextPipeline, moses_for
@@ -352,6 +352,30 @@ class Preparer:
         }
 
 
+def _refuse_other_settings(old: Manifest, recipe: Recipe, out_dir: Path) -> None:
+    """Prepared data with other settings is not rebuilt in place unasked: runs trained on it would lose
+    the data they resume on. Names those runs where it can know (``runs/*`` holding its vocabulary)."""
+    difference = settings_difference(old, recipe)
+    if difference is None:
+        return
+    users = runs_trained_on(old)
+    trained = f"; {', '.join(map(str, users))} {'was' if len(users) == 1 else 'were'} trained on it" if users else ""
+    raise NmtkError(f"{out_dir}: prepared with {difference}{trained}: give --out a new folder, or --force to "
+                    "rebuild it in place")
+
+
+def runs_trained_on(manifest: Manifest, runs: Path = Path("runs")) -> list[Path]:
+    """Run directories under ``runs`` whose frozen vocabulary is this prepared data's."""
+    found = []
+    for path in sorted(runs.glob(f"*/{MANIFEST}")) if runs.is_dir() else []:
+        try:
+            if Manifest.read(path).vocab.sha256 == manifest.vocab.sha256:
+                found.append(path.parent)
+        except (NmtkError, OSError, ValueError):
+            continue
+    return found
+
+
 def input_specs(recipe: Recipe) -> list[CorpusFile]:
     data = recipe.data
     return [side for corpus in [*data.train, data.valid, *data.test] for side in (corpus.source, corpus.target)]
@@ -383,10 +407,12 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
     if old is not None and not force and not rebuild:
         difference = settings_difference(old, recipe)
         if difference:
-            raise NmtkError(f"{out_dir}: prepared with {difference}; run `nmtk prepare` with this recipe to "
-                            "rebuild it, or give --data a new folder")
+            raise NmtkError(f"{out_dir}: prepared with {difference}; give --data a new folder, or rebuild this one "
+                            "with `nmtk prepare --force` and this recipe")
         if not all(root_path(spec, root).is_file() for spec in input_specs(recipe)):
             return PrepareResult(out_dir, old, up_to_date=True, inputs_checked=False)
+    if old is not None and not force:
+        _refuse_other_settings(old, recipe, out_dir)
     inputs = _fingerprints(input_files(preparer), old_inputs)
     if not force and old is not None and old.settings_hash == digest and _same_inputs(old_inputs, inputs):
         return PrepareResult(out_dir, old, up_to_date=True)

@@ -206,10 +206,9 @@ def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: Manifest, i
                             "(use another --run-dir, or --restart)")
         else:
             checkpoint = load_checkpoint(run.resume_checkpoint())
+            check_resumable(run, checkpoint, recipe, manifest, info)  # before anything is written into the run
     barrier(info)
     if info.is_main:
         run.freeze(recipe, data_dir, manifest)
     barrier(info)
-    if checkpoint is not None:
-        check_resumable(run, checkpoint, recipe, manifest, info)
     return checkpoint

@@ -52,9 +52,9 @@ def test_prepare_builds_then_is_up_to_date(toy) -> None:
     assert prepare(recipe, root, out).up_to_date
     assert (out / "manifest.json").stat().st_mtime_ns == mtime
 
-    changed = load_recipe(recipe_path, ["tokenizer.vocab_size=70"])
-    assert not prepare(changed, root, out).up_to_date
-    write_corpus(root, "valid", synthetic_pairs(40, 99))
+    changed = load_recipe(recipe_path, ["tokenizer.vocab_size=70"])  # other settings: only when asked
+    assert not prepare(changed, root, out, force=True).up_to_date
+    write_corpus(root, "valid", synthetic_pairs(40, 99))  # changed inputs, same settings: rebuilt
     assert not prepare(changed, root, out).up_to_date
     assert leftovers(out) == ["toy"]
 
@@ -173,6 +173,27 @@ def test_prepared_data_is_reused_without_its_inputs_and_refused_with_other_setti
     reused = prepare(recipe, elsewhere, out, rebuild=False)
     assert reused.up_to_date and not reused.inputs_checked
     changed = load_recipe(recipe_path, ["tokenizer.vocab_size=70"])
-    with pytest.raises(NmtkError, match=r"toy: prepared with tokenizer\.vocab_size = 64, the recipe has 70; run "):
+    with pytest.raises(NmtkError, match=r"toy: prepared with tokenizer\.vocab_size = 64, the recipe has 70; give "):
         prepare(changed, root, out, rebuild=False)
     assert (out / "manifest.json").is_file() and leftovers(out) == ["toy"]  # nothing touched
+
+
+def test_prepare_never_rebuilds_a_folder_with_other_settings_in_place_unasked(toy, tmp_path: Path, monkeypatch) -> None:
+    """Issue 44: re-preparing with a changed vocabulary size rebuilt the folder a run was trained on."""
+    import shutil
+
+    root, recipe_path, out = toy
+    prepare(load_recipe(recipe_path), root, out)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "numbers").mkdir(parents=True)  # a run trained on it (its frozen manifest)
+    shutil.copyfile(out / "manifest.json", tmp_path / "runs" / "numbers" / "manifest.json")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    changed = load_recipe(recipe_path, ["tokenizer.vocab_size=70"])
+    with pytest.raises(NmtkError, match=r"tokenizer\.vocab_size = 64, the recipe has 70; runs/numbers was trained on "
+                                        r"it: give --out a new folder, or --force"):
+        prepare(changed, root, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    elsewhere = prepare(changed, root, tmp_path / "new")  # a new folder: built
+    assert not elsewhere.up_to_date and elsewhere.manifest.vocab.size["en"] == 70
+    forced = prepare(changed, root, out, force=True)
+    assert not forced.up_to_date and forced.manifest.vocab.size["en"] == 70
