@@ -80,11 +80,12 @@ def copy_run(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def copy_models() -> dict:
-    """Tiny Transformers trained in-process to copy, from one run: after 250 updates (search decisions
-    still non-trivial: tests/unit/test_beam.py) and 800 (learned: tests/integration/test_copy_task.py)."""
+    """Tiny Transformers trained in-process to copy (fp32), from one run: after 100 updates (not learned),
+    250 (search decisions still non-trivial: tests/unit/test_beam.py) and 800 (learned:
+    tests/integration/test_copy_task.py)."""
     from helpers import train_copy_models
 
-    return train_copy_models((250, 800))
+    return train_copy_models((100, 250, 800))
 
 
 @pytest.fixture(scope="session")

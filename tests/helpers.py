@@ -42,8 +42,11 @@ def write_corpus(root: Path, name: str, pairs: list[tuple[str, str]], suffix: st
     write_lines(root / "toy" / f"{name}.de{suffix}", [b for _, b in pairs])
 
 
-def toy_recipe(tmp: Path, extra: str = "", vocab_size: int = 64, name: str = "toy") -> Path:
-    """A recipe over toy/{train,valid,test}.{en,de}.gz under a data root, with a tiny model."""
+def toy_recipe(tmp: Path, extra: str = "", vocab_size: int = 64, name: str = "toy", precision: str = "fp32") -> Path:
+    """A recipe over toy/{train,valid,test}.{en,de}.gz under a data root, with a tiny model.
+
+    fp32 unless asked: its trainings are compared with each other to the bit or to 1e-5 (resume, DDP,
+    several nodes), which must not hang on the precision `auto` picks on the host."""
     path = tmp / f"{name}.toml"
     path.write_text(f"""
 [data]
@@ -87,6 +90,7 @@ max_updates = 100
 save_every_minutes = 60
 validate_every_updates = 50
 keep_last = 5
+precision = "{precision}"
 {extra}
 """)
     return path
@@ -115,15 +119,18 @@ def copy_batch(gen, batch: int = 64, min_len: int = 3, max_len: int = 10, vocab:
     return src, tgt
 
 
-def train_copy_models(steps: tuple[int, ...], vocab: int = 32, seed: int = 0, d_model: int = 64) -> dict:
+def train_copy_models(steps: tuple[int, ...], vocab: int = 32, seed: int = 0, d_model: int = 64,
+                      precision: str = "fp32") -> dict:
     """A tiny Transformer trained to copy (the paper's schedule shape, Adam, no dropout), after each of
     ``steps`` updates, from one run (copies, in eval mode): the schedule does not depend on the total,
-    so each equals a run of that many updates alone."""
+    so each equals a run of that many updates alone. ``precision`` bf16 trains under autocast
+    (tests/measure_spread.py)."""
     import copy
 
     import torch
     import torch.nn.functional as F
 
+    from nmtk.device import autocast_for
     from nmtk.model import ModelConfig, Transformer
     from nmtk.vocab import PAD_ID
 
@@ -139,8 +146,9 @@ def train_copy_models(steps: tuple[int, ...], vocab: int = 32, seed: int = 0, d_
     models = {}
     for step in range(1, max(steps) + 1):
         src, tgt = copy_batch(gen, vocab=vocab)
-        logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID)
+        with autocast_for(torch.device("cpu"), precision):
+            logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -148,6 +156,27 @@ def train_copy_models(steps: tuple[int, ...], vocab: int = 32, seed: int = 0, d_
         if step in steps:
             models[step] = copy.deepcopy(model).eval()
     return models
+
+
+def copy_outcome(model, vocab: int = 32) -> dict[str, float]:
+    """How well a copy model copies 100 held-out sequences (fp32, greedy): the teacher-forced loss, the
+    share of target tokens the greedy output gets right position by position, and the sequences copied
+    whole."""
+    import torch
+    import torch.nn.functional as F
+
+    from nmtk.decode.beam import SearchConfig, greedy_search
+    from nmtk.vocab import EOS_ID, PAD_ID
+
+    src, tgt = copy_batch(torch.Generator().manual_seed(123), batch=100, vocab=vocab)
+    with torch.no_grad():
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID)
+    hyps = [h[0].tokens for h in greedy_search(model, src, SearchConfig(beam=1))]
+    refs = [[t for t in row.tolist() if t not in (PAD_ID, EOS_ID)] for row in src]
+    right = sum(sum(a == b for a, b in zip(h, r, strict=False)) for h, r in zip(hyps, refs, strict=True))
+    return {"loss": loss.item(), "token_accuracy": right / sum(len(r) for r in refs),
+            "sequences": sum(h == r for h, r in zip(hyps, refs, strict=True))}
 
 
 def toy_prepared(tmp: Path, *overrides: str) -> tuple[Any, Any, tuple[Any, Any]]:

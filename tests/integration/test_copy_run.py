@@ -36,9 +36,12 @@ def test_train_learned_then_average_and_translate(copy_run, tmp_path: Path) -> N
     shutil.copytree(tmp / "run", run)
     records = [json.loads(line) for line in (run / "train.jsonl").read_text().splitlines()]
     train_losses = [r["loss"] for r in records if "validation" not in r]
-    assert train_losses[-1] < 0.5 * train_losses[0]
+    # Thresholds from tests/measure_spread.py copy-run: 20 trainings (5 seeds x {1, 2} threads x {fp32,
+    # bf16}), AMD EPYC with AVX-512 BF16, 2026-11-25. Worst (median): last/first loss 0.036 (0.0008),
+    # validation BLEU at 700 80.4 (99.0; seed 4's late spike, in both precisions). Margins x5.6 and 20.
+    assert train_losses[-1] < 0.2 * train_losses[0]
     valid = [r for r in records if r.get("validation")]
-    assert len(valid) == 2 and valid[-1]["bleu"] > 15, valid
+    assert len(valid) == 2 and valid[-1]["bleu"] > 60, valid
     assert (run / "checkpoint_best.pt").exists()
     kept = sorted(int(p.stem.split("_")[1]) for p in run.glob("checkpoint_[0-9]*.pt"))
     assert kept == [350, 400, 500, 600, 700]  # saved every 100 updates and at each validation; the last 5 kept
@@ -116,7 +119,8 @@ def test_cross_attention_of_the_copy_model_is_the_diagonal_and_alignments_say_so
     matrices = cross_attention(model, sources, sources, -1, torch.device("cpu"))
     on_diagonal = sum(int((m.argmax(axis=1) == np.arange(len(m))).sum()) for m in matrices)
     total = sum(len(m) for m in matrices)
-    assert on_diagonal / total >= 0.9, f"{on_diagonal}/{total} target positions look at their own source position"
+    # tests/measure_spread.py copy-run, 20 trainings: worst 0.939, median 0.994; margin 0.089
+    assert on_diagonal / total >= 0.85, f"{on_diagonal}/{total} target positions look at their own source position"
 
     out = nmtk("translate", "-m", str(tmp / "run"), "--print-alignment", cwd=tmp, env=env,
                stdin="\n".join(sentences[:10]) + "\n\n")
@@ -227,11 +231,12 @@ def test_a_quantised_export_still_translates(copy_run) -> None:
     assert out.returncode == 0, out.stderr
     text = "\n".join(a for a, _ in copy_pairs(20, 12)) + "\n"
     got = nmtk("translate", "-m", str(tmp / "ct2-int8"), cwd=tmp, env=env, stdin=text)
-    full = nmtk("translate", "-m", str(tmp / "run"), cwd=tmp, env=env, stdin=text)
+    full = nmtk("translate", "-m", str(tmp / "run"), "--precision", "fp32", cwd=tmp, env=env, stdin=text)
     assert got.returncode == 0 and full.returncode == 0, got.stderr + full.stderr
     lines, reference = got.stdout.splitlines(), full.stdout.splitlines()
     assert len(lines) == 20 and all(lines)
-    assert sum(a == b for a, b in zip(lines, reference, strict=True)) >= 16  # int8 weights: nearly the same output
+    # int8 weights: nearly the same output (tests/measure_spread.py copy-run, 20 trainings: worst 18/20)
+    assert sum(a == b for a, b in zip(lines, reference, strict=True)) >= 16
 
 
 def test_export_of_separate_vocabularies(copy_run, tmp_path: Path) -> None:

@@ -132,6 +132,7 @@ def test_a_trained_run_exports_to_a_folder_transformers_runs_alone(copy_run, tmp
     generated = hf.generate(**tok(lines, return_tensors="pt", padding=True), num_beams=1, do_sample=False)
     theirs = tok.batch_decode(generated, skip_special_tokens=True)
     ours = run_nmtk("translate", "-m", str(tmp / "run"), "--checkpoint", str(tmp / "run" / checkpoint), "--beam", "1",
+                    "--precision", "fp32",
                     stdin="\n".join(lines) + "\n", cwd=tmp, env=env)
     assert ours.returncode == 0, ours.stderr
     assert ours.stdout.splitlines() == theirs

@@ -136,6 +136,8 @@ def test_both_request_formats_and_options(served) -> None:
     (json.dumps({"q": ["a."] * 300}).encode(), 413),      # over --max-lines
     (b'{"q": "x", "n_best": 5, "beam": 2}', 422),         # n_best above beam
     (b'[{"src": 5}]', 422),                               # OpenNMT shape, wrong type (sent to /translate: a list)
+    (b'{"q": "<p>A dog.</p>", "format": "html"}', 400),   # html: refused, never translated as words
+    (b'{"q": "x", "formatt": "text"}', 422),              # an unknown field
 ])
 def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(served, raw, status) -> None:
     server, tmp = served
@@ -145,6 +147,30 @@ def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(served, raw, s
     assert ok == 200 and answer["translatedText"]
 
 
+def test_libretranslates_own_client_is_served(served) -> None:
+    """libretranslatepy 2.1.4 (form-encoded bodies, GET /languages, POST /detect): translate equals
+    `nmtk translate`; languages lists the pair; detect is a clean 501 in the one error shape; codes in
+    any case; 404s answer in that shape too."""
+    from libretranslatepy import LibreTranslateAPI
+
+    server, tmp = served
+    client = LibreTranslateAPI(server.url)
+    lines = _test_lines(tmp, 3)
+    offline = run_nmtk("translate", "-m", str(tmp / "run"), stdin="\n".join(lines) + "\n").stdout.splitlines()
+    assert [client.translate(line, "en", "de") for line in lines] == offline
+    assert client.translate(lines[0], "EN", "De") == offline[0]
+    assert client.translate(lines[0], "auto", "de") == offline[0]
+    assert client.languages() == [{"code": "en", "name": "en", "targets": ["de"]},
+                                  {"code": "de", "name": "de", "targets": []}]
+    with pytest.raises(urllib.error.HTTPError) as detect:
+        client.detect(lines[0])
+    assert detect.value.code == 501 and "not supported" in json.loads(detect.value.read())["error"]
+    status, body = server.request("GET", "/nope")
+    assert status == 404 and set(body) == {"error"}
+    status, body = server.request("GET", "/translate")
+    assert status == 405 and set(body) == {"error"}
+
+
 def test_api_key_and_full_queue(copy_run) -> None:
     """--max-wait-ms 0: the worker decodes the first request at once, so the others fill the one-place
     queue (a longer wait would let the worker take them all while gathering, and nothing would be full)."""
@@ -152,6 +178,11 @@ def test_api_key_and_full_queue(copy_run) -> None:
     server = Server(tmp / "run", "--max-queue", "1", "--max-wait-ms", "0", env={"NMTK_API_KEY": "s3cret"})
     try:
         assert server.post("/translate", {"q": "a b c"})[0] == 401
+        assert server.post("/translate", {"q": "a b c", "api_key": "wrong"})[0] == 401
+        assert server.post("/translate", {"q": "a b c", "api_key": "s3cret"})[0] == 200  # LibreTranslate's way
+        from libretranslatepy import LibreTranslateAPI
+
+        assert LibreTranslateAPI(server.url, api_key="s3cret").translate("a b c", "en", "de")  # form-encoded
         auth = {"Authorization": "Bearer s3cret"}
         lines = _test_lines(tmp, 20)
         with ThreadPoolExecutor(20) as pool:
@@ -168,7 +199,9 @@ def test_sigterm_finishes_the_requests_in_flight(copy_run) -> None:
     lines = _test_lines(tmp, 40)
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(server.post, "/translate", {"q": lines[i : i + 5]}) for i in range(0, 40, 5)]
-        time.sleep(0.1)  # the requests are in: the worker is still gathering (300 ms)
+        deadline = time.monotonic() + 60  # a hang, not a speed
+        while server.get("/health")["requests"] < 8:  # all 8 in, whatever the host's speed: none may
+            assert time.monotonic() < deadline  # be lost, gathered, searching or answered
         code, err = server.stop()
         answers = [f.result() for f in futures]
     assert code == 0, err

@@ -117,7 +117,9 @@ def test_scores_are_normalised_log_probabilities_and_beam_beats_greedy(model, so
     for i, row in enumerate(sources):
         assert beam[i][0].score == pytest.approx(sequence_score(model, row, beam[i][0].tokens, 0.6), abs=1e-4)
         assert greedy[i][0].score == pytest.approx(sequence_score(model, row, greedy[i][0].tokens, 0.6), abs=1e-4)
-        assert beam[i][0].score >= greedy[i][0].score - 1e-6
+        # Where both find the same tokens, their scores differ by float order alone (5 rows a step against
+        # 1: 1.2e-6 on an AMD EPYC with AVX-512 BF16); 1e-4, the tolerance the scores are checked to above.
+        assert beam[i][0].score >= greedy[i][0].score - 1e-4
 
 
 def test_nbest_is_distinct_and_sorted(model, sources) -> None:

@@ -43,7 +43,8 @@ def test_a_burst_is_shared_among_idle_threads_in_length_order() -> None:
     """64 lines arriving together while both threads are idle: each thread takes about half, the
     shorter lines together and the longer ones together, instead of one thread taking all 64."""
     translator = RecordingTranslator(seconds=0.2)
-    worker = Worker(translator, max_tokens=100_000, max_wait_ms=50, max_queue=100, workers=2)
+    # max_wait 200 ms: a submitting loop descheduled on a busy host must not look like the burst's end
+    worker = Worker(translator, max_tokens=100_000, max_wait_ms=200, max_queue=100, workers=2)
     worker.start()
     time.sleep(0.3)  # both threads idle, waiting for work
     key = SearchKey(beam=4, nbest=1, alignment=False)
@@ -61,12 +62,12 @@ def test_a_burst_is_shared_among_idle_threads_in_length_order() -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_lone_idle_thread_takes_the_whole_burst(workers: int) -> None:
     """With the other thread busy (or no other thread), the idle one keeps the burst whole."""
-    translator = RecordingTranslator(seconds=0.5)
-    worker = Worker(translator, max_tokens=100_000, max_wait_ms=50, max_queue=100, workers=workers)
+    translator = RecordingTranslator(seconds=1.5)
+    worker = Worker(translator, max_tokens=100_000, max_wait_ms=100, max_queue=100, workers=workers)
     worker.start()
     key = SearchKey(beam=4, nbest=1, alignment=False)
-    busy = worker.submit(["a long first line"], key)  # occupies one thread for 0.5 s
-    time.sleep(0.2)
+    busy = worker.submit(["a long first line"], key)  # gathered for 0.1 s, then occupies a thread for 1.5 s
+    time.sleep(0.5)  # margins of 0.4 s and 1 s on each side: a host's stalls cannot reorder them
     futures = [worker.submit([f"line {i}"], key) for i in range(32)]
     for future in [busy, *futures]:
         future.result(timeout=10)
@@ -78,15 +79,15 @@ def test_clients_coming_back_slowly_still_make_one_batch() -> None:
     """Lines answered together come back together, if slowly (gaps longer than --max-wait-ms): the
     thread waits for as many as its last batch had instead of cutting the batch at the first gap."""
     translator = RecordingTranslator(seconds=0.05)
-    worker = Worker(translator, max_tokens=100_000, max_wait_ms=20, max_queue=100, workers=1)
+    worker = Worker(translator, max_tokens=100_000, max_wait_ms=100, max_queue=100, workers=1)
     worker.start()
     key = SearchKey(beam=4, nbest=1, alignment=False)
     for future in [worker.submit([f"first {i}"], key) for i in range(8)]:
         future.result(timeout=10)
     futures = []
-    for i in range(8):  # 30 ms apart: each gap longer than max_wait, all within 20 × max_wait
-        futures.append(worker.submit([f"again {i}"], key))
-        time.sleep(0.03)
+    for i in range(8):  # 150 ms apart (a sleep only ever runs long): each gap longer than max_wait, all
+        futures.append(worker.submit([f"again {i}"], key))  # within 20 × max_wait = 2 s with 0.8 s to spare
+        time.sleep(0.15)
     for future in futures:
         future.result(timeout=10)
     worker.stop(timeout=10)
@@ -96,7 +97,7 @@ def test_clients_coming_back_slowly_still_make_one_batch() -> None:
 def test_a_single_client_is_not_held_back() -> None:
     """One client, one line at a time: each batch closes after the first gap, not 20 × max_wait."""
     translator = RecordingTranslator(seconds=0.0)
-    worker = Worker(translator, max_tokens=100_000, max_wait_ms=20, max_queue=100, workers=2)
+    worker = Worker(translator, max_tokens=100_000, max_wait_ms=50, max_queue=100, workers=2)
     worker.start()
     key = SearchKey(beam=4, nbest=1, alignment=False)
     waits = []
@@ -105,7 +106,7 @@ def test_a_single_client_is_not_held_back() -> None:
         worker.submit([f"line {i}"], key).result(timeout=10)
         waits.append(time.monotonic() - start)
     worker.stop(timeout=10)
-    assert max(waits) < 0.2, waits  # a held line would wait 20 × 20 ms = 0.4 s
+    assert max(waits) < 0.5, waits  # ~0.05 s each; a held line would wait 20 × 50 ms = 1 s
 
 
 class Unpicklable(Exception):
