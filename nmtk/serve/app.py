@@ -7,22 +7,31 @@
   ``[[{"src", "tgt", "n_best", "pred_score", "align"}]]``);
 - ``GET /health``, ``GET /models``, ``POST /reload``, ``GET /`` (a page to try it), ``/docs`` (OpenAPI).
 
-Errors are JSON ``{"error": ...}``: 400 (invalid JSON or UTF-8, unknown language pair, empty input),
-401 (API key), 413 (over a limit), 422 (wrong type), 503 (queue full, or stopping), 500 (the decoder
-failed on this request; the server goes on).
+LibreTranslate's clients are served as LibreTranslate serves them: form-encoded bodies as well as
+JSON, the API key as ``api_key`` in the body as well as ``Authorization: Bearer``, language codes in
+any case, ``GET /languages``; ``POST /detect`` answers 501 (one language pair: nothing to detect), and
+``format: "html"`` is refused rather than translating the tags as words.
+
+Errors are JSON ``{"error": ...}``, all of them: 400 (invalid JSON or UTF-8, unknown language pair, empty
+input, html), 401 (API key), 404/405 (no such path or method), 413 (over a limit), 422 (wrong type,
+unknown field), 501 (language detection), 503 (queue full, or stopping), 500 (the decoder failed on
+this request; the server goes on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis
@@ -57,12 +66,14 @@ class ApiError(Exception):
 
 
 class LibreRequest(BaseModel):
-    """LibreTranslate's request, and nmtk's options."""
+    """LibreTranslate's request, and nmtk's options; any other field is an error naming it."""
 
-    model_config = ConfigDict(extra="ignore")  # LibreTranslate clients send format, api_key, ...
+    model_config = ConfigDict(extra="forbid")
     q: str | list[str]
     source: str = "auto"
     target: str | None = None
+    format: Literal["text", "html"] = "text"
+    api_key: str | None = None  # LibreTranslate's place for the key (checked by the guard)
     alternatives: int = Field(0, ge=0)
     beam: int | None = Field(None, ge=1)
     n_best: int = Field(1, ge=1)
@@ -80,6 +91,27 @@ def _json_error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+FORM = b"application/x-www-form-urlencoded"
+
+
+def _as_json(body: bytes, content_type: bytes) -> bytes:
+    """A form-encoded body (LibreTranslate's clients send ``q=...&source=en``) as the JSON object it
+    means; anything else as it is. A form's content type with a JSON body (``curl -d '{...}'``) stays
+    JSON. A field given twice (``q``) becomes a list."""
+    if content_type.split(b";")[0].strip().lower() != FORM or body.lstrip()[:1] in (b"{", b"["):
+        return body
+    fields = parse_qs(body.decode("utf-8"), keep_blank_values=True)
+    return json.dumps({k: v[0] if len(v) == 1 else v for k, v in fields.items()}).encode()
+
+
+def _body_key(body: bytes) -> str | None:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    return parsed.get("api_key") if isinstance(parsed, dict) else None
+
+
 class _Guard:
     """What every POST passes first: the server still accepting (503), the API key (401), a UTF-8
     body (400); the body is then read as JSON whatever the client labelled it (curl -d sends a form's
@@ -95,8 +127,6 @@ class _Guard:
         headers = scope["headers"]
         if not self.state.accepting:
             return await _json_error(503, "the server is stopping")(scope, receive, send)
-        if self.api_key and dict(headers).get(b"authorization") != f"Bearer {self.api_key}".encode():
-            return await _json_error(401, "missing or wrong API key (Authorization: Bearer KEY)")(scope, receive, send)
         chunks, more = [], True
         while more:
             message = await receive()
@@ -109,6 +139,12 @@ class _Guard:
             body.decode("utf-8")
         except UnicodeDecodeError as exc:
             return await _json_error(400, f"the body is not UTF-8 (byte {exc.start})")(scope, receive, send)
+        header = dict(headers)
+        body = _as_json(body, header.get(b"content-type", b""))
+        if self.api_key and header.get(b"authorization") != f"Bearer {self.api_key}".encode() \
+                and _body_key(body) != self.api_key:
+            message = "missing or wrong API key (Authorization: Bearer KEY, or api_key in the body)"
+            return await _json_error(401, message)(scope, receive, send)
         replayed = False
 
         async def replay() -> dict[str, Any]:
@@ -135,7 +171,13 @@ def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | N
         if first.get("type") in ("json_invalid", "json_type", "value_error.jsondecode") or "JSON" in first["msg"]:
             return _json_error(400, f"invalid JSON body: {first['msg']}")
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        if first.get("type") == "extra_forbidden":
+            return _json_error(422, f"{where}: unknown field (see /docs for the fields this API takes)")
         return _json_error(422, f"{where}: {first['msg']}")
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:  # 404, 405: the one shape too
+        return _json_error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -165,13 +207,18 @@ def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | N
             raise ApiError(500, f"decoding failed: {type(exc).__name__}: {exc}") from None
 
     def check_pair(source: str, target: str | None) -> None:
-        if source not in ("auto", info.source) or target not in (None, info.target):
+        """Language codes as LibreTranslate takes them: in any case; ``auto`` for the source."""
+        known_source = source.lower() in ("auto", info.source.lower())
+        if not known_source or (target or info.target).lower() != info.target.lower():
             raise ApiError(400, f"this server translates {info.source} → {info.target}, not {source} → {target}")
 
     @app.post("/translate")
     async def translate(req: LibreRequest) -> dict[str, Any]:
         """LibreTranslate's request; ``q`` a string or a list of strings."""
         check_pair(req.source, req.target)
+        if req.format == "html":
+            raise ApiError(400, 'format "html" is not supported: send the text without its tags (format "text"); '
+                                "nmtk would translate the tags as words")
         lines = [req.q] if isinstance(req.q, str) else req.q
         if not lines or not any(line.strip() for line in lines):
             raise ApiError(400, "q is empty")
@@ -208,6 +255,17 @@ def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | N
         hyps, translator = await run([" ".join(s.src.splitlines()) for s in segments], key)
         return [[{"src": s.src, "tgt": translator.detokenize(h[0]) if h else "", "n_best": 1,
                   "pred_score": h[0].score if h else 0.0, "align": None}] for s, h in zip(segments, hyps, strict=True)]
+
+    @app.get("/languages")
+    async def languages() -> list[dict[str, Any]]:
+        """LibreTranslate's list: each language with the targets it translates into (codes as names)."""
+        return [{"code": info.source, "name": info.source, "targets": [info.target]},
+                {"code": info.target, "name": info.target, "targets": []}]
+
+    @app.post("/detect")
+    async def detect() -> JSONResponse:
+        return _json_error(501, f"language detection is not supported: this server translates {info.source} → "
+                                f"{info.target}; send source \"{info.source}\" (or \"auto\")")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
