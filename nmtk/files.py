@@ -10,9 +10,12 @@ flushed and fsynced, then renamed over it, so a crash leaves the old file or the
 from __future__ import annotations
 
 import os
+import select
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -176,13 +179,66 @@ def built_beside(target: Path) -> Iterator[Path]:
         raise
 
 
-def buffered(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    """Lists of ``size`` lines (the last may be shorter)."""
+def buffered(lines: Iterable[str], size: int, waiting: Callable[[], bool] | None = None) -> Iterator[list[str]]:
+    """Lists of ``size`` lines (the last may be shorter); with ``waiting``, a list also ends as soon as
+    ``waiting()`` says that the next line is not at hand (`ReadyLines.waiting`)."""
     buffer: list[str] = []
     for line in lines:
         buffer.append(line)
-        if len(buffer) >= size:
+        if len(buffer) >= size or (waiting is not None and waiting()):
             yield buffer
             buffer = []
     if buffer:
         yield buffer
+
+
+class ReadyLines:
+    """The lines of a pipe, FIFO or terminal, read from its descriptor, with `waiting` telling whether
+    the next one is already at hand. A reader that takes lines until a buffer is full would wait on a
+    writer who sends one line and waits for its answer (fairseq-interactive's and Marian's users' way);
+    one that stops where `waiting` says so answers it at once, and still takes large buffers from a
+    fast writer, whose lines are always ready."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.fd = stream.fileno()
+        self.lines: deque[bytes] = deque()
+        self.tail = b""
+        self.eof = False
+
+    def __iter__(self) -> ReadyLines:
+        return self
+
+    def __next__(self) -> bytes:
+        while not self.lines:
+            if self.eof:
+                raise StopIteration
+            self._read()
+        return self.lines.popleft()
+
+    def _read(self) -> None:
+        data = os.read(self.fd, self.BLOCK)
+        if not data:
+            self.eof = True
+            if self.tail:
+                self.lines.append(self.tail)
+                self.tail = b""
+            return
+        parts = (self.tail + data).split(b"\n")
+        self.tail = parts.pop()
+        self.lines.extend(part + b"\n" for part in parts)
+
+    def waiting(self) -> bool:
+        """No line is at hand, and reading one now would block (the writer has sent nothing more)."""
+        if self.lines or self.eof:
+            return False
+        return not select.select([self.fd], [], [], 0)[0]
+
+    @staticmethod
+    def applies(stream: IO[bytes]) -> bool:
+        """For a pipe, FIFO, socket or terminal; a regular file is read with its own buffering."""
+        try:
+            return os.name == "posix" and not stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+        except (OSError, ValueError, AttributeError):
+            return False

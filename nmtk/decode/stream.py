@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
@@ -25,7 +25,7 @@ from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.errors import Interrupted, NmtkError
-from nmtk.files import InvalidUtf8, buffered, decode_lines, input_path, output_path
+from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, input_path, output_path
 
 
 @dataclass(frozen=True)
@@ -71,17 +71,12 @@ def translate(o: TranslateOptions) -> None:
     With ``-o OUT`` the translations go to ``OUT.partial`` as they are finished and the file becomes
     ``OUT`` (by rename) only when every line is done: an interrupted run leaves an existing ``OUT`` as
     it was and the finished prefix in ``OUT.partial``, with one line saying how many lines it holds and
-    how to go on (``--skip N``).
+    how to go on (``--skip N``). Going on appends to that prefix, never truncates it, ``--force`` or
+    not; a run that fails before finishing a line leaves no ``OUT.partial`` behind.
     """
     if o.input is not None:  # the user's paths are checked before any model loads
         input_path(o.input)
-    partial = None
-    if o.output is not None:
-        output_path(o.output)
-        partial = o.output.with_name(o.output.name + ".partial")
-        for path in (o.output, partial):
-            if path.exists() and not o.force:
-                raise NmtkError(f"{path}: exists; use --force to overwrite it")
+    partial, resume = _check_output(o) if o.output is not None else (None, False)
     translator = load_translator(o.load)
     source: BinaryIO = open(o.input, "rb") if o.input else sys.stdin.buffer
     done = [0]
@@ -89,21 +84,92 @@ def translate(o: TranslateOptions) -> None:
         if o.output is None:
             _stream(translator, o, source, sys.stdout, done)
         else:
-            with open(partial, "w", encoding="utf-8") as sink:
-                _stream(translator, o, source, sink, done)
-                sink.flush()
-                os.fsync(sink.fileno())
+            _to_partial(translator, o, source, partial, resume, done)
             os.replace(partial, o.output)
     except KeyboardInterrupt:
+        if partial is not None and not partial.exists():
+            raise Interrupted(f"interrupted before a line was finished: nothing was written to {o.output}") from None
         where = "written to stdout" if o.output is None else f"in {partial}"
         raise Interrupted(f"interrupted: the first {o.skip + done[0]:,} input lines are translated ({where}); go on "
-                          f"with --skip {o.skip + done[0]}") from None
+                          f"with the same command and --skip {o.skip + done[0]}") from None
     finally:
         if o.input:
             source.close()
 
 
-def _input_lines(o: TranslateOptions, source: BinaryIO) -> Iterator[str]:
+def _to_partial(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,
+                done: list[int]) -> None:
+    """Stream into ``partial``: appended to when going on, else new; a new one that ends with no finished
+    line (an error or Ctrl-C before the first buffer) is removed, so that nothing stands in the way of
+    running again."""
+    try:
+        with open(partial, "a" if resume else "w", encoding="utf-8") as sink:
+            _stream(translator, o, source, sink, done)
+            sink.flush()
+            os.fsync(sink.fileno())
+    except BaseException:
+        if not resume and done[0] == 0:
+            partial.unlink(missing_ok=True)
+        raise
+
+
+def _check_output(o: TranslateOptions) -> tuple[Path, bool]:
+    """``-o OUT``'s partial file, and whether this run goes on from it (``--skip N`` where it holds the
+    first N inputs). One line for an output that is the input, and for a partial file that ``--skip``
+    does not match: its finished lines are kept unless the user starts over with ``--force``."""
+    assert o.output is not None
+    output_path(o.output)
+    partial = o.output.with_name(o.output.name + ".partial")
+    _refuse_input_as_output(o, o.output, partial)
+    resume = False
+    if partial.exists():
+        finished = finished_inputs(partial, o.nbest)
+        if o.skip and finished != o.skip:
+            raise NmtkError(f"{partial}: holds the first {finished:,} input lines, not {o.skip:,}: go on with "
+                            f"--skip {finished}, or start over with --force and no --skip")
+        if not o.skip and not o.force:
+            raise NmtkError(f"{partial}: holds the first {finished:,} input lines of an interrupted run: go on "
+                            f"with --skip {finished}, or start over with --force")
+        resume = bool(o.skip)
+    if o.output.exists() and not o.force:
+        raise NmtkError(f"{o.output}: exists; use --force to overwrite it")
+    if resume:
+        console.print(f"going on from {partial}: its {o.skip:,} finished lines are kept")
+    return partial, resume
+
+
+def _refuse_input_as_output(o: TranslateOptions, *outputs: Path) -> None:
+    """The input is read while the output is written: the same file (by name, link or redirection) as
+    an output would be destroyed, ``--force`` or not."""
+    try:
+        source = os.stat(o.input) if o.input is not None else os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):  # no stdin at all
+        return
+    for path in outputs:
+        try:
+            same = os.path.samestat(source, os.stat(path))
+        except OSError:
+            continue
+        if same:
+            named = f"-i {o.input}" if o.input is not None else "the standard input"
+            raise NmtkError(f"-o {o.output}: is the input file ({named}); write the translation to another file")
+
+
+def finished_inputs(partial: Path, nbest: int = 1) -> int:
+    """The input lines a partial output holds: one line each, or with n-best rows the last row's index."""
+    if nbest <= 1:
+        return count_lines(partial)
+    last = b""
+    with open(partial, "rb") as handle:
+        for last in handle:  # noqa: B007 - the last row is what counts
+            pass
+    try:
+        return int(last.split(b"\t", 1)[0]) if last.strip() else 0
+    except ValueError:
+        raise NmtkError(f"{partial}: not an n-best output of nmtk translate (no line number in its last row)") from None
+
+
+def _input_lines(o: TranslateOptions, source: Iterable[bytes]) -> Iterator[str]:
     name = str(o.input or "stdin")
     return decode_lines(source, name, o.errors.value, hint="use --errors replace to substitute U+FFFD")
 
@@ -152,20 +218,26 @@ def _sigint_deferred() -> Iterator[None]:
 
 
 def _stream(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:
-    """Translate ``--buffer-size`` lines at a time (one at a time from a terminal), writing and flushing
-    each buffer's lines as soon as it is done; ``done[0]`` counts the input lines written so far.
+    """Translate ``--buffer-size`` lines at a time, writing and flushing each buffer's lines as soon as
+    it is done; ``done[0]`` counts the input lines written so far.
 
     The buffer is the reorder window: its lines are sorted by length into batches, and none of them
     can be written before the buffer is finished. Memory is bounded by it, not by the input
-    (benchmarks/translate.py --lines measures 20,000 against 200,000 lines).
+    (benchmarks/translate.py --lines measures 20,000 against 200,000 lines). From a pipe or a
+    terminal a buffer also ends where the writer has sent nothing more (`ReadyLines`): a program that
+    writes a line and waits for its translation gets it at once.
     """
-    interactive = o.input is None and sys.stdin.isatty()
     progress, total = _progress(o)
-    lines = islice(_input_lines(o, source), o.skip, None)
+    raw: Iterable[bytes] = source
+    waiting = None
+    if ReadyLines.applies(source):
+        raw = ReadyLines(source)
+        waiting = raw.waiting
+    lines = islice(_input_lines(o, raw), o.skip, None)
     with progress:
         task = progress.add_task("translate", total=total, rate="")
         start = time.perf_counter()
-        for chunk in buffered(lines, 1 if interactive else o.buffer_size):
+        for chunk in buffered(lines, o.buffer_size, waiting):
             first = o.skip + done[0] + 1
             out = [line for k, hyps in enumerate(translator.hypotheses(chunk, first_line=first))
                    for line in output_lines(first + k, hyps, translator, o)]

@@ -152,32 +152,111 @@ def test_a_stray_average_never_becomes_the_model(copy_run, tmp_path: Path) -> No
 
 
 def test_ctrl_c_keeps_the_finished_lines_and_says_how_to_go_on(copy_run, tmp_path: Path) -> None:
+    """Ctrl-C while translate waits for more input: the test holds its stdin open after 100 lines, so
+    translate can neither finish nor be caught mid-buffer, however fast or slow the machine is."""
     tmp, _, env = copy_run
     source = tmp_path / "big.en"
-    lines = [a for a, _ in copy_pairs(4000, 21)]
+    lines = [a for a, _ in copy_pairs(150, 21)]
     source.write_text("".join(f"{line}\n" for line in lines))
     out = tmp_path / "out.de"
     out.write_text("an earlier translation\n")
     partial = tmp_path / "out.de.partial"
-    proc = subprocess.Popen([sys.executable, "-m", "nmtk", "translate", "-m", str(tmp / "run"), "-i", str(source),
-                             "-o", str(out), "--force", "--buffer-size", "50", "--beam", "1"],
-                            stderr=subprocess.PIPE, text=True, cwd=tmp, env={**env, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 300
-    while not (partial.is_file() and partial.read_text().count("\n") >= 100):
-        assert proc.poll() is None and time.time() < deadline, "translate ended before it could be interrupted"
+    proc = subprocess.Popen([sys.executable, "-m", "nmtk", "translate", "-m", str(tmp / "run"), "-o", str(out),
+                             "--force", "--buffer-size", "50", "--beam", "1"],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env=env)
+    proc.stdin.write("".join(f"{line}\n" for line in lines[:100]))
+    proc.stdin.flush()
+    deadline = time.monotonic() + 300  # a hang, not a speed: the lines are there long before
+    while not (partial.is_file() and partial.read_text().count("\n") == 100):
+        assert proc.poll() is None and time.monotonic() < deadline, "translate ended while its input was open"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    proc.send_signal(signal.SIGINT)  # translate is blocked reading line 101
+    proc.wait(timeout=120)
+    err = proc.stderr.read()
+    proc.stdin.close()
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert out.read_text() == "an earlier translation\n"  # the earlier file is intact
     done = partial.read_text().splitlines()
-    assert len(done) % 50 == 0 and f"the first {len(done):,} input lines are translated" in err
-    assert f"--skip {len(done)}" in err and str(partial) in err
-    rest = nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), "--skip", str(len(done)), "--beam", "1",
-                cwd=tmp, env=env)
-    head = nmtk("translate", "-m", str(tmp / "run"), "--beam", "1", cwd=tmp, env=env,
-                stdin="".join(f"{line}\n" for line in lines[: len(done)]))
-    assert done == head.stdout.splitlines() and len(rest.stdout.splitlines()) == len(lines) - len(done)
+    assert len(done) == 100 and "the first 100 input lines are translated" in err
+    assert "--skip 100" in err and str(partial) in err
+    whole = nmtk("translate", "-m", str(tmp / "run"), "--beam", "1", cwd=tmp, env=env,
+                 stdin="".join(f"{line}\n" for line in lines))
+    assert done == whole.stdout.splitlines()[:100]
+    # Going on as the message says (the same command, --force included, and --skip 100) appends to the
+    # 100 finished lines instead of starting over; a wrong --skip is refused and keeps them.
+    again = ["translate", "-m", str(tmp / "run"), "-o", str(out), "--force", "--buffer-size", "50", "--beam", "1"]
+    wrong = nmtk(*again, "--skip", "90", cwd=tmp, env=env, stdin="".join(f"{line}\n" for line in lines))
+    assert wrong.returncode == 1 and "--skip 100" in wrong.stderr and partial.read_text().splitlines() == done
+    fresh = nmtk(*again[:5], "--beam", "1", cwd=tmp, env=env, stdin="x\n")  # no --force, no --skip
+    assert fresh.returncode == 1 and "--skip 100" in fresh.stderr and partial.read_text().splitlines() == done
+    went_on = nmtk(*again, "--skip", "100", cwd=tmp, env=env, stdin="".join(f"{line}\n" for line in lines))
+    assert went_on.returncode == 0 and "going on from" in went_on.stderr, went_on.stderr
+    assert out.read_text() == whole.stdout and not partial.exists()
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_pipe_gets_each_translation_as_soon_as_its_line_is_in(copy_run, exported, engine: str) -> None:
+    """A program writes one line and waits for its translation before writing the next (issue 44: both
+    engines waited for 1,000 lines or the end of the input). The 60 s are a hang guard, not a speed."""
+    import queue
+    import threading
+
+    tmp, _, env = copy_run
+    model = tmp / "run" if engine == "torch" else exported
+    proc = subprocess.Popen([sys.executable, "-m", "nmtk", "translate", "-m", str(model), "--beam", "1"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp, env=env)
+    answers: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(line) for line in proc.stdout], daemon=True).start()
+    expected = nmtk("translate", "-m", str(model), "--beam", "1", cwd=tmp, env=env,
+                    stdin="the dog runs\na cat sits on the grass\n").stdout.splitlines()
+    try:
+        for sent, want in zip(("the dog runs", "a cat sits on the grass"), expected, strict=True):
+            start = time.monotonic()
+            proc.stdin.write(sent + "\n")
+            proc.stdin.flush()
+            got = answers.get(timeout=60)  # the process is still waiting for more input: not its end
+            print(f"{engine}: {sent!r} answered after {time.monotonic() - start:.2f} s")
+            assert got.rstrip("\n") == want
+        assert proc.poll() is None
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, proc.stderr.read()
+
+
+@pytest.mark.parametrize("how", ["same name", "hard link", "symbolic link", "standard input"])
+def test_the_output_is_never_the_input(copy_run, tmp_path: Path, how: str) -> None:
+    tmp, _, env = copy_run
+    source = tmp_path / "f.en"
+    source.write_text("the cat sits\n")
+    target = {"same name": source, "hard link": tmp_path / "hard.en", "symbolic link": tmp_path / "soft.en",
+              "standard input": source}[how]
+    if how == "hard link":
+        os.link(source, target)
+    elif how == "symbolic link":
+        target.symlink_to(source)
+    inputs = [] if how == "standard input" else ["-i", str(source)]
+    with open(source, "rb") as stdin:
+        result = subprocess.run([sys.executable, "-m", "nmtk", "translate", "-m", str(tmp / "run"), *inputs, "-o",
+                                 str(target), "--force"], stdin=stdin, capture_output=True, text=True, cwd=tmp, env=env)
+    one_line(result, 1, "is the input file")
+    assert source.read_text() == "the cat sits\n" and "checkpoint:" not in result.stderr
+
+
+def test_a_run_that_fails_before_its_first_line_leaves_no_partial_file(copy_run, tmp_path: Path) -> None:
+    """Invalid UTF-8 in the first buffer: the error says to use --errors replace, and that then works
+    (no 'OUT.partial exists' in the way)."""
+    tmp, _, env = copy_run
+    (tmp_path / "bad.en").write_bytes(b"the cat\n\xff\xfe\n")
+    out = tmp_path / "out.de"
+    cmd = [sys.executable, "-m", "nmtk", "translate", "-m", str(tmp / "run"), "-i", str(tmp_path / "bad.en"), "-o",
+           str(out)]
+    failed = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=env)
+    one_line(failed, 1, "invalid UTF-8", "--errors replace")
+    assert list(tmp_path.iterdir()) == [tmp_path / "bad.en"]
+    replaced = subprocess.run([*cmd, "--errors", "replace"], capture_output=True, text=True, cwd=tmp, env=env)
+    assert replaced.returncode == 0 and out.read_text().count("\n") == 2, replaced.stderr
 
 
 @pytest.mark.parametrize(("case", "message"), [
@@ -223,7 +302,7 @@ def test_fairseq_habits_a_checkpoint_file_as_the_model_and_score_with_a_wrong_mo
 def test_both_engines_stop_at_the_same_length(copy_run, exported) -> None:
     tmp, _, env = copy_run
     text = "the red cat runs in the park with a dog\n"
-    limits = ["--max-len-a", "0", "--max-len-b", "3", "--beam", "1"]
+    limits = ["--max-len-a", "0", "--max-len-b", "3", "--beam", "1", "--precision", "fp32"]
     torch_out = nmtk("translate", "-m", str(tmp / "run"), *limits, cwd=tmp, env=env, stdin=text).stdout.split()
     ct2_out = nmtk("translate", "-m", str(exported), *limits, cwd=tmp, env=env, stdin=text).stdout.split()
     assert len(torch_out) == len(ct2_out) == 3 and torch_out == ct2_out
