@@ -55,6 +55,14 @@ class Manifest(BaseModel):
     recipe: str | None = None
     seconds: float = 0.0
 
+    @property
+    def longest_training_source(self) -> int | None:
+        """Subwords of the longest source line training kept (None where the manifest does not say: an
+        imported model's): what the model has seen, so what `translate` splits longer lines towards."""
+        side = self.splits.get("train", {}).get("sides", {}).get(self.source_lang, {})
+        longest = side.get("max_len")
+        return int(longest) if longest else None
+
     @classmethod
     def read(cls, path: Path) -> Manifest:
         """The manifest at ``path``; one line naming the file when it is missing, unreadable or of

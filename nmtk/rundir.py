@@ -194,6 +194,10 @@ class ExportDir:
     def recipe(self) -> Recipe:
         return load_recipe(self.path / RECIPE)
 
+    def manifest(self) -> Manifest | None:
+        """The run's manifest, copied beside the model (None in an export that has none)."""
+        return Manifest.read(self.path / MANIFEST) if (self.path / MANIFEST).is_file() else None
+
     def write_text_pipeline(self, run: RunDir, recipe: Recipe, manifest: Manifest) -> None:
         """The run's recipe, manifest and subword model(s): what the text pipeline needs."""
         write_text_atomic(self.path / RECIPE, recipe_to_toml(recipe))

@@ -25,6 +25,7 @@ class TranslatorBase:
     search: SearchConfig
     sampling: SamplingConfig | None = None
     max_positions: int = 1024  # source tokens the model accepts, EOS included
+    longest_trained: int | None = None  # subwords of the longest training source (the run's manifest)
     precision: Precision = Precision.fp32
     engine: str = "torch"
 
@@ -45,7 +46,8 @@ class TranslatorBase:
         """N-best hypotheses per sentence; an empty (or blank) sentence gets none. ``ids``: the
         sentences already `encode`d (the server counts tokens with them), else encoded here.
 
-        A sentence longer than the model's input is translated in pieces (`nmtk.decode.long_input`),
+        A line longer than the model's input, or far longer than its training data's, is translated in
+        pieces (`nmtk.decode.long_input`),
         with one warning naming its line (``first_line`` is the number of ``sentences[0]``).
         """
         ids = self.encode(sentences) if ids is None else ids
@@ -53,11 +55,11 @@ class TranslatorBase:
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         if not todo:
             return results
-        segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries)
+        segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained)
         for i, hyps, n in zip(todo, segments.decode(self.decode_pieces), segments.count, strict=True):
             results[i] = hyps
             if n > 1:
-                warn_split(first_line + i, len(ids[i]), self.max_positions, n)
+                warn_split(first_line + i, len(ids[i]), self.max_positions, n, self.longest_trained)
         return results
 
     def detokenize(self, hyp: Hypothesis) -> str:

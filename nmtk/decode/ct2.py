@@ -65,6 +65,8 @@ class Ct2Translator(TranslatorBase):
         try:
             meta = folder.meta()
             recipe = folder.recipe()
+            manifest = folder.manifest()
+            longest = manifest.longest_training_source if manifest else None
             langs = (recipe.data.source_lang, recipe.data.target_lang)
             pipelines = text_pipelines(recipe.tokenizer, langs, {lang: folder.path / meta["models"][lang]
                                                                  for lang in langs})
@@ -80,7 +82,7 @@ class Ct2Translator(TranslatorBase):
             raise NmtkError(f"{directory}: not a complete nmtk export ({first}); run nmtk export again") from None
         return cls(directory=folder.path, recipe=recipe, pipelines=pipelines, ct2=ct2,
                    search=search or SearchConfig.from_recipe(recipe.decode),
-                   max_positions=int(meta.get("max_positions", 1024)),
+                   max_positions=int(meta.get("max_positions", 1024)), longest_trained=longest,
                    quantization=compute_type or meta.get("quantization", ""), device=device)
 
     def __post_init__(self) -> None:

@@ -121,7 +121,8 @@ def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
         raise NmtkError(f"--alignment-layer {o.alignment_layer}: the model has decoder layers 1 to {layers}")
     align_layer = (o.alignment_layer or layers) - 1 if o.align else None
     return Translator(pipelines=run.pipelines(recipe, manifest), model=model, search=search, device=device,
-                      precision=precision, sampling=o.sampling, align_layer=align_layer)
+                      precision=precision, sampling=o.sampling, align_layer=align_layer,
+                      longest_trained=manifest.longest_training_source)
 
 
 def _load_exported(o: LoadOptions, directory: Path) -> TranslatorBase:

@@ -1,10 +1,14 @@
-"""Sources longer than the model accepts: translated in pieces, the pieces' translations joined.
+"""Sources too long for the model: translated in pieces, the pieces' translations joined.
 
-A model encodes at most ``max_positions`` source tokens (its sinusoidal table, and attention's cost,
-end there). WMT test sets are not length-filtered and user input never is, so a longer line is cut
-into pieces of at most ``max_positions - 1`` subwords plus EOS: after the last sentence-final
-punctuation (``. ! ?``) that fits, else after the last ``; : ,``, else at the limit. Each piece is
-translated like any sentence, and the pieces' best translations are concatenated in order.
+Two limits. A model encodes at most ``max_positions`` source tokens (its sinusoidal table, and
+attention's cost, end there): a longer line is cut into pieces of at most ``max_positions - 1``
+subwords plus EOS, after the last sentence-final punctuation (``. ! ?``) that fits, else after the
+last ``; : ,``, else at the limit. And a model has only learned lines as long as its training data's:
+one trained on Multi30k (sources of at most 46 subwords) given 40 sentences on one line (~600) wrote
+20 words and stopped. So a line more than twice the longest training source (`Manifest.longest_training_source`)
+is cut after every sentence end, and a sentence still that long is cut, clause ends first, into pieces
+no longer than the longest training source. Lines within those limits are never touched. Each piece
+is translated like any sentence, and the pieces' best translations are concatenated in order.
 """
 
 from __future__ import annotations
@@ -49,6 +53,23 @@ def split_ids(ids: Sequence[int], limit: int, strength: np.ndarray) -> list[list
     return pieces
 
 
+def sentences(ids: Sequence[int], strength: np.ndarray) -> list[list[int]]:
+    """``ids`` cut after every sentence end."""
+    ids = list(ids)
+    ends = np.flatnonzero(strength[np.asarray(ids)] == 2) + 1
+    bounds = [0, *(int(e) for e in ends if e < len(ids)), len(ids)]
+    return [ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def split_line(ids: Sequence[int], limit: int, strength: np.ndarray, longest: int | None) -> list[list[int]]:
+    """The pieces one source line is translated in (see the module docstring); ``[ids]`` when it fits."""
+    if longest is not None and len(ids) > min(2 * longest, limit):
+        cut = min(longest, limit)
+        return [p for s in sentences(ids, strength) for p in (split_ids(s, cut, strength) if len(s) > 2 * cut else [s])
+                if p]
+    return split_ids(ids, limit, strength) if len(ids) > limit else [list(ids)]
+
+
 @dataclass
 class Segments:
     """Sources with the long ones cut into pieces: ``pieces`` to decode, ``count[i]`` of them for source i."""
@@ -57,10 +78,11 @@ class Segments:
     count: list[int]
 
     @classmethod
-    def of(cls, sources: Sequence[Sequence[int]], limit: int, strength: np.ndarray) -> Segments:
+    def of(cls, sources: Sequence[Sequence[int]], limit: int, strength: np.ndarray,
+           longest: int | None = None) -> Segments:
         pieces, count = [], []
         for ids in sources:
-            parts = split_ids(ids, limit, strength) if len(ids) > limit else [list(ids)]
+            parts = split_line(ids, limit, strength, longest)
             pieces.extend(parts)
             count.append(len(parts))
         return cls(pieces, count)
@@ -94,9 +116,12 @@ class Segments:
         return joined
 
 
-def warn_split(line: int, subwords: int, max_positions: int, pieces: int) -> None:
+def warn_split(line: int, subwords: int, max_positions: int, pieces: int, longest: int | None = None) -> None:
     """The one warning a line translated in pieces gets."""
     from nmtk.console import console
 
-    console.print(f"warning: line {line}: {subwords:,} subwords, more than the model's {max_positions - 1:,}: "
-                  f"translated in {pieces} pieces, joined")
+    if subwords > max_positions - 1:
+        why = f"more than the model's {max_positions - 1:,}"
+    else:
+        why = f"more than twice the longest training source ({longest:,})"
+    console.print(f"warning: line {line}: {subwords:,} subwords, {why}: translated in {pieces} pieces, joined")

@@ -57,28 +57,28 @@ def assert_bitwise_equal(a: Path, b: Path) -> None:
 
 
 def test_sigkill_then_resume_is_bitwise_identical(toy) -> None:
+    """Killed wherever it is after update 12 (it has no end to reach first, whatever the host's speed),
+    resumed to 8 updates past its last save: equal to the bit to an uninterrupted run of that length."""
     tmp, recipe, env = toy
-    n = 40
-    common = ("--set", f"train.max_updates={n}", "--set", "train.save_every_updates=4",
-              "--set", "train.validate_every_updates=100")
-    train(tmp, recipe, env, "straight", *common)
-
+    common = ("--set", "train.save_every_updates=4", "--set", "train.validate_every_updates=100000")
     cmd = nmtk_cmd("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "killed"),
-                   "--threads", "1", *common)
+                   "--threads", "1", *common, "--set", "train.max_updates=100000")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=tmp)
-    deadline = time.time() + 300
+    deadline = time.monotonic() + 300  # a hang, not a speed
     while not (tmp / "killed" / "checkpoint_12.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "training ended before the kill"
+        assert proc.poll() is None and time.monotonic() < deadline, "training ended before the kill"
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     # A resume starts from the newest numbered checkpoint. checkpoint_last.pt is re-linked just after
     # that file is renamed into place, so a kill between the two leaves the link one save behind.
     last = numbered_checkpoints(tmp / "killed", full_only=True)[-1][0]
-    assert 12 <= last < n
+    assert last >= 12
     linked = torch.load(tmp / "killed" / "checkpoint_last.pt", weights_only=True)["state"]["update"]
     assert linked in (last, last - 4)
-    resumed = train(tmp, recipe, env, "killed", *common)
+    n = last + 8
+    train(tmp, recipe, env, "straight", *common, "--set", f"train.max_updates={n}")
+    resumed = train(tmp, recipe, env, "killed", *common, "--set", f"train.max_updates={n}")
     assert f"resuming {tmp / 'killed'} from update {last}" in resumed.stderr.replace("\n", "")
     assert_bitwise_equal(tmp / "straight" / "checkpoint_last.pt", tmp / "killed" / "checkpoint_last.pt")
 
@@ -125,12 +125,23 @@ def test_ddp_two_processes_equal_one_with_update_freq_two(toy) -> None:
 def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) -> None:
     tmp, recipe, env = toy
     train(tmp, recipe, env, "run", "--set", "train.max_updates=3")
+    files = {p.name: p.read_bytes() for p in (tmp / "run").iterdir() if p.is_file()}
     refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "model.d_ff=128", check=False)
     assert refused.returncode == 1
     assert "cannot resume: model.d_ff changed from 64 to 128" in refused.stderr and "--restart" in refused.stderr
     refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "batching.max_tokens=300",
                     check=False)
     assert "batching.max_tokens" in refused.stderr
+    # A changed vocabulary, prepared into a new folder as prepare now asks: refused too. None of the three
+    # refusals wrote anything into the run (issue 44: its recipe.toml, manifest and spm.model were replaced).
+    cmd = nmtk_cmd("train", str(recipe), "--data", str(tmp / "data-70"), "--run-dir", str(tmp / "run"),
+                   "--threads", "1", "--set", "tokenizer.vocab_size=70")
+    refused = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+    assert refused.returncode == 1 and "tokenizer.vocab_size changed from 64 to 70" in refused.stderr, refused.stderr
+    assert {p.name: p.read_bytes() for p in (tmp / "run").iterdir() if p.is_file()} == files
+    translated = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "run")), input="the cat\n", capture_output=True,
+                                text=True, env=env, cwd=tmp)
+    assert translated.returncode == 0, translated.stderr
     resumed = train(tmp, recipe, env, "run", "--set", "train.max_updates=6")  # allowed change
     assert "resuming" in resumed.stderr
     restarted = train(tmp, recipe, env, "run", "--set", "train.max_updates=2", "--set", "model.d_ff=128", "--restart")
@@ -184,11 +195,18 @@ def test_a_line_longer_than_the_model_is_translated_in_pieces(toy) -> None:
     train(tmp, recipe, env, "long", "--set", "train.max_updates=2")
     words = [w for src, _ in synthetic_pairs(400, seed=3) for w in src.split()]
     long = " ".join(words[:3000])  # ~3,300 subwords, 1,023 fit: cut after sentence ends ("." pieces)
-    text = f"the dog runs.\n{long}\n\na cat sits.\n"
+    # >= 80 words against at most 2 x 12 in two of the longest training lines (any word splitting), and
+    # two sentences of at most 4 words
+    eight = " ".join(src for src, _ in synthetic_pairs(8, seed=4, min_words=10, max_words=12))
+    two = " ".join(src for src, _ in synthetic_pairs(2, seed=5, min_words=2, max_words=4))
+    text = f"the dog runs.\n{long}\n\na cat sits.\n{eight}\n{two}\n"
     out = subprocess.run(nmtk_cmd("translate", "-m", str(tmp / "long"), "--beam", "1"), input=text,
                          capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("\n")
-    assert len(lines) == 5 and lines[2] == "" and lines[-1] == ""  # one line per input line, in order
+    assert len(lines) == 7 and lines[2] == "" and lines[-1] == ""  # one line per input line, in order
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "line 2:" in warnings[0] and "pieces" in warnings[0]
+    assert len(warnings) == 2 and "line 2:" in warnings[0] and "more than the model's 1,023" in warnings[0]
+    longest = json.loads((tmp / "long" / "manifest.json").read_text())["splits"]["train"]["sides"]["en"]["max_len"]
+    assert "line 5:" in warnings[1] and f"twice the longest training source ({longest})" in warnings[1]
+    assert "translated in 8 pieces" in warnings[1]  # one per sentence
