@@ -7,13 +7,15 @@ GPU training is measured by benchmarks/gpu.py (the real Trainer on WMT-shaped ba
 update of the paper's base and big models (25,000 source + 25,000 target tokens, §5.1), the utilisation
 of 8 × P100 implied by the paper's step times (§5.2), and the step time that utilisation range gives
 on one of today's GPUs.
-Usage: python benchmarks/train.py [--updates N] [--precisions fp32,bf16] [--repeat 3] [--recipe FILE] [--estimate]
+Usage: python benchmarks/train.py [--updates N] [--precisions fp32,bf16,auto] [--repeat 3] [--recipe FILE] [--estimate]
+(each run reports the precision it trained in and why: with ``auto``, what this CPU's probe chose)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -47,7 +49,9 @@ def one_cpu_run(recipe: Path, precision: str, updates: int, run_dir: Path) -> di
         sys.exit(f"train failed: {result.stderr.strip()[-2000:]}")
     records = [json.loads(line) for line in (run_dir / "train.jsonl").read_text().splitlines()]
     rates = [r["tgt_tokens_per_s"] for r in records if "tgt_tokens_per_s" in r][1:]
-    return {"tgt_tokens_per_s": round(sum(rates) / len(rates)), "peak_rss_mib": round(peak), "wall_s": round(wall, 1)}
+    chosen = re.search(r"precision (\w+) \(([^)]*)\)", " ".join(result.stderr.split()))  # what `auto` became, and why
+    return {"tgt_tokens_per_s": round(sum(rates) / len(rates)), "peak_rss_mib": round(peak), "wall_s": round(wall, 1),
+            **({"resolved": chosen.group(1), "why": chosen.group(2)} if chosen else {})}
 
 
 def estimate() -> dict[str, object]:
