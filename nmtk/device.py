@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from nmtk.bf16_probe import MIN_SPEEDUP, Purpose, Shapes, bf16_speed
+from nmtk.bf16_probe import MIN_SPEEDUP, Purpose, Shapes, Workload, bf16_speed
 from nmtk.errors import NmtkError
 from nmtk.precision import Precision
 
@@ -66,12 +66,13 @@ AUTO_PRECISION_SWITCH = "NMTK_TEST_AUTO_PRECISION"
 
 
 def resolve_precision(precision: Precision | str, device: torch.device, shapes: Shapes | None = None,
-                      purpose: Purpose = "train") -> tuple[Precision, str]:
+                      purpose: Purpose = "train", workload: Workload | None = None) -> tuple[Precision, str]:
     """The precision to run in, and why.
 
     ``auto`` is bf16 on a CUDA GPU that multiplies bf16 natively (fp16 with loss scaling on older
     ones). On a CPU it is bf16 only where the CPU has bf16 hardware *and* bf16 is measured faster for
-    this model's ``shapes`` and ``purpose`` (`nmtk.bf16_probe`); fp32 elsewhere.
+    this model's ``shapes`` and ``purpose`` (`nmtk.bf16_probe`: its ``workload`` where given, else the
+    shapes' matrix products); fp32 elsewhere.
     """
     precision = Precision(precision)
     if precision is not Precision.auto:
@@ -91,16 +92,17 @@ def resolve_precision(precision: Precision | str, device: torch.device, shapes: 
         return Precision(forced), f"auto: {AUTO_PRECISION_SWITCH}={forced} (test switch)"
     if not cpu_has_bf16_hardware():
         return Precision.fp32, "auto: no bf16 hardware on this CPU"
-    return _measured_choice(shapes or Shapes(d_model=512, d_ff=2048, vocab=32000), purpose)
+    return _measured_choice(shapes or Shapes(d_model=512, d_ff=2048, vocab=32000), purpose, workload)
 
 
-def _measured_choice(shapes: Shapes, purpose: Purpose) -> tuple[Precision, str]:
-    measured, cached = bf16_speed(shapes, purpose)
-    how = f"bf16 {measured.speedup:.2f}x fp32's speed for this model's {purpose} products on this CPU"
+def _measured_choice(shapes: Shapes, purpose: Purpose, workload: Workload | None) -> tuple[Precision, str]:
+    measured, cached = bf16_speed(shapes, purpose, workload)
+    what = "decoding steps" if purpose == "decode" else "training products"
+    how = f"bf16 {measured.speedup:.2f}x fp32's speed for this model's {what} on this CPU"
     how += ", cached" if cached else ", measured now"
-    if measured.bf16_faster:
+    if measured.speedup >= MIN_SPEEDUP[purpose]:
         return Precision.bf16, f"auto: {how}"
-    return Precision.fp32, f"auto: {how}; bf16 needs {MIN_SPEEDUP:.2f}x"
+    return Precision.fp32, f"auto: {how}; bf16 needs {MIN_SPEEDUP[purpose]:.2f}x"
 
 
 def use_tf32(device: torch.device, precision: Precision | str) -> None:

@@ -97,6 +97,7 @@ def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
 
     from nmtk.bf16_probe import Shapes
     from nmtk.decode.ensemble import Ensemble
+    from nmtk.decode.search import step_probe
     from nmtk.decode.translator import Translator, load_model
     from nmtk.device import keep_freed_memory, pick_device, resolve_precision
 
@@ -114,7 +115,8 @@ def _load_run(o: LoadOptions, run: RunDir) -> TranslatorBase:
     if o.ensemble:
         model = Ensemble([model, *(load_model(p, device, manifest.vocab.sha256) for p in o.ensemble)])
     cfg = model.cfg
-    precision, why = resolve_precision(o.precision, device, Shapes(cfg.d_model, cfg.d_ff, cfg.tgt_vocab), "decode")
+    precision, why = resolve_precision(o.precision, device, Shapes(cfg.d_model, cfg.d_ff, cfg.tgt_vocab), "decode",
+                                       workload=step_probe(model, device))
     console.print(f"precision: {precision} ({why})")
     layers = model.cfg.decoder_layers
     if o.alignment_layer is not None and not 1 <= o.alignment_layer <= layers:

@@ -14,7 +14,7 @@ from nmtk.decode.config import Hypothesis, SearchConfig, length_batches
 from nmtk.decode.contract import Decoder
 from nmtk.device import autocast_for
 from nmtk.precision import Precision
-from nmtk.vocab import EOS_ID
+from nmtk.vocab import BOS_ID, EOS_ID, SPECIAL_SYMBOLS
 
 __all__ = ["SearchFn", "decode_ids", "length_batches"]
 
@@ -47,3 +47,38 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
     finally:
         model.train(was_training)
     return results
+
+
+PROBE_SOURCES, PROBE_BEAM, PROBE_STEPS = 16, 4, 8
+
+
+def step_probe(model: Decoder, device: torch.device) -> Callable[[bool], None]:
+    """A fixed amount of this model's decoding, for `auto` precision to time (`nmtk.bf16_probe`): 16
+    random sources of 20 tokens encoded, expanded to beam 4, then 8 steps of ``decode_step``,
+    log-softmax, the beam's top-k and a cache reorder, in bf16 autocast or fp32 as the search runs.
+    Fixed: unlike a real search, no sentence ends early in one precision and not the other."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(len(SPECIAL_SYMBOLS), model.cfg.src_vocab, (PROBE_SOURCES, 20), generator=generator)
+    src[:, -1] = EOS_ID
+    src = src.to(device)
+    rows = PROBE_SOURCES * PROBE_BEAM
+    within = (torch.arange(rows, device=device).view(PROBE_SOURCES, PROBE_BEAM).flip(1)).flatten()
+
+    @torch.inference_mode()
+    def run(bf16: bool) -> None:
+        was_training = model.training
+        model.eval()
+        try:
+            with autocast_for(device, Precision.bf16 if bf16 else Precision.fp32):
+                cache = model.start_cache(model.encode(src))
+                cache.expand(PROBE_BEAM)
+                tokens = torch.full((rows,), BOS_ID, dtype=torch.long, device=device)
+                for _ in range(PROBE_STEPS):
+                    lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
+                    lprobs.view(PROBE_SOURCES, -1).topk(2 * PROBE_BEAM, dim=-1)
+                    tokens = lprobs.argmax(dim=-1)
+                    cache.reorder(within, memory=False)
+        finally:
+            model.train(was_training)
+
+    return run
