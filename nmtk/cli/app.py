@@ -216,8 +216,12 @@ def translate(
                                                   "'i-j' (source word i, target word j).")] = False,
     alignment_layer: Annotated[int | None, typer.Option(min=1, help="Decoder layer (from 1) whose cross-attention "
                                                         "aligns (default: the last).")] = None,
+    batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True)] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
+    if batch_size is not None:  # fairseq's and Marian's habit; click would suggest --buffer-size, another thing
+        raise NmtkError("--batch-size: nmtk batches by tokens: --max-tokens N (source tokens × beam per batch); "
+                        "--buffer-size is how many input lines are read and sorted at a time")
     from nmtk.decode.config import SamplingConfig
     from nmtk.decode.load import LoadOptions, SearchChoices
     from nmtk.decode.stream import TranslateOptions

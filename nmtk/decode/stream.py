@@ -18,7 +18,7 @@ from itertools import islice
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
@@ -198,8 +198,19 @@ def _progress(o: TranslateOptions) -> tuple[Progress, int | None]:
     columns = [SpinnerColumn(), TextColumn("{task.completed:,}" + (f" of {total:,}" if total else "") + " sentences"),
                TextColumn("{task.fields[rate]}")]
     if total:
-        columns += [BarColumn(), TimeRemainingColumn()]
+        columns += [BarColumn(), TextColumn("{task.fields[left]}")]
     return Progress(*columns, console=console, disable=not show), total
+
+
+def time_left(done: int, total: int | None, seconds: float) -> str:
+    """``m:ss left`` (or ``h:mm:ss``) at the rate so far, lines done per second; empty before the first
+    buffer or without a total. rich's own estimate samples the last 30 s of updates, which one update
+    per 1,000-line buffer seldom fills: it showed ``-:--:--`` for whole runs."""
+    if not total or done <= 0 or seconds <= 0:
+        return ""
+    left = round(max(total - done, 0) * seconds / done)
+    hours, rest = divmod(left, 3600)
+    return (f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}") + " left"
 
 
 @contextmanager
@@ -235,7 +246,7 @@ def _stream(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, s
         waiting = raw.waiting
     lines = islice(_input_lines(o, raw), o.skip, None)
     with progress:
-        task = progress.add_task("translate", total=total, rate="")
+        task = progress.add_task("translate", total=total, rate="", left="")
         start = time.perf_counter()
         for chunk in buffered(lines, o.buffer_size, waiting):
             first = o.skip + done[0] + 1
@@ -245,5 +256,6 @@ def _stream(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, s
                 sink.write("".join(f"{line}\n" for line in out))
                 sink.flush()
                 done[0] += len(chunk)
-            rate = f"{done[0] / max(time.perf_counter() - start, 1e-9):.1f} sentences/s"
-            progress.update(task, advance=len(chunk), rate=rate)
+            seconds = time.perf_counter() - start
+            rate = f"{done[0] / max(seconds, 1e-9):.1f} sentences/s"
+            progress.update(task, advance=len(chunk), rate=rate, left=time_left(done[0], total, seconds))
