@@ -46,14 +46,13 @@ MIN_SPEEDUP = {"train": 1.15, "decode": 1.5}
 #: Floating-point operations one timed repeat may cost (~20-40 ms at 2 cores' fp32 rate): rows shrink
 #: for big models so that the probe stays well under a second.
 REPEAT_FLOPS = 1.5e9
-DECODE_ROWS = 64  # a search step's rows on a CPU: 16 sentences x beam 4
-DECODE_STEPS = 4
 REPEATS = 3
 
 
 @dataclass(frozen=True)
 class Shapes:
-    """What the probe multiplies: the model's widths and target vocabulary, and training's batch rows."""
+    """The model's widths and target vocabulary, and training's batch rows: the cache key, and what the
+    training probe multiplies."""
 
     d_model: int
     d_ff: int
@@ -78,14 +77,17 @@ def cache_path() -> Path:
     return Path(base) / "nmtk" / CACHE_NAME
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (``unknown`` where there is none)."""
+def cpuinfo(field: str) -> str | None:
+    """The first ``field`` of /proc/cpuinfo (``model name``, ``flags``); None where there is none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
-                        "unknown")
+            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(field)), None)
     except OSError:
-        return "unknown"
+        return None
+
+
+def cpu_model() -> str:
+    return cpuinfo("model name") or "unknown"
 
 
 def cache_key(shapes: Shapes, purpose: Purpose, threads: int) -> str:
@@ -124,12 +126,12 @@ def _write_cache(path: Path, key: str, measured: Measured) -> None:
 
 def bf16_speed(shapes: Shapes, purpose: Purpose, workload: Workload | None = None) -> tuple[Measured, bool]:
     """This CPU's fp32 and bf16 times for ``shapes`` (of ``workload`` where given, else of the shapes'
-    matrix products), and whether they came from the cache."""
+    training products), and whether they came from the cache."""
     path, key = cache_path(), cache_key(shapes, purpose, torch.get_num_threads())
     cached = _cached(_read_cache(path).get(key))
     if cached is not None:
         return cached, True
-    measured = fastest(workload) if workload is not None else measure(shapes, purpose)
+    measured = fastest(workload) if workload is not None else measure(shapes)
     _write_cache(path, key, measured)
     return measured, False
 
@@ -164,27 +166,21 @@ def _chain(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
     return torch.log_softmax((h @ vocab).float(), dim=-1)
 
 
-def _rows(shapes: Shapes, purpose: Purpose) -> int:
+def _rows(shapes: Shapes) -> int:
     d, ff, v = shapes.d_model, shapes.d_ff, shapes.vocab
-    per_row = 2 * (3 * d * d + 3 * d * d + 2 * d * ff + d * v) * (3 if purpose == "train" else DECODE_STEPS)
-    wanted = shapes.rows if purpose == "train" else DECODE_ROWS
-    return max(8, min(wanted, int(REPEAT_FLOPS // per_row)))
+    per_row = 2 * (3 * d * d + 3 * d * d + 2 * d * ff + d * v) * 3  # forward and backward
+    return max(8, min(shapes.rows, int(REPEAT_FLOPS // per_row)))
 
 
-def measure(shapes: Shapes, purpose: Purpose) -> Measured:
-    """Time the shapes' products in fp32 and under bf16 autocast (see the module docstring)."""
+def measure(shapes: Shapes) -> Measured:
+    """Time the shapes' products forward and backward, in fp32 and under bf16 autocast (see the module
+    docstring)."""
     generator = torch.Generator().manual_seed(0)
-    train = purpose == "train"
-    weights = _weights(shapes, generator, grad=train)
-    x = torch.randn(_rows(shapes, purpose), shapes.d_model, generator=generator)
+    weights = _weights(shapes, generator, grad=True)
+    x = torch.randn(_rows(shapes), shapes.d_model, generator=generator)
 
     def products(bf16: bool) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            if train:
-                _chain(x, weights).mean().backward()
-            else:
-                with torch.no_grad():
-                    for _ in range(DECODE_STEPS):
-                        _chain(x, weights)
+            _chain(x, weights).mean().backward()
 
     return fastest(products)

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from nmtk.bf16_probe import MIN_SPEEDUP, Purpose, Shapes, Workload, bf16_speed
+from nmtk.bf16_probe import MIN_SPEEDUP, Purpose, Shapes, Workload, bf16_speed, cpuinfo
 from nmtk.errors import NmtkError
 from nmtk.precision import Precision
 
@@ -52,11 +52,7 @@ def cpu_has_bf16_hardware() -> bool:
     (measured on an AVX2 host: 7.7 against 41 GFLOP/s), so `auto` does not even measure. With them,
     bf16 may still be slower than fp32 (`nmtk.bf16_probe`).
     """
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
-    except OSError:
-        return False
+    flags = (cpuinfo("flags") or "").split()
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
@@ -97,7 +93,7 @@ def resolve_precision(precision: Precision | str, device: torch.device, shapes: 
 
 def _measured_choice(shapes: Shapes, purpose: Purpose, workload: Workload | None) -> tuple[Precision, str]:
     measured, cached = bf16_speed(shapes, purpose, workload)
-    what = "decoding steps" if purpose == "decode" else "training products"
+    what = "decoding steps" if workload is not None else "training products"
     how = f"bf16 {measured.speedup:.2f}x fp32's speed for this model's {what} on this CPU"
     how += ", cached" if cached else ", measured now"
     if measured.speedup >= MIN_SPEEDUP[purpose]:

@@ -352,12 +352,16 @@ class Preparer:
         }
 
 
-def _refuse_other_settings(old: Manifest, recipe: Recipe, out_dir: Path) -> None:
-    """Prepared data with other settings is not rebuilt in place unasked: runs trained on it would lose
-    the data they resume on. Names those runs where it can know (``runs/*`` holding its vocabulary)."""
+def _refuse_other_settings(old: Manifest, recipe: Recipe, out_dir: Path, rebuild: bool) -> None:
+    """Prepared data with other settings is never rebuilt in place unasked: runs trained on it would lose
+    the data they resume on. `prepare` names those runs where it can know (``runs/*`` holding its
+    vocabulary); `train` (``rebuild=False``) says how to prepare the new settings."""
     difference = settings_difference(old, recipe)
     if difference is None:
         return
+    if not rebuild:
+        raise NmtkError(f"{out_dir}: prepared with {difference}; give --data a new folder, or rebuild this one "
+                        "with `nmtk prepare --force` and this recipe")
     users = runs_trained_on(old)
     trained = f"; {', '.join(map(str, users))} {'was' if len(users) == 1 else 'were'} trained on it" if users else ""
     raise NmtkError(f"{out_dir}: prepared with {difference}{trained}: give --out a new folder, or --force to "
@@ -393,26 +397,21 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
             workers: int | None = None, rebuild: bool = True) -> PrepareResult:
     """Prepare the recipe's data into ``out_dir`` unless it is already up to date.
 
-    Prepared data whose settings match the recipe is up to date when its inputs are unchanged.
-    ``rebuild=False`` is what `train` asks: prepared data with other settings is then an error naming
-    the differing field instead of being rebuilt over, and data with the same settings is used even
-    when its inputs are not under ``root`` at all (prepared elsewhere and copied here: nothing is
-    downloaded to re-check it; ``inputs_checked`` is then False).
+    Prepared data whose settings match the recipe is up to date when its inputs are unchanged. Prepared
+    data with other settings is an error naming the differing field, never rebuilt over, unless
+    ``force`` (`_refuse_other_settings`). ``rebuild=False`` is what `train` asks: data with the same
+    settings is then used even when its inputs are not under ``root`` at all (prepared elsewhere and
+    copied here: nothing is downloaded to re-check it; ``inputs_checked`` is then False).
     """
     out_dir = Path(out_dir or default_out_dir(recipe))
     preparer = Preparer(recipe, root, workers)
     old = PreparedData(out_dir).manifest_or_none()
     old_inputs = old.inputs if old else {}
     digest = settings_hash(recipe)
-    if old is not None and not force and not rebuild:
-        difference = settings_difference(old, recipe)
-        if difference:
-            raise NmtkError(f"{out_dir}: prepared with {difference}; give --data a new folder, or rebuild this one "
-                            "with `nmtk prepare --force` and this recipe")
-        if not all(root_path(spec, root).is_file() for spec in input_specs(recipe)):
-            return PrepareResult(out_dir, old, up_to_date=True, inputs_checked=False)
     if old is not None and not force:
-        _refuse_other_settings(old, recipe, out_dir)
+        _refuse_other_settings(old, recipe, out_dir, rebuild)
+        if not rebuild and not all(root_path(spec, root).is_file() for spec in input_specs(recipe)):
+            return PrepareResult(out_dir, old, up_to_date=True, inputs_checked=False)
     inputs = _fingerprints(input_files(preparer), old_inputs)
     if not force and old is not None and old.settings_hash == digest and _same_inputs(old_inputs, inputs):
         return PrepareResult(out_dir, old, up_to_date=True)

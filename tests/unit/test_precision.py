@@ -20,13 +20,13 @@ def cpu_auto(monkeypatch, tmp_path):
 
 
 def timed(monkeypatch, fp32_s: float, bf16_s: float) -> list:
-    """Make the probe 'measure' these times; returns the list of purposes it was asked to measure."""
+    """Make the products probe 'measure' these times; returns the shapes it was asked to measure."""
     import nmtk.bf16_probe
 
     calls = []
 
-    def fake(shapes, purpose):
-        calls.append(purpose)
+    def fake(shapes):
+        calls.append(shapes)
         return nmtk.bf16_probe.Measured(fp32_s, bf16_s)
 
     monkeypatch.setattr(nmtk.bf16_probe, "measure", fake)
@@ -46,9 +46,9 @@ def test_auto_on_a_bf16_cpu_follows_the_measurement(cpu_auto, monkeypatch, fp32_
     precision, why = resolve_precision("auto", torch.device("cpu"), shapes, "decode")
     assert precision == expected and f"{fp32_s / bf16_s:.2f}x" in why and "measured now" in why, why
     again, why = resolve_precision("auto", torch.device("cpu"), shapes, "decode")  # the cache answers
-    assert again == expected and "cached" in why and calls == ["decode"]
+    assert again == expected and "cached" in why and calls == [shapes]
     resolve_precision("auto", torch.device("cpu"), shapes, "train")  # training measures for itself
-    assert calls == ["decode", "train"]
+    assert calls == [shapes, shapes]
     assert len(json.loads(cpu_auto.read_text())) == 2
 
 
