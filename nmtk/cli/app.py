@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -33,10 +34,12 @@ from .options import (
 
 
 def _readable_help() -> None:
-    """Two fixes to how newer typers render ``--help``: a boolean flag shows ``<bool>`` as if it took a
-    value (it does not: ``--force``, never ``--force true``), and a word longer than the help column
-    (``checkpoint_avg_last<N>.pt``) is cut with an ellipsis instead of folded. Applied only when help is
-    shown, so that start-up does not import typer's rich renderer for other commands."""
+    """Option panels (`_panels`), and three fixes to how newer typers render ``--help``: a boolean flag
+    shows ``<bool>`` as if it took a value (it does not: ``--force``, never ``--force true``); a
+    number's type column carries its range (``<float range> [x>=0.0]``), which left the help text a
+    24-character column at 80 columns; and a word longer than the help column
+    (``checkpoint_avg_last<N>.pt``) is cut with an ellipsis instead of folded. Applied only when help
+    is shown, so that start-up does not import typer's rich renderer for other commands."""
     import typer.core
     import typer.rich_utils
     from rich.text import Text
@@ -45,10 +48,26 @@ def _readable_help() -> None:
     display = getattr(option, "display_type_rich", None)
     if display is not None and not getattr(display, "_nmtk", False):
         def display_type_rich(self: object, ctx: object) -> str | None:
-            return None if getattr(self, "is_flag", False) and not getattr(self, "count", False) else display(self, ctx)
+            if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+                return None
+            shown = display(self, ctx)  # "<int range>" as "<int>"
+            return shown.replace(" range>", ">") if isinstance(shown, str) else shown
 
         display_type_rich._nmtk = True  # type: ignore[attr-defined]
         option.display_type_rich = display_type_rich
+        option._get_number_range_help_str = lambda self: None  # still enforced: a value out of range is refused
+    command = getattr(typer.core, "TyperCommand", None)
+    format_help = getattr(command, "format_help", None)
+    if format_help is not None and not getattr(format_help, "_nmtk", False):
+        def grouped(self: object, ctx: object, formatter: object) -> None:
+            panels = getattr(getattr(self, "callback", None), "_nmtk_panels", {})
+            for param in getattr(self, "params", ()):
+                if param.name in panels:
+                    param.rich_help_panel = panels[param.name]
+            format_help(self, ctx, formatter)
+
+        grouped._nmtk = True  # type: ignore[attr-defined]
+        command.format_help = grouped
     make_text = getattr(typer.rich_utils, "_make_rich_text", None)
     if make_text is not None and not getattr(make_text, "_nmtk", False):
         def folded(**kwargs: object) -> object:
@@ -78,6 +97,17 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a recipe field, e.g. --set model.dropout=0.3 (repeatable)."),
 ]
+
+
+def _panels(groups: dict[str, tuple[str, ...]]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Group a command's options into ``--help`` panels, ``{panel: (parameter names)}``, declared once
+    beside the command instead of in each option; `_readable_help` applies them. Each panel is a table
+    of its own, so one long type (the precision choices) does not narrow every other help column."""
+    def group(command: Callable[..., None]) -> Callable[..., None]:
+        command._nmtk_panels = {name: panel for panel, names in groups.items() for name in names}  # type: ignore[attr-defined]
+        return command
+
+    return group
 
 
 def _version(value: bool) -> None:
@@ -115,7 +145,7 @@ def prepare(
     from nmtk.recipe import load_recipe
 
     recipe = load_recipe(recipe_file, set_ or [])
-    result = run_prepare(recipe, default_data_root(data_root), out, force=force)
+    result = run_prepare(recipe, default_data_root(data_root), out, force=force, show_stages=True)
     if result.up_to_date:
         console.print(f"[green]up to date[/]: {result.out_dir}")
         return
@@ -174,6 +204,11 @@ def average(
 
 
 @app.command()
+@_panels({"Model": ("model", "checkpoint", "ensemble", "device", "threads", "precision"),
+          "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size"),
+          "Search": ("beam", "nbest", "lenpen", "max_len_a", "max_len_b", "max_tokens"),
+          "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
+          "What is printed": ("print_scores", "print_alignment", "alignment_layer")})
 def translate(
     model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
                                                "else the newest run under runs/).")] = None,
@@ -293,6 +328,10 @@ def import_(
 
 
 @app.command()
+@_panels({"Model": ("model", "checkpoint", "device", "threads", "precision"),
+          "Server": ("host", "port", "api_key", "workers"),
+          "Batching and limits": ("max_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
+          "Search": ("beam", "lenpen")})
 def serve(
     model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (torch) or nmtk export "
                                                "(CTranslate2) (default: $NMTK_MODEL, else the newest run).")] = None,
@@ -334,6 +373,8 @@ def serve(
 
 
 @app.command()
+@_panels({"Model": ("model", "checkpoint"), "Sentence": ("input_", "line"),
+          "Pictures": ("out", "kind", "layer", "head", "style", "format_", "force")})
 def attention(
     sentence: Annotated[str | None, typer.Argument(help="The sentence to translate and draw.")] = None,
     model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
@@ -380,6 +421,9 @@ def plot(
 
 
 @app.command()
+@_panels({"References": ("ref", "test_set", "langpair"),
+          "Metrics": ("metrics", "lowercase", "tokenize", "paper_bleu", "lang", "model"),
+          "Significance": ("significance", "samples")})
 def score(
     hyps: Annotated[list[Path] | None, typer.Argument(help="Hypothesis files (default: stdin).")] = None,
     ref: Annotated[list[Path] | None, typer.Option("-r", "--ref", help="Reference file (repeat for several).")] = None,

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from nmtk.data.binarized import SideWriter, id_dtype
 from nmtk.data.corpus import read_parallel
 from nmtk.data.fetch import ensure_file, root_path, sha256_file
+from nmtk.data.stages import Stages
 from nmtk.errors import NmtkError
 from nmtk.files import swap_in, temp_dir_beside
 from nmtk.manifest import MANIFEST, Manifest, PreparedData
@@ -164,8 +165,9 @@ class _Pool:
 class Preparer:
     """Builds one prepared-data folder for a recipe."""
 
-    def __init__(self, recipe: Recipe, root: Path, workers: int | None = None) -> None:
+    def __init__(self, recipe: Recipe, root: Path, workers: int | None = None, stages: Stages | None = None) -> None:
         self.recipe = recipe
+        self.stages = stages or Stages(show=False)
         self.root = root
         self.src_lang, self.tgt_lang = recipe.data.source_lang, recipe.data.target_lang
         tok = recipe.tokenizer
@@ -204,8 +206,11 @@ class Preparer:
         """
         paths = work / f"train.tok.{self.src_lang}", work / f"train.tok.{self.tgt_lang}"
         words = [0, 0]
-        with _text_file(paths[0], "w") as fs, _text_file(paths[1], "w") as ft:
+        steps = "Moses-tokenise" if any(m.enabled for m in self.moses.values()) else "read"
+        with (_text_file(paths[0], "w") as fs, _text_file(paths[1], "w") as ft,
+              self.stages.stage(f"{steps} the training pairs") as advance):
             for chunk in pool.map(_chunks(self._pairs(self.recipe.data.train, stats, True), PAIRS_PER_CHUNK)):
+                advance(len(chunk))
                 for a, b in chunk:
                     fs.write(a + "\n")
                     ft.write(b + "\n")
@@ -237,7 +242,8 @@ class Preparer:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
             for name, inputs in jobs.items():
                 try:
-                    child.submit(learn_subwords, inputs, out / name, **options).result()
+                    with self.stages.stage(f"learn {name} ({tok.type}, {tok.vocab_size:,} pieces)"):
+                        child.submit(learn_subwords, inputs, out / name, **options).result()
                 except ValueError as exc:
                     raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
         return names
@@ -266,8 +272,19 @@ class Preparer:
         dtype = id_dtype(max(p.vocab_size for p in pipes.values()))
         folder = PreparedData(out)
         writers = {lang: SideWriter(folder.prefix(split, lang), dtype) for lang in (self.src_lang, self.tgt_lang)}
+        with self.stages.stage(f"encode and binarise {split}") as advance:
+            self._binarize(writers, tokenized, pipes, stats, clean, advance)
+        for lang, writer in writers.items():
+            writer.close()
+            stats.sides[lang] = writer.stats()
+        stats.kept = writers[self.src_lang].sentences
+
+    def _binarize(self, writers: dict[str, SideWriter], tokenized: Iterable[list[tuple[str, str]]],
+                  pipes: dict[str, TextPipeline], stats: SplitStats, clean: bool,
+                  advance: Callable[[int], None]) -> None:
         max_len, max_ratio = self.recipe.data.max_len, self.recipe.data.max_ratio
         for chunk in tokenized:
+            advance(len(chunk))
             src_ids = pipes[self.src_lang].encode_tokenized([a for a, _ in chunk])
             tgt_ids = pipes[self.tgt_lang].encode_tokenized([b for _, b in chunk])
             if clean:
@@ -284,10 +301,6 @@ class Preparer:
                 src_ids, tgt_ids = keep_src, keep_tgt
             writers[self.src_lang].add(src_ids)
             writers[self.tgt_lang].add(tgt_ids)
-        for lang, writer in writers.items():
-            writer.close()
-            stats.sides[lang] = writer.stats()
-        stats.kept = writers[self.src_lang].sentences
 
     def eval_split(self, out: Path, split: str, corpus: Corpus, pool: _Pool,
                    pipes: dict[str, TextPipeline]) -> SplitStats:
@@ -394,7 +407,7 @@ def input_files(preparer: Preparer) -> list[Path]:
 
 
 def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool = False,
-            workers: int | None = None, rebuild: bool = True) -> PrepareResult:
+            workers: int | None = None, rebuild: bool = True, show_stages: bool = False) -> PrepareResult:
     """Prepare the recipe's data into ``out_dir`` unless it is already up to date.
 
     Prepared data whose settings match the recipe is up to date when its inputs are unchanged. Prepared
@@ -402,9 +415,10 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
     ``force`` (`_refuse_other_settings`). ``rebuild=False`` is what `train` asks: data with the same
     settings is then used even when its inputs are not under ``root`` at all (prepared elsewhere and
     copied here: nothing is downloaded to re-check it; ``inputs_checked`` is then False).
+    ``show_stages`` reports each stage on stderr with its counts and rates (`Stages`).
     """
     out_dir = Path(out_dir or default_out_dir(recipe))
-    preparer = Preparer(recipe, root, workers)
+    preparer = Preparer(recipe, root, workers, Stages(show_stages))
     old = PreparedData(out_dir).manifest_or_none()
     old_inputs = old.inputs if old else {}
     digest = settings_hash(recipe)

@@ -81,7 +81,7 @@ def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None,
     if info.is_main:
         try:
             root = default_data_root(data_root)
-            result = prepare(recipe, root, data_dir, rebuild=False)
+            result = prepare(recipe, root, data_dir, rebuild=False, show_stages=True)
             if not result.inputs_checked:
                 console.print(f"data: {data_dir} (prepared with this recipe's settings; its inputs are not under "
                               f"{root}, so they were not re-checked)")

@@ -312,6 +312,14 @@ def test_help_shows_no_value_after_flags_and_folds_long_words(copy_run) -> None:
     tmp, _, env = copy_run
     result = nmtk("translate", "--help", cwd=tmp, env={**env, "COLUMNS": "80"})
     assert result.returncode == 0 and "<bool>" not in result.stdout and "…" not in result.stdout
+    # grouped in panels, types without their ranges, the long file name whole in a readable column
+    assert all(f"─ {panel} " in result.stdout for panel in ("Model", "Input and output", "Search", "Sampling"))
+    assert "range>" not in result.stdout and "[x>=" not in result.stdout
+    assert "checkpoint_avg_last<N>.pt" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    for command in ("serve", "score", "attention"):
+        shown = nmtk(command, "--help", cwd=tmp, env={**env, "COLUMNS": "80"}).stdout
+        assert shown.count("╭─") >= 3, command
 
 
 # ------------------------------------------------------------------------------------ training reports

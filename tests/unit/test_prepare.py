@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,13 @@ def test_cli_prepare(nmtk, toy) -> None:
     first = nmtk("prepare", str(recipe_path), "--data-root", str(root), "--out", str(out))
     assert first.returncode == 0, first.stderr
     assert "train" in first.stderr and "prepared" in first.stderr
+    # each stage on a line of its own, with its count, time and rate (400 toy pairs)
+    stages = [line for line in first.stderr.splitlines() if line.startswith("prepare ")]
+    counted = r"(read|Moses-tokenise) the training pairs: 400 pairs in [\d.]+ s \([\d,]+ pairs/s\)"
+    assert any(re.search(counted, s) for s in stages), stages
+    assert any(s.startswith("prepare learn spm.model") for s in stages)
+    assert any("binarise train: 400 pairs" in s for s in stages)
+    assert any(re.search(r"binarise valid: \d+ pairs", s) for s in stages), stages
     second = nmtk("prepare", str(recipe_path), "--data-root", str(root), "--out", str(out))
     assert second.returncode == 0 and "up to date" in second.stderr
     bad = nmtk("prepare", str(recipe_path), "--data-root", str(tmp := out.parent / "nowhere"), "--out", str(out))
