@@ -207,18 +207,19 @@ def in_process(model: Path, lines: list[str], batch: int, threads: int = 2) -> t
     import random
     from functools import partial
 
+    from nmtk.decode.config import SearchConfig
     from nmtk.decode.load import LoadOptions, load_translator
-    from nmtk.rundir import ExportDir
+    from nmtk.rundir import resolve_model
     from nmtk.serve.process import SearchProcess
-    from nmtk.serve.worker import SearchKey, search
 
-    load = LoadOptions(model=model, threads=1, searches=threads)
-    translator = load_translator(load)
-    key = SearchKey(beam=translator.search.beam, nbest=1, alignment=False)
-    children = [] if ExportDir(model).is_export() else [SearchProcess(partial(load_translator, load))
-                                                        for _ in range(threads)]
+    source = resolve_model(model)
+    load = LoadOptions(threads=1, searches=threads)
+    translator = load_translator(source, load)
+    key = SearchConfig.from_recipe(source.recipe.decode)
+    children = [] if source.is_export else [SearchProcess(partial(load_translator, source, load))
+                                            for _ in range(threads)]
     searches = ([child.ready().hypotheses for child in children]
-                or [lambda key, text, ids: search(translator, key, None, text, ids)] * threads)
+                or [lambda key, text, ids: translator.hypotheses(text, key, ids=ids)] * threads)
     order = list(range(len(lines)))
     random.Random(1).shuffle(order)
     todo: queue.Queue[list[int]] = queue.Queue()

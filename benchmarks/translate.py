@@ -32,6 +32,7 @@ from _util import ROOT, data_root, run_measured
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
+    from nmtk.decode.config import SearchConfig
 
 DEFAULT_ROWS = "nmtk:fp32,nmtk:bf16,nmtk:auto"
 
@@ -41,10 +42,13 @@ def test_lines(lang: str) -> list[str]:
         return [line.rstrip("\n") for line in handle]
 
 
-def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> TranslatorBase:
-    """The translator of one row: the run's model (nmtk:PRECISION) or its CTranslate2 export (ct2:TYPE)."""
-    from nmtk.decode.load import LoadOptions, SearchChoices, load_translator
+def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> tuple[TranslatorBase, SearchConfig]:
+    """The translator of one row: the run's model (nmtk:PRECISION) or its CTranslate2 export (ct2:TYPE),
+    and the search: the recipe's with this beam."""
+    from nmtk.decode.config import SearchConfig
+    from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.precision import Precision
+    from nmtk.rundir import resolve_model
 
     engine, precision = row.split(":", 1)
     if engine == "nmtk":
@@ -54,19 +58,20 @@ def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> Trans
         model, precision = run_dir, Precision(precision)
     else:
         model, precision = run_dir / f"export-{precision}", Precision.auto
-    return load_translator(LoadOptions(model=model, search=SearchChoices(beam=beam), precision=precision,
-                                       device=device, threads=threads))
+    source = resolve_model(model)
+    options = LoadOptions(precision=precision, device=device, threads=threads)
+    return load_translator(source, options), SearchConfig.from_recipe(source.recipe.decode, beam=beam)
 
 
 def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dict[str, float]:
     """One row, in this process: load, warm up, translate the test set, score."""
     start = time.perf_counter()
-    translator = load(row, run_dir, threads, beam, device)
+    translator, search = load(row, run_dir, threads, beam, device)
     chosen = str(translator.precision) if row.startswith("nmtk:") else row.split(":", 1)[1]
     detok = translator.tgt_pipe.decode
 
     def hyps_fn(lines: list[str]) -> list[list[int]]:
-        return [h[0].tokens if h else [] for h in translator.hypotheses(lines)]
+        return [h[0].tokens if h else [] for h in translator.hypotheses(lines, search)]
 
     load_s = time.perf_counter() - start
     sources, refs = test_lines("en"), test_lines("de")

@@ -15,13 +15,16 @@ import threading
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from nmtk.errors import NmtkError
 from nmtk.files import atomic_write, fsync_dir, temp_path
+
+if TYPE_CHECKING:
+    from nmtk.model import Transformer
 
 
 def save_atomic(state: dict[str, Any], path: Path) -> None:
@@ -55,6 +58,20 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NmtkError(f"{path}: not a readable nmtk checkpoint ({first})") from None
+
+
+def load_model(path: Path, device: torch.device, expected_vocab: dict[str, str] | None = None) -> Transformer:
+    """A checkpoint's model in eval mode on ``device``; refuses one trained with another vocabulary."""
+    checkpoint = load_checkpoint(path, mmap=True)  # the model only: its optimizer state is never read
+    if "model_config" not in checkpoint or "model" not in checkpoint:
+        raise NmtkError(f"{path}: not an nmtk checkpoint (no model)")
+    if expected_vocab is not None and checkpoint.get("vocab") not in (None, expected_vocab):
+        raise NmtkError(f"{path}: trained with another vocabulary than this run's subword model")
+    from nmtk.model import ModelConfig, Transformer  # the model's code only where a model is loaded
+
+    model = Transformer.empty(ModelConfig(**checkpoint["model_config"]), device)
+    model.load_state_dict(checkpoint["model"])
+    return model.eval()
 
 
 def rng_state() -> dict[str, Any]:

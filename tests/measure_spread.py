@@ -47,8 +47,8 @@ def copy_run() -> None:
     import torch
     from helpers import copy_pairs, toy_recipe, write_corpus
 
+    from nmtk.checkpoint import load_model
     from nmtk.decode.alignment import cross_attention
-    from nmtk.decode.translator import load_model
     from nmtk.rundir import RunDir
 
     for seed, threads, precision in itertools.product(SEEDS, THREADS, PRECISIONS):

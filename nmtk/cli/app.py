@@ -258,19 +258,17 @@ def translate(
         raise NmtkError("--batch-size: nmtk batches by tokens: --max-tokens N (source tokens × beam per batch); "
                         "--buffer-size is how many input lines are read and sorted at a time")
     from nmtk.decode.config import SamplingConfig
-    from nmtk.decode.load import LoadOptions, SearchChoices
+    from nmtk.decode.load import LoadOptions
     from nmtk.decode.stream import TranslateOptions
     from nmtk.decode.stream import translate as run_translate
 
-    search = SearchChoices(beam=beam, nbest=nbest, length_penalty=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
-                           max_tokens=max_tokens)
+    search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
+                  max_tokens=max_tokens, align=print_alignment,
+                  sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None)
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
-                       ensemble=tuple(ensemble or ()), search=search, align=print_alignment,
-                       alignment_layer=alignment_layer,
-                       sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None)
-    run_translate(TranslateOptions(load=load, input=input_, output=output, force=force, buffer_size=buffer_size,
-                                   skip=skip, errors=errors, print_scores=print_scores))
-
+                       ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer)
+    run_translate(TranslateOptions(load=load, search=search, input=input_, output=output, force=force,
+                                   buffer_size=buffer_size, skip=skip, errors=errors, print_scores=print_scores))
 
 @app.command()
 def export(
@@ -289,19 +287,19 @@ def export(
     to Hugging Face transformers (MarianMTModel + MarianTokenizer)."""
     from nmtk.convert.ctranslate2 import export_run
     from nmtk.convert.huggingface import export_hf
-    from nmtk.rundir import RunDir
+    from nmtk.rundir import RunDir, resolve_model
 
     if format_ is ExportFormat.hf and quantization is not Quantization.float32:
         raise NmtkError(f"--quantization {quantization.value}: --format hf writes float32 weights")
-    run = RunDir(run_dir).require()
-    chosen, why = (checkpoint, "asked for") if checkpoint else run.default_checkpoint()
-    console.print(f"checkpoint: {chosen} ({why})")
+    source = resolve_model(RunDir(run_dir).require().path, checkpoint)
+    chosen = source.checkpoint
+    console.print(f"checkpoint: {chosen} ({source.why})")
     if format_ is ExportFormat.hf:
-        export_hf(run, chosen, out, force)
+        export_hf(source, out, force)
         console.print(f"exported {chosen} -> {out} (transformers MarianMT); load with "
                       f"MarianMTModel.from_pretrained({str(out)!r}), or nmtk import {out} -o RUN")
         return
-    export_run(run, chosen, out, quantization.value, force)
+    export_run(source, out, quantization.value, force)
     console.print(f"exported {chosen} -> {out} (CTranslate2, {quantization.value}); translate with: "
                   f"nmtk translate -m {out}")
 
@@ -359,14 +357,14 @@ def serve(
 ) -> None:
     """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
     at / to try it. SIGTERM finishes the requests in flight; SIGHUP reloads the run's checkpoint."""
-    from nmtk.decode.load import LoadOptions, SearchChoices
+    from nmtk.decode.load import LoadOptions
     from nmtk.serve.app import Limits
     from nmtk.serve.server import ServeOptions
     from nmtk.serve.server import serve as run_server
 
-    load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
-                       search=SearchChoices(beam=beam, length_penalty=lenpen))
-    run_server(ServeOptions(load=load, host=host, port=port, max_tokens=max_tokens, max_wait_ms=max_wait_ms,
+    load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision)
+    run_server(ServeOptions(load=load, search=dict(beam=beam, length_penalty=lenpen), host=host, port=port,
+                            max_tokens=max_tokens, max_wait_ms=max_wait_ms,
                             max_queue=max_queue, workers=workers,
                             limits=Limits(max_chars=max_chars, max_lines=max_lines),
                             api_key=api_key))

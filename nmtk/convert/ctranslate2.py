@@ -24,8 +24,9 @@ import numpy as np
 from nmtk import __version__
 from nmtk.errors import NmtkError
 from nmtk.files import built_beside
+from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe
-from nmtk.rundir import EXPORT_MARKER, ExportDir, RunDir
+from nmtk.rundir import EXPORT_MARKER, ExportDir, ModelSource, RunDir
 from nmtk.vocab import BOS, EOS, UNK
 
 if TYPE_CHECKING:
@@ -100,23 +101,31 @@ def model_spec(model: Transformer, source_pieces: list[str], target_pieces: list
     return spec
 
 
-def export_run(run: RunDir, checkpoint: Path, out: Path, quantization: str, force: bool) -> dict[str, Any]:
-    """Write ``run``'s model from ``checkpoint`` to ``out`` as a CTranslate2 model with its text pipeline.
+def _run_source(source: ModelSource) -> tuple[RunDir, Path, Recipe, Manifest]:
+    """The run, checkpoint, recipe and manifest an export is made from; an export is not exported again."""
+    if source.is_export or source.checkpoint is None or source.manifest is None:
+        raise NmtkError(f"{source.path}: an export already; export the run directory it was made from")
+    return RunDir(source.path), source.checkpoint, source.recipe, source.manifest
+
+
+def export_run(source: ModelSource, out: Path, quantization: str, force: bool) -> dict[str, Any]:
+    """Write the run's model ``source`` names (`nmtk.rundir.resolve_model`) to ``out`` as a CTranslate2
+    model with its text pipeline.
 
     Built in a temporary folder beside ``out`` and renamed into place: an existing ``out`` is kept
     unless ``force``, is never left half replaced, and is replaced only when it is an earlier export.
     """
     import torch
 
-    from nmtk.decode.translator import load_model
+    from nmtk.checkpoint import load_model
 
     if quantization not in QUANTIZATIONS:
         raise NmtkError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
     check_replaceable(out, force)
-    recipe, manifest = run.recipe(), run.manifest()
-    source, target = run.pipelines(recipe, manifest)
+    run, checkpoint, recipe, manifest = _run_source(source)
+    src_pipe, tgt_pipe = run.pipelines(recipe, manifest)
     model = load_model(checkpoint, torch.device("cpu"), manifest.vocab.sha256)
-    spec = model_spec(model, source.subwords.pieces(), target.subwords.pieces())
+    spec = model_spec(model, src_pipe.subwords.pieces(), tgt_pipe.subwords.pieces())
     with built_beside(out) as folder:
         tmp = ExportDir(folder)
         spec.validate()

@@ -37,7 +37,7 @@ from nmtk.errors import NmtkError
 from nmtk.files import built_beside
 from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe, recipe_from_dict, recipe_to_toml
-from nmtk.rundir import EXPORT_MARKER, MANIFEST, RECIPE, ExportDir, RunDir
+from nmtk.rundir import EXPORT_MARKER, MANIFEST, RECIPE, ExportDir, ModelSource, RunDir
 from nmtk.text.subword import MAPPED_SUFFIX, MappedSentencePiece, SentencePieceModel, load_subword_model
 from nmtk.vocab import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
 
@@ -292,16 +292,16 @@ def _mean_len(manifest: Any, lang: str) -> float | None:
     return manifest.splits.get("train", {}).get("sides", {}).get(lang, {}).get("mean_len") or None
 
 
-def export_hf(run: RunDir, checkpoint: Path, out: Path, force: bool) -> dict[str, Any]:
-    """``run``'s model from ``checkpoint`` as a transformers MarianMT folder in ``out``."""
+def export_hf(source: ModelSource, out: Path, force: bool) -> dict[str, Any]:
+    """The run's model ``source`` names as a transformers MarianMT folder in ``out``."""
     import torch
     from safetensors.torch import save_file
 
-    from nmtk.convert.ctranslate2 import check_replaceable
-    from nmtk.decode.translator import load_model
+    from nmtk.checkpoint import load_model
+    from nmtk.convert.ctranslate2 import _run_source, check_replaceable
 
     check_replaceable(out, force)
-    recipe, manifest = run.recipe(), run.manifest()
+    run, checkpoint, recipe, manifest = _run_source(source)
     check_exportable(recipe)
     src_lang, tgt_lang = recipe.data.source_lang, recipe.data.target_lang
     paths = manifest.model_paths(run.path)

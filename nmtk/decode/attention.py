@@ -11,11 +11,13 @@ import numpy as np
 
 from nmtk.console import console
 from nmtk.decode.alignment import attention_maps
-from nmtk.decode.load import LoadOptions, SearchChoices, load_translator
+from nmtk.decode.config import SearchConfig
+from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.translator import Translator
 from nmtk.errors import NmtkError
 from nmtk.files import decode_lines
 from nmtk.pictures import attention_picture
+from nmtk.rundir import resolve_model
 
 KINDS = ("encoder", "cross", "decoder")
 
@@ -59,9 +61,12 @@ def the_sentence(o: AttentionOptions) -> str:
 def draw(o: AttentionOptions) -> list[Path]:
     """Translate the sentence, run the model over it and its translation keeping the weights, draw."""
     sentence = the_sentence(o)
-    translator = load_translator(LoadOptions(model=o.model, checkpoint=o.checkpoint, search=SearchChoices()))
-    if not isinstance(translator, Translator):
-        raise NmtkError(f"{o.model}: an exported CTranslate2 model; draw attention with the run it was exported from")
+    source = resolve_model(o.model, o.checkpoint)
+    if source.is_export:
+        raise NmtkError(f"{source.path}: an exported CTranslate2 model; draw attention with the run it was exported "
+                        "from")
+    translator = load_translator(source, LoadOptions())
+    assert isinstance(translator, Translator)
     model = translator.first_model
     for kind in o.kinds:  # check --layer and --head before any work
         count = model.cfg.encoder_layers if kind == "encoder" else model.cfg.decoder_layers
@@ -79,7 +84,7 @@ def draw(o: AttentionOptions) -> list[Path]:
     limit = model.cfg.max_positions - 1
     if len(src) > limit:
         raise NmtkError(f"the sentence has {len(src):,} subwords, more than the model's {limit:,}")
-    hyp = translator.hypotheses([sentence])[0][0].tokens
+    hyp = translator.hypotheses([sentence], SearchConfig.from_recipe(source.recipe.decode))[0][0].tokens
     console.print(f"translation: {translator.tgt_pipe.decode(hyp)}")
     kept = attention_maps(model, src, hyp, translator.device, translator.precision)
     pieces_src, pieces_tgt = translator.src_pipe.subwords.pieces(), translator.tgt_pipe.subwords.pieces()

@@ -10,30 +10,38 @@ lives here, torch-free, so a fix to any of it is made once for both engines.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import ClassVar
 
-from nmtk.decode.config import Hypothesis, SamplingConfig, SearchConfig
+from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
+from nmtk.errors import NmtkError
 from nmtk.precision import Precision
 from nmtk.text import TextPipeline
 
 
 @dataclass(kw_only=True)
 class TranslatorBase:
-    """Sentences through the (source, target) text pipelines around one engine's `decode_pieces`."""
+    """Sentences through the (source, target) text pipelines around one engine's `decode_pieces`.
+
+    A translator holds a model and its text, never a search: each call says how to search
+    (`SearchConfig`), so one translator serves requests of different beams side by side. What an
+    engine can do is declared here (``engine``, ``can_align``), not probed by its callers.
+    """
+
+    engine: ClassVar[str] = "?"
+    can_align: ClassVar[bool] = False  # word alignments (`SearchConfig.align`)
 
     pipelines: tuple[TextPipeline, TextPipeline]
-    search: SearchConfig
-    sampling: SamplingConfig | None = None
     max_positions: int = 1024  # source tokens the model accepts, EOS included
     longest_trained: int | None = None  # subwords of the longest training source (the run's manifest)
     precision: Precision = Precision.fp32
-    engine: str = "torch"
 
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
         self.boundaries = boundary_strengths(self.src_pipe.subwords.pieces())
 
-    def decode_pieces(self, pieces: list[list[int]]) -> list[list[Hypothesis]]:
+    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig) -> list[list[Hypothesis]]:
         """Hypotheses for each source (ids without EOS, at most ``max_positions - 1``), in input order."""
         raise NotImplementedError
 
@@ -41,22 +49,25 @@ class TranslatorBase:
         """Source ids per sentence (None for an empty or blank one), as `hypotheses` takes them."""
         return [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
 
-    def hypotheses(self, sentences: list[str], first_line: int = 1,
+    def hypotheses(self, sentences: list[str], search: SearchConfig, first_line: int = 1,
                    ids: list[list[int] | None] | None = None) -> list[list[Hypothesis]]:
-        """N-best hypotheses per sentence; an empty (or blank) sentence gets none. ``ids``: the
-        sentences already `encode`d (the server counts tokens with them), else encoded here.
+        """N-best hypotheses per sentence, searched as ``search`` says; an empty (or blank) sentence gets
+        none. ``ids``: the sentences already `encode`d (the server counts tokens with them), else here.
 
         A line longer than the model's input, or far longer than its training data's, is translated in
         pieces (`nmtk.decode.long_input`),
         with one warning naming its line (``first_line`` is the number of ``sentences[0]``).
         """
+        if search.align and not self.can_align:
+            raise NmtkError("alignments come from nmtk's own model: use the run directory, not an export")
         ids = self.encode(sentences) if ids is None else ids
         todo = [i for i, x in enumerate(ids) if x is not None]
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         if not todo:
             return results
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained)
-        for i, hyps, n in zip(todo, segments.decode(self.decode_pieces), segments.count, strict=True):
+        decode = partial(self.decode_pieces, search=search)
+        for i, hyps, n in zip(todo, segments.decode(decode), segments.count, strict=True):
             results[i] = hyps
             if n > 1:
                 warn_split(first_line + i, len(ids[i]), self.max_positions, n, self.longest_trained)

@@ -10,7 +10,7 @@ section and a command's explicit choices become a search, for `translate`, valid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,10 +31,25 @@ class Hypothesis:
     alignment: Alignment | None = None  # word alignment, when asked for (`nmtk.decode.alignment`)
 
 
-@dataclass
+@dataclass(frozen=True)
+class SamplingConfig:
+    topk: int = 0  # 0 = no top-k cut
+    topp: float = 1.0  # 1.0 = no nucleus cut
+    temperature: float = 1.0
+    seed: int = 1
+
+
+@dataclass(frozen=True)
 class SearchConfig:
-    """One search: beam (1 = greedy), GNMT length penalty α, output length ≤ a·|x| + b, the n best kept,
-    and the batch budget ``max_tokens`` in source tokens × beam (× 1 for sampling; None: by device)."""
+    """One search, whole: beam (1 = greedy), GNMT length penalty α, output length ≤ a·|x| + b, the n
+    best kept, the batch budget ``max_tokens`` in source tokens × beam (× 1 for sampling; None: by
+    device), sampling instead of beam search, and whether hypotheses carry word alignments.
+
+    Frozen and hashable: translators take it per call (`TranslatorBase.hypotheses`), never keep it,
+    and the server batches together the requests whose searches are equal. Built from the recipe's
+    ``[decode]`` and a command's or request's choices by `from_recipe` / `choose`; every rule between
+    the settings is checked here, once, whoever built it.
+    """
 
     beam: int = _DEFAULTS.beam
     length_penalty: float = _DEFAULTS.length_penalty
@@ -42,39 +57,47 @@ class SearchConfig:
     max_len_b: int = _DEFAULTS.max_len_b
     nbest: int = 1
     max_tokens: int | None = _DEFAULTS.max_tokens  # None: by device (`budget`)
+    sampling: SamplingConfig | None = None
+    align: bool = False
+
+    def __post_init__(self) -> None:
+        if self.beam < 1 or self.nbest < 1:
+            raise NmtkError(f"beam {self.beam}, n-best {self.nbest}: both must be at least 1")
+        if self.nbest > self.beam:
+            raise NmtkError(f"n-best {self.nbest} exceeds beam {self.beam}: a beam of {self.beam} keeps {self.beam} "
+                            "hypotheses; raise the beam or leave it out (it then follows the n-best)")
+        if self.sampling is not None and self.nbest > 1:
+            raise NmtkError(f"n-best {self.nbest} with sampling: a sample is one hypothesis per line")
 
     def budget(self, device_type: str) -> int:
         """Source tokens × beam per batch on a device of this type (``cpu``, ``cuda``)."""
         return self.max_tokens or DECODE_MAX_TOKENS.get(device_type, DECODE_MAX_TOKENS["cpu"])
 
+    @property
+    def rows(self) -> int:
+        """Rows a source takes in a batch: its beam, or one for a sample."""
+        return 1 if self.sampling is not None else self.beam
+
     @classmethod
-    def from_recipe(cls, decode: DecodeSection, *, beam: int | None = None, nbest: int = 1,
-                    length_penalty: float | None = None, max_len_a: float | None = None,
-                    max_len_b: int | None = None, max_tokens: int | None = None) -> SearchConfig:
-        """The search a command asks for, the recipe's ``[decode]`` filling what it leaves open (None).
+    def from_recipe(cls, decode: DecodeSection, **choices: Any) -> SearchConfig:
+        """The search a command asks for, the recipe's ``[decode]`` filling what it leaves open (None)."""
+        base = cls(beam=decode.beam, length_penalty=decode.length_penalty, max_len_a=decode.max_len_a,
+                   max_len_b=decode.max_len_b, max_tokens=decode.max_tokens)
+        return base.choose(**choices)
 
-        Rule for ``nbest`` K: without an explicit beam the beam is at least K (the recipe's beam, raised
-        to K); an explicit beam smaller than K is an error, since a beam of B holds B hypotheses.
+    def choose(self, **choices: Any) -> SearchConfig:
+        """This search with ``choices`` (field names; None leaves a field as it is).
+
+        Rule for ``nbest`` K: without a chosen beam the beam is at least K (this beam, raised to K); a
+        chosen beam smaller than K is an error (`__post_init__`), since a beam of B holds B hypotheses.
         """
-        if beam is not None and nbest > beam:
-            raise NmtkError(f"--nbest {nbest} exceeds --beam {beam}: a beam of {beam} keeps {beam} hypotheses; "
-                            "raise --beam or leave it out (it then follows --nbest)")
-
-        def pick(value: Any, default: Any) -> Any:
-            return default if value is None else value
-
-        return cls(beam=pick(beam, max(decode.beam, nbest)), nbest=nbest,
-                   length_penalty=pick(length_penalty, decode.length_penalty),
-                   max_len_a=pick(max_len_a, decode.max_len_a), max_len_b=pick(max_len_b, decode.max_len_b),
-                   max_tokens=pick(max_tokens, decode.max_tokens))
-
-
-@dataclass
-class SamplingConfig:
-    topk: int = 0  # 0 = no top-k cut
-    topp: float = 1.0  # 1.0 = no nucleus cut
-    temperature: float = 1.0
-    seed: int = 1
+        unknown = set(choices) - set(self.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"SearchConfig has no field {sorted(unknown)}")
+        chosen = {k: v for k, v in choices.items() if v is not None}
+        if "beam" not in chosen and chosen.get("nbest", 1) > self.beam:
+            chosen["beam"] = chosen["nbest"]
+        return replace(self, **chosen)
 
 
 def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.ndarray]:

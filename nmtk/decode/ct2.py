@@ -12,17 +12,16 @@ changes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis, SearchConfig, length_batches
 from nmtk.errors import NmtkError
-from nmtk.recipe import Recipe
-from nmtk.rundir import ExportDir
+from nmtk.rundir import ExportDir, ModelSource
 from nmtk.text import text_pipelines
 
 #: ``--precision`` on an export: CTranslate2's compute type (the stored weights are converted on load).
@@ -45,27 +44,27 @@ def ct2_device(name: str, gpus: int) -> tuple[str, int]:
 class Ct2Translator(TranslatorBase):
     """An exported model run by CTranslate2, through the same text pipeline as nmtk's own."""
 
+    engine: ClassVar[str] = "ctranslate2"
+
     directory: Path
-    recipe: Recipe
     ct2: Any
     quantization: str = ""
     device: str = "cpu"
-    engine: str = "ctranslate2"
+    _seeded: set[int] = field(default_factory=set, init=False, repr=False)
 
     @classmethod
-    def load(cls, directory: Path, device: str = "cpu", threads: int = 0, search: SearchConfig | None = None,
-             compute_type: str | None = None, searches: int = 1) -> Ct2Translator:
-        """``device``: cpu, cuda, cuda:N, or auto (CUDA when CTranslate2 sees a GPU); ``search``: the
-        recipe's ``[decode]`` when None; ``compute_type``: CTranslate2's (None: the type exported);
-        ``threads`` per search, ``searches`` run side by side (calls from that many Python threads)."""
+    def load(cls, source: ModelSource, device: str = "cpu", threads: int = 0, compute_type: str | None = None,
+             searches: int = 1) -> Ct2Translator:
+        """The export ``source`` names (`nmtk.rundir.resolve_model`). ``device``: cpu, cuda, cuda:N, or
+        auto (CUDA when CTranslate2 sees a GPU); ``compute_type``: CTranslate2's (None: the type
+        exported); ``threads`` per search, ``searches`` run side by side (calls from that many Python
+        threads)."""
         import ctranslate2
 
-        folder = ExportDir(directory)
+        folder, recipe, manifest = ExportDir(source.path), source.recipe, source.manifest
         device, index = ct2_device(device, ctranslate2.get_cuda_device_count())
         try:
             meta = folder.meta()
-            recipe = folder.recipe()
-            manifest = folder.manifest()
             longest = manifest.longest_training_source if manifest else None
             langs = (recipe.data.source_lang, recipe.data.target_lang)
             pipelines = text_pipelines(recipe.tokenizer, langs, {lang: folder.path / meta["models"][lang]
@@ -79,9 +78,8 @@ class Ct2Translator(TranslatorBase):
             raise
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise NmtkError(f"{directory}: not a complete nmtk export ({first}); run nmtk export again") from None
-        return cls(directory=folder.path, recipe=recipe, pipelines=pipelines, ct2=ct2,
-                   search=search or SearchConfig.from_recipe(recipe.decode),
+            raise NmtkError(f"{folder.path}: not a complete nmtk export ({first}); run nmtk export again") from None
+        return cls(directory=folder.path, pipelines=pipelines, ct2=ct2,
                    max_positions=int(meta.get("max_positions", 1024)), longest_trained=longest,
                    quantization=compute_type or meta.get("quantization", ""), device=device)
 
@@ -90,7 +88,7 @@ class Ct2Translator(TranslatorBase):
         self.source_pieces = self.src_pipe.subwords.pieces()
         self.target_ids = {piece: i for i, piece in enumerate(self.tgt_pipe.subwords.pieces())}
 
-    def decode_pieces(self, pieces: list[list[int]]) -> list[list[Hypothesis]]:
+    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig) -> list[list[Hypothesis]]:
         """Length-sorted batches. nmtk limits each sentence to a·|x| + b tokens; CTranslate2 takes one
         maximum per call. A search is cut by its limit only if it runs that far, so a batch is decoded
         once under its largest limit, and only a sentence that produced a hypothesis as long as its own
@@ -98,28 +96,32 @@ class Ct2Translator(TranslatorBase):
         where the limit changes would instead make one call per distinct source length: a server's
         batches, of mixed lengths, would become a dozen calls of a sentence or two. Sampling is random
         and cannot be decoded twice: it keeps one call per limit."""
-        search = self.search
+        if search.sampling is not None and search.sampling.seed not in self._seeded:
+            import ctranslate2  # its generator is global: seeded once per seed, later batches continue it
+
+            ctranslate2.set_random_seed(search.sampling.seed)
+            self._seeded.add(search.sampling.seed)
         lengths = np.fromiter((len(s) + 1 for s in pieces), dtype=np.int64, count=len(pieces))
         limits = [min(int(search.max_len_a * len(s) + search.max_len_b), self.max_positions - 1) for s in pieces]
         out: list[list[Hypothesis]] = [[] for _ in pieces]
-        rows = 1 if self.sampling else search.beam
-        for batch in length_batches(lengths, search.budget(self.device), rows):
+        for batch in length_batches(lengths, search.budget(self.device), search.rows):
             todo = [int(i) for i in batch]
-            if self.sampling is None:
+            if search.sampling is None:
                 top = max(limits[i] for i in todo)
-                self._decode_into(out, pieces, todo, top)
+                self._decode_into(out, pieces, todo, top, search)
                 todo = [i for i in todo if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
             for limit in sorted({limits[i] for i in todo}):
-                self._decode_into(out, pieces, [i for i in todo if limits[i] == limit], limit)
+                self._decode_into(out, pieces, [i for i in todo if limits[i] == limit], limit, search)
         return out
 
-    def _decode_into(self, out: list[list[Hypothesis]], pieces: list[list[int]], group: list[int], limit: int) -> None:
+    def _decode_into(self, out: list[list[Hypothesis]], pieces: list[list[int]], group: list[int], limit: int,
+                     search: SearchConfig) -> None:
         """``out[i]`` for each ``i`` of ``group``: one CTranslate2 call under ``limit``."""
-        for i, hyps in zip(group, self._call([pieces[i] for i in group], limit), strict=True):
+        for i, hyps in zip(group, self._call([pieces[i] for i in group], limit, search), strict=True):
             out[i] = hyps
 
-    def _call(self, sources: list[list[int]], limit: int) -> list[list[Hypothesis]]:
-        search, sampling = self.search, self.sampling
+    def _call(self, sources: list[list[int]], limit: int, search: SearchConfig) -> list[list[Hypothesis]]:
+        sampling = search.sampling
         # at most `limit` tokens besides EOS, as nmtk's searches (which force EOS at the limit): a
         # hypothesis CTranslate2 stops at the limit is the same text
         options = dict(max_decoding_length=max(limit, 1), min_decoding_length=1, max_input_length=0,

@@ -1,7 +1,8 @@
 """`nmtk translate`: text streamed from input to output through a translator, n-best and score formats.
 
 The typer command only parses; everything it parsed arrives here as one `TranslateOptions`: what to
-load (`nmtk.decode.load.LoadOptions`, which also carries the search) and how to read and write.
+load (`nmtk.decode.load.LoadOptions`), the search it chose (the recipe's ``[decode]`` fills the rest:
+`SearchConfig.from_recipe`) and how to read and write.
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis
+from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, input_path, output_path
+from nmtk.rundir import resolve_model
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class TranslateOptions:
     """Everything `nmtk translate` was asked to do."""
 
     load: LoadOptions = field(default_factory=LoadOptions)
+    search: dict[str, Any] = field(default_factory=dict)  # `SearchConfig` fields chosen (None: the recipe's)
     input: Path | None = None
     output: Path | None = None
     force: bool = False
@@ -43,23 +46,29 @@ class TranslateOptions:
 
     @property
     def nbest(self) -> int:
-        return self.load.search.nbest
-
-    @property
-    def print_alignment(self) -> bool:
-        return self.load.align
+        """Translations per line asked for (the output's shape: one line each, or n-best rows)."""
+        return self.search.get("nbest") or 1
 
 
-def output_lines(index: int, hyps: list[Hypothesis], translator: TranslatorBase,
-                 o: TranslateOptions) -> list[str]:
+@dataclass(frozen=True)
+class Engine:
+    """A loaded translator and the search this run asks of it."""
+
+    translator: TranslatorBase
+    search: SearchConfig
+
+
+def output_lines(index: int, hyps: list[Hypothesis], engine: Engine, o: TranslateOptions) -> list[str]:
     """The line(s) one input line gives: the translation, ``SCORE<TAB>TEXT``, or n-best rows; with
     ``--print-alignment`` a tab and the ``i-j`` pairs follow the text."""
-    def text(h: Hypothesis) -> str:
-        return translator.detokenize(h) + (f"\t{h.alignment or ''}" if o.print_alignment else "")
+    align, nbest = engine.search.align, engine.search.nbest
 
-    empty = "\t" if o.print_alignment else ""
-    if o.nbest > 1:  # an empty input line still gets one line, so every input is accounted for
-        return [f"{index}\t{h.score:.4f}\t{text(h)}" for h in hyps[: o.nbest]] or [f"{index}\t\t{empty}"]
+    def text(h: Hypothesis) -> str:
+        return engine.translator.detokenize(h) + (f"\t{h.alignment or ''}" if align else "")
+
+    empty = "\t" if align else ""
+    if nbest > 1:  # an empty input line still gets one line, so every input is accounted for
+        return [f"{index}\t{h.score:.4f}\t{text(h)}" for h in hyps[:nbest]] or [f"{index}\t\t{empty}"]
     if not hyps:
         return ["\t" + empty if o.print_scores else empty]
     return [f"{hyps[0].score:.4f}\t{text(hyps[0])}" if o.print_scores else text(hyps[0])]
@@ -77,14 +86,19 @@ def translate(o: TranslateOptions) -> None:
     if o.input is not None:  # the user's paths are checked before any model loads
         input_path(o.input)
     partial, resume = _check_output(o) if o.output is not None else (None, False)
-    translator = load_translator(o.load)
+    model = resolve_model(o.load.model, o.load.checkpoint)
+    search = SearchConfig.from_recipe(model.recipe.decode, **o.search)
+    if search.align and model.is_export:
+        raise NmtkError(f"--print-alignment: not available with an exported CTranslate2 model ({model.path}): "
+                        "alignments come from nmtk's own model: pass the run directory")
+    engine = Engine(load_translator(model, o.load), search)
     source: BinaryIO = open(o.input, "rb") if o.input else sys.stdin.buffer
     done = [0]
     try:
         if o.output is None:
-            _stream(translator, o, source, sys.stdout, done)
+            _stream(engine, o, source, sys.stdout, done)
         else:
-            _to_partial(translator, o, source, partial, resume, done)
+            _to_partial(engine, o, source, partial, resume, done)
             os.replace(partial, o.output)
     except KeyboardInterrupt:
         if partial is not None and not partial.exists():
@@ -97,14 +111,14 @@ def translate(o: TranslateOptions) -> None:
             source.close()
 
 
-def _to_partial(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,
+def _to_partial(engine: Engine, o: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,
                 done: list[int]) -> None:
     """Stream into ``partial``: appended to when going on, else new; a new one that ends with no finished
     line (an error or Ctrl-C before the first buffer) is removed, so that nothing stands in the way of
     running again."""
     try:
         with open(partial, "a" if resume else "w", encoding="utf-8") as sink:
-            _stream(translator, o, source, sink, done)
+            _stream(engine, o, source, sink, done)
             sink.flush()
             os.fsync(sink.fileno())
     except BaseException:
@@ -228,7 +242,7 @@ def _sigint_deferred() -> Iterator[None]:
         mask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _stream(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:
+def _stream(engine: Engine, o: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:
     """Translate ``--buffer-size`` lines at a time, writing and flushing each buffer's lines as soon as
     it is done; ``done[0]`` counts the input lines written so far.
 
@@ -250,8 +264,8 @@ def _stream(translator: TranslatorBase, o: TranslateOptions, source: BinaryIO, s
         start = time.perf_counter()
         for chunk in buffered(lines, o.buffer_size, waiting):
             first = o.skip + done[0] + 1
-            out = [line for k, hyps in enumerate(translator.hypotheses(chunk, first_line=first))
-                   for line in output_lines(first + k, hyps, translator, o)]
+            hypotheses = engine.translator.hypotheses(chunk, engine.search, first_line=first)
+            out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, o)]
             with _sigint_deferred():  # a buffer is in the output whole, and counted, or not at all
                 sink.write("".join(f"{line}\n" for line in out))
                 sink.flush()

@@ -4,60 +4,55 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
+from typing import ClassVar
 
 import torch
 
-from nmtk.checkpoint import load_checkpoint
 from nmtk.decode.alignment import align, word_starts
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis
+from nmtk.decode.config import Hypothesis, SamplingConfig, SearchConfig
 from nmtk.decode.ensemble import Ensemble
 from nmtk.decode.sampling import sample_search
 from nmtk.decode.search import SearchFn, decode_ids
 from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
-from nmtk.model import ModelConfig, Transformer
-
-
-def load_model(path: Path, device: torch.device, expected_vocab: dict[str, str] | None = None) -> Transformer:
-    """A checkpoint's model in eval mode on ``device``; refuses one trained with another vocabulary."""
-    checkpoint = load_checkpoint(path, mmap=True)  # the model only: its optimizer state is never read
-    if "model_config" not in checkpoint or "model" not in checkpoint:
-        raise NmtkError(f"{path}: not an nmtk checkpoint (no model)")
-    if expected_vocab is not None and checkpoint.get("vocab") not in (None, expected_vocab):
-        raise NmtkError(f"{path}: trained with another vocabulary than this run's subword model")
-    model = Transformer.empty(ModelConfig(**checkpoint["model_config"]), device)
-    model.load_state_dict(checkpoint["model"])
-    return model.eval()
+from nmtk.model import Transformer
 
 
 @dataclass(kw_only=True)
 class Translator(TranslatorBase):
     """nmtk's own engine: a model or ensemble on a torch device, searched in length-sorted batches."""
 
+    engine: ClassVar[str] = "torch"
+    can_align: ClassVar[bool] = True
+
     model: Transformer | Ensemble
     device: torch.device
-    align_layer: int | None = None  # decoder layer (0-based, negative from the end) for word alignments
-    _search_fn: SearchFn | None = field(default=None, init=False, repr=False)
+    align_layer: int = -1  # decoder layer (0-based, negative from the end) whose cross-attention aligns
+    # One generator per sampling setting, made at its first call: the batches of one input, and the
+    # calls of one server, continue its stream instead of repeating it.
+    _generators: dict[SamplingConfig, torch.Generator] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.max_positions = self.model.cfg.max_positions
         super().__post_init__()
-        if self.align_layer is not None:
-            self.word_starts = tuple(word_starts(p.subwords.pieces()) for p in (self.src_pipe, self.tgt_pipe))
-        if self.sampling is not None:  # one generator for the whole input: batches continue its stream
-            generator = torch.Generator(device=self.device).manual_seed(self.sampling.seed)
-            self._search_fn = partial(sample_search, sampling=self.sampling, generator=generator)
+        self.word_starts = tuple(word_starts(p.subwords.pieces()) for p in (self.src_pipe, self.tgt_pipe))
 
-    def decode_pieces(self, pieces: list[list[int]]) -> list[list[Hypothesis]]:
+    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig) -> list[list[Hypothesis]]:
         if self.text_only:
             raise NmtkError("this translator's weights were freed (keep_text_only): it cannot search")
-        hyps = decode_ids(self.model, pieces, self.search, device=self.device, precision=self.precision,
-                          search_fn=self._search_fn)
-        if self.align_layer is not None:
+        hyps = decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
+                          search_fn=self._search_fn(search.sampling))
+        if search.align:
             self._align(pieces, hyps)
         return hyps
+
+    def _search_fn(self, sampling: SamplingConfig | None) -> SearchFn | None:
+        if sampling is None:
+            return None
+        if sampling not in self._generators:
+            self._generators[sampling] = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        return partial(sample_search, sampling=sampling, generator=self._generators[sampling])
 
     def _align(self, sources: list[list[int]], hyps: list[list[Hypothesis]]) -> None:
         """Attach a word alignment to every hypothesis (the first model's, for an ensemble)."""

@@ -34,8 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis
-from nmtk.serve.worker import QueueFull, SearchKey, Worker
+from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.errors import NmtkError
+from nmtk.serve.worker import QueueFull, Worker
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,10 @@ class _Guard:
         return await self.app(scope, replay, send)
 
 
-def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | None = None,
+def create_app(worker: Worker, info: ModelInfo, default: SearchConfig, limits: Limits, api_key: str | None = None,
                reload: Any = None) -> FastAPI:
-    """The app over ``worker``; ``reload()`` (optional) starts loading a new checkpoint in the background."""
+    """The app over ``worker``, searching as ``default`` unless a request chooses otherwise;
+    ``reload()`` (optional) starts loading a new checkpoint in the background."""
     app = FastAPI(title="nmtk serve", description=f"{info.source} → {info.target} ({info.recipe})")
     app.state.accepting = True
 
@@ -185,20 +187,26 @@ def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | N
 
     app.add_middleware(_Guard, state=app.state, api_key=api_key)
 
-    async def run(lines: list[str], key: SearchKey) -> tuple[list[list[Hypothesis]], TranslatorBase]:
+    def search_for(**choices: Any) -> SearchConfig:
+        """A request's search: ``default`` with its choices, by `SearchConfig`'s rules (one place)."""
+        try:
+            search = default.choose(**choices)
+        except NmtkError as exc:
+            raise ApiError(422, str(exc)) from None
+        if search.beam > limits.max_beam or search.nbest > limits.max_nbest:
+            raise ApiError(413, f"beam/n_best above {limits.max_beam}/{limits.max_nbest}")
+        if search.align and not worker.translator.can_align:
+            raise ApiError(400, "alignment needs nmtk's own model: serve the run directory, not an export")
+        return search
+
+    async def run(lines: list[str], search: SearchConfig) -> tuple[list[list[Hypothesis]], TranslatorBase]:
         chars = sum(map(len, lines))
         if len(lines) > limits.max_lines:
             raise ApiError(413, f"{len(lines)} lines in one request; the limit is {limits.max_lines} (--max-lines)")
         if chars > limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; the limit is {limits.max_chars} (--max-chars)")
-        if key.beam > limits.max_beam or key.nbest > limits.max_nbest:
-            raise ApiError(413, f"beam/n_best above {limits.max_beam}/{limits.max_nbest}")
-        if key.nbest > key.beam:
-            raise ApiError(422, f"n_best {key.nbest} exceeds beam {key.beam}")
-        if key.alignment and info.engine != "torch":
-            raise ApiError(400, "alignment needs nmtk's own model: serve the run directory, not an export")
         try:
-            future = worker.submit(lines, key)
+            future = worker.submit(lines, search)
         except QueueFull:
             raise ApiError(503, "the queue is full; try again shortly (--max-queue)") from None
         try:
@@ -223,11 +231,8 @@ def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | N
         if not lines or not any(line.strip() for line in lines):
             raise ApiError(400, "q is empty")
         lines = [" ".join(line.splitlines()) for line in lines]  # one segment per string
-        n = max(req.n_best, req.alternatives + 1)
-        if req.beam is not None and n > req.beam:  # as translate's --nbest/--beam: a beam of B keeps B
-            raise ApiError(422, f"n_best/alternatives ask for {n} translations; a beam of {req.beam} keeps {req.beam}")
-        key = SearchKey(beam=req.beam or max(info.beam, n), nbest=n, alignment=req.alignment)
-        hyps, translator = await run(lines, key)
+        search = search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment)
+        hyps, translator = await run(lines, search)
         texts = [translator.detokenize(h[0]) if h else "" for h in hyps]
         out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
 
@@ -251,8 +256,7 @@ def create_app(worker: Worker, info: ModelInfo, limits: Limits, api_key: str | N
         """OpenNMT-py's REST request: a list of ``{"id", "src"}``."""
         if not segments:
             raise ApiError(400, "empty request: send [{\"src\": \"...\", \"id\": 100}]")
-        key = SearchKey(beam=info.beam, nbest=1, alignment=False)
-        hyps, translator = await run([" ".join(s.src.splitlines()) for s in segments], key)
+        hyps, translator = await run([" ".join(s.src.splitlines()) for s in segments], default)
         return [[{"src": s.src, "tgt": translator.detokenize(h[0]) if h else "", "n_best": 1,
                   "pred_score": h[0].score if h else 0.0, "align": None}] for s, h in zip(segments, hyps, strict=True)]
 

@@ -10,8 +10,8 @@ whole batch and keeps its threads; one search on a GPU stays in the server's pro
 
 The child is started by ``spawn`` (a fork of a process with OpenMP threads is unsafe), loads the
 translator (``load``: a picklable function, the server's is `load_translator` with its options), and
-answers ``(key, lines, ids)`` with hypotheses or the
-exception its search raised. It ignores SIGINT, SIGTERM and SIGHUP: those are the server's to handle
+answers ``(search, lines, ids)`` with hypotheses or the exception its search raised. It ignores
+SIGINT, SIGTERM and SIGHUP: those are the server's to handle
 (Ctrl-C and systemd signal the whole process group), and the child ends when its pipe closes.
 """
 
@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis
+from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
 
 Loader = Callable[[], TranslatorBase]
@@ -48,10 +48,11 @@ class SearchProcess:
         self._answer()
         return self
 
-    def hypotheses(self, key: Any, lines: list[str], ids: list[list[int] | None]) -> list[list[Hypothesis]]:
-        """`nmtk.serve.worker.search`'s result, computed in the child."""
+    def hypotheses(self, search: SearchConfig, lines: list[str],
+                   ids: list[list[int] | None]) -> list[list[Hypothesis]]:
+        """`TranslatorBase.hypotheses`, computed in the child."""
         try:
-            self._pipe.send((key, lines, ids))
+            self._pipe.send((search, lines, ids))
         except OSError:
             self._answer()  # the child is gone: say how
         return self._answer()
@@ -84,7 +85,6 @@ class SearchProcess:
 
 def _child(pipe: Connection, load: Loader) -> None:
     from nmtk.console import console
-    from nmtk.serve.worker import search
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
@@ -97,7 +97,6 @@ def _child(pipe: Connection, load: Loader) -> None:
     finally:
         console.quiet = False
     _send(pipe, False, None)
-    align_layer = getattr(translator, "align_layer", None)
     while True:
         try:
             message = pipe.recv()
@@ -105,9 +104,9 @@ def _child(pipe: Connection, load: Loader) -> None:
             return
         if message is None:
             return
-        key, lines, ids = message
+        search, lines, ids = message
         try:
-            result = search(translator, key, align_layer, lines, ids)
+            result = translator.hypotheses(lines, search, ids=ids)
         except Exception as exc:  # noqa: BLE001 - fails this batch only; the worker retries its jobs alone
             sent = _send(pipe, True, exc)
         else:

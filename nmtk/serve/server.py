@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
+from typing import Any
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.load import LoadOptions, choose_run, load_translator, named_model
+from nmtk.decode.config import SearchConfig
+from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.errors import NmtkError
-from nmtk.rundir import ExportDir
+from nmtk.rundir import ModelSource, resolve_model
 from nmtk.serve.app import Limits, ModelInfo, create_app
 from nmtk.serve.worker import Worker, background
 
@@ -28,6 +29,7 @@ API_KEY_ENV = "NMTK_API_KEY"
 @dataclass(frozen=True)
 class ServeOptions:
     load: LoadOptions
+    search: dict[str, Any] = field(default_factory=dict)  # the default search's `SearchConfig` choices
     host: str = "127.0.0.1"
     port: int = 5000
     max_tokens: int | None = None  # a batch's source tokens × beam; None: the translator's decoding budget
@@ -36,26 +38,6 @@ class ServeOptions:
     workers: int | None = None  # searches side by side; None: 2 on a CPU with 2 threads or more, else 1
     limits: Limits = Limits()
     api_key: str | None = None
-
-
-def _model_path(o: LoadOptions) -> Path:
-    named = named_model(o)
-    if named is not None and (ExportDir(named).is_export() or Path(named).is_file()):
-        return Path(named)
-    return choose_run(named).path
-
-
-def _info(path: Path, translator: TranslatorBase, checkpoint: str) -> ModelInfo:
-    export = ExportDir(path)
-    if export.is_export():
-        recipe, checkpoint = export.recipe(), export.meta().get("checkpoint", "?")
-    else:
-        from nmtk.rundir import RunDir
-
-        recipe = RunDir(path if path.is_dir() else path.parent).recipe()
-    return ModelInfo(source=recipe.data.source_lang, target=recipe.data.target_lang, recipe=recipe.name,
-                     checkpoint=str(checkpoint), engine=translator.engine, precision=str(translator.precision.value),
-                     beam=translator.search.beam)
 
 
 def _on_gpu(device: str | None, export: bool) -> bool:
@@ -72,71 +54,44 @@ def _on_gpu(device: str | None, export: bool) -> bool:
     return pick_device(device).type == "cuda"
 
 
-def _checkpoint_of(path: Path, o: LoadOptions) -> tuple[str, str]:
-    """The checkpoint ``o`` serves and why ("" for an export, which holds its own)."""
-    if o.checkpoint:
-        return str(o.checkpoint), o.checkpoint_why
-    if path.is_file():
-        return str(path), "asked for"
-    if ExportDir(path).is_export():
-        return "", ""
-    from nmtk.rundir import RunDir
-
-    checkpoint, why = RunDir(path).default_checkpoint()
-    return str(checkpoint), why
-
-
 def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fastapi imported lazily)
-    """The worker (started) and the app, as `serve` runs them; tests drive them in-process too."""
-    path = _model_path(o.load)
-    export = ExportDir(path).is_export()
-    on_gpu = _on_gpu(o.load.device, export)
+    """The worker (started) and the app, as `serve` runs them; tests drive them in-process too.
+
+    The model is resolved once (`resolve_model`): the server, its decoding processes and ``/models``
+    name one checkpoint even when training writes a newer default while they load."""
+    source = resolve_model(o.load.model, o.load.checkpoint)
+    on_gpu = _on_gpu(o.load.device, source.is_export)
     threads = o.load.threads or len(os.sched_getaffinity(0))
     workers = o.workers or (1 if on_gpu or threads < 2 else 2)
-    load = replace(o.load, model=path, align=not export, threads=max(1, threads // workers), searches=workers)
-    load, checkpoint = _pinned(load)
-    translator = load_translator(load)
-    budget = o.max_tokens or translator.search.budget("cuda" if on_gpu else "cpu")
-    processes = None if export or on_gpu or workers == 1 else _child_loader(load)
+    load = replace(o.load, threads=max(1, threads // workers), searches=workers)
+    translator = load_translator(source, load)
+    default = SearchConfig.from_recipe(source.recipe.decode, **o.search)
+    budget = o.max_tokens or default.budget("cuda" if on_gpu else "cpu")
+    processes = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
     worker = Worker(translator, max_tokens=budget, max_wait_ms=o.max_wait_ms, max_queue=o.max_queue,
                     workers=workers, processes=processes)
-    info = _info(path, translator, checkpoint)
-    reload = None if export else (lambda: _reload(worker, info, load))
-    app = create_app(worker, info, o.limits, api_key=o.api_key or os.environ.get(API_KEY_ENV) or None, reload=reload)
+    info = ModelInfo(source=source.recipe.data.source_lang, target=source.recipe.data.target_lang,
+                     recipe=source.recipe.name, checkpoint=source.checkpoint_name, engine=translator.engine,
+                     precision=str(translator.precision.value), beam=default.beam)
+    reload = None if source.is_export else (lambda: _reload(worker, info, source, load))
+    app = create_app(worker, info, default, o.limits, api_key=o.api_key or os.environ.get(API_KEY_ENV) or None,
+                     reload=reload)
     worker.start()
     return app, worker, reload
 
 
-def _pinned(load: LoadOptions) -> tuple[LoadOptions, str]:
-    """``load`` naming the checkpoint it serves, chosen now and once, and that checkpoint ("" for an
-    export, which holds its own): the server's model, its decoding processes and /models then name one
-    file even when training writes a newer default while they load. The loader still says why it was
-    chosen. (-m RUN/checkpoint_N.pt: that file is the model already, and naming it again as
-    --checkpoint is refused.)"""
-    checkpoint, why = _checkpoint_of(Path(load.model), load)
-    if not checkpoint or Path(load.model).is_file():
-        return load, checkpoint
-    return replace(load, checkpoint=Path(checkpoint), checkpoint_why=why), checkpoint
-
-
-def _child_loader(load: LoadOptions) -> partial[TranslatorBase]:
+def _child_loader(source: ModelSource, load: LoadOptions) -> partial[TranslatorBase]:
     """How a decoding process loads its translator: one search, on its share of the threads."""
-    return partial(load_translator, replace(load, searches=1))
+    return partial(load_translator, source, replace(load, searches=1))
 
 
-def _load_default(load: LoadOptions) -> tuple[TranslatorBase, LoadOptions, str]:
-    """What a reload serves: the run's default checkpoint (`RunDir.default_checkpoint`: its average,
-    best or newest; a ``--checkpoint`` given at start is not kept), loaded, the options naming it, and
-    its path. The path is chosen once and that file loaded, so that ``/models`` names what was loaded."""
-    load, checkpoint = _pinned(replace(load, checkpoint=None))
-    return load_translator(load), load, checkpoint
-
-
-def _reload(worker: Worker, info: ModelInfo, load: LoadOptions) -> None:
+def _reload(worker: Worker, info: ModelInfo, source: ModelSource, load: LoadOptions) -> None:
+    """Load the run's default checkpoint now (`ModelSource.again`: its average, best or newest; a
+    ``--checkpoint`` given at start is not kept) on a thread of its own, and swap it in."""
     def swap() -> str:
-        translator, pinned, checkpoint = _load_default(load)
-        worker.reload(translator, _child_loader(pinned))  # with processes, once the new children are loaded
-        return checkpoint
+        fresh = source.again()
+        worker.reload(load_translator(fresh, load), _child_loader(fresh, load))  # with processes: once loaded
+        return fresh.checkpoint_name
 
     def loaded(checkpoint: str) -> None:
         info.checkpoint = checkpoint

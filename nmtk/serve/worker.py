@@ -3,9 +3,10 @@
 A server that decodes each request on its own wastes the batch dimension: 32 one-line requests cost
 32 searches of one sentence instead of one search of 32. Here every request becomes a `Job` in a bounded
 queue; a decoding thread takes the first, keeps gathering until ``max_tokens`` (source tokens × beam)
-is reached or ``max_wait_ms`` has passed, then hands the lines of all jobs that share search options to
-the translator in one call (`TranslatorBase.hypotheses`: Moses, subwords, length sorting, long-line
-splitting and empty lines, as `nmtk translate` does) and gives every job its own lines back.
+is reached or ``max_wait_ms`` has passed, then hands the lines of all jobs that share one search (an
+equal `SearchConfig`) to the translator in one call (`TranslatorBase.hypotheses`: Moses, subwords,
+length sorting, long-line splitting and empty lines, as `nmtk translate` does) and gives every job
+its own lines back.
 
 ``workers`` threads do this side by side over one model (its weights shared), each search on its own
 share of the CPU threads. Requests arriving one by one make batches of mixed lengths: a batch runs as
@@ -23,18 +24,17 @@ batch still get their translations. `reload` swaps in a new translator between t
 
 from __future__ import annotations
 
-import copy
 import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis
+from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.serve.process import Loader, SearchProcess
 
 
@@ -42,19 +42,10 @@ class QueueFull(Exception):
     """The queue holds ``max_queue`` jobs already: the server answers 503."""
 
 
-@dataclass(frozen=True)
-class SearchKey:
-    """What jobs must share to be searched together."""
-
-    beam: int
-    nbest: int
-    alignment: bool
-
-
 @dataclass
 class Job:
     lines: list[str]
-    key: SearchKey
+    search: SearchConfig  # jobs of equal searches are decoded together
     ids: list[list[int] | None]  # the lines encoded once, at submission: they size the batch, then are decoded
     tokens: int  # source tokens × beam: what the job adds to a batch
     future: Future = field(default_factory=Future)
@@ -90,9 +81,6 @@ class Worker:
         # Per thread in `_take` (guarded by _counting): its previous batch's lines, clients that may send again.
         self._last: dict[int, int] = {}
         self._left: list[Job] = []  # what a gatherer left for the idle threads behind it (guarded by _gathering)
-        # The torch translator is loaded with alignments on; each search switches them on its own copy,
-        # and a reloaded translator (same options) has the same layer.
-        self.align_layer = getattr(translator, "align_layer", None)
         self._threads = [threading.Thread(target=self._run, args=(i,), name=f"nmtk-decoder-{i}", daemon=True)
                          for i in range(workers)]
         self._stopping = False
@@ -103,10 +91,10 @@ class Worker:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, lines: list[str], key: SearchKey) -> Future:
+    def submit(self, lines: list[str], search: SearchConfig) -> Future:
         """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line)."""
         ids = self.translator.encode(lines)  # a reload keeps the run's subword model: these stay valid
-        job = Job(lines, key, ids, sum(len(x or ()) + 1 for x in ids) * key.beam)
+        job = Job(lines, search, ids, sum(len(x or ()) + 1 for x in ids) * search.rows)
         try:
             self.queue.put_nowait(job)
         except queue.Full:
@@ -245,11 +233,11 @@ class Worker:
                 continue
             jobs, told = taken
             stop, last = stop or told, sum(len(job.lines) for job in jobs)
-            groups: dict[SearchKey, list[Job]] = {}
+            groups: dict[SearchConfig, list[Job]] = {}
             for job in jobs:
-                groups.setdefault(job.key, []).append(job)
-            for key, group in groups.items():
-                self._decode(key, group, index)
+                groups.setdefault(job.search, []).append(job)
+            for search, group in groups.items():
+                self._decode(search, group, index)
 
     def _swap(self, index: int) -> None:
         """Take this thread's child loaded by a reload, if there is one, and end the old one."""
@@ -259,10 +247,10 @@ class Worker:
             old, self._children[index] = self._children[index], fresh
             old.close()
 
-    def _decode(self, key: SearchKey, jobs: list[Job], index: int) -> None:
+    def _decode(self, search: SearchConfig, jobs: list[Job], index: int) -> None:
         translator = self.translator
         try:
-            results = self._hypotheses(translator, key, [line for job in jobs for line in job.lines],
+            results = self._hypotheses(translator, search, [line for job in jobs for line in job.lines],
                                        [x for job in jobs for x in job.ids], index)
         except Exception as exc:  # noqa: BLE001 - one bad request must not fail its neighbours
             if len(jobs) == 1:
@@ -271,14 +259,14 @@ class Worker:
                 jobs[0].future.set_exception(exc)
                 return
             for job in jobs:  # find the job that fails: each alone
-                self._decode(key, [job], index)
+                self._decode(search, [job], index)
             return
         start = 0
         for job in jobs:
             job.future.set_result((results[start : start + len(job.lines)], translator))
             start += len(job.lines)
 
-    def _hypotheses(self, translator: TranslatorBase, key: SearchKey, lines: list[str],
+    def _hypotheses(self, translator: TranslatorBase, search: SearchConfig, lines: list[str],
                     ids: list[list[int] | None], index: int) -> list[list[Hypothesis]]:
         """One search: in this thread's child process, else here. A child that ended (killed from
         outside, out of memory) is replaced and the batch sent again; when the new one ends on it too,
@@ -287,15 +275,15 @@ class Worker:
             self.stats.batches += 1
         child = self._children[index]
         if child is None:
-            return search(translator, key, self.align_layer, lines, ids)
+            return translator.hypotheses(lines, search, ids=ids)
         try:
-            return child.hypotheses(key, lines, ids)
+            return child.hypotheses(search, lines, ids)
         except Exception as exc:
             if child.alive():
                 raise
             child = self._restart(index, exc)
         try:
-            return child.hypotheses(key, lines, ids)
+            return child.hypotheses(search, lines, ids)
         except Exception as exc:
             if not child.alive():  # it ended twice on this batch: one of its lines ends it
                 self._restart(index, exc)
@@ -307,17 +295,6 @@ class Worker:
         child.close()
         self._children[index] = SearchProcess(child.load).ready()
         return self._children[index]
-
-
-def search(translator: TranslatorBase, key: SearchKey, align_layer: int | None, lines: list[str],
-           ids: list[list[int] | None]) -> list[list[Hypothesis]]:
-    """One search, on a copy of the translator with this batch's options: the model and the text
-    pipelines are shared, the options are this thread's own."""
-    view = copy.copy(translator)
-    view.search = replace(translator.search, beam=key.beam, nbest=key.nbest)
-    if hasattr(view, "align_layer"):
-        view.align_layer = align_layer if key.alignment else None
-    return view.hypotheses(lines, ids=ids)
 
 
 def _started(load: Loader, count: int) -> list[SearchProcess | None]:

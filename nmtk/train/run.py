@@ -20,7 +20,7 @@ from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest, PreparedData
 from nmtk.model import parameter_count
 from nmtk.recipe import Recipe, differences
-from nmtk.rundir import RunDir
+from nmtk.rundir import RunDir, resolve_model
 from nmtk.text import text_pipelines
 from nmtk.train.distributed import (
     DistInfo,
@@ -169,9 +169,13 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
                               f"it (to update {newest}) are for averaging and are written again as training goes on")
     elif init_from:
         if Path(init_from).is_dir():  # a run directory (an imported one, say): the checkpoint translate would use
-            init_from, why = RunDir(init_from).require().default_checkpoint()
+            source = resolve_model(RunDir(init_from).require().path)
+            if source.checkpoint is None:
+                raise NmtkError(f"--init-from {source.path}: a CTranslate2 export; start from the run it was made "
+                                "from, or import a Hugging Face model (nmtk import)")
+            init_from = source.checkpoint
             if info.is_main:
-                console.print(f"--init-from: {init_from} ({why})")
+                console.print(f"--init-from: {init_from} ({source.why})")
         trainer.init_from(init_from)
     if info.is_main:
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "

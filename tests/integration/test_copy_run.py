@@ -70,7 +70,7 @@ def test_train_learned_then_average_and_translate(copy_run, tmp_path: Path) -> N
 
 
 def load(run: Path):
-    from nmtk.decode.translator import load_model
+    from nmtk.checkpoint import load_model
     from nmtk.rundir import RunDir
 
     rundir = RunDir(run)

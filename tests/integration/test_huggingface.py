@@ -36,7 +36,7 @@ def _transformers(folder: Path):
 
 
 def _nmtk(run: Path, checkpoint: str = "checkpoint_last.pt"):
-    from nmtk.decode.translator import load_model
+    from nmtk.checkpoint import load_model
     from nmtk.rundir import RunDir
 
     rundir = RunDir(run)

@@ -241,7 +241,7 @@ def test_the_default_checkpoint_is_chosen_once(copy_run, monkeypatch, capsys) ->
     file chosen first, /models names it, and the start-up line still says why it was chosen."""
     import asyncio
 
-    from nmtk.decode import translator as translator_module
+    from nmtk import checkpoint as checkpoint_module
     from nmtk.decode.load import LoadOptions
     from nmtk.rundir import RunDir
     from nmtk.serve.server import ServeOptions, build
@@ -252,10 +252,10 @@ def test_the_default_checkpoint_is_chosen_once(copy_run, monkeypatch, capsys) ->
     older = min(run.glob("checkpoint_[0-9]*.pt"))
     assert older != default
     answers = iter([(older, "best validation BLEU")])  # the first answer; every later one: the new default
-    monkeypatch.setattr(RunDir, "default_checkpoint", lambda self: next(answers, (default, why)))
+    monkeypatch.setattr(RunDir, "default_checkpoint", lambda self, recipe=None: next(answers, (default, why)))
     loaded: list[Path] = []
-    real = translator_module.load_model
-    monkeypatch.setattr(translator_module, "load_model",
+    real = checkpoint_module.load_model
+    monkeypatch.setattr(checkpoint_module, "load_model",
                         lambda path, *a, **k: loaded.append(path) or real(path, *a, **k))
     app, worker, _ = build(ServeOptions(load=LoadOptions(model=run), workers=1))
     try:
@@ -269,20 +269,22 @@ def test_the_default_checkpoint_is_chosen_once(copy_run, monkeypatch, capsys) ->
 
 def test_a_text_only_translator_encodes_and_detokenizes_but_cannot_search(copy_run) -> None:
     """What the server keeps while its decoding processes search: the text pipelines, no weights."""
+    from nmtk.decode.config import SearchConfig
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.errors import NmtkError
+    from nmtk.rundir import resolve_model
 
     tmp, _, _ = copy_run
-    translator = load_translator(LoadOptions(model=tmp / "run"))
-    lines = _test_lines(tmp, 3)
-    ids, hyps = translator.encode(lines), translator.hypotheses(lines)
+    translator = load_translator(resolve_model(tmp / "run"), LoadOptions())
+    lines, search = _test_lines(tmp, 3), SearchConfig()
+    ids, hyps = translator.encode(lines), translator.hypotheses(lines, search)
     texts = [translator.detokenize(h[0]) for h in hyps]
     translator.keep_text_only()
     assert all(p.is_meta for p in [*translator.model.parameters(), *translator.model.buffers()])
     assert translator.encode(lines) == ids
     assert [translator.detokenize(h[0]) for h in hyps] == texts and all(texts)
     with pytest.raises(NmtkError, match="weights were freed"):
-        translator.hypotheses(lines)
+        translator.hypotheses(lines, search)
 
 
 def test_an_export_is_served_by_ctranslate2(exported, copy_run) -> None:

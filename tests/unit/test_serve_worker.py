@@ -11,16 +11,15 @@ import pytest
 
 from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
-from nmtk.serve.worker import SearchKey, Worker
+from nmtk.serve.worker import Worker
 
-KEY = SearchKey(beam=4, nbest=1, alignment=False)
+KEY = SearchConfig(beam=4)
 
 
 class RecordingTranslator:
     """Translates a line to its length; records each batch, and takes ``seconds`` per batch."""
 
     def __init__(self, seconds: float) -> None:
-        self.search = SearchConfig(beam=4)
         self.seconds = seconds
         self.batches: list[list[str]] = []
         self.lock = threading.Lock()
@@ -32,7 +31,9 @@ class RecordingTranslator:
     def encode(self, lines: list[str]) -> list[list[int] | None]:
         return [list(range(len(line.split()))) for line in lines]
 
-    def hypotheses(self, lines: list[str], ids: list[list[int] | None]) -> list[list[Hypothesis]]:
+    def hypotheses(self, lines: list[str], search: SearchConfig,
+                   ids: list[list[int] | None]) -> list[list[Hypothesis]]:
+        assert search == KEY
         with self.lock:
             self.batches.append(list(lines))
         time.sleep(self.seconds)
@@ -47,7 +48,7 @@ def test_a_burst_is_shared_among_idle_threads_in_length_order() -> None:
     worker = Worker(translator, max_tokens=100_000, max_wait_ms=200, max_queue=100, workers=2)
     worker.start()
     time.sleep(0.3)  # both threads idle, waiting for work
-    key = SearchKey(beam=4, nbest=1, alignment=False)
+    key = KEY
     lines = [" ".join(["w"] * (1 + i % 16)) for i in range(64)]
     futures = [worker.submit([line], key) for line in lines]
     results = [future.result(timeout=10)[0][0][0].tokens for future in futures]
@@ -65,7 +66,7 @@ def test_a_lone_idle_thread_takes_the_whole_burst(workers: int) -> None:
     translator = RecordingTranslator(seconds=1.5)
     worker = Worker(translator, max_tokens=100_000, max_wait_ms=100, max_queue=100, workers=workers)
     worker.start()
-    key = SearchKey(beam=4, nbest=1, alignment=False)
+    key = KEY
     busy = worker.submit(["a long first line"], key)  # gathered for 0.1 s, then occupies a thread for 1.5 s
     time.sleep(0.5)  # margins of 0.4 s and 1 s on each side: a host's stalls cannot reorder them
     futures = [worker.submit([f"line {i}"], key) for i in range(32)]
@@ -81,7 +82,7 @@ def test_clients_coming_back_slowly_still_make_one_batch() -> None:
     translator = RecordingTranslator(seconds=0.05)
     worker = Worker(translator, max_tokens=100_000, max_wait_ms=100, max_queue=100, workers=1)
     worker.start()
-    key = SearchKey(beam=4, nbest=1, alignment=False)
+    key = KEY
     for future in [worker.submit([f"first {i}"], key) for i in range(8)]:
         future.result(timeout=10)
     futures = []
@@ -99,7 +100,7 @@ def test_a_single_client_is_not_held_back() -> None:
     translator = RecordingTranslator(seconds=0.0)
     worker = Worker(translator, max_tokens=100_000, max_wait_ms=50, max_queue=100, workers=2)
     worker.start()
-    key = SearchKey(beam=4, nbest=1, alignment=False)
+    key = KEY
     waits = []
     for i in range(6):
         start = time.monotonic()
@@ -119,14 +120,15 @@ class FailingTranslator(RecordingTranslator):
     """Fails a batch that holds the line "boom" (or "odd", with an exception that does not pickle);
     ends its whole process on the line "die"."""
 
-    def hypotheses(self, lines: list[str], ids: list[list[int] | None]) -> list[list[Hypothesis]]:
+    def hypotheses(self, lines: list[str], search: SearchConfig,
+                   ids: list[list[int] | None]) -> list[list[Hypothesis]]:
         if "boom" in lines:
             raise ValueError("boom: no translation")
         if "odd" in lines:
             raise Unpicklable
         if "die" in lines:
             os._exit(3)
-        return super().hypotheses(lines, ids)
+        return super().hypotheses(lines, search, ids)
 
 
 def failing_translator() -> FailingTranslator:
