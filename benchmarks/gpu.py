@@ -91,7 +91,7 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
                  f"train.compile={'true' if compiled else 'false'}"]
     warm = 8 if compiled else 3
     trainer = trainer_for(name, work, [*overrides, f"train.max_updates={warm + updates}"], device, info)
-    trainer.wrap()
+    trainer.step.wrap()
     times, tokens_done, original = [], [], trainer.train_step
 
     def timed_step(group: list[np.ndarray], *args: Any) -> Any:

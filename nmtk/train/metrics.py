@@ -131,3 +131,22 @@ class Progress:
             self.progress.update(self.task, stats=text)
         elif self.enabled:
             console.print(f"update {r['update']} | {text} | {r['minutes']:.1f} min")
+
+
+class CurvesDrawer:
+    """RUN/curves.png, redrawn at each validation so that it can be looked at during the run. A
+    picture that cannot be drawn is a warning, once: it never stops training."""
+
+    def __init__(self, run_dir: Path, name: str) -> None:
+        self.run_dir, self.name = run_dir, name
+        self.failed = False
+
+    def draw(self) -> None:
+        try:
+            from nmtk.pictures import training_curves
+
+            training_curves([self.run_dir], self.run_dir / "curves.png", names=[self.name])
+        except Exception as exc:  # noqa: BLE001 - matplotlib missing or broken, a full disk...
+            if not self.failed:
+                console.print(f"warning: could not draw {self.run_dir / 'curves.png'}: {exc}")
+                self.failed = True

@@ -59,7 +59,7 @@ def update_costs(trainer: Any) -> tuple[list[UpdateCost], dict[str, int]]:
     """Run ``trainer.train()`` (its recipe's stopping criterion decides how long) counting ops and syncs
     per update (the update's step, log line, validation or save included); and the sync sites."""
     counter, costs, seen = OpCounter(), [], [0, 0, 0]
-    original, step = trainer.after_update, trainer.optimizer.step
+    original, step = trainer.after_update, trainer.step.optimizer.step
 
     def after_update(*args: Any) -> Any:
         reason = original(*args)
@@ -75,10 +75,10 @@ def update_costs(trainer: Any) -> tuple[list[UpdateCost], dict[str, int]]:
         finally:
             counter.in_optimizer = False
 
-    trainer.after_update, trainer.optimizer.step = after_update, optimizer_step
+    trainer.after_update, trainer.step.optimizer.step = after_update, optimizer_step
     try:
         with counter:
             trainer.train()
     finally:
-        trainer.after_update, trainer.optimizer.step = original, step
+        trainer.after_update, trainer.step.optimizer.step = original, step
     return costs, counter.sites

@@ -152,7 +152,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
         trainer.resume(checkpoint)
         if info.is_main:  # lines of updates after the resumed one would be repeated: the log restarts there
             truncate_log(run.log_path, trainer.state.update)
-        finished = trainer.limit_reached()
+        finished = trainer.stopping.limit(trainer.state)
         if finished:  # the same on every rank: the state comes from one checkpoint
             if info.is_main:
                 console.print(f"[green]finished[/]: {run.path} {finished} at update {trainer.state.update}; nothing to "
@@ -176,11 +176,11 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
             init_from = source.checkpoint
             if info.is_main:
                 console.print(f"--init-from: {init_from} ({source.why})")
-        trainer.init_from(init_from)
+        trainer.step.init_from(init_from, trainer.vocab_hash)
     if info.is_main:
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
                       f"{info.world_size} process(es) | precision {trainer.precision} ({trainer.precision_reason})")
-    trainer.wrap()
+    trainer.step.wrap()
     trainer.check_memory()  # after DDP and with Adam's moments: what the run will hold
     state = trainer.train()
     trainer.close()

@@ -188,15 +188,15 @@ def test_an_fp16_overflow_skips_the_update_without_moving_the_counter_or_the_sch
     trainer = toy_trainer(tmp_path, "train.precision=fp16")
     group = trainer.plan.epoch_batches(0)[:1]
     weight = trainer.model.encoder[0].ffn.w1.weight
-    before, scale = weight.detach().clone(), trainer.scaler.get_scale()
+    before, scale = weight.detach().clone(), trainer.step.scaler.get_scale()
     hook = weight.register_hook(lambda grad: grad * float("inf"))  # this update's gradients overflow
     trainer.train_step(group)
     hook.remove()
     assert (trainer.state.update, trainer.state.skipped_updates) == (0, 1)
-    assert torch.equal(weight, before) and trainer.scaler.get_scale() == scale / 2
+    assert torch.equal(weight, before) and trainer.step.scaler.get_scale() == scale / 2
     trainer.train_step(group)
     assert (trainer.state.update, trainer.state.skipped_updates) == (1, 1)
-    assert trainer.optimizer.param_groups[0]["lr"] == trainer.lr(1)  # the schedule's first step, not its second
+    assert trainer.step.optimizer.param_groups[0]["lr"] == trainer.step.lr(1)
     assert not torch.equal(weight, before)
     trainer.metrics.close()
 
@@ -354,7 +354,7 @@ def test_auto_compile_and_loss_chunks_follow_the_device(tmp_path: Path) -> None:
     from helpers import toy_trainer
 
     trainer = toy_trainer(tmp_path)
-    assert trainer.compiled is False and trainer.loss_chunk == 512  # CPU: eager, 512-position chunks
+    assert trainer.compiled is False and trainer.step.loss_chunk == 512  # CPU: eager, 512-position chunks
     trainer.metrics.close()
 
 

@@ -1,0 +1,189 @@
+"""One update (paper §5.3): the model, its optimizer and loss scaler, and what an update does with them.
+
+``update_freq`` batches are forward- and backward-propagated (DDP synchronising on the last only), the
+summed label-smoothed loss is scaled by the update's target tokens over all ranks, the learning rate
+set from the warm-up schedule, gradients clipped, the optimizer stepped. Nothing here makes the host
+wait for the device: the loss sums stay on it.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from nmtk.checkpoint import load_checkpoint
+from nmtk.data.dataset import Batch
+from nmtk.device import autocast_for
+from nmtk.errors import NmtkError
+from nmtk.model import Transformer
+from nmtk.precision import Precision
+from nmtk.recipe import Recipe
+from nmtk.train.distributed import DistInfo
+from nmtk.train.loss import projected_label_smoothed_loss
+from nmtk.train.schedule import inverse_sqrt_lr
+from nmtk.train.state import TrainState
+from nmtk.vocab import PAD_ID
+
+MIN_LOSS_SCALE = 2.0**-14
+
+
+class UpdateStep:
+    """The model and its optimisation. ``state`` is the trainer's (the update counter and the count of
+    skipped fp16 updates move here); ``loss_chunk``: target positions projected at a time (None: all)."""
+
+    def __init__(self, model: Transformer, recipe: Recipe, device: torch.device, precision: Precision,
+                 loss_chunk: int | None, info: DistInfo, state: TrainState) -> None:
+        self.model, self.recipe, self.device, self.precision, self.info = model, recipe, device, precision, info
+        self.loss_chunk, self.state = loss_chunk, state
+        o = recipe.optim
+        self.peak_lr = o.peak_lr(model.cfg.d_model)
+        optimizer_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
+        fused = {"fused": True} if device.type == "cuda" else {}
+        self.optimizer = optimizer_cls(model.parameters(), lr=0.0, betas=o.betas, eps=o.eps,
+                                       weight_decay=o.weight_decay, **fused)
+        self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+        self.ddp: DistributedDataParallel | None = None
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """What the forward runs through: DDP's wrapper on several ranks, else the model."""
+        return self.ddp or self.model
+
+    def lr(self, update: int) -> float:
+        return inverse_sqrt_lr(update, self.recipe.optim.warmup, self.peak_lr)
+
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed label-smoothed loss and NLL of a batch, projected and scored a chunk at a time."""
+        head = partial(projected_label_smoothed_loss, target=batch.tgt_out,
+                       epsilon=self.recipe.optim.label_smoothing, pad_id=PAD_ID, chunk=self.loss_chunk)
+        with autocast_for(self.device, self.precision):
+            return self.module(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded)
+
+    def run(self, batches: list[Batch], total_tokens: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One update over ``batches`` (the rank's ``update_freq``), ``total_tokens`` the update's target
+        tokens over all ranks; returns the local (loss sum, nll sum), on the device."""
+        scale = self.info.world_size / total_tokens  # token losses / all tokens; DDP averages over ranks
+        loss_sum = torch.zeros((), device=self.device)
+        nll_sum = torch.zeros((), device=self.device)
+        self.model.train()
+        for i, batch in enumerate(batches):
+            sync = self.ddp is None or i == len(batches) - 1
+            with nullcontext() if sync else self.ddp.no_sync():
+                loss, nll = self.loss(batch.to(self.device))
+                scaled = loss * scale
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_sum += loss.detach()
+            nll_sum += nll.detach()
+        self.apply()
+        return loss_sum, nll_sum
+
+    def apply(self) -> None:
+        """Set the learning rate, clip, step (through the loss scaler in fp16), advance the counter.
+
+        An fp16 update whose gradients overflowed is skipped as fairseq skips it: neither the update
+        counter nor the learning-rate schedule moves, only ``skipped_updates`` (and the scale halves).
+        """
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr(self.state.update + 1)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if self.recipe.optim.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.optim.clip_norm)
+        applied = True
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            applied = self._scaled_step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if applied:
+            self.state.update += 1
+
+    def _scaled_step(self) -> bool:
+        """The loss scaler's step; False when it skipped the update for inf/NaN gradients."""
+        before = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scaler.get_scale() >= before:
+            return True
+        self.state.skipped_updates += 1
+        if self.scaler.get_scale() < MIN_LOSS_SCALE:
+            raise NmtkError(
+                f"fp16 loss scale collapsed to {self.scaler.get_scale():g} after "
+                f"{self.state.skipped_updates} overflowing updates: the model diverges in fp16; "
+                'use --set train.precision=bf16 (or fp32), or lower the learning rate'
+            )
+        return False
+
+    def wrap(self) -> None:
+        """DDP as fairseq and Megatron configure it: the sinusoidal table is a constant, not a buffer to
+        broadcast every step; gradients live in the communication buckets (no copy); the graph is
+        declared static where it is; bucket size and gradient compression from the recipe."""
+        if not self.info.enabled:
+            return
+        t = self.recipe.train
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids, broadcast_buffers=False,
+                                           gradient_as_bucket_view=True, static_graph=t.ddp_static_graph,
+                                           bucket_cap_mb=t.ddp_bucket_mb)
+        if t.ddp_grad_dtype == "bf16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            self.ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+
+    def check_memory(self, batch: Batch) -> None:
+        """Forward and backward once on ``batch`` (the largest), with Adam's two moments allocated, so
+        that an out-of-memory error shows at once rather than hours later.
+
+        Runs after DDP wrapping (its gradient buckets count) and inside ``fork_rng``, and zeroes the
+        gradients afterwards: it leaves no trace on parameters, optimizer or random state (exact
+        resume is unaffected). Adam's state does not exist before the first step, so tensors of its
+        size stand in for it (on a resumed run they exist already and count as they are).
+        """
+        devices = [self.device] if self.device.type == "cuda" else []
+        params = [p for p in self.model.parameters() if p.requires_grad and p not in self.optimizer.state]
+        moments = []
+        try:
+            moments = [torch.empty_like(p, dtype=torch.float32) for p in params for _ in range(2)]
+            with torch.random.fork_rng(devices=devices):
+                self.loss(batch.to(self.device))[0].backward()
+        except torch.OutOfMemoryError:
+            raise NmtkError(
+                f"out of memory on the largest batch ({batch.src.shape[0]} sentences, batching.max_tokens = "
+                f"{self.recipe.batching.max_tokens}): lower batching.max_tokens and raise train.update_freq "
+                "to keep the same tokens per update"
+            ) from None
+        finally:
+            del moments
+            self.model.zero_grad(set_to_none=True)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def load(self, checkpoint: dict[str, Any]) -> None:
+        """A resume: parameters, optimizer moments and loss scale as they were."""
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        if self.scaler is not None and checkpoint.get("scaler"):
+            self.scaler.load_state_dict(checkpoint["scaler"])
+
+    def init_from(self, path: Path, vocab_hash: dict[str, str]) -> None:
+        """Fine-tuning: another run's weights, fresh optimizer and schedule. The vocabulary must be the
+        one the weights were trained with (``tokenizer.reuse`` makes prepare copy it)."""
+        checkpoint = load_checkpoint(path)
+        if checkpoint.get("vocab") not in (None, vocab_hash):
+            raise NmtkError(f"--init-from {path}: its model was trained with another vocabulary than this data's; "
+                            "set tokenizer.reuse to its run directory so that prepare uses that vocabulary")
+        state = checkpoint["model"]
+        own = self.model.state_dict()
+        for name, tensor in state.items():
+            if name in own and own[name].shape != tensor.shape:
+                raise NmtkError(f"--init-from {path}: {name} has shape {tuple(tensor.shape)}, "
+                                f"this recipe's model needs {tuple(own[name].shape)}")
+        missing = set(own) - set(state)
+        if missing:
+            raise NmtkError(f"--init-from {path}: checkpoint lacks {sorted(missing)[0]} (a different model?)")
+        self.model.load_state_dict(state)

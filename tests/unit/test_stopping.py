@@ -1,0 +1,67 @@
+"""The trainer's stopping and saving rules, without a model: `StopPolicy` and `CheckpointKeeper`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nmtk.recipe import TrainSection
+from nmtk.rundir import RunDir
+from nmtk.train.keeper import CheckpointKeeper
+from nmtk.train.state import TrainState
+from nmtk.train.stopping import StopPolicy
+
+NO_FLAGS = [0.0, 0.0]
+
+
+def test_limits_in_updates_epochs_and_minutes_across_sessions() -> None:
+    policy = StopPolicy(TrainSection(max_updates=100, max_epochs=3, max_minutes=10))
+    assert policy.limit(TrainState(update=99, epoch=2, seconds=599)) is None
+    assert policy.limit(TrainState(update=100)) == "reached max_updates = 100"
+    assert policy.limit(TrainState(epoch=3)) == "reached max_epochs = 3"
+    assert policy.limit(TrainState(seconds=600)) == "reached max_minutes = 10"  # resumes included
+    assert policy.limit(TrainState(seconds=500), seconds=601) == "reached max_minutes = 10"  # the clock now
+
+
+def test_the_loop_stops_on_counted_limits_then_on_agreed_flags() -> None:
+    policy = StopPolicy(TrainSection(max_updates=100, max_minutes=10))
+    state = TrainState(update=50, seconds=100)
+    assert policy.flags(None, 100) == NO_FLAGS
+    assert policy.flags("SIGTERM", 601) == [1.0, 1.0]
+    assert policy.reason(state, NO_FLAGS, None) is None
+    assert policy.reason(state, [1.0, 0.0], "SIGTERM") == "received SIGTERM"
+    assert policy.reason(state, [2.0, 0.0], None) == "received a signal on another rank"  # summed over ranks
+    assert policy.reason(state, [0.0, 1.0], None) == "reached max_minutes = 10"
+    assert policy.reason(TrainState(update=100), [1.0, 1.0], "SIGINT") == "reached max_updates = 100"
+
+
+def test_patience_and_the_validation_before_stopping() -> None:
+    policy = StopPolicy(TrainSection(patience=3))
+    assert policy.lost_patience(TrainState(bad_validations=2)) is None
+    assert "patience" in policy.lost_patience(TrainState(bad_validations=3))
+    assert StopPolicy(TrainSection(patience=None)).lost_patience(TrainState(bad_validations=99)) is None
+    stale = TrainState(update=120, validated_update=100)
+    assert policy.validate_before_stopping("reached max_updates = 120", stale)
+    assert not policy.validate_before_stopping("received SIGTERM", stale)  # preemption must be quick
+    fresh = TrainState(update=100, validated_update=100)
+    assert not policy.validate_before_stopping("reached max_updates = 120", fresh)
+    assert not StopPolicy(TrainSection(validate_at_end=False)).validate_before_stopping("reached x", stale)
+
+
+def test_which_saves_are_full_and_when_one_is_due(tmp_path: Path) -> None:
+    keeper = CheckpointKeeper(RunDir(tmp_path), TrainSection(save_full_every_updates=1000, save_every_updates=500,
+                                                             save_every_minutes=10), now=0.0)
+    assert keeper.full(2000, final=False) and not keeper.full(2500, final=False) and keeper.full(2500, final=True)
+    assert keeper.due_by_updates(1500) and not keeper.due_by_updates(1501)
+    assert not keeper.due_by_time(599.0) and keeper.due_by_time(600.0)
+    keeper.saved(600.0)
+    assert not keeper.due_by_time(700.0)
+    assert not CheckpointKeeper(RunDir(tmp_path), TrainSection(save_every_minutes=0), now=0.0).due_by_time(1e9)
+
+
+def test_keep_last_never_removes_the_newest_full_state(tmp_path: Path) -> None:
+    keeper = CheckpointKeeper(RunDir(tmp_path), TrainSection(keep_last=2), now=0.0)
+    numbered = [(1000, tmp_path / "checkpoint_1000.pt"), (1100, tmp_path / "checkpoint_1100.params.pt"),
+                (1200, tmp_path / "checkpoint_1200.params.pt"), (1300, tmp_path / "checkpoint_1300.params.pt")]
+    assert keeper.removable(numbered) == [tmp_path / "checkpoint_1100.params.pt"]  # 1000: what a resume needs
+    full = [(n, tmp_path / f"checkpoint_{n}.pt") for n in (1, 2, 3)]
+    assert keeper.removable(full) == [tmp_path / "checkpoint_1.pt"]
