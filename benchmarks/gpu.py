@@ -86,8 +86,9 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
 
     device = torch.device("cuda", info.local_rank if info.enabled else 0)
     per_gpu = max(tokens // (info.world_size * 8), 1)  # 8 batches per update on one GPU, as the recipes
-    freq = max(8 // info.world_size, 1)
-    overrides = [f"batching.max_tokens={per_gpu * 8 // freq}", f"train.update_freq={freq}", "train.precision=bf16",
+    freq = max(8 // info.world_size, 1)  # batches per GPU; train.update_freq is the whole update's
+    overrides = [f"batching.max_tokens={per_gpu * 8 // freq}", f"train.update_freq={freq * info.world_size}",
+                 "train.precision=bf16",
                  f"train.compile={'true' if compiled else 'false'}"]
     warm = 8 if compiled else 3
     trainer = trainer_for(name, work, [*overrides, f"train.max_updates={warm + updates}"], device, info)

@@ -343,7 +343,9 @@ class TrainSection(Section):
     """Gradients all-reduced in this type; ``bf16`` halves the communication (fairseq's and Megatron's
     option for slow interconnects) at a small cost in precision."""
     update_freq: int = Field(1, ge=1)
-    """Accumulate gradients over this many batches per update (simulates more GPUs)."""
+    """Batches per update over all processes: an update is ``update_freq`` batches of at most
+    ``batching.max_tokens`` tokens whatever the launcher. One process accumulates them all; N
+    processes (``--nproc``, torchrun, several nodes) take ``update_freq / N`` each, which must divide."""
     seed: int = 1
     """Seed of parameters, dropout and batch order."""
     save_every_updates: int | None = Field(None, ge=1)
@@ -623,6 +625,6 @@ def derived_figures(recipe: Recipe) -> dict[str, Any]:
         "decoder_layers": cfg.decoder_layers,
         "d_head": cfg.d_model // cfg.heads,
         "peak_lr": recipe.optim.peak_lr(cfg.d_model),
-        "tokens_per_update_per_rank": recipe.batching.max_tokens * recipe.train.update_freq,
+        "tokens_per_update": recipe.batching.max_tokens * recipe.train.update_freq,
         "recipe_hash": recipe.hash(),
     }

@@ -132,20 +132,29 @@ def shutdown(info: DistInfo) -> None:
             pass
 
 
-def per_process_update_freq(update_freq: int, nproc: int) -> tuple[int, str]:
-    """The ``train.update_freq`` each of ``nproc`` processes uses so that an update keeps the recipe's
-    size (a recipe's ``update_freq`` is for one process: the paper's 8 GPUs simulated on one), and a
-    line saying so. Where ``nproc`` does not divide it, the nearest size is taken and the line says so."""
-    per = max(1, round(update_freq / nproc))
-    same = per * nproc == update_freq
-    note = (f"--nproc {nproc}: train.update_freq {update_freq} → {per} per process, so an update is "
-            f"{per * nproc} batches ({'as the recipe says' if same else f'the recipe says {update_freq}'})")
-    return per, note
+def per_process_update_freq(update_freq: int, world_size: int) -> int:
+    """The batches each of ``world_size`` processes accumulates per update: ``train.update_freq`` is the
+    whole update's, so that no launcher changes the update size (fairseq's ``--update-freq`` is per
+    process: torchrun with 8 processes makes a one-GPU recipe's update 8 times larger, silently)."""
+    if update_freq % world_size:
+        lower = max(world_size, update_freq // world_size * world_size)
+        raise NmtkError(f"train.update_freq = {update_freq} (batches per update, all processes together) cannot be "
+                        f"shared by {world_size} processes: set a multiple of {world_size}, e.g. --set "
+                        f"train.update_freq={lower}, and batching.max_tokens to keep the tokens per update")
+    return update_freq // world_size
+
+
+def update_size(update_freq: int, max_tokens: int, world_size: int) -> str:
+    """The line a run starts with: how large an update is and how it is shared."""
+    per = per_process_update_freq(update_freq, world_size)
+    shared = f"{world_size} processes × {per}" if world_size > 1 else "1 process"
+    return (f"update: {update_freq} batches of ≤ {max_tokens:,} tokens = ≤ {update_freq * max_tokens:,} tokens per "
+            f"side ({shared})")
 
 
 def launch_local(argv: list[str], nproc: int, update_freq: int) -> int:
-    """Re-run this ``nmtk`` command line under torchrun with ``nproc`` local processes, each with the
-    update frequency that keeps the recipe's update size; returns torchrun's exit code."""
+    """Re-run this ``nmtk`` command line under torchrun with ``nproc`` local processes (each takes its
+    share of the update: `per_process_update_freq`); returns torchrun's exit code."""
     import subprocess
     import sys
 
@@ -159,9 +168,8 @@ def launch_local(argv: list[str], nproc: int, update_freq: int) -> int:
             skip = True
         elif not arg.startswith("--nproc="):
             cleaned.append(arg)
-    per, note = per_process_update_freq(update_freq, nproc)
-    console.print(note)
+    per_process_update_freq(update_freq, nproc)  # refused here, before torchrun starts nproc processes
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "nmtk", *cleaned, "--set", f"train.update_freq={per}"]
+           "-m", "nmtk", *cleaned]
     console.print(f"launching: {' '.join(cmd[2:])}")
     return subprocess.call(cmd)

@@ -30,6 +30,7 @@ from nmtk.train.distributed import (
     lost_peer,
     lost_peer_error,
     shutdown,
+    update_size,
 )
 from nmtk.train.metrics import truncate_log
 from nmtk.train.trainer import Trainer, compile_report
@@ -143,6 +144,9 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
     if device.type == "cpu":
         keep_freed_memory()
+    size = update_size(recipe.train.update_freq, recipe.batching.max_tokens, info.world_size)  # every rank refuses
+    if info.is_main:
+        console.print(size)
     data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
     checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
     models = manifest.model_paths(data_dir)

@@ -31,7 +31,7 @@ from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
 from nmtk.text import TextPipeline
-from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier
+from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier, per_process_update_freq
 from nmtk.train.keeper import CheckpointKeeper
 from nmtk.train.loss import CHUNK_POSITIONS
 from nmtk.train.metrics import CurvesDrawer, MetricsLog, MetricsWindow, Progress, training_record
@@ -73,6 +73,7 @@ class Trainer:
         src_len, self.tgt_lengths = split_lengths(self.train_split)
         b, t = recipe.batching, recipe.train
         self.plan = BatchingPlan(src_len, self.tgt_lengths, b.max_tokens, b.bucket_width, b.max_sentences, t.seed)
+        self.update_freq = per_process_update_freq(t.update_freq, info.world_size)  # this rank's batches
         self.cfg = model_config(recipe, manifest.vocab.size[src_lang], manifest.vocab.size[tgt_lang])
         torch.manual_seed(t.seed)
         self.model = Transformer(self.cfg).to(device)
@@ -193,15 +194,15 @@ class Trainer:
 
     def _run_epoch(self, stop: StopSignal, progress: Progress) -> str | None:
         """Train on the rest of the current epoch; the reason to stop, or None to go on with the next."""
-        t, epoch, world = self.recipe.train, self.state.epoch, self.info.world_size
-        groups = self.plan.iterate(epoch, self.state.batch, self.info.rank, world, t.update_freq)
+        t, epoch, world, freq = self.recipe.train, self.state.epoch, self.info.world_size, self.update_freq
+        groups = self.plan.iterate(epoch, self.state.batch, self.info.rank, world, freq)
         cuda = self.device.type == "cuda"
         ahead = (2 if cuda else 0) if t.prefetch_updates is None else t.prefetch_updates
         prefetch = Prefetcher(self.train_split, groups, ahead, pin=cuda)
         try:
             for k, group, batches in prefetch:
                 before = self.state.update
-                everyone = None if world == 1 else self.plan.update_batches(epoch, k, world, t.update_freq)
+                everyone = None if world == 1 else self.plan.update_batches(epoch, k, world, freq)
                 total = None if everyone is None else int(sum(int(self.tgt_lengths[b].sum()) for b in everyone))
                 self.window.add(*self.train_step(group, total, batches))
                 self.state.batch = k + len(group)

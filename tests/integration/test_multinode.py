@@ -1,7 +1,7 @@
 """Two torchrun "nodes" on this machine (c10d rendezvous on 127.0.0.1, one gloo process each).
 
 The same commands as docs/distributed.md's two-machine example, with 127.0.0.1 for the head node:
-training equals one process with update_freq = 2, checkpoints are written once, the job resumes under
+training equals one process with the same update_freq (2), checkpoints are written once, the job resumes under
 the same launch, and a node that dies ends the other with one error line instead of a hang.
 """
 
@@ -39,7 +39,7 @@ def toy(tmp_path_factory: pytest.TempPathFactory):
     recipe = toy_recipe(tmp_path, extra="log_every_updates = 5")
     env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1", "NMTK_DIST_TIMEOUT": str(TIMEOUT_S)}
     common = ["--data", str(tmp_path / "data"), "--threads", "1", "--set", "train.validate_every_updates=1000",
-              "--set", "train.save_every_updates=5"]
+              "--set", "train.save_every_updates=5", "--set", "train.update_freq=2"]  # two nodes × 1 batch
     single = [sys.executable, "-m", "nmtk", "train", str(recipe), *common]
     subprocess.run([*single, "--run-dir", str(tmp_path / "prep"), "--set", "train.max_updates=1"], env=env,
                    cwd=tmp_path, check=True, capture_output=True)  # prepares the data once
@@ -84,8 +84,7 @@ def assert_close(a: Path, b: Path) -> None:
 
 def test_two_nodes_equal_one_process_write_once_and_resume(toy) -> None:
     tmp, recipe, env, common = toy
-    single = [sys.executable, "-m", "nmtk", "train", str(recipe), *common, "--run-dir", str(tmp / "single"),
-              "--set", "train.update_freq=2"]
+    single = [sys.executable, "-m", "nmtk", "train", str(recipe), *common, "--run-dir", str(tmp / "single")]
     subprocess.run([*single, "--set", "train.max_updates=10"], env=env, cwd=tmp, check=True, capture_output=True)
 
     two_nodes(tmp, recipe, env, common, "nodes", "--set", "train.max_updates=10")

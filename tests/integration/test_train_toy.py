@@ -45,6 +45,21 @@ def train(tmp: Path, recipe: Path, env: dict, run: str, *extra: str, check: bool
     return result
 
 
+def without_key_bias(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with the attention keys' bias zeroed. Softmax does not change when a constant is added
+    to every score, so the key bias has no gradient but the rounding of a sum: summed in another
+    order (4 batches on one process, 2 + 2 on two) that noise differs, and Adam, dividing by its own
+    square root, turns it into steps of the learning rate's size (4e-5 here, where every other
+    parameter agrees to 1e-7)."""
+    if name.endswith("self_attn.qkv.bias"):
+        third = tensor.numel() // 3
+        return torch.cat([tensor[:third], torch.zeros_like(tensor[third : 2 * third]), tensor[2 * third :]])
+    if name.endswith("cross_attn.kv.bias"):
+        half = tensor.numel() // 2
+        return torch.cat([torch.zeros_like(tensor[:half]), tensor[half:]])
+    return tensor
+
+
 def params(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
@@ -103,23 +118,34 @@ def test_sigterm_saves_and_exits_zero(toy) -> None:
     assert checkpoint["state"]["update"] >= 10
 
 
-def test_ddp_two_processes_equal_one_with_update_freq_two(toy) -> None:
+def test_one_two_and_four_processes_train_the_same_updates_under_any_launcher(toy) -> None:
+    """train.update_freq is the whole update's: 1 process × 4 batches, 2 × 2 (torchrun) and 4 × 1
+    (--nproc) print the same update size and train the same updates; 3 processes are refused."""
     tmp, recipe, env = toy
-    common = ("--set", "train.max_updates=3", "--set", "train.validate_every_updates=3")
-    train(tmp, recipe, env, "single", *common, "--set", "train.update_freq=2")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "nmtk",
-           "train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "ddp"), "--threads", "1", *common]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    a, b = params(tmp / "single" / "checkpoint_last.pt"), params(tmp / "ddp" / "checkpoint_last.pt")
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0)
-    assert not torch.equal(a["encoder.0.ffn.w1.weight"], params(tmp / "single" / "checkpoint_last.pt")[
-        "encoder.0.ffn.w1.weight"] * 0)
-    # validation sharded over the two ranks, gathered: the single process's figures
-    (one,), (two,) = ([json.loads(line) for line in (tmp / run / "train.jsonl").read_text().splitlines()
-                       if '"validation"' in line] for run in ("single", "ddp"))
-    assert one["bleu"] == two["bleu"] and abs(one["loss"] - two["loss"]) <= 1e-3
+    common = ("--set", "train.max_updates=3", "--set", "train.validate_every_updates=3", "--set", "train.update_freq=4")
+    single = train(tmp, recipe, env, "single", *common)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "nmtk",
+                "train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "ddp"), "--threads", "1",
+                *common]
+    two = subprocess.run(torchrun, capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    four = train(tmp, recipe, env, "four", "--nproc", "4", *common)
+    sizes = [" ".join(r.stderr.split()).split("update: ")[1].split(")")[0] for r in (single, two, four)]
+    assert [s.split(" (")[0] for s in sizes] == ["4 batches of ≤ 256 tokens = ≤ 1,024 tokens per side"] * 3, sizes
+    assert [s.split(" (")[1] for s in sizes] == ["1 process", "2 processes × 2", "4 processes × 1"]
+    a = params(tmp / "single" / "checkpoint_last.pt")
+    for run in ("ddp", "four"):
+        b = params(tmp / run / "checkpoint_last.pt")
+        for name in a:
+            torch.testing.assert_close(without_key_bias(name, a[name]), without_key_bias(name, b[name]), atol=1e-5,
+                                       rtol=0, msg=f"{run}: {name}")
+    # validation sharded over the ranks, gathered: the single process's figures
+    (one,), (other,) = ([json.loads(line) for line in (tmp / run / "train.jsonl").read_text().splitlines()
+                         if '"validation"' in line] for run in ("single", "ddp"))
+    assert one["bleu"] == other["bleu"] and abs(one["loss"] - other["loss"]) <= 1e-3
+    three = train(tmp, recipe, env, "three", "--nproc", "3", *common, check=False)
+    assert three.returncode == 1 and "cannot be shared by 3 processes" in three.stderr
+    assert not (tmp / "three").exists()  # refused before anything was written
 
 
 def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) -> None:

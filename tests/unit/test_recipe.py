@@ -154,7 +154,7 @@ def test_derived_figures() -> None:
     figures = derived_figures(recipe)
     assert figures["d_head"] == 64
     assert figures["peak_lr"] == pytest.approx(512**-0.5 * 4000**-0.5)
-    assert figures["tokens_per_update_per_rank"] == 25_000
+    assert figures["tokens_per_update"] == 25_000
     assert isinstance(Recipe.model_json_schema(), dict)
 
 

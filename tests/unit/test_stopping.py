@@ -65,3 +65,20 @@ def test_keep_last_never_removes_the_newest_full_state(tmp_path: Path) -> None:
     assert keeper.removable(numbered) == [tmp_path / "checkpoint_1100.params.pt"]  # 1000: what a resume needs
     full = [(n, tmp_path / f"checkpoint_{n}.pt") for n in (1, 2, 3)]
     assert keeper.removable(full) == [tmp_path / "checkpoint_1.pt"]
+
+
+def test_the_update_size_is_the_recipes_under_any_world_size() -> None:
+    """train.update_freq is the whole update's batches: each of N processes takes update_freq / N."""
+    import pytest
+
+    from nmtk.errors import NmtkError
+    from nmtk.train.distributed import per_process_update_freq, update_size
+
+    assert [per_process_update_freq(8, n) for n in (1, 2, 4, 8)] == [8, 4, 2, 1]
+    line = "update: 8 batches of ≤ 3,125 tokens = ≤ 25,000 tokens per side"
+    assert update_size(8, 3125, 1) == f"{line} (1 process)"
+    assert update_size(8, 3125, 8) == f"{line} (8 processes × 1)"
+    with pytest.raises(NmtkError, match="cannot be shared by 16 processes: set a multiple of 16"):
+        per_process_update_freq(8, 16)  # fairseq would silently make the update 16 batches per GPU
+    with pytest.raises(NmtkError, match=r"update_freq=6\b"):
+        per_process_update_freq(7, 3)
