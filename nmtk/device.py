@@ -56,6 +56,30 @@ def cpu_has_bf16_hardware() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def emulated_bf16(device: torch.device) -> bool:
+    """Whether bf16 arithmetic on ``device`` is emulated, and so slower than fp32: a GPU before Ampere
+    (a V100 has no bf16 units; Triton's bf16 on it is a risk of its own), a CPU without AVX-512 BF16 or
+    AMX (`cpu_has_bf16_hardware`)."""
+    if device.type == "cuda":  # the capability rule `resolve_precision` applies (Ampere, 8.0, and later)
+        return torch.cuda.get_device_capability(device)[0] < 8
+    return not cpu_has_bf16_hardware()
+
+
+def explicit_bf16_warning(precision: Precision | str, device: torch.device) -> str | None:
+    """The warning `nmtk recipe validate` gives for ``train.precision = "bf16"`` where bf16 is
+    emulated (``auto`` would pick fp16 on such a GPU, fp32 on such a CPU); None otherwise."""
+    if Precision(precision) is not Precision.bf16 or not emulated_bf16(device):
+        return None
+    better = "fp16" if device.type == "cuda" else "fp32"
+    return (f"train.precision = \"bf16\" on this {device.type}, which emulates bf16 (slower than fp32): use "
+            f"\"auto\" (here: {better})")
+
+
+def explicit_bf16_warning_here(precision: Precision | str) -> str | None:
+    """`explicit_bf16_warning` for the device training would pick on this machine."""
+    return explicit_bf16_warning(precision, pick_device(None))
+
+
 #: Test-only: ``fp32`` or ``bf16`` makes ``auto`` resolve to it on a CPU, whatever the CPU, so that one
 #: machine runs the suite as a host of the other kind would (tests/conftest.py; docs/development.md).
 AUTO_PRECISION_SWITCH = "NMTK_TEST_AUTO_PRECISION"

@@ -20,3 +20,15 @@ class Precision(str, Enum):
 
     def __str__(self) -> str:  # f-strings and messages show the value, as the recipe spells it
         return self.value
+
+
+class Quantization(str, Enum):
+    """How `nmtk export` stores the weights: CTranslate2's quantization types (the Hugging Face export
+    writes float32 only)."""
+
+    float32 = "float32"
+    int8 = "int8"
+    int8_float32 = "int8_float32"
+    int8_bfloat16 = "int8_bfloat16"
+    bfloat16 = "bfloat16"
+    float16 = "float16"

@@ -29,6 +29,9 @@ RECIPE = "recipe.toml"
 TRAIN_LOG = "train.jsonl"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
 EXPORT_MARKER = "nmtk-export.json"
+#: In every folder an nmtk command writes whole (an export of either format, an imported run): what
+#: `check_replaceable` looks for, the one rule of what ``--force`` may replace.
+WRITTEN_BY = "nmtk-written.json"
 
 
 NUMBERED = re.compile(r"^checkpoint_(\d+)(\.params)?\.pt$")
@@ -296,3 +299,28 @@ def _export_source(export: ExportDir, checkpoint: Path | None) -> ModelSource:
                         "holds the checkpoint it was made from: pass the run directory, or export that checkpoint "
                         "(nmtk export --checkpoint)")
     return ModelSource("export", export.path, None, f"CTranslate2, {meta.get('quantization', '?')}", recipe, manifest)
+
+
+def check_replaceable(out: Path, force: bool) -> None:
+    """``out`` may be written by a command that builds a whole folder (`nmtk export`, `nmtk import`): it
+    does not exist, or nmtk wrote it (`WRITTEN_BY`; folders from before the marker: an export's
+    ``nmtk-export.json``) and ``force`` is given. ``--force`` never deletes a folder nmtk did not write."""
+    if not out.exists():
+        return
+    if not ((out / WRITTEN_BY).is_file() or (out / EXPORT_MARKER).is_file() or _imported_before_the_marker(out)):
+        raise NmtkError(f"{out}: exists and nmtk did not write it (no {WRITTEN_BY}); --force replaces only a "
+                        "folder nmtk export or nmtk import wrote: choose another -o")
+    if not force:
+        raise NmtkError(f"{out}: exists; use --force to replace it")
+
+
+def _imported_before_the_marker(out: Path) -> bool:
+    recipe = out / RECIPE
+    return recipe.is_file() and recipe.read_text(encoding="utf-8").startswith("# Written by `nmtk import")
+
+
+def mark_written(folder: Path, command: str) -> None:
+    """Mark ``folder`` (being built) as written by nmtk's ``command`` (`check_replaceable`)."""
+    from nmtk import __version__
+
+    write_text_atomic(folder / WRITTEN_BY, json.dumps({"command": command, "nmtk": __version__}, indent=2))

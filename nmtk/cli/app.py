@@ -319,10 +319,10 @@ def import_(
     from nmtk.convert.huggingface import import_marian
 
     result = import_marian(folder, out, source_lang, target_lang, force)
-    cfg = result["config"]
-    console.print(f"imported {folder} -> {out}: {result['source_lang']} -> {result['target_lang']}, "
-                  f"{cfg['encoder_layers']}+{cfg['decoder_layers']} layers, d_model {cfg['d_model']}, "
-                  f"{result['parameters']:,} parameters; translate with: nmtk translate -m {out}")
+    console.print(f"imported {folder} -> {out}: {result.source_lang} -> {result.target_lang}, "
+                  f"{result.encoder_layers}+{result.decoder_layers} layers, d_model {result.d_model}, "
+                  f"{result.parameters:,} parameters; translate with: "
+                  f"nmtk translate -m {out}")
 
 
 @app.command()
@@ -474,8 +474,13 @@ def recipe_validate(
     failures = 0
     for path in files:
         try:
-            load_recipe(path, set_ or [])
+            recipe = load_recipe(path, set_ or [])
             console.print(f"[green]ok[/]  {path}")
+            if recipe.train.precision == "bf16":  # torch only where there is something to check
+                from nmtk.device import explicit_bf16_warning_here
+
+                if warning := explicit_bf16_warning_here(recipe.train.precision):
+                    console.print(f"[yellow]warning:[/yellow] {path}: {warning}")
         except NmtkError as exc:
             error_line(str(exc))
             failures += 1

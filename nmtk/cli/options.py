@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 
 from nmtk.files import InvalidUtf8
-from nmtk.precision import Precision
+from nmtk.precision import Precision, Quantization
 
 __all__ = ["AttentionKind", "AttentionStyle", "InvalidUtf8", "PictureFormat", "PlotAxis", "Precision",
            "Quantization"]
@@ -16,17 +16,6 @@ class ExportFormat(str, Enum):
 
     ctranslate2 = "ctranslate2"
     hf = "hf"
-
-
-class Quantization(str, Enum):
-    """How `nmtk export` stores the weights (CTranslate2's quantization types)."""
-
-    float32 = "float32"
-    int8 = "int8"
-    int8_float32 = "int8_float32"
-    int8_bfloat16 = "int8_bfloat16"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
 
 
 class AttentionKind(str, Enum):

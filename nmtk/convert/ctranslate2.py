@@ -25,15 +25,15 @@ from nmtk import __version__
 from nmtk.errors import NmtkError
 from nmtk.files import built_beside
 from nmtk.manifest import Manifest
+from nmtk.precision import Quantization
 from nmtk.recipe import Recipe
-from nmtk.rundir import EXPORT_MARKER, ExportDir, ModelSource, RunDir
+from nmtk.rundir import EXPORT_MARKER, ExportDir, ModelSource, RunDir, check_replaceable, mark_written
 from nmtk.vocab import BOS, EOS, UNK
 
 if TYPE_CHECKING:
     from nmtk.model import Transformer
 
 CT2_ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "bfloat16", "float16")
 
 
 def _linear(spec: Any, linear: Any) -> None:
@@ -119,8 +119,8 @@ def export_run(source: ModelSource, out: Path, quantization: str, force: bool) -
 
     from nmtk.checkpoint import load_model
 
-    if quantization not in QUANTIZATIONS:
-        raise NmtkError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
+    if quantization not in {q.value for q in Quantization}:
+        raise NmtkError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
     check_replaceable(out, force)
     run, checkpoint, recipe, manifest = _run_source(source)
     src_pipe, tgt_pipe = run.pipelines(recipe, manifest)
@@ -136,20 +136,9 @@ def export_run(source: ModelSource, out: Path, quantization: str, force: bool) -
                 "checkpoint": checkpoint.name, "run": str(run.path), "models": manifest.vocab.models,
                 "max_positions": model.cfg.max_positions}
         tmp.write_meta(meta)
+        mark_written(tmp.path, f"nmtk export {run.path} --format ctranslate2")
         (tmp.path / "README.md").write_text(_readme(recipe, meta), encoding="utf-8")
     return meta
-
-
-def check_replaceable(out: Path, force: bool) -> None:
-    """``out`` may be written: it does not exist, or it is an earlier nmtk export and ``force`` is given.
-    ``--force`` never deletes a folder nmtk did not write (one without ``nmtk-export.json``)."""
-    if not out.exists():
-        return
-    if not ExportDir(out).is_export():
-        raise NmtkError(f"{out}: exists and is not an nmtk export (no {EXPORT_MARKER}); --force replaces only "
-                        "an earlier export: choose another -o")
-    if not force:
-        raise NmtkError(f"{out}: exists; use --force to replace it")
 
 
 def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:

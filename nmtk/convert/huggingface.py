@@ -37,7 +37,16 @@ from nmtk.errors import NmtkError
 from nmtk.files import built_beside
 from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe, recipe_from_dict, recipe_to_toml
-from nmtk.rundir import EXPORT_MARKER, MANIFEST, RECIPE, ExportDir, ModelSource, RunDir
+from nmtk.rundir import (
+    EXPORT_MARKER,
+    MANIFEST,
+    RECIPE,
+    ExportDir,
+    ModelSource,
+    RunDir,
+    check_replaceable,
+    mark_written,
+)
 from nmtk.text.subword import MAPPED_SUFFIX, MappedSentencePiece, SentencePieceModel, load_subword_model
 from nmtk.vocab import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
 
@@ -298,7 +307,7 @@ def export_hf(source: ModelSource, out: Path, force: bool) -> dict[str, Any]:
     from safetensors.torch import save_file
 
     from nmtk.checkpoint import load_model
-    from nmtk.convert.ctranslate2 import _run_source, check_replaceable
+    from nmtk.convert.ctranslate2 import _run_source
 
     check_replaceable(out, force)
     run, checkpoint, recipe, manifest = _run_source(source)
@@ -330,6 +339,7 @@ def export_hf(source: ModelSource, out: Path, force: bool) -> dict[str, Any]:
         meta = {"format": "hf", "nmtk": __version__, "checkpoint": checkpoint.name, "run": str(run.path),
                 "models": manifest.vocab.models}
         tmp.write_meta(meta)
+        mark_written(tmp.path, f"nmtk export {run.path} --format hf")
         (tmp.path / "README.md").write_text(_model_card(run, recipe, manifest, meta), encoding="utf-8")
     return meta
 
@@ -577,8 +587,21 @@ def _check_positions(w: dict[str, torch.Tensor], n: int, d: int) -> None:
                             "cannot be imported")
 
 
+@dataclass(frozen=True)
+class ImportResult:
+    """What `import_marian` made: the run, its language pair, its shape and size."""
+
+    run: Path
+    source_lang: str
+    target_lang: str
+    encoder_layers: int
+    decoder_layers: int
+    d_model: int
+    parameters: int
+
+
 def import_marian(folder: Path, out: Path, source_lang: str | None = None, target_lang: str | None = None,
-                  force: bool = False) -> dict[str, Any]:
+                  force: bool = False) -> ImportResult:
     """A transformers MarianMT folder as an nmtk run directory in ``out`` (recipe, manifest, vocabularies,
     ``checkpoint_last.pt``); built beside ``out`` and renamed into place, so nothing is half-written."""
     from nmtk.checkpoint import save_atomic
@@ -590,7 +613,7 @@ def import_marian(folder: Path, out: Path, source_lang: str | None = None, targe
     tok_config = _read_json(tok_config_path) if tok_config_path.is_file() else {}
     src_lang, tgt_lang = _languages(folder, tok_config if isinstance(tok_config, dict) else {}, source_lang,
                                     target_lang)
-    _check_run_replaceable(out, force)
+    check_replaceable(out, force)
     checked = read_marian(folder)
     model = nmtk_model(checked)
     with built_beside(out) as build:
@@ -612,8 +635,10 @@ def import_marian(folder: Path, out: Path, source_lang: str | None = None, targe
                      "recipe": recipe.model_dump(mode="json"), "recipe_hash": recipe.hash(), "nmtk": __version__,
                      "imported_from": str(folder), "full": False,
                      "state": {"update": 0}}, tmp.last)
-    return {"run": str(out), "source_lang": src_lang, "target_lang": tgt_lang, "config": model.cfg.to_dict(),
-            "parameters": sum(p.numel() for p in model.parameters())}
+        mark_written(tmp.path, f"nmtk import {folder}")
+    cfg = model.cfg
+    return ImportResult(out, src_lang, tgt_lang, cfg.encoder_layers, cfg.decoder_layers, cfg.d_model,
+                        sum(p.numel() for p in model.parameters()))
 
 
 IMPORT_HEADER = """\
@@ -622,18 +647,6 @@ IMPORT_HEADER = """\
 # tokenizer.reuse (prepare then uses this run's vocabulary), and run
 #   nmtk train YOUR_RECIPE.toml --init-from THIS_RUN
 """
-
-
-def _check_run_replaceable(out: Path, force: bool) -> None:
-    """``--force`` replaces only a run that an earlier ``nmtk import`` wrote."""
-    if not out.exists():
-        return
-    recipe = out / RECIPE
-    written_by_import = recipe.is_file() and recipe.read_text(encoding="utf-8").startswith("# Written by `nmtk import")
-    if not written_by_import:
-        raise NmtkError(f"{out}: exists and is not a run `nmtk import` wrote; choose another -o")
-    if not force:
-        raise NmtkError(f"{out}: exists; use --force to replace it")
 
 
 def _imported_recipe(out: Path, folder: Path, src: str, tgt: str, model: Transformer) -> Recipe:
@@ -654,4 +667,4 @@ def _imported_recipe(out: Path, folder: Path, src: str, tgt: str, model: Transfo
     return recipe_from_dict(data, f"nmtk import {folder}")
 
 
-__all__ = ["export_hf", "import_marian", "EXPORT_MARKER"]
+__all__ = ["EXPORT_MARKER", "ImportResult", "export_hf", "import_marian"]

@@ -132,3 +132,15 @@ def padding_fraction(batches: list[np.ndarray], src_lengths: np.ndarray, tgt_len
             real += int(lengths.sum())
             padded += int(lengths.max()) * len(batch)
     return 1.0 - real / padded if padded else 0.0
+
+
+def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.ndarray]:
+    """Decoding batches: indices sorted by length, cut so that sentences · longest · beam ≤
+    ``max_tokens`` (at least one each). Both engines' searches use it (no torch here)."""
+    order = np.argsort(lengths, kind="stable")
+    batches, start = [], 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or (i - start + 1) * int(lengths[order[i]]) * beam > max_tokens:
+            batches.append(order[start:i])
+            start = i
+    return [b for b in batches if len(b)]

@@ -38,47 +38,48 @@ class AttentionOptions:
     force: bool = False
 
 
-def the_sentence(o: AttentionOptions) -> str:
+def the_sentence(options: AttentionOptions) -> str:
     """The sentence to draw: the argument, or line ``--line`` of ``-i FILE``."""
-    if (o.sentence is None) == (o.input is None):
+    if (options.sentence is None) == (options.input is None):
         raise NmtkError("give one sentence: nmtk attention -m RUN \"SENTENCE\", or -i FILE --line N")
-    if o.sentence is not None:
-        sentence = o.sentence
+    if options.sentence is not None:
+        sentence = options.sentence
     else:
         try:
-            with open(o.input, "rb") as handle:
-                lines = decode_lines(handle, str(o.input))
-                sentence = next((text for n, text in enumerate(lines, start=1) if n == o.line), None)
+            with open(options.input, "rb") as handle:
+                lines = decode_lines(handle, str(options.input))
+                sentence = next((text for n, text in enumerate(lines, start=1) if n == options.line), None)
         except FileNotFoundError:
-            raise NmtkError(f"{o.input}: input file not found") from None
+            raise NmtkError(f"{options.input}: input file not found") from None
         if sentence is None:
-            raise NmtkError(f"{o.input}: has no line {o.line}")
+            raise NmtkError(f"{options.input}: has no line {options.line}")
     if not sentence.strip():
         raise NmtkError("the sentence is empty: there is no attention to draw")
     return sentence
 
 
-def draw(o: AttentionOptions) -> list[Path]:
+def draw(options: AttentionOptions) -> list[Path]:
     """Translate the sentence, run the model over it and its translation keeping the weights, draw."""
-    sentence = the_sentence(o)
-    source = resolve_model(o.model, o.checkpoint)
+    sentence = the_sentence(options)
+    source = resolve_model(options.model, options.checkpoint)
     if source.is_export:
         raise NmtkError(f"{source.path}: an exported CTranslate2 model; draw attention with the run it was exported "
                         "from")
     translator = load_translator(source, LoadOptions())
     assert isinstance(translator, Translator)
     model = translator.first_model
-    for kind in o.kinds:  # check --layer and --head before any work
+    for kind in options.kinds:  # check --layer and --head before any work
         count = model.cfg.encoder_layers if kind == "encoder" else model.cfg.decoder_layers
-        if o.layer is not None and not 1 <= o.layer <= count:
-            raise NmtkError(f"--layer {o.layer}: the {kind} has layers 1 to {count}")
-    if o.head is not None and not 1 <= o.head <= model.cfg.heads:
-        raise NmtkError(f"--head {o.head}: the model has heads 1 to {model.cfg.heads}")
+        if options.layer is not None and not 1 <= options.layer <= count:
+            raise NmtkError(f"--layer {options.layer}: the {kind} has layers 1 to {count}")
+    if options.head is not None and not 1 <= options.head <= model.cfg.heads:
+        raise NmtkError(f"--head {options.head}: the model has heads 1 to {model.cfg.heads}")
     stacks = {"encoder": model.cfg.encoder_layers, "cross": model.cfg.decoder_layers,
               "decoder": model.cfg.decoder_layers}
-    targets = {kind: o.out / f"{kind}-layer{o.layer or stacks[kind]}.{o.format}" for kind in o.kinds}
+    targets = {kind: options.out / f"{kind}-layer{options.layer or stacks[kind]}.{options.format}"
+               for kind in options.kinds}
     existing = [str(path) for path in targets.values() if path.exists()]
-    if existing and not o.force:
+    if existing and not options.force:
         raise NmtkError(f"{existing[0]}: exists; use --force to overwrite it")
     src = translator.src_pipe.encode(sentence)
     limit = model.cfg.max_positions - 1
@@ -91,16 +92,16 @@ def draw(o: AttentionOptions) -> list[Path]:
     source = [pieces_src[t] for t in src] + ["</s>"]
     target_in = ["<s>"] + [pieces_tgt[t] for t in hyp]
     target_out = [pieces_tgt[t] for t in hyp] + ["</s>"]
-    o.out.mkdir(parents=True, exist_ok=True)
+    options.out.mkdir(parents=True, exist_ok=True)
     written = []
-    for kind in o.kinds:
+    for kind in options.kinds:
         layers = kept[kind]
-        layer = (o.layer or len(layers)) - 1
+        layer = (options.layer or len(layers)) - 1
         weights = layers[layer]
-        heads = None if o.head is None else [o.head - 1]
+        heads = None if options.head is None else [options.head - 1]
         rows, cols = {"encoder": (source, source), "cross": (target_out, source),
                       "decoder": (target_in, target_in)}[kind]
-        style = o.style if kind == "encoder" else "heatmap"
+        style = options.style if kind == "encoder" else "heatmap"
         title = {"encoder": "encoder self-attention", "cross": "encoder-decoder attention (rows: the token produced)",
                  "decoder": "decoder self-attention"}[kind] + f", layer {layer + 1} of {len(layers)}"
         written.append(attention_picture(np.asarray(weights), rows, cols, targets[kind], title, style, heads,

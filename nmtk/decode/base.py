@@ -52,17 +52,21 @@ class TranslatorBase:
     def hypotheses(self, sentences: list[str], search: SearchConfig, first_line: int = 1,
                    ids: list[list[int] | None] | None = None) -> list[list[Hypothesis]]:
         """N-best hypotheses per sentence, searched as ``search`` says; an empty (or blank) sentence gets
-        none. ``ids``: the sentences already `encode`d (the server counts tokens with them), else here.
+        none. ``ids``: the sentences already `encode`d (the server counts tokens with them), else here."""
+        return self.hypotheses_of_ids(self.encode(sentences) if ids is None else ids, search, first_line)
+
+    def hypotheses_of_ids(self, ids: list[list[int] | None], search: SearchConfig,
+                          first_line: int = 1) -> list[list[Hypothesis]]:
+        """`hypotheses` of encoded sources (None: an empty line, which gets none).
 
         A line longer than the model's input, or far longer than its training data's, is translated in
-        pieces (`nmtk.decode.long_input`),
-        with one warning naming its line (``first_line`` is the number of ``sentences[0]``).
+        pieces (`nmtk.decode.long_input`), with one warning naming its line (``first_line`` is the
+        number of ``ids[0]``).
         """
         if search.align and not self.can_align:
             raise NmtkError("alignments come from nmtk's own model: use the run directory, not an export")
-        ids = self.encode(sentences) if ids is None else ids
         todo = [i for i, x in enumerate(ids) if x is not None]
-        results: list[list[Hypothesis]] = [[] for _ in sentences]
+        results: list[list[Hypothesis]] = [[] for _ in ids]
         if not todo:
             return results
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained)

@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from nmtk.errors import NmtkError
 from nmtk.recipe import DECODE_MAX_TOKENS, DecodeSection
 
@@ -98,14 +96,3 @@ class SearchConfig:
         if "beam" not in chosen and chosen.get("nbest", 1) > self.beam:
             chosen["beam"] = chosen["nbest"]
         return replace(self, **chosen)
-
-
-def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.ndarray]:
-    """Indices sorted by length, cut so that sentences · longest · beam ≤ max_tokens (at least one each)."""
-    order = np.argsort(lengths, kind="stable")
-    batches, start = [], 0
-    for i in range(1, len(order) + 1):
-        if i == len(order) or (i - start + 1) * int(lengths[order[i]]) * beam > max_tokens:
-            batches.append(order[start:i])
-            start = i
-    return [b for b in batches if len(b)]

@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from nmtk.data.batching import length_batches
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, SearchConfig, length_batches
+from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.rundir import ExportDir, ModelSource
 from nmtk.text import text_pipelines

@@ -35,15 +35,15 @@ class LoadOptions:
     alignment_layer: int | None = None  # 1-based decoder layer whose cross-attention aligns; None: the last
 
 
-def load_translator(source: ModelSource, o: LoadOptions) -> TranslatorBase:
+def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     """The translator for ``source`` (`nmtk.rundir.resolve_model`): a run's model(s) with torch, or an
-    exported model with CTranslate2. ``o.model``/``o.checkpoint`` were resolved into ``source``."""
+    exported model with CTranslate2. ``options.model``/``options.checkpoint`` were resolved into ``source``."""
     if source.found:
         console.print(f"model: {source.path} ({source.found})")
-    return _load_exported(source, o) if source.is_export else _load_run(source, o)
+    return _load_exported(source, options) if source.is_export else _load_run(source, options)
 
 
-def _load_run(source: ModelSource, o: LoadOptions) -> TranslatorBase:
+def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     import torch
 
     from nmtk.bf16_probe import Shapes
@@ -54,37 +54,37 @@ def _load_run(source: ModelSource, o: LoadOptions) -> TranslatorBase:
     from nmtk.device import keep_freed_memory, pick_device, resolve_precision
     from nmtk.rundir import pipelines_in
 
-    if o.threads:
-        torch.set_num_threads(o.threads)
+    if options.threads:
+        torch.set_num_threads(options.threads)
     manifest = source.manifest
     console.print(f"checkpoint: {source.checkpoint} ({source.why})")
-    device = pick_device(o.device)
+    device = pick_device(options.device)
     if device.type == "cpu":
         keep_freed_memory()
     model = load_model(source.checkpoint, device, manifest.vocab.sha256)
-    if o.ensemble:
-        model = Ensemble([model, *(load_model(p, device, manifest.vocab.sha256) for p in o.ensemble)])
+    if options.ensemble:
+        model = Ensemble([model, *(load_model(p, device, manifest.vocab.sha256) for p in options.ensemble)])
     cfg = model.cfg
-    precision, why = resolve_precision(o.precision, device, Shapes(cfg.d_model, cfg.d_ff, cfg.tgt_vocab), "decode",
-                                       workload=step_probe(model, device))
+    shapes = Shapes(cfg.d_model, cfg.d_ff, cfg.tgt_vocab)
+    precision, why = resolve_precision(options.precision, device, shapes, "decode", workload=step_probe(model, device))
     console.print(f"precision: {precision} ({why})")
     layers = model.cfg.decoder_layers
-    if o.alignment_layer is not None and not 1 <= o.alignment_layer <= layers:
-        raise NmtkError(f"--alignment-layer {o.alignment_layer}: the model has decoder layers 1 to {layers}")
+    if options.alignment_layer is not None and not 1 <= options.alignment_layer <= layers:
+        raise NmtkError(f"--alignment-layer {options.alignment_layer}: the model has decoder layers 1 to {layers}")
     return Translator(pipelines=pipelines_in(source.path, source.recipe, manifest), model=model, device=device,
-                      precision=precision, align_layer=(o.alignment_layer or layers) - 1,
+                      precision=precision, align_layer=(options.alignment_layer or layers) - 1,
                       longest_trained=manifest.longest_training_source)
 
 
-def _load_exported(source: ModelSource, o: LoadOptions) -> TranslatorBase:
+def _load_exported(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     """CTranslate2 behind the same options; the ones it cannot honour are errors naming them."""
     from nmtk.decode.ct2 import CT2_COMPUTE_TYPES, Ct2Translator
 
-    if o.ensemble:
+    if options.ensemble:
         raise NmtkError(f"--ensemble: not available with an exported CTranslate2 model ({source.path}): an export "
                         "holds one model: ensemble with the run directories")
-    compute = None if o.precision is Precision.auto else CT2_COMPUTE_TYPES[o.precision]
-    translator = Ct2Translator.load(source, o.device or "auto", threads=o.threads or 0, compute_type=compute,
-                                    searches=o.searches)
+    compute = None if options.precision is Precision.auto else CT2_COMPUTE_TYPES[options.precision]
+    translator = Ct2Translator.load(source, options.device or "auto", threads=options.threads or 0,
+                                    compute_type=compute, searches=options.searches)
     console.print(f"model: {source.path} (CTranslate2, {translator.quantization}, {translator.device})")
     return translator

@@ -8,9 +8,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nmtk.data.batching import length_batches
 from nmtk.data.dataset import pad_sequences
 from nmtk.decode.beam import beam_search
-from nmtk.decode.config import Hypothesis, SearchConfig, length_batches
+from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.decode.contract import Decoder
 from nmtk.device import autocast_for
 from nmtk.precision import Precision

@@ -58,7 +58,7 @@ class Engine:
     search: SearchConfig
 
 
-def output_lines(index: int, hyps: list[Hypothesis], engine: Engine, o: TranslateOptions) -> list[str]:
+def output_lines(index: int, hyps: list[Hypothesis], engine: Engine, options: TranslateOptions) -> list[str]:
     """The line(s) one input line gives: the translation, ``SCORE<TAB>TEXT``, or n-best rows; with
     ``--print-alignment`` a tab and the ``i-j`` pairs follow the text."""
     align, nbest = engine.search.align, engine.search.nbest
@@ -70,11 +70,11 @@ def output_lines(index: int, hyps: list[Hypothesis], engine: Engine, o: Translat
     if nbest > 1:  # an empty input line still gets one line, so every input is accounted for
         return [f"{index}\t{h.score:.4f}\t{text(h)}" for h in hyps[:nbest]] or [f"{index}\t\t{empty}"]
     if not hyps:
-        return ["\t" + empty if o.print_scores else empty]
-    return [f"{hyps[0].score:.4f}\t{text(hyps[0])}" if o.print_scores else text(hyps[0])]
+        return ["\t" + empty if options.print_scores else empty]
+    return [f"{hyps[0].score:.4f}\t{text(hyps[0])}" if options.print_scores else text(hyps[0])]
 
 
-def translate(o: TranslateOptions) -> None:
+def translate(options: TranslateOptions) -> None:
     """Run `nmtk translate`: check the paths, load, then stream input to output.
 
     With ``-o OUT`` the translations go to ``OUT.partial`` as they are finished and the file becomes
@@ -83,42 +83,44 @@ def translate(o: TranslateOptions) -> None:
     how to go on (``--skip N``). Going on appends to that prefix, never truncates it, ``--force`` or
     not; a run that fails before finishing a line leaves no ``OUT.partial`` behind.
     """
-    if o.input is not None:  # the user's paths are checked before any model loads
-        input_path(o.input)
-    partial, resume = _check_output(o) if o.output is not None else (None, False)
-    model = resolve_model(o.load.model, o.load.checkpoint)
-    search = SearchConfig.from_recipe(model.recipe.decode, **o.search)
+    if options.input is not None:  # the user's paths are checked before any model loads
+        input_path(options.input)
+    partial, resume = _check_output(options) if options.output is not None else (None, False)
+    model = resolve_model(options.load.model, options.load.checkpoint)
+    search = SearchConfig.from_recipe(model.recipe.decode, **options.search)
     if search.align and model.is_export:
         raise NmtkError(f"--print-alignment: not available with an exported CTranslate2 model ({model.path}): "
                         "alignments come from nmtk's own model: pass the run directory")
-    engine = Engine(load_translator(model, o.load), search)
-    source: BinaryIO = open(o.input, "rb") if o.input else sys.stdin.buffer
+    engine = Engine(load_translator(model, options.load), search)
+    source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
     done = [0]
     try:
-        if o.output is None:
-            _stream(engine, o, source, sys.stdout, done)
+        if options.output is None:
+            _stream(engine, options, source, sys.stdout, done)
         else:
-            _to_partial(engine, o, source, partial, resume, done)
-            os.replace(partial, o.output)
+            _to_partial(engine, options, source, partial, resume, done)
+            os.replace(partial, options.output)
     except KeyboardInterrupt:
         if partial is not None and not partial.exists():
-            raise Interrupted(f"interrupted before a line was finished: nothing was written to {o.output}") from None
-        where = "written to stdout" if o.output is None else f"in {partial}"
-        raise Interrupted(f"interrupted: the first {o.skip + done[0]:,} input lines are translated ({where}); go on "
-                          f"with the same command and --skip {o.skip + done[0]}") from None
+            raise Interrupted("interrupted before a line was finished: nothing was written to "
+                              f"{options.output}") from None
+        where = "written to stdout" if options.output is None else f"in {partial}"
+        finished = options.skip + done[0]
+        raise Interrupted(f"interrupted: the first {finished:,} input lines are translated ({where}); go on "
+                          f"with the same command and --skip {finished}") from None
     finally:
-        if o.input:
+        if options.input:
             source.close()
 
 
-def _to_partial(engine: Engine, o: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,
+def _to_partial(engine: Engine, options: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,
                 done: list[int]) -> None:
     """Stream into ``partial``: appended to when going on, else new; a new one that ends with no finished
     line (an error or Ctrl-C before the first buffer) is removed, so that nothing stands in the way of
     running again."""
     try:
         with open(partial, "a" if resume else "w", encoding="utf-8") as sink:
-            _stream(engine, o, source, sink, done)
+            _stream(engine, options, source, sink, done)
             sink.flush()
             os.fsync(sink.fileno())
     except BaseException:
@@ -127,36 +129,36 @@ def _to_partial(engine: Engine, o: TranslateOptions, source: BinaryIO, partial: 
         raise
 
 
-def _check_output(o: TranslateOptions) -> tuple[Path, bool]:
+def _check_output(options: TranslateOptions) -> tuple[Path, bool]:
     """``-o OUT``'s partial file, and whether this run goes on from it (``--skip N`` where it holds the
     first N inputs). One line for an output that is the input, and for a partial file that ``--skip``
     does not match: its finished lines are kept unless the user starts over with ``--force``."""
-    assert o.output is not None
-    output_path(o.output)
-    partial = o.output.with_name(o.output.name + ".partial")
-    _refuse_input_as_output(o, o.output, partial)
+    assert options.output is not None
+    output_path(options.output)
+    partial = options.output.with_name(options.output.name + ".partial")
+    _refuse_input_as_output(options, options.output, partial)
     resume = False
     if partial.exists():
-        finished = finished_inputs(partial, o.nbest)
-        if o.skip and finished != o.skip:
-            raise NmtkError(f"{partial}: holds the first {finished:,} input lines, not {o.skip:,}: go on with "
+        finished = finished_inputs(partial, options.nbest)
+        if options.skip and finished != options.skip:
+            raise NmtkError(f"{partial}: holds the first {finished:,} input lines, not {options.skip:,}: go on with "
                             f"--skip {finished}, or start over with --force and no --skip")
-        if not o.skip and not o.force:
+        if not options.skip and not options.force:
             raise NmtkError(f"{partial}: holds the first {finished:,} input lines of an interrupted run: go on "
                             f"with --skip {finished}, or start over with --force")
-        resume = bool(o.skip)
-    if o.output.exists() and not o.force:
-        raise NmtkError(f"{o.output}: exists; use --force to overwrite it")
+        resume = bool(options.skip)
+    if options.output.exists() and not options.force:
+        raise NmtkError(f"{options.output}: exists; use --force to overwrite it")
     if resume:
-        console.print(f"going on from {partial}: its {o.skip:,} finished lines are kept")
+        console.print(f"going on from {partial}: its {options.skip:,} finished lines are kept")
     return partial, resume
 
 
-def _refuse_input_as_output(o: TranslateOptions, *outputs: Path) -> None:
+def _refuse_input_as_output(options: TranslateOptions, *outputs: Path) -> None:
     """The input is read while the output is written: the same file (by name, link or redirection) as
     an output would be destroyed, ``--force`` or not."""
     try:
-        source = os.stat(o.input) if o.input is not None else os.fstat(sys.stdin.fileno())
+        source = os.stat(options.input) if options.input is not None else os.fstat(sys.stdin.fileno())
     except (OSError, ValueError, AttributeError):  # no stdin at all
         return
     for path in outputs:
@@ -165,8 +167,8 @@ def _refuse_input_as_output(o: TranslateOptions, *outputs: Path) -> None:
         except OSError:
             continue
         if same:
-            named = f"-i {o.input}" if o.input is not None else "the standard input"
-            raise NmtkError(f"-o {o.output}: is the input file ({named}); write the translation to another file")
+            named = f"-i {options.input}" if options.input is not None else "the standard input"
+            raise NmtkError(f"-o {options.output}: is the input file ({named}); write the translation to another file")
 
 
 def finished_inputs(partial: Path, nbest: int = 1) -> int:
@@ -183,9 +185,9 @@ def finished_inputs(partial: Path, nbest: int = 1) -> int:
         raise NmtkError(f"{partial}: not an n-best output of nmtk translate (no line number in its last row)") from None
 
 
-def _input_lines(o: TranslateOptions, source: Iterable[bytes]) -> Iterator[str]:
-    name = str(o.input or "stdin")
-    return decode_lines(source, name, o.errors.value, hint="use --errors replace to substitute U+FFFD")
+def _input_lines(options: TranslateOptions, source: Iterable[bytes]) -> Iterator[str]:
+    name = str(options.input or "stdin")
+    return decode_lines(source, name, options.errors.value, hint="use --errors replace to substitute U+FFFD")
 
 
 def count_lines(path: Path) -> int:
@@ -198,17 +200,17 @@ def count_lines(path: Path) -> int:
     return count + (last != b"\n")
 
 
-def lines_to_translate(o: TranslateOptions) -> int | None:
+def lines_to_translate(options: TranslateOptions) -> int | None:
     """The lines this run will translate, for the progress bar: the input file's, less ``--skip``
     (None from stdin, whose length is unknown)."""
-    return None if o.input is None else max(count_lines(o.input) - o.skip, 0)
+    return None if options.input is None else max(count_lines(options.input) - options.skip, 0)
 
 
-def _progress(o: TranslateOptions) -> tuple[Progress, int | None]:
+def _progress(options: TranslateOptions) -> tuple[Progress, int | None]:
     """A progress display on stderr when it is a terminal (and stdout is not the translations' terminal):
     sentences, sentences/s and, for ``-i FILE``, a bar and the time left."""
-    show = (o.output is not None or not sys.stdout.isatty()) and console.is_terminal
-    total = lines_to_translate(o) if show else None
+    show = (options.output is not None or not sys.stdout.isatty()) and console.is_terminal
+    total = lines_to_translate(options) if show else None
     columns = [SpinnerColumn(), TextColumn("{task.completed:,}" + (f" of {total:,}" if total else "") + " sentences"),
                TextColumn("{task.fields[rate]}")]
     if total:
@@ -242,7 +244,7 @@ def _sigint_deferred() -> Iterator[None]:
         mask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _stream(engine: Engine, o: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:
+def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:
     """Translate ``--buffer-size`` lines at a time, writing and flushing each buffer's lines as soon as
     it is done; ``done[0]`` counts the input lines written so far.
 
@@ -252,20 +254,20 @@ def _stream(engine: Engine, o: TranslateOptions, source: BinaryIO, sink: TextIO,
     terminal a buffer also ends where the writer has sent nothing more (`ReadyLines`): a program that
     writes a line and waits for its translation gets it at once.
     """
-    progress, total = _progress(o)
+    progress, total = _progress(options)
     raw: Iterable[bytes] = source
     waiting = None
     if ReadyLines.applies(source):
         raw = ReadyLines(source)
         waiting = raw.waiting
-    lines = islice(_input_lines(o, raw), o.skip, None)
+    lines = islice(_input_lines(options, raw), options.skip, None)
     with progress:
         task = progress.add_task("translate", total=total, rate="", left="")
         start = time.perf_counter()
-        for chunk in buffered(lines, o.buffer_size, waiting):
-            first = o.skip + done[0] + 1
+        for chunk in buffered(lines, options.buffer_size, waiting):
+            first = options.skip + done[0] + 1
             hypotheses = engine.translator.hypotheses(chunk, engine.search, first_line=first)
-            out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, o)]
+            out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
             with _sigint_deferred():  # a buffer is in the output whole, and counted, or not at all
                 sink.write("".join(f"{line}\n" for line in out))
                 sink.flush()

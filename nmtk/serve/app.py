@@ -166,6 +166,16 @@ def create_app(worker: Worker, info: ModelInfo, default: SearchConfig, limits: L
     ``reload()`` (optional) starts loading a new checkpoint in the background."""
     app = FastAPI(title="nmtk serve", description=f"{info.source} → {info.target} ({info.recipe})")
     app.state.accepting = True
+    _install_errors(app)
+    app.add_middleware(_Guard, state=app.state, api_key=api_key)
+    service = _Service(worker, info, default, limits)
+    _translation_routes(app, service)
+    _information_routes(app, service, reload)
+    return app
+
+
+def _install_errors(app: FastAPI) -> None:
+    """Every error in one JSON shape, ``{"error": ...}``: validation, 404/405, and nmtk's own."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -185,28 +195,34 @@ def create_app(worker: Worker, info: ModelInfo, default: SearchConfig, limits: L
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return _json_error(exc.status, exc.message)
 
-    app.add_middleware(_Guard, state=app.state, api_key=api_key)
 
-    def search_for(**choices: Any) -> SearchConfig:
+class _Service:
+    """What every route does the same way: build a request's search, check its size, queue it."""
+
+    def __init__(self, worker: Worker, info: ModelInfo, default: SearchConfig, limits: Limits) -> None:
+        self.worker, self.info, self.default, self.limits = worker, info, default, limits
+
+    def search_for(self, **choices: Any) -> SearchConfig:
         """A request's search: ``default`` with its choices, by `SearchConfig`'s rules (one place)."""
         try:
-            search = default.choose(**choices)
+            search = self.default.choose(**choices)
         except NmtkError as exc:
             raise ApiError(422, str(exc)) from None
+        limits = self.limits
         if search.beam > limits.max_beam or search.nbest > limits.max_nbest:
             raise ApiError(413, f"beam/n_best above {limits.max_beam}/{limits.max_nbest}")
-        if search.align and not worker.translator.can_align:
+        if search.align and not self.worker.translator.can_align:
             raise ApiError(400, "alignment needs nmtk's own model: serve the run directory, not an export")
         return search
 
-    async def run(lines: list[str], search: SearchConfig) -> tuple[list[list[Hypothesis]], TranslatorBase]:
-        chars = sum(map(len, lines))
+    async def run(self, lines: list[str], search: SearchConfig) -> tuple[list[list[Hypothesis]], TranslatorBase]:
+        chars, limits = sum(map(len, lines)), self.limits
         if len(lines) > limits.max_lines:
             raise ApiError(413, f"{len(lines)} lines in one request; the limit is {limits.max_lines} (--max-lines)")
         if chars > limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; the limit is {limits.max_chars} (--max-chars)")
         try:
-            future = worker.submit(lines, search)
+            future = self.worker.submit(lines, search)
         except QueueFull:
             raise ApiError(503, "the queue is full; try again shortly (--max-queue)") from None
         try:
@@ -214,16 +230,22 @@ def create_app(worker: Worker, info: ModelInfo, default: SearchConfig, limits: L
         except Exception as exc:  # noqa: BLE001 - the decoder failed on this request only
             raise ApiError(500, f"decoding failed: {type(exc).__name__}: {exc}") from None
 
-    def check_pair(source: str, target: str | None) -> None:
+    def check_pair(self, source: str, target: str | None) -> None:
         """Language codes as LibreTranslate takes them: in any case; ``auto`` for the source."""
+        info = self.info
         known_source = source.lower() in ("auto", info.source.lower())
         if not known_source or (target or info.target).lower() != info.target.lower():
             raise ApiError(400, f"this server translates {info.source} → {info.target}, not {source} → {target}")
 
+
+def _translation_routes(app: FastAPI, service: _Service) -> None:
+    """``POST /translate`` (LibreTranslate's shape and nmtk's options) and ``/translator/translate``
+    (OpenNMT-py's)."""
+
     @app.post("/translate")
     async def translate(req: LibreRequest) -> dict[str, Any]:
         """LibreTranslate's request; ``q`` a string or a list of strings."""
-        check_pair(req.source, req.target)
+        service.check_pair(req.source, req.target)
         if req.format == "html":
             raise ApiError(400, 'format "html" is not supported: send the text without its tags (format "text"); '
                                 "nmtk would translate the tags as words")
@@ -231,8 +253,8 @@ def create_app(worker: Worker, info: ModelInfo, default: SearchConfig, limits: L
         if not lines or not any(line.strip() for line in lines):
             raise ApiError(400, "q is empty")
         lines = [" ".join(line.splitlines()) for line in lines]  # one segment per string
-        search = search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment)
-        hyps, translator = await run(lines, search)
+        search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment)
+        hyps, translator = await service.run(lines, search)
         texts = [translator.detokenize(h[0]) if h else "" for h in hyps]
         out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
 
@@ -256,9 +278,14 @@ def create_app(worker: Worker, info: ModelInfo, default: SearchConfig, limits: L
         """OpenNMT-py's REST request: a list of ``{"id", "src"}``."""
         if not segments:
             raise ApiError(400, "empty request: send [{\"src\": \"...\", \"id\": 100}]")
-        hyps, translator = await run([" ".join(s.src.splitlines()) for s in segments], default)
+        hyps, translator = await service.run([" ".join(s.src.splitlines()) for s in segments], service.default)
         return [[{"src": s.src, "tgt": translator.detokenize(h[0]) if h else "", "n_best": 1,
                   "pred_score": h[0].score if h else 0.0, "align": None}] for s, h in zip(segments, hyps, strict=True)]
+
+
+def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
+    """``/languages``, ``/detect`` (LibreTranslate's), ``/health``, ``/models``, ``/reload``, the page."""
+    info, worker = service.info, service.worker
 
     @app.get("/languages")
     async def languages() -> list[dict[str, Any]]:
@@ -293,4 +320,3 @@ def create_app(worker: Worker, info: ModelInfo, default: SearchConfig, limits: L
     async def page() -> str:
         return resources.files("nmtk.serve").joinpath("page.html").read_text(encoding="utf-8")
 
-    return app

@@ -54,28 +54,28 @@ def _on_gpu(device: str | None, export: bool) -> bool:
     return pick_device(device).type == "cuda"
 
 
-def build(o: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fastapi imported lazily)
+def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its worker (fastapi imported lazily)
     """The worker (started) and the app, as `serve` runs them; tests drive them in-process too.
 
     The model is resolved once (`resolve_model`): the server, its decoding processes and ``/models``
     name one checkpoint even when training writes a newer default while they load."""
-    source = resolve_model(o.load.model, o.load.checkpoint)
-    on_gpu = _on_gpu(o.load.device, source.is_export)
-    threads = o.load.threads or len(os.sched_getaffinity(0))
-    workers = o.workers or (1 if on_gpu or threads < 2 else 2)
-    load = replace(o.load, threads=max(1, threads // workers), searches=workers)
+    source = resolve_model(options.load.model, options.load.checkpoint)
+    on_gpu = _on_gpu(options.load.device, source.is_export)
+    threads = options.load.threads or len(os.sched_getaffinity(0))
+    workers = options.workers or (1 if on_gpu or threads < 2 else 2)
+    load = replace(options.load, threads=max(1, threads // workers), searches=workers)
     translator = load_translator(source, load)
-    default = SearchConfig.from_recipe(source.recipe.decode, **o.search)
-    budget = o.max_tokens or default.budget("cuda" if on_gpu else "cpu")
+    default = SearchConfig.from_recipe(source.recipe.decode, **options.search)
+    budget = options.max_tokens or default.budget("cuda" if on_gpu else "cpu")
     processes = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
-    worker = Worker(translator, max_tokens=budget, max_wait_ms=o.max_wait_ms, max_queue=o.max_queue,
+    worker = Worker(translator, max_tokens=budget, max_wait_ms=options.max_wait_ms, max_queue=options.max_queue,
                     workers=workers, processes=processes)
     info = ModelInfo(source=source.recipe.data.source_lang, target=source.recipe.data.target_lang,
                      recipe=source.recipe.name, checkpoint=source.checkpoint_name, engine=translator.engine,
                      precision=str(translator.precision.value), beam=default.beam)
     reload = None if source.is_export else (lambda: _reload(worker, info, source, load))
-    app = create_app(worker, info, default, o.limits, api_key=o.api_key or os.environ.get(API_KEY_ENV) or None,
-                     reload=reload)
+    api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
+    app = create_app(worker, info, default, options.limits, api_key=api_key, reload=reload)
     worker.start()
     return app, worker, reload
 
@@ -114,23 +114,24 @@ def _check_port(host: str, port: int) -> None:
         raise NmtkError(f"{host}:{port}: cannot listen ({exc.strerror or exc})") from None
 
 
-def serve(o: ServeOptions) -> None:
+def serve(options: ServeOptions) -> None:
     """Run the server until SIGTERM or Ctrl-C; requests in flight are finished first."""
     import uvicorn
 
-    if o.host not in ("127.0.0.1", "localhost", "::1") and not (o.api_key or os.environ.get(API_KEY_ENV)):
-        console.print(f"[yellow]warning:[/yellow] listening on {o.host} without --api-key: anyone who can reach "
+    if options.host not in ("127.0.0.1", "localhost", "::1") and not (options.api_key or os.environ.get(API_KEY_ENV)):
+        console.print(f"[yellow]warning:[/yellow] listening on {options.host} without --api-key: anyone who can reach "
                       "this port can use the model")
-    _check_port(o.host, o.port)
-    app, worker, reload = build(o)
+    _check_port(options.host, options.port)
+    app, worker, reload = build(options)
     if reload is not None:
         signal.signal(signal.SIGHUP, lambda *_: reload())
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler it found:
     # a handler of ours turns that into a normal exit (0) once the requests in flight are answered.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    config = uvicorn.Config(app, host=o.host, port=o.port, log_level="warning", timeout_graceful_shutdown=60)
+    config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
+                            timeout_graceful_shutdown=60)
     server = uvicorn.Server(config)
-    console.print(f"serving {app.description} on http://{o.host}:{o.port} (page: /, API: /docs)")
+    console.print(f"serving {app.description} on http://{options.host}:{options.port} (page: /, API: /docs)")
     try:
         server.run()
     finally:

@@ -172,15 +172,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
                 console.print(f"update {s.update} is the last full training state; the parameter-only snapshots after "
                               f"it (to update {newest}) are for averaging and are written again as training goes on")
     elif init_from:
-        if Path(init_from).is_dir():  # a run directory (an imported one, say): the checkpoint translate would use
-            source = resolve_model(RunDir(init_from).require().path)
-            if source.checkpoint is None:
-                raise NmtkError(f"--init-from {source.path}: a CTranslate2 export; start from the run it was made "
-                                "from, or import a Hugging Face model (nmtk import)")
-            init_from = source.checkpoint
-            if info.is_main:
-                console.print(f"--init-from: {init_from} ({source.why})")
-        trainer.step.init_from(init_from, trainer.vocab_hash)
+        _init_weights(trainer, Path(init_from), info)
     if info.is_main:
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
                       f"{info.world_size} process(es) | precision {trainer.precision} ({trainer.precision_reason})")
@@ -198,6 +190,20 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
             console.print(f"torch.compile: {compile_report()}")
     return {"update": state.update, "reason": state.stop_reason, "best_bleu": state.best_bleu,
             "run_dir": str(run.path), "tgt_tokens_per_s": round(trainer.session_tokens_per_s)}
+
+
+def _init_weights(trainer: Trainer, init_from: Path, info: DistInfo) -> None:
+    """``--init-from``: a checkpoint file, or a run directory (an imported one, say), whose checkpoint
+    is the one translate would use."""
+    if init_from.is_dir():
+        source = resolve_model(RunDir(init_from).require().path)
+        if source.checkpoint is None:
+            raise NmtkError(f"--init-from {source.path}: a CTranslate2 export; start from the run it was made "
+                            "from, or import a Hugging Face model (nmtk import)")
+        init_from = source.checkpoint
+        if info.is_main:
+            console.print(f"--init-from: {init_from} ({source.why})")
+    trainer.step.init_from(init_from, trainer.vocab_hash)
 
 
 def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: Manifest, info: DistInfo,

@@ -40,12 +40,12 @@ class UpdateStep:
                  loss_chunk: int | None, info: DistInfo, state: TrainState) -> None:
         self.model, self.recipe, self.device, self.precision, self.info = model, recipe, device, precision, info
         self.loss_chunk, self.state = loss_chunk, state
-        o = recipe.optim
-        self.peak_lr = o.peak_lr(model.cfg.d_model)
-        optimizer_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
+        optim = recipe.optim
+        self.peak_lr = optim.peak_lr(model.cfg.d_model)
+        optimizer_cls = torch.optim.AdamW if optim.weight_decay > 0 else torch.optim.Adam
         fused = {"fused": True} if device.type == "cuda" else {}
-        self.optimizer = optimizer_cls(model.parameters(), lr=0.0, betas=o.betas, eps=o.eps,
-                                       weight_decay=o.weight_decay, **fused)
+        self.optimizer = optimizer_cls(model.parameters(), lr=0.0, betas=optim.betas, eps=optim.eps,
+                                       weight_decay=optim.weight_decay, **fused)
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         self.ddp: DistributedDataParallel | None = None
 

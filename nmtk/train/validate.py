@@ -14,8 +14,7 @@ from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import collate, split_lengths
 from nmtk.decode.config import SearchConfig
-from nmtk.decode.long_input import Segments, boundary_strengths
-from nmtk.decode.search import decode_ids
+from nmtk.decode.translator import Translator
 from nmtk.device import autocast_for
 from nmtk.files import read_lines
 from nmtk.manifest import Manifest, PreparedData
@@ -41,9 +40,8 @@ class Validator:
     def __init__(self, split: BinarizedSplit, references: list[str], pipelines: tuple[TextPipeline, TextPipeline],
                  search: SearchConfig, label_smoothing: float, max_tokens: int, max_positions: int,
                  device: torch.device) -> None:
-        self.split, self.references, self.tgt_pipe = split, references, pipelines[1]
+        self.split, self.references, self.pipelines = split, references, pipelines
         self.search, self.label_smoothing, self.device = search, label_smoothing, device
-        self.boundaries = boundary_strengths(pipelines[0].subwords.pieces())
         src_len, tgt_len = split_lengths(split)
         fits = np.flatnonzero((src_len <= max_positions) & (tgt_len <= max_positions))
         max_tokens = max(max_tokens, int(src_len[fits].max(initial=1)), int(tgt_len[fits].max(initial=1)))
@@ -86,9 +84,9 @@ class Validator:
         """Best translations of every source, on every rank; with several ranks each translates every
         ``world_size``-th source (sources are interleaved, so every rank gets a like mix of lengths)."""
         mine = list(range(info.rank, len(self.sources), info.world_size))
-        decode = partial(decode_ids, model, cfg=self.search, device=self.device, precision=precision)
-        hyps = Segments.of([self.sources[i] for i in mine], model.cfg.max_positions - 1, self.boundaries).decode(decode)
-        texts = [self.tgt_pipe.decode(h[0].tokens) if h else "" for h in hyps]
+        translator = Translator(pipelines=self.pipelines, model=model, device=self.device, precision=precision)
+        hyps = translator.hypotheses_of_ids([self.sources[i] for i in mine], self.search)  # as `translate` does
+        texts = [translator.detokenize(h[0]) if h else "" for h in hyps]
         out = [""] * len(self.sources)
         for rank, part in enumerate(all_gather_object(texts, info)):
             out[rank :: info.world_size] = part

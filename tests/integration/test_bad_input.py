@@ -5,6 +5,7 @@ works on a copy of it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -55,7 +56,7 @@ def test_export_force_replaces_only_an_earlier_export(copy_run, tmp_path: Path) 
     (mine / "sub").mkdir(parents=True)
     (mine / "notes.txt").write_text("mine")
     refused = nmtk("export", str(tmp / "run"), "-o", str(mine), "--force", cwd=tmp, env=env)
-    one_line(refused, 1, str(mine), "not an nmtk export")
+    one_line(refused, 1, str(mine), "nmtk did not write it")
     assert (mine / "notes.txt").read_text() == "mine" and (mine / "sub").is_dir()
     out = tmp_path / "new" / "ct2"  # missing parents are created, as for every output
     old_mask = os.umask(0o022)
@@ -66,6 +67,7 @@ def test_export_force_replaces_only_an_earlier_export(copy_run, tmp_path: Path) 
     assert out.stat().st_mode & 0o777 == 0o755  # the user's umask, not mkdtemp's 0700
     again = nmtk("export", str(tmp / "run"), "-o", str(out), "--force", cwd=tmp, env=env)
     assert again.returncode == 0 and (out / "nmtk-export.json").is_file(), again.stderr
+    assert json.loads((out / "nmtk-written.json").read_text())["command"].startswith("nmtk export")  # the one rule
 
 
 # --------------------------------------------------------------------------------------------- train

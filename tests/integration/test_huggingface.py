@@ -219,7 +219,8 @@ def test_import_refuses_what_is_not_a_marian_model_it_can_hold(small_marian, tmp
 def test_import_keeps_a_folder_it_did_not_write(small_marian, tmp_path) -> None:
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    _refused(run_nmtk("import", str(small_marian), "-o", str(tmp_path / "mine"), "--force"), "mine", "not a run")
+    _refused(run_nmtk("import", str(small_marian), "-o", str(tmp_path / "mine"), "--force"), "mine",
+             "nmtk did not write it")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 

@@ -83,3 +83,4 @@ def test_fp32_on_a_gpu_uses_tf32_and_nothing_changes_on_a_cpu() -> None:
     finally:
         torch.set_float32_matmul_precision(before)
 
+

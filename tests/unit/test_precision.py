@@ -160,3 +160,25 @@ def test_decoding_asks_more_of_bf16_than_training(cpu_auto, monkeypatch) -> None
     assert resolve_precision("auto", cpu, Shapes(256, 512, 8000), "train")[0] == "bf16"
     precision, why = resolve_precision("auto", cpu, Shapes(256, 512, 8000), "decode")
     assert precision == "fp32" and "bf16 needs 1.50x" in why
+
+
+def test_an_explicit_bf16_where_it_is_emulated_is_warned_about(monkeypatch) -> None:
+    """`nmtk recipe validate`'s warning: a CPU without AVX-512 BF16/AMX (or a GPU before Ampere) emulates
+    bf16; the shipped recipes say "auto" instead."""
+    from pathlib import Path
+
+    import torch
+
+    import nmtk.device as device_module
+    from nmtk.device import explicit_bf16_warning
+    from nmtk.recipe import load_recipe
+
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(device_module, "cpu_has_bf16_hardware", lambda: False)
+    assert "emulates bf16" in explicit_bf16_warning("bf16", cpu) and "here: fp32" in explicit_bf16_warning("bf16", cpu)
+    assert explicit_bf16_warning("auto", cpu) is None and explicit_bf16_warning("fp32", cpu) is None
+    monkeypatch.setattr(device_module, "cpu_has_bf16_hardware", lambda: True)
+    assert explicit_bf16_warning("bf16", cpu) is None
+    for name in ("wmt14-en-de-base", "wmt14-en-de-big", "wmt14-en-fr-big", "multi30k-en-de"):
+        assert load_recipe(recipes / f"{name}.toml").train.precision == "auto", name
