@@ -338,7 +338,9 @@ class TrainSection(Section):
     ddp_bucket_mb: int = Field(25, ge=1)
     """DDP gradient bucket size in MiB (all-reduce granularity; PyTorch's default 25)."""
     ddp_static_graph: bool = True
-    """Tell DDP the graph is the same every step (it is): lets it skip per-step graph discovery."""
+    """Tell DDP the graph is the same every step (it is): lets it skip per-step graph discovery. Applied
+    where each process runs one batch per update: with accumulation the first backward runs under
+    ``no_sync``, which a static graph does not survive (pytorch#143580)."""
     ddp_grad_dtype: Literal["fp32", "bf16"] = "fp32"
     """Gradients all-reduced in this type; ``bf16`` halves the communication (fairseq's and Megatron's
     option for slow interconnects) at a small cost in precision."""

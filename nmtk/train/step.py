@@ -99,7 +99,9 @@ class UpdateStep:
             self.optimizer.step()
         else:
             applied = self._scaled_step()
-        self.optimizer.zero_grad(set_to_none=True)
+        # Under DDP the gradients are views of its buckets (gradient_as_bucket_view): zeroed in place they
+        # stay so; set to None, the reducer would allocate and copy fresh ones every update.
+        self.optimizer.zero_grad(set_to_none=self.ddp is None)
         if applied:
             self.state.update += 1
 
@@ -127,8 +129,11 @@ class UpdateStep:
             return
         t = self.recipe.train
         ids = [self.device.index] if self.device.type == "cuda" else None
+        # A static graph whose first backward runs under no_sync trips an internal assert in DDP
+        # (pytorch#143580): declared static only where no micro-batch is accumulated without syncing.
+        static = t.ddp_static_graph and t.update_freq == self.info.world_size
         self.ddp = DistributedDataParallel(self.model, device_ids=ids, broadcast_buffers=False,
-                                           gradient_as_bucket_view=True, static_graph=t.ddp_static_graph,
+                                           gradient_as_bucket_view=True, static_graph=static,
                                            bucket_cap_mb=t.ddp_bucket_mb)
         if t.ddp_grad_dtype == "bf16":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

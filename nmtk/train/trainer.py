@@ -234,10 +234,11 @@ class Trainer:
         if t.validate_every_updates and self.state.update % t.validate_every_updates == 0:
             improved = self.validate()  # its time counts: max_minutes is wall-clock time
             reason = self.stopping.lost_patience(self.state)
-        reason = reason or self._should_stop(stop, epoch_done=False)
+        flags = self._flags(stop, epoch_done=False)  # one collective for the stop and the timed save
+        reason = reason or self.stopping.reason(self.state, flags[:2], stop.received)
         if reason and not improved:
             improved = self._final_validation(reason)
-        if improved or reason or self._save_due():
+        if improved or reason or self.keeper.due_by_updates(self.state.update) or flags[2]:
             self.save(best=improved, final=reason is not None)
         return reason
 
@@ -260,13 +261,14 @@ class Trainer:
         return all_reduce_sum(flags, self.device, self.info)
 
     def _should_stop(self, stop: StopSignal, epoch_done: bool) -> str | None:
-        seconds = self.state.seconds + time.monotonic() - self._clock
-        agreed = self._agreed(self.stopping.flags(stop.received, seconds), epoch_done)
-        return self.stopping.reason(self.state, agreed, stop.received)
+        return self.stopping.reason(self.state, self._flags(stop, epoch_done)[:2], stop.received)
 
-    def _save_due(self) -> bool:
-        (by_time,) = self._agreed([float(self.keeper.due_by_time(time.monotonic()))], epoch_done=False)
-        return self.keeper.due_by_updates(self.state.update) or bool(by_time)
+    def _flags(self, stop: StopSignal, epoch_done: bool) -> list[float]:
+        """This rank's signal, clock and timed-save flags, agreed across ranks in one all-reduce."""
+        now = time.monotonic()
+        local = [*self.stopping.flags(stop.received, self.state.seconds + now - self._clock),
+                 float(self.keeper.due_by_time(now))]
+        return self._agreed(local, epoch_done)
 
     # ------------------------------------------------------------ validation, logs
 
