@@ -145,8 +145,6 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     if device.type == "cpu":
         keep_freed_memory()
     size = update_size(recipe.train.update_freq, recipe.batching.max_tokens, info.world_size)  # every rank refuses
-    if info.is_main:
-        console.print(size)
     data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
     checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
     models = manifest.model_paths(data_dir)
@@ -174,6 +172,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     elif init_from:
         _init_weights(trainer, Path(init_from), info)
     if info.is_main:
+        console.print(size)
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
                       f"{info.world_size} process(es) | precision {trainer.precision} ({trainer.precision_reason})")
     trainer.step.wrap()
