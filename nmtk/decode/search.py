@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from nmtk.data.batching import length_batches
-from nmtk.data.dataset import pad_sequences
+from nmtk.data.dataset import pad_multiple, pad_sequences
 from nmtk.decode.beam import beam_search
 from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.decode.contract import Decoder
@@ -25,22 +25,25 @@ SearchFn = Callable[[Decoder, Tensor, SearchConfig], list[list[Hypothesis]]]
 
 def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, *,
                device: torch.device | None = None, precision: Precision = Precision.fp32,
-               search_fn: SearchFn | None = None) -> list[list[Hypothesis]]:
+               search_fn: SearchFn | None = None, pad_to: int | None = None) -> list[list[Hypothesis]]:
     """Hypotheses for each source (ids without EOS), in input order.
 
-    ``search_fn`` defaults to beam search; batches hold at most ``cfg.budget(device)`` source tokens
+    ``pad_to``: pad source lengths to a multiple of it (default `pad_multiple`: 8 on a GPU). ``search_fn``
+    defaults to beam search; batches hold at most ``cfg.budget(device)`` source tokens
     times the beam (times 1 for any other search).
     """
     search_fn = search_fn or beam_search
     rows_per_source = cfg.beam if search_fn is beam_search else 1
     device = device or next(model.parameters()).device
+    multiple = pad_multiple(device) if pad_to is None else pad_to
     lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     was_training = model.training
     model.eval()
     try:
         for batch in length_batches(lengths, cfg.budget(device.type), rows_per_source):
-            src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID).to(device)
+            src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID,
+                                multiple=multiple).to(device)
             with autocast_for(device, precision):
                 hyps = search_fn(model, src, cfg)
             for i, h in zip(batch, hyps, strict=True):

@@ -4,8 +4,10 @@ Counted from outside the code, with a ``TorchDispatchMode`` around the real `Tra
 the training thread dispatches is seen, whatever module issued it. A host synchronisation is
 ``aten._local_scalar_dense``, the op behind ``.item()``, ``bool(t)``, ``float(t)`` and ``int(t)``: on
 a GPU each makes the CPU wait until the GPU has caught up, so kernel launches stop overlapping GPU
-work. The optimizer's own step counters are excluded: they are host tensors on CUDA (reading them
-costs nothing), only on a CPU run do they look like device reads.
+work. So do ops whose output size depends on the values (``nonzero``, ``masked_select``, ``unique``)
+and blocking copies from a device to the host (`_host_read`). The optimizer's own step counters are
+excluded: they are host tensors on CUDA (reading them costs nothing), only on a CPU run do they look
+like device reads. A ``.tolist()`` of a host tensor dispatches nothing, and reads nothing from a device.
 
 Used by the test that holds nmtk's step to zero syncs between log points, and by benchmarks/gpu.py,
 whose CPU proxies these counts are.
@@ -21,6 +23,27 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 _SYNC = torch.ops.aten._local_scalar_dense.default
+#: Ops whose output size depends on the values: on a GPU the host waits for them to know it.
+_DATA_DEPENDENT = {torch.ops.aten.nonzero.default, torch.ops.aten.masked_select.default,
+                   torch.ops.aten._unique2.default, torch.ops.aten.unique_consecutive.default,
+                   torch.ops.aten.unique_dim.default}
+_COPIES = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default}
+
+
+def _host_read(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``func`` makes the host wait for the device: ``.item()``/``bool()``/``float()`` (one
+    scalar), an op whose output size depends on the values, or a blocking copy from a device to the host
+    (``.cpu()``, ``.tolist()`` on a device tensor, ``.to("cpu")``)."""
+    if func is _SYNC or func in _DATA_DEPENDENT:
+        return True
+    non_blocking = kwargs.get("non_blocking") or (func is torch.ops.aten.copy_.default and len(args) > 2 and args[2])
+    if func not in _COPIES or non_blocking:
+        return False
+    if func is torch.ops.aten._to_copy.default:
+        source, target = args[0], kwargs.get("device")
+        return source.device.type != "cpu" and target is not None and torch.device(target).type == "cpu"
+    target, source = args[0], args[1]
+    return source.device.type != "cpu" and target.device.type == "cpu"
 
 
 class OpCounter(TorchDispatchMode):
@@ -37,7 +60,7 @@ class OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.ops += 1
         self.optimizer_ops += self.in_optimizer
-        if func is _SYNC:
+        if _host_read(func, args, kwargs or {}):
             stack = traceback.extract_stack()
             if not any("/torch/optim/" in frame.filename for frame in stack):
                 self.syncs += 1

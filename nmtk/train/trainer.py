@@ -24,14 +24,14 @@ from nmtk.checkpoint import BackgroundWriter, SnapshotBuffers, rng_state, set_rn
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
-from nmtk.data.dataset import Batch, Prefetcher, collate, split_lengths
+from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths
 from nmtk.device import resolve_precision, use_tf32
 from nmtk.manifest import Manifest
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
 from nmtk.text import TextPipeline
-from nmtk.train.distributed import DistInfo, all_reduce_sum, barrier, per_process_update_freq
+from nmtk.train.distributed import DistInfo, FlagSum, all_reduce_sum, barrier, per_process_update_freq
 from nmtk.train.keeper import CheckpointKeeper
 from nmtk.train.loss import CHUNK_POSITIONS
 from nmtk.train.metrics import CurvesDrawer, MetricsLog, MetricsWindow, Progress, training_record
@@ -98,6 +98,7 @@ class Trainer:
         self.buffers = SnapshotBuffers()
         self.window = MetricsWindow()
         self._clock = time.monotonic()  # training time is counted from here (`_count_time`)
+        self._flag_sum = FlagSum(3, device, info)  # signal, max_minutes, timed save (`_flags`)
         self.session_tokens, self.session_seconds = 0.0, 0.0  # this session, for its average speed
 
     @property
@@ -116,7 +117,7 @@ class Trainer:
     def check_memory(self) -> None:
         """`UpdateStep.check_memory` on the plan's largest batch."""
         largest = max(self.plan.epoch_batches(0), key=lambda b: len(b) * int(self.tgt_lengths[b].max()))
-        self.step.check_memory(collate(self.train_split, largest))
+        self.step.check_memory(collate(self.train_split, largest, pad_multiple(self.device)))
 
     def train_step(self, group: list[np.ndarray], total_tokens: float | None = None,
                    batches: list[Batch] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -126,7 +127,7 @@ class Trainer:
         local = int(sum(int(self.tgt_lengths[b].sum()) for b in group))
         if total_tokens is None:
             (total_tokens,) = all_reduce_sum([float(local)], self.device, self.info)
-        batches = batches or [collate(self.train_split, indices) for indices in group]
+        batches = batches or [collate(self.train_split, indices, pad_multiple(self.device)) for indices in group]
         return (*self.step.run(batches, total_tokens), local)
 
     # --------------------------------------------------------------- checkpoints
@@ -198,7 +199,7 @@ class Trainer:
         groups = self.plan.iterate(epoch, self.state.batch, self.info.rank, world, freq)
         cuda = self.device.type == "cuda"
         ahead = (2 if cuda else 0) if t.prefetch_updates is None else t.prefetch_updates
-        prefetch = Prefetcher(self.train_split, groups, ahead, pin=cuda)
+        prefetch = Prefetcher(self.train_split, groups, ahead, pin=cuda, multiple=pad_multiple(self.device))
         try:
             for k, group, batches in prefetch:
                 before = self.state.update
@@ -258,7 +259,7 @@ class Trainer:
             return flags
         if not epoch_done and self.state.update % AGREE_EVERY:
             return [0.0] * len(flags)
-        return all_reduce_sum(flags, self.device, self.info)
+        return self._flag_sum(flags)
 
     def _should_stop(self, stop: StopSignal, epoch_done: bool) -> str | None:
         return self.stopping.reason(self.state, self._flags(stop, epoch_done)[:2], stop.received)

@@ -12,7 +12,7 @@ from sacrebleu.metrics import BLEU
 
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
-from nmtk.data.dataset import collate, split_lengths
+from nmtk.data.dataset import collate, pad_multiple, split_lengths
 from nmtk.decode.config import SearchConfig
 from nmtk.decode.translator import Translator
 from nmtk.device import autocast_for
@@ -68,7 +68,7 @@ class Validator:
         tokens = 0
         model.eval()
         for indices in self.batches[info.rank :: info.world_size]:
-            batch = collate(self.split, indices).to(self.device)
+            batch = collate(self.split, indices, pad_multiple(self.device)).to(self.device)
             head = partial(projected_label_smoothed_loss, target=batch.tgt_out, epsilon=self.label_smoothing,
                            pad_id=PAD_ID)
             with autocast_for(self.device, precision):

@@ -291,3 +291,15 @@ def test_the_end_forced_at_the_length_limit_costs_its_log_probability(beam: int)
     hyps = beam_search(TableModel(), SRC, cfg)[0]
     assert [h.tokens for h in hyps] == [[A], [B]][:beam]
     assert [h.score for h in hyps] == pytest.approx([math.log(0.3), math.log(0.08)][:beam], abs=1e-6)
+
+
+def test_padding_lengths_to_a_multiple_of_8_changes_no_output(model) -> None:
+    """What a GPU does (`pad_multiple`): the extra positions are masked, so the same hypotheses come out
+    (scores to float rounding), for the beam and for greedy search."""
+    sources = [[5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15], [16, 17, 18, 19, 20, 21, 22, 23, 24]]
+    for beam in (1, 4):
+        plain = decode_ids(model, sources, SearchConfig(beam=beam, nbest=min(beam, 2)), pad_to=1)
+        padded = decode_ids(model, sources, SearchConfig(beam=beam, nbest=min(beam, 2)), pad_to=8)
+        assert [[h.tokens for h in hs] for hs in plain] == [[h.tokens for h in hs] for hs in padded]
+        for a, b in zip(plain, padded, strict=True):
+            assert all(abs(x.score - y.score) < 1e-4 for x, y in zip(a, b, strict=True))

@@ -454,3 +454,44 @@ def test_the_prefetcher_yields_the_plans_batches_in_order(tmp_path: Path, ahead:
     early.close()
     assert not early.thread.is_alive()
     trainer.metrics.close()
+
+
+def test_the_probe_counts_every_kind_of_host_read() -> None:
+    """`.item()`, ops whose output size depends on the values, and blocking device→host copies; not a
+    host tensor's own copies, nor a non-blocking one."""
+    from nmtk.train.probe import OpCounter, _host_read
+
+    aten = torch.ops.aten
+    on_device = torch.empty(3, device="meta")  # stands for a GPU tensor: the check reads devices only
+    host = torch.empty(3)
+    assert _host_read(aten._to_copy.default, (on_device,), {"device": torch.device("cpu")})
+    assert not _host_read(aten._to_copy.default, (on_device,), {"device": torch.device("cpu"), "non_blocking": True})
+    assert not _host_read(aten._to_copy.default, (host,), {"device": torch.device("cpu")})
+    assert _host_read(aten.copy_.default, (host, on_device), {})
+    assert not _host_read(aten.copy_.default, (on_device, host), {})
+    with OpCounter() as counter:
+        values = torch.tensor([0.0, 1.0, 2.0])
+        values.nonzero()
+        float(values.sum())
+        values.masked_select(values > 0)
+    assert counter.syncs == 3, counter.sites
+
+
+def test_a_batch_padded_to_a_multiple_of_8_has_the_same_loss(tmp_path: Path) -> None:
+    """Training batches on a GPU are padded to multiples of 8 (`pad_multiple`): every padded position
+    is masked, so the loss and the token count are those of the unpadded batch."""
+    from helpers import toy_trainer
+
+    from nmtk.data.dataset import collate
+
+    trainer = toy_trainer(tmp_path, "train.max_updates=1")
+    indices = trainer.plan.epoch_batches(0)[0]
+    plain, padded = collate(trainer.train_split, indices), collate(trainer.train_split, indices, multiple=8)
+    assert all(t.shape[1] % 8 == 0 for t in (padded.src, padded.tgt_in, padded.tgt_out))
+    assert padded.src_padded and padded.target_tokens == plain.target_tokens
+    trainer.model.eval()
+    with torch.no_grad():
+        (loss_a, nll_a), (loss_b, nll_b) = trainer.step.loss(plain), trainer.step.loss(padded)
+    torch.testing.assert_close(loss_a, loss_b, atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(nll_a, nll_b, atol=1e-3, rtol=1e-5)
+    trainer.metrics.close()
