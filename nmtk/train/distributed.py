@@ -172,8 +172,8 @@ def update_size(update_freq: int, max_tokens: int, world_size: int) -> str:
     """The line a run starts with: how large an update is and how it is shared."""
     per = per_process_update_freq(update_freq, world_size)
     shared = f"{world_size} processes × {per}" if world_size > 1 else "1 process"
-    return (f"update: {update_freq} batches of ≤ {max_tokens:,} tokens = ≤ {update_freq * max_tokens:,} tokens per "
-            f"side ({shared})")
+    batches = f"{update_freq} batch{'es' if update_freq > 1 else ''}"
+    return f"update: {batches} of ≤ {max_tokens:,} tokens = ≤ {update_freq * max_tokens:,} tokens per side ({shared})"
 
 
 def launch_local(argv: list[str], nproc: int, update_freq: int) -> int:

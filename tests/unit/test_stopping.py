@@ -78,6 +78,7 @@ def test_the_update_size_is_the_recipes_under_any_world_size() -> None:
     line = "update: 8 batches of ≤ 3,125 tokens = ≤ 25,000 tokens per side"
     assert update_size(8, 3125, 1) == f"{line} (1 process)"
     assert update_size(8, 3125, 8) == f"{line} (8 processes × 1)"
+    assert update_size(1, 1024, 1) == "update: 1 batch of ≤ 1,024 tokens = ≤ 1,024 tokens per side (1 process)"
     with pytest.raises(NmtkError, match="cannot be shared by 16 processes: set a multiple of 16"):
         per_process_update_freq(8, 16)  # fairseq would silently make the update 16 batches per GPU
     with pytest.raises(NmtkError, match=r"update_freq=6\b"):
