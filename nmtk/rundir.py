@@ -236,6 +236,7 @@ class ModelSource:
     recipe: Recipe
     manifest: Manifest | None
     found: str = ""  # how the model was found when none was named ("the most recently trained run …")
+    export_meta: dict[str, Any] | None = None  # an export's nmtk-export.json, read once here
 
     @property
     def is_export(self) -> bool:
@@ -246,7 +247,7 @@ class ModelSource:
         """What ``/models`` and messages call the weights: the checkpoint file, or the export's source."""
         if self.checkpoint is not None:
             return str(self.checkpoint)
-        return str(ExportDir(self.path).meta().get("checkpoint", "?"))
+        return str((self.export_meta or {}).get("checkpoint", "?"))
 
     def again(self) -> ModelSource:
         """The same model resolved anew with its default checkpoint (a server's reload: a newer average,
@@ -298,7 +299,8 @@ def _export_source(export: ExportDir, checkpoint: Path | None) -> ModelSource:
         raise NmtkError(f"--checkpoint: not available with an exported CTranslate2 model ({export.path}): an export "
                         "holds the checkpoint it was made from: pass the run directory, or export that checkpoint "
                         "(nmtk export --checkpoint)")
-    return ModelSource("export", export.path, None, f"CTranslate2, {meta.get('quantization', '?')}", recipe, manifest)
+    return ModelSource("export", export.path, None, f"CTranslate2, {meta.get('quantization', '?')}", recipe, manifest,
+                       export_meta=meta)
 
 
 def check_replaceable(out: Path, force: bool) -> None:

@@ -65,7 +65,7 @@ class Ct2Translator(TranslatorBase):
         folder, recipe, manifest = ExportDir(source.path), source.recipe, source.manifest
         device, index = ct2_device(device, ctranslate2.get_cuda_device_count())
         try:
-            meta = folder.meta()
+            meta = source.export_meta or folder.meta()
             longest = manifest.longest_training_source if manifest else None
             langs = (recipe.data.source_lang, recipe.data.target_lang)
             pipelines = text_pipelines(recipe.tokenizer, langs, {lang: folder.path / meta["models"][lang]
