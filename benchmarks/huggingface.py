@@ -7,7 +7,10 @@ transformers divides by |y|^α and nmtk by GNMT's ((5+|y|)/6)^α); `nmtk transla
 run. Then the export is imported back (`nmtk import`) and translated again by nmtk. Prints one JSON
 line: per search, identical lines out of 1,000 and sacreBLEU of each system.
 
-Usage: python benchmarks/huggingface.py [--run DIR] [--batch 50]
+``--no-repeat-ngram-size 3`` exports with that setting (written into ``generation_config.json``) and
+has `nmtk translate` search with it too: the same repetition limit in both libraries.
+
+Usage: python benchmarks/huggingface.py [--run DIR] [--batch 50] [--no-repeat-ngram-size N] [--beams 1,4]
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ def _nmtk(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nmtk", *args], check=True, capture_output=True, text=True, cwd=ROOT)
 
 
-def _nmtk_translate(model: Path, source: Path, beam: int) -> list[str]:
+def _nmtk_translate(model: Path, source: Path, beam: int, *extra: str) -> list[str]:
     out = source.with_suffix(f".{model.name}.b{beam}")
-    _nmtk("translate", "-m", str(model), "-i", str(source), "-o", str(out), "--beam", str(beam), "--force")
+    _nmtk("translate", "-m", str(model), "-i", str(source), "-o", str(out), "--beam", str(beam), "--force", *extra)
     return out.read_text(encoding="utf-8").splitlines()
 
 
@@ -73,23 +76,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=ROOT / "runs" / "multi30k-en-de-spm")
     parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--no-repeat-ngram-size", type=int, default=0)
+    parser.add_argument("--beams", default="1,4")
     args = parser.parse_args()
+    extra = ["--no-repeat-ngram-size", str(args.no_repeat_ngram_size)] if args.no_repeat_ngram_size else []
     src, refs = _lines("en"), _lines("de")
     tmp = Path(tempfile.mkdtemp(prefix="nmtk-hf-bench-"))
     source = tmp / "test.en"
     source.write_text("\n".join(src) + "\n", encoding="utf-8")
     hf, back = tmp / "hf", tmp / "imported"
-    _nmtk("export", str(args.run), "-o", str(hf), "--format", "hf")
+    _nmtk("export", str(args.run), "-o", str(hf), "--format", "hf", *extra)
     _nmtk("import", str(hf), "-o", str(back))
-    result: dict = {"benchmark": "huggingface", "run": str(args.run), "lines": len(src)}
+    result: dict = {"benchmark": "huggingface", "run": str(args.run), "lines": len(src),
+                    "no_repeat_ngram_size": args.no_repeat_ngram_size}
     from nmtk.rundir import RunDir
 
     decode = RunDir(args.run).recipe().decode
-    for beam in (1, 4):
+    for beam in (int(b) for b in args.beams.split(",")):
         print(json.dumps(result), file=sys.stderr, flush=True)  # what is done so far
-        ours = _nmtk_translate(args.run, source, beam)
+        ours = _nmtk_translate(args.run, source, beam, *extra)
         theirs = _hf_translate(hf, src, beam, args.batch, decode.max_len_a, decode.max_len_b)
-        again = _nmtk_translate(back, source, beam)
+        again = _nmtk_translate(back, source, beam, *extra)
         result["greedy" if beam == 1 else "beam4"] = {
             "identical_nmtk_transformers": sum(a == b for a, b in zip(ours, theirs, strict=True)),
             "identical_nmtk_reimported": sum(a == b for a, b in zip(ours, again, strict=True)),

@@ -395,6 +395,18 @@ class DecodeSection(Section):
     max_tokens: int | None = Field(None, ge=1)
     """Decoding batch budget: source tokens × beam per batch (translate and validation), not the
     training batch's tokens per side (``batching.max_tokens``); unset = 8,192 on CPU, 65,536 on CUDA."""
+    no_repeat_ngram_size: int = Field(0, ge=0)
+    """Never produce an n-gram of subwords of this size twice in one translation (0: no limit);
+    CTranslate2's and transformers' option of the same name."""
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    """CTRL's penalty on every subword already produced (1: none; > 1 discourages repeating):
+    a positive logit is divided by it, a negative one multiplied."""
+    glossary: Path | None = None
+    """Terminology: a TSV file of ``source term<TAB>target term`` pairs; every line whose source holds a
+    term must have its target term in the translation (a lexical constraint); a relative path is read
+    from the directory the command runs in."""
+    glossary_ignore_case: bool = False
+    """Match glossary source terms whatever their case (the target term is produced as written)."""
 
 
 class AverageSection(Section):

@@ -24,6 +24,7 @@ from nmtk.errors import NmtkError
 from .options import (
     AttentionKind,
     AttentionStyle,
+    ConstraintOrder,
     ExportFormat,
     InvalidUtf8,
     PictureFormat,
@@ -208,6 +209,8 @@ def average(
           "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size"),
           "Search": ("beam", "nbest", "lenpen", "max_len_a", "max_len_b", "max_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
+          "Control": ("prefix", "constraints", "glossary", "glossary_ignore_case", "ban", "no_repeat_ngram_size",
+                      "repetition_penalty"),
           "What is printed": ("print_scores", "print_alignment", "alignment_layer")})
 def translate(
     model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
@@ -251,6 +254,22 @@ def translate(
                                                   "'i-j' (source word i, target word j).")] = False,
     alignment_layer: Annotated[int | None, typer.Option(min=1, help="Decoder layer (from 1) whose cross-attention "
                                                         "aligns (default: the last).")] = None,
+    prefix: Annotated[bool, typer.Option("--prefix", help="Lines are SOURCE<TAB>PREFIX: the translation starts "
+                                         "with PREFIX (a line without a tab has none).")] = False,
+    constraints: Annotated[ConstraintOrder | None, typer.Option(help="Lines are SOURCE<TAB>TERM<TAB>TERM…: each "
+                                                                "translation contains its terms (after the prefix "
+                                                                "field with --prefix).")] = None,
+    glossary: Annotated[Path | None, typer.Option(help="TSV of 'source term<TAB>target term': a line whose source "
+                                                  "has a term gets its target term (default: the recipe's "
+                                                  "decode.glossary).")] = None,
+    glossary_ignore_case: Annotated[bool | None, typer.Option("--glossary-ignore-case/--glossary-match-case",
+                                                              help="Match glossary source terms in any case.")
+                                    ] = None,
+    ban: Annotated[Path | None, typer.Option(help="File of phrases never to produce, one a line.")] = None,
+    no_repeat_ngram_size: Annotated[int | None, typer.Option(min=0, help="Never repeat a subword n-gram of this "
+                                                             "size (default: the recipe's; 0 = off).")] = None,
+    repetition_penalty: Annotated[float | None, typer.Option(min=0.0, help="Penalty on subwords already produced "
+                                                             "(> 1 discourages; default: the recipe's).")] = None,
     batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True)] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
@@ -258,17 +277,23 @@ def translate(
         raise NmtkError("--batch-size: nmtk batches by tokens: --max-tokens N (source tokens × beam per batch); "
                         "--buffer-size is how many input lines are read and sorted at a time")
     from nmtk.decode.config import SamplingConfig
+    from nmtk.decode.guide import InputFormat
     from nmtk.decode.load import LoadOptions
-    from nmtk.decode.stream import TranslateOptions
+    from nmtk.decode.stream import GuideOptions, TranslateOptions
     from nmtk.decode.stream import translate as run_translate
 
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
                   max_tokens=max_tokens, align=print_alignment,
-                  sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None)
+                  sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None,
+                  no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+                  ordered_constraints=constraints == ConstraintOrder.ordered if constraints else None)
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
                        ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer)
+    guide = GuideOptions(InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
+                         glossary_ignore_case, ban)
     run_translate(TranslateOptions(load=load, search=search, input=input_, output=output, force=force,
-                                   buffer_size=buffer_size, skip=skip, errors=errors, print_scores=print_scores))
+                                   buffer_size=buffer_size, skip=skip, errors=errors, print_scores=print_scores,
+                                   guide=guide))
 
 @app.command()
 def export(
@@ -282,6 +307,10 @@ def export(
     quantization: Annotated[Quantization, typer.Option(help="How CTranslate2 stores the weights (hf: float32)."
                                                        )] = Quantization.float32,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in the output folder.")] = False,
+    no_repeat_ngram_size: Annotated[int | None, typer.Option(min=0, help="hf: written to generation_config.json "
+                                                             "(default: the recipe's decode setting).")] = None,
+    repetition_penalty: Annotated[float | None, typer.Option(min=0.0, help="hf: as --no-repeat-ngram-size.")
+                                  ] = None,
 ) -> None:
     """Export a run's model: to CTranslate2 (a self-contained folder for `translate -m` or CTranslate2 itself), or
     to Hugging Face transformers (MarianMTModel + MarianTokenizer)."""
@@ -291,11 +320,15 @@ def export(
 
     if format_ is ExportFormat.hf and quantization is not Quantization.float32:
         raise NmtkError(f"--quantization {quantization.value}: --format hf writes float32 weights")
+    if format_ is not ExportFormat.hf and (no_repeat_ngram_size is not None or repetition_penalty is not None):
+        raise NmtkError("--no-repeat-ngram-size, --repetition-penalty: written only by --format hf (CTranslate2 "
+                        "takes them per call: nmtk translate -m EXPORT --no-repeat-ngram-size N)")
     source = resolve_model(RunDir(run_dir).require().path, checkpoint)
     chosen = source.checkpoint
     console.print(f"checkpoint: {chosen} ({source.why})")
     if format_ is ExportFormat.hf:
-        export_hf(source, out, force)
+        export_hf(source, out, force, dict(no_repeat_ngram_size=no_repeat_ngram_size,
+                                           repetition_penalty=repetition_penalty))
         console.print(f"exported {chosen} -> {out} (transformers MarianMT); load with "
                       f"MarianMTModel.from_pretrained({str(out)!r}), or nmtk import {out} -o RUN")
         return
@@ -329,7 +362,8 @@ def import_(
 @_panels({"Model": ("model", "checkpoint", "device", "threads", "precision"),
           "Server": ("host", "port", "api_key", "workers"),
           "Batching and limits": ("max_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
-          "Search": ("beam", "lenpen")})
+          "Search": ("beam", "lenpen", "no_repeat_ngram_size", "repetition_penalty"),
+          "Control": ("glossary", "glossary_ignore_case", "ban")})
 def serve(
     model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (torch) or nmtk export "
                                                "(CTranslate2) (default: $NMTK_MODEL, else the newest run).")] = None,
@@ -354,6 +388,14 @@ def serve(
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads in all (default: every core).")] = None,
     precision: Annotated[Precision, typer.Option(help="Arithmetic, as translate's.")] = Precision.auto,
+    no_repeat_ngram_size: Annotated[int | None, typer.Option(min=0, help="Default, as translate's.")] = None,
+    repetition_penalty: Annotated[float | None, typer.Option(min=0.0, help="Default, as translate's.")] = None,
+    glossary: Annotated[Path | None, typer.Option(help="Terms every request's translation uses (TSV, as "
+                                                  "translate's); requests add theirs.")] = None,
+    glossary_ignore_case: Annotated[bool | None, typer.Option("--glossary-ignore-case/--glossary-match-case",
+                                                              help="Match glossary source terms in any case.")
+                                    ] = None,
+    ban: Annotated[Path | None, typer.Option(help="Phrases no translation may contain, one a line.")] = None,
 ) -> None:
     """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
     at / to try it. SIGTERM finishes the requests in flight; SIGHUP reloads the run's checkpoint."""
@@ -363,7 +405,10 @@ def serve(
     from nmtk.serve.server import serve as run_server
 
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision)
-    run_server(ServeOptions(load=load, search=dict(beam=beam, length_penalty=lenpen), host=host, port=port,
+    search = dict(beam=beam, length_penalty=lenpen, no_repeat_ngram_size=no_repeat_ngram_size,
+                  repetition_penalty=repetition_penalty)
+    run_server(ServeOptions(load=load, search=search, host=host, port=port, glossary=glossary,
+                            glossary_ignore_case=glossary_ignore_case, bans=ban,
                             max_tokens=max_tokens, max_wait_ms=max_wait_ms,
                             max_queue=max_queue, workers=workers,
                             limits=Limits(max_chars=max_chars, max_lines=max_lines),

@@ -7,7 +7,8 @@ from enum import Enum
 from nmtk.files import InvalidUtf8
 from nmtk.precision import Precision, Quantization
 
-__all__ = ["AttentionKind", "AttentionStyle", "InvalidUtf8", "PictureFormat", "PlotAxis", "Precision",
+__all__ = ["AttentionKind", "AttentionStyle", "ConstraintOrder", "InvalidUtf8", "PictureFormat", "PlotAxis",
+           "Precision",
            "Quantization"]
 
 
@@ -16,6 +17,13 @@ class ExportFormat(str, Enum):
 
     ctranslate2 = "ctranslate2"
     hf = "hf"
+
+
+class ConstraintOrder(str, Enum):
+    """``translate --constraints``: whether a line's terms may appear in any order (fairseq's choices)."""
+
+    unordered = "unordered"
+    ordered = "ordered"
 
 
 class AttentionKind(str, Enum):

@@ -287,13 +287,18 @@ def generation_config(recipe: Recipe, config: dict[str, Any], target_mean_len: f
     alpha = d.length_penalty if not target_mean_len else round(d.length_penalty * target_mean_len
                                                                   / (target_mean_len + 6), 4)
     banned = sorted({config["pad_token_id"], config["decoder_start_token_id"]})  # nmtk's search never emits them
-    return {"decoder_start_token_id": config["decoder_start_token_id"], "eos_token_id": config["eos_token_id"],
-            "pad_token_id": config["pad_token_id"], "forced_eos_token_id": config["eos_token_id"],
-            "bad_words_ids": [[i] for i in banned], "num_beams": d.beam, "length_penalty": alpha,
-            "min_new_tokens": 1,  # nmtk never ends a sentence before its first token (`step_log_probs`)
-            "max_length": min(config["max_position_embeddings"],
-                              math.ceil(d.max_len_a * config["max_position_embeddings"] + d.max_len_b)),
-            "early_stopping": False}
+    generation = {"decoder_start_token_id": config["decoder_start_token_id"], "eos_token_id": config["eos_token_id"],
+                  "pad_token_id": config["pad_token_id"], "forced_eos_token_id": config["eos_token_id"],
+                  "bad_words_ids": [[i] for i in banned], "num_beams": d.beam, "length_penalty": alpha,
+                  "min_new_tokens": 1,  # nmtk never ends a sentence before its first token (`step_log_probs`)
+                  "max_length": min(config["max_position_embeddings"],
+                                    math.ceil(d.max_len_a * config["max_position_embeddings"] + d.max_len_b)),
+                  "early_stopping": False}
+    if d.no_repeat_ngram_size:  # transformers' processors of the same names and rules (`nmtk.decode.steering`)
+        generation["no_repeat_ngram_size"] = d.no_repeat_ngram_size
+    if d.repetition_penalty != 1.0:
+        generation["repetition_penalty"] = d.repetition_penalty
+    return generation
 
 
 def _mean_len(manifest: Any, lang: str) -> float | None:
@@ -301,8 +306,9 @@ def _mean_len(manifest: Any, lang: str) -> float | None:
     return manifest.splits.get("train", {}).get("sides", {}).get(lang, {}).get("mean_len") or None
 
 
-def export_hf(source: ModelSource, out: Path, force: bool) -> dict[str, Any]:
-    """The run's model ``source`` names as a transformers MarianMT folder in ``out``."""
+def export_hf(source: ModelSource, out: Path, force: bool, decode: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's model ``source`` names as a transformers MarianMT folder in ``out``; ``decode``: fields
+    of the recipe's ``[decode]`` to write into ``generation_config.json`` instead (None: the recipe's)."""
     import torch
     from safetensors.torch import save_file
 
@@ -312,6 +318,9 @@ def export_hf(source: ModelSource, out: Path, force: bool) -> dict[str, Any]:
     check_replaceable(out, force)
     run, checkpoint, recipe, manifest = _run_source(source)
     check_exportable(recipe)
+    chosen = {k: v for k, v in (decode or {}).items() if v is not None}
+    if chosen:
+        recipe = recipe.model_copy(update={"decode": recipe.decode.model_copy(update=chosen)})
     src_lang, tgt_lang = recipe.data.source_lang, recipe.data.target_lang
     paths = manifest.model_paths(run.path)
     src, tgt = side_vocab_of_run(paths[src_lang]), side_vocab_of_run(paths[tgt_lang])

@@ -38,15 +38,6 @@ class Alignment:
         return Alignment([(s + source, t + target) for s, t in self.pairs], self.source_words, self.target_words)
 
 
-def word_starts(pieces: Sequence[str]) -> np.ndarray:
-    """Per vocabulary id, whether the piece begins a word: sentencepiece marks word starts with ``▁``,
-    WordPiece marks continuations with ``##``."""
-    wordpiece = any(p.startswith("##") for p in pieces) and not any(p.startswith("▁") for p in pieces)
-    if wordpiece:
-        return np.array([not p.startswith("##") for p in pieces])
-    return np.array([p.startswith("▁") for p in pieces])
-
-
 def word_index(starts: np.ndarray, ids: Sequence[int]) -> list[int]:
     """The word (from 0) each token of ``ids`` belongs to; the first token always begins one."""
     if not len(ids):

@@ -10,14 +10,34 @@ lives here, torch-free, so a fix to any of it is made once for both engines.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import ClassVar
 
-from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.guide import Guidance
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
 from nmtk.errors import NmtkError
 from nmtk.precision import Precision
 from nmtk.text import TextPipeline
+from nmtk.text.subword import word_starts
+from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID
+
+
+def contains(tokens: list[int], phrase: tuple[int, ...]) -> bool:
+    """Whether ``phrase`` occurs in ``tokens`` as a run."""
+    n = len(phrase)
+    return any(tuple(tokens[i : i + n]) == phrase for i in range(len(tokens) - n + 1))
+
+
+def warn_unmet(line: int, tokens: list[int], constraints: tuple[tuple[int, ...], ...]) -> None:
+    """The one warning a line gets whose translation lacks some of its constraints (they did not fit
+    in its length limit)."""
+    missing = sum(not contains(tokens, c) for c in constraints)
+    if missing:
+        from nmtk.console import console
+
+        console.print(f"warning: line {line}: {missing} of its {len(constraints)} constraints did not fit in its "
+                      "length limit (max_len_a·|source| + max_len_b): translated with as many as fit")
 
 
 @dataclass(kw_only=True)
@@ -31,6 +51,7 @@ class TranslatorBase:
 
     engine: ClassVar[str] = "?"
     can_align: ClassVar[bool] = False  # word alignments (`SearchConfig.align`)
+    can_constrain: ClassVar[bool] = False  # lexical constraints (and so glossaries)
 
     pipelines: tuple[TextPipeline, TextPipeline]
     max_positions: int = 1024  # source tokens the model accepts, EOS included
@@ -41,8 +62,10 @@ class TranslatorBase:
         self.src_pipe, self.tgt_pipe = self.pipelines
         self.boundaries = boundary_strengths(self.src_pipe.subwords.pieces())
 
-    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig) -> list[list[Hypothesis]]:
-        """Hypotheses for each source (ids without EOS, at most ``max_positions - 1``), in input order."""
+    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
+                      controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
+        """Hypotheses for each source (ids without EOS, at most ``max_positions - 1``), in input order;
+        ``controls``: per source, its prefix, constraints and banned phrases (None: none)."""
         raise NotImplementedError
 
     def encode(self, sentences: list[str]) -> list[list[int] | None]:
@@ -50,18 +73,23 @@ class TranslatorBase:
         return [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
 
     def hypotheses(self, sentences: list[str], search: SearchConfig, first_line: int = 1,
-                   ids: list[list[int] | None] | None = None) -> list[list[Hypothesis]]:
+                   ids: list[list[int] | None] | None = None,
+                   guides: list[Guidance | None] | None = None) -> list[list[Hypothesis]]:
         """N-best hypotheses per sentence, searched as ``search`` says; an empty (or blank) sentence gets
-        none. ``ids``: the sentences already `encode`d (the server counts tokens with them), else here."""
-        return self.hypotheses_of_ids(self.encode(sentences) if ids is None else ids, search, first_line)
+        none. ``ids``: the sentences already `encode`d (the server counts tokens with them), else here.
+        ``guides``: per sentence, its prefix, constraints and banned phrases as text."""
+        ids = self.encode(sentences) if ids is None else ids
+        controls = self.controls(guides, ids, search, first_line) if guides is not None else None
+        return self.hypotheses_of_ids(ids, search, first_line, controls)
 
-    def hypotheses_of_ids(self, ids: list[list[int] | None], search: SearchConfig,
-                          first_line: int = 1) -> list[list[Hypothesis]]:
+    def hypotheses_of_ids(self, ids: list[list[int] | None], search: SearchConfig, first_line: int = 1,
+                          controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
         """`hypotheses` of encoded sources (None: an empty line, which gets none).
 
         A line longer than the model's input, or far longer than its training data's, is translated in
         pieces (`nmtk.decode.long_input`), with one warning naming its line (``first_line`` is the
-        number of ``ids[0]``).
+        number of ``ids[0]``); its prefix and constraints are asked of its first piece, its banned
+        phrases of every piece.
         """
         if search.align and not self.can_align:
             raise NmtkError("alignments come from nmtk's own model: use the run directory, not an export")
@@ -70,12 +98,60 @@ class TranslatorBase:
         if not todo:
             return results
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained)
-        decode = partial(self.decode_pieces, search=search)
+        pieces_controls = None
+        if controls is not None and any(controls[i] for i in todo):
+            pieces_controls = [c if j == 0 else (LineControls(bans=c.bans) if c else None)
+                               for c, n in zip((controls[i] for i in todo), segments.count, strict=True)
+                               for j in range(n)]
+        decode = partial(self.decode_pieces, search=search, controls=pieces_controls)
         for i, hyps, n in zip(todo, segments.decode(decode), segments.count, strict=True):
             results[i] = hyps
             if n > 1:
                 warn_split(first_line + i, len(ids[i]), self.max_positions, n, self.longest_trained)
+            if controls is not None and controls[i] and controls[i].constraints and hyps:
+                warn_unmet(first_line + i, hyps[0].tokens, controls[i].constraints)
         return results
+
+    def controls(self, guides: list[Guidance | None], ids: list[list[int] | None], search: SearchConfig,
+                 first_line: int = 1) -> list[LineControls | None]:
+        """Each line's `Guidance` as target ids through the target pipeline, checked: a phrase that
+        encodes to nothing or to unknown pieces, a prefix or constraint longer than the line's output
+        limit, and a control this engine or search cannot honour are each one error naming the line."""
+        out: list[LineControls | None] = []
+        for k, (guide, src) in enumerate(zip(guides, ids, strict=True)):
+            line = first_line + k
+            if not guide or src is None:
+                out.append(None)
+                continue
+            if guide.constraints and not self.can_constrain:
+                raise NmtkError(f"line {line}: constraints (and glossaries) need nmtk's own engine: the {self.engine} "
+                                "engine has no constrained search; translate with the run directory instead")
+            if guide.constraints and search.sampling is not None:
+                raise NmtkError(f"line {line}: constraints need beam search; leave out --sampling")
+            limit = min(int(search.max_len_a * len(src) + search.max_len_b), self.max_positions - 1)
+            prefix = self._phrase(guide.prefix, "prefix", line, self.max_positions - 2) if guide.prefix else ()
+            constraints = tuple(self._phrase(c, "constraint", line, limit) for c in guide.constraints)
+            bans = tuple(self._phrase(b, "banned phrase", line, None) for b in guide.bans)
+            out.append(LineControls(prefix=prefix, constraints=constraints, bans=bans,
+                                    glue=self.glue if constraints else frozenset()))
+        return out
+
+    @cached_property
+    def glue(self) -> frozenset[int]:
+        """Target ids that continue a word (`LineControls.glue`)."""
+        starts = word_starts(self.tgt_pipe.subwords.pieces())
+        return frozenset(int(i) for i in range(len(starts)) if i >= len(SPECIAL_SYMBOLS) and not starts[i])
+
+    def _phrase(self, text: str, what: str, line: int, limit: int | None) -> tuple[int, ...]:
+        ids = tuple(self.tgt_pipe.encode(text))
+        if not ids:
+            raise NmtkError(f"line {line}: the {what} {text!r} is empty after tokenisation")
+        if UNK_ID in ids:
+            raise NmtkError(f"line {line}: the {what} {text!r} has characters the target vocabulary cannot write")
+        if limit is not None and len(ids) > limit:
+            raise NmtkError(f"line {line}: the {what} {text!r} is {len(ids)} subwords, longer than the line's "
+                            f"output limit of {limit} (max_len_a·|source| + max_len_b)")
+        return ids
 
     def detokenize(self, hyp: Hypothesis) -> str:
         return self.tgt_pipe.decode(hyp.tokens)

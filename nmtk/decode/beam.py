@@ -13,58 +13,36 @@ Scores are GNMT-normalised: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α, |Y| 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
-from nmtk.decode.config import Hypothesis, SearchConfig
-from nmtk.decode.contract import Cache, Decoder
+from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.constrained import constrained_beam_search
+from nmtk.decode.contract import Decoder
+from nmtk.decode.steering import Steering
+from nmtk.decode.step import (
+    NEG_INF,
+    Results,
+    length_penalty,
+    max_lengths,
+    only_eos_where,
+    steer_at,
+    step_log_probs,
+)
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["Hypothesis", "SearchConfig", "beam_search", "greedy_search", "length_penalty", "max_lengths"]
 
-NEG_INF = float("-inf")
-
-
-def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def max_lengths(src: Tensor, cfg: SearchConfig, model: Decoder) -> Tensor:
-    """Per sentence: a·|x| + b output tokens (|x| without EOS), never past the model's positions."""
-    src_len = src.ne(PAD_ID).sum(dim=1) - 1
-    limit = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
-    return limit.clamp(min=1, max=model.cfg.max_positions - 1)
-
-
-def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache, first: bool = False) -> Tensor:
-    """Log-probabilities of the next token; <pad> and <s> can never be produced, nor EOS as the
-    ``first`` token: a sentence never translates to nothing. Without that rule a weakly trained model
-    under the GNMT length penalty can prefer the empty hypothesis (one EOS, penalty 1) to every real
-    one; fairseq (``min_len`` 1) and CTranslate2 (``min_decoding_length`` 1) forbid it the same way."""
-    lprobs = torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)
-    lprobs[:, PAD_ID] = NEG_INF
-    lprobs[:, BOS_ID] = NEG_INF
-    if first:
-        lprobs[:, EOS_ID] = NEG_INF
-    return lprobs
-
-
-def only_eos_where(reached: Tensor, lprobs: Tensor) -> Tensor:
-    """Rows of ``lprobs`` (..., V) where ``reached`` (a hypothesis at its length limit) may only end:
-    every token but EOS gets -∞, and EOS keeps the model's own log-probability. (Scoring the forced
-    EOS 0 would reward exactly the hypotheses that run to the limit, often degenerate repetitions.)
-    Searches call it only from the first step at which some row can reach its limit."""
-    not_eos = torch.ones(lprobs.size(-1), dtype=torch.bool, device=lprobs.device)
-    not_eos[EOS_ID] = False
-    return lprobs.masked_fill(reached[..., None] & not_eos, NEG_INF)
-
-
 @torch.inference_mode()
-def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
+def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig,
+                  controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
     """Arg-max decoding; ``beam = 1`` means this. Finished rows leave the batch."""
     cache = model.start_cache(model.encode(src))
     n = src.size(0)
-    limit = max_lengths(src, cfg, model)
+    steering = Steering.of(controls, cfg, n, src.device)
+    limit = max_lengths(src, cfg, model, steering)
     first_limit = int(limit.min())
     rows = torch.arange(n, device=src.device)
     tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
@@ -73,7 +51,7 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[H
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     step = 0
     while rows.numel():
-        lprobs = step_log_probs(model, tokens, cache, first=step == 0)
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer_at(steering, history, rows, step))
         if step >= first_limit:
             lprobs = only_eos_where(limit[rows] <= step, lprobs)
         best, tokens = lprobs.max(dim=-1)
@@ -94,15 +72,21 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[H
 
 
 @torch.inference_mode()
-def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
-    """The ``cfg.nbest`` best hypotheses of each source row, best first."""
+def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
+                controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
+    """The ``cfg.nbest`` best hypotheses of each source row, best first; ``controls``: per row, its
+    prefix, banned phrases and constraints (a batch with constraints is searched by
+    `nmtk.decode.constrained`)."""
+    if controls is not None and any(c and c.constraints for c in controls):
+        return constrained_beam_search(model, src, cfg, controls)
     if cfg.beam == 1:
-        return greedy_search(model, src, cfg)
+        return greedy_search(model, src, cfg, controls)
     k, device = cfg.beam, src.device
     n = src.size(0)
     cache = model.start_cache(model.encode(src))  # encoder keys/values projected once per sentence...
     cache.expand(k)  # ...then shared by its K beams
-    limit = max_lengths(src, cfg, model)
+    steering = Steering.of(controls, cfg, n, device)
+    limit = max_lengths(src, cfg, model, steering)
     max_steps, first_limit = int(limit.max()) + 1, int(limit.min())
 
     sent = torch.arange(n, device=device)  # original index of each running sentence
@@ -112,12 +96,12 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hyp
     history = torch.empty((n * k, 0), dtype=torch.long, device=device)
     fin_scores = torch.full((n, k), NEG_INF, device=device)
     fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
-    out_scores = torch.full((n, k), NEG_INF)
-    out_tokens: list[Tensor | None] = [None] * n
+    out = Results(n, k)
 
     for step in range(max_steps):
         b = sent.numel()
-        lprobs = step_log_probs(model, tokens, cache, first=step == 0).view(b, k, -1)
+        steer = None if steering is None else steer_at(steering, history, sent.repeat_interleave(k), step)
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer).view(b, k, -1)
         vocab = lprobs.size(-1)
         if step >= first_limit:  # no row is at its limit before (and no host sync is needed to know it)
             lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)
@@ -149,27 +133,11 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig) -> list[list[Hyp
         bound = scores[:, 0] / length_penalty(limit[sent].float() + 1, cfg.length_penalty)
         done = (fin_scores[:, cfg.nbest - 1] >= bound) | (limit[sent] <= step) | scores[:, 0].isneginf()
         if bool(done.any()):  # the step's one host read; then one batched copy of what finished
-            finished = done.nonzero().flatten()
-            for i, seqs, fin in zip(sent[finished].tolist(), fin_tokens[finished].cpu(), fin_scores[finished].cpu(),
-                                    strict=True):
-                out_tokens[i], out_scores[i] = seqs, fin
-            keep = (~done).nonzero().flatten()
+            keep = out.collect(done, sent, fin_tokens, fin_scores)
             if keep.numel() == 0:
                 break
             keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
             sent, scores, fin_scores, fin_tokens = sent[keep], scores[keep], fin_scores[keep], fin_tokens[keep]
             tokens, history = tokens[keep_rows], history[keep_rows]
             cache.reorder(keep_rows)
-    return [_unpack(out_tokens[i], out_scores[i], cfg) for i in range(n)]
-
-
-def _unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig) -> list[Hypothesis]:
-    hyps = []
-    if seqs is None:
-        return hyps
-    for j in range(cfg.nbest):
-        if scores[j].isneginf():
-            break
-        row = seqs[j].tolist()
-        hyps.append(Hypothesis(row[: row.index(PAD_ID)] if PAD_ID in row else row, float(scores[j])))
-    return hyps
+    return out.hypotheses(cfg)

@@ -10,7 +10,7 @@ section and a command's explicit choices become a search, for `translate`, valid
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from nmtk.errors import NmtkError
@@ -38,6 +38,24 @@ class SamplingConfig:
 
 
 @dataclass(frozen=True)
+class LineControls:
+    """What one line asks of its search besides the model, as target subword ids: the start its
+    translation must have (``prefix``), phrases it must contain (``constraints``, lexically
+    constrained beam search: `nmtk.decode.constrained`) and phrases it must never contain
+    (``bans``). Built from text by `nmtk.decode.guide`; empty fields ask for nothing."""
+
+    prefix: tuple[int, ...] = ()
+    constraints: tuple[tuple[int, ...], ...] = ()
+    bans: tuple[tuple[int, ...], ...] = ()
+    # target ids that continue the word before them: never right after a constraint's last token, so a
+    # term is produced as whole words ("Hund" does not count as met by "Hunde"); one set shared by all lines
+    glue: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.prefix or self.constraints or self.bans)
+
+
+@dataclass(frozen=True)
 class SearchConfig:
     """One search, whole: beam (1 = greedy), GNMT length penalty α, output length ≤ a·|x| + b, the n
     best kept, the batch budget ``max_tokens`` in source tokens × beam (× 1 for sampling; None: by
@@ -57,6 +75,9 @@ class SearchConfig:
     max_tokens: int | None = _DEFAULTS.max_tokens  # None: by device (`budget`)
     sampling: SamplingConfig | None = None
     align: bool = False
+    no_repeat_ngram_size: int = _DEFAULTS.no_repeat_ngram_size  # 0: no limit
+    repetition_penalty: float = _DEFAULTS.repetition_penalty  # 1: none
+    ordered_constraints: bool = False  # a line's constraints must appear in the order given
 
     def __post_init__(self) -> None:
         if self.beam < 1 or self.nbest < 1:
@@ -66,6 +87,14 @@ class SearchConfig:
                             "hypotheses; raise the beam or leave it out (it then follows the n-best)")
         if self.sampling is not None and self.nbest > 1:
             raise NmtkError(f"n-best {self.nbest} with sampling: a sample is one hypothesis per line")
+        if self.no_repeat_ngram_size < 0 or self.repetition_penalty <= 0:
+            raise NmtkError(f"no_repeat_ngram_size {self.no_repeat_ngram_size}, repetition_penalty "
+                            f"{self.repetition_penalty}: the first must be 0 or more, the second above 0")
+
+    @property
+    def steers(self) -> bool:
+        """Whether this search changes the model's scores on every line (repetition limits)."""
+        return self.no_repeat_ngram_size > 0 or self.repetition_penalty != 1.0
 
     def budget(self, device_type: str) -> int:
         """Source tokens × beam per batch on a device of this type (``cpu``, ``cuda``)."""
@@ -80,7 +109,8 @@ class SearchConfig:
     def from_recipe(cls, decode: DecodeSection, **choices: Any) -> SearchConfig:
         """The search a command asks for, the recipe's ``[decode]`` filling what it leaves open (None)."""
         base = cls(beam=decode.beam, length_penalty=decode.length_penalty, max_len_a=decode.max_len_a,
-                   max_len_b=decode.max_len_b, max_tokens=decode.max_tokens)
+                   max_len_b=decode.max_len_b, max_tokens=decode.max_tokens,
+                   no_repeat_ngram_size=decode.no_repeat_ngram_size, repetition_penalty=decode.repetition_penalty)
         return base.choose(**choices)
 
     def choose(self, **choices: Any) -> SearchConfig:

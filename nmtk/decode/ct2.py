@@ -20,7 +20,7 @@ import numpy as np
 
 from nmtk.data.batching import length_batches
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.rundir import ExportDir, ModelSource
 from nmtk.text import text_pipelines
@@ -87,9 +87,11 @@ class Ct2Translator(TranslatorBase):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.source_pieces = self.src_pipe.subwords.pieces()
-        self.target_ids = {piece: i for i, piece in enumerate(self.tgt_pipe.subwords.pieces())}
+        self.target_pieces = self.tgt_pipe.subwords.pieces()
+        self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
 
-    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig) -> list[list[Hypothesis]]:
+    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
+                      controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
         """Length-sorted batches. nmtk limits each sentence to a·|x| + b tokens; CTranslate2 takes one
         maximum per call. A search is cut by its limit only if it runs that far, so a batch is decoded
         once under its largest limit, and only a sentence that produced a hypothesis as long as its own
@@ -102,36 +104,53 @@ class Ct2Translator(TranslatorBase):
 
             ctranslate2.set_random_seed(search.sampling.seed)
             self._seeded.add(search.sampling.seed)
+        controls = controls or [None] * len(pieces)
+        if any(c and c.constraints for c in controls):
+            raise NmtkError("constraints need nmtk's own engine: CTranslate2 has no constrained search")
         lengths = np.fromiter((len(s) + 1 for s in pieces), dtype=np.int64, count=len(pieces))
-        limits = [min(int(search.max_len_a * len(s) + search.max_len_b), self.max_positions - 1) for s in pieces]
+        limits = [min(max(int(search.max_len_a * len(s) + search.max_len_b), len(c.prefix) + 1 if c else 0),
+                      self.max_positions - 1) for s, c in zip(pieces, controls, strict=True)]
         out: list[list[Hypothesis]] = [[] for _ in pieces]
         for batch in length_batches(lengths, search.budget(self.device), search.rows):
-            todo = [int(i) for i in batch]
-            if search.sampling is None:
-                top = max(limits[i] for i in todo)
-                self._decode_into(out, pieces, todo, top, search)
-                todo = [i for i in todo if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
-            for limit in sorted({limits[i] for i in todo}):
-                self._decode_into(out, pieces, [i for i in todo if limits[i] == limit], limit, search)
+            # CTranslate2 takes banned phrases per call: lines banning different ones are decoded apart
+            by_bans: dict[tuple, list[int]] = {}
+            for i in batch:
+                by_bans.setdefault(controls[i].bans if controls[i] else (), []).append(int(i))
+            for todo in by_bans.values():
+                if search.sampling is None:
+                    top = max(limits[i] for i in todo)
+                    self._decode_into(out, pieces, todo, top, search, controls)
+                    todo = [i for i in todo if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
+                for limit in sorted({limits[i] for i in todo}):
+                    self._decode_into(out, pieces, [i for i in todo if limits[i] == limit], limit, search, controls)
         return out
 
     def _decode_into(self, out: list[list[Hypothesis]], pieces: list[list[int]], group: list[int], limit: int,
-                     search: SearchConfig) -> None:
+                     search: SearchConfig, controls: list[LineControls | None]) -> None:
         """``out[i]`` for each ``i`` of ``group``: one CTranslate2 call under ``limit``."""
-        for i, hyps in zip(group, self._call([pieces[i] for i in group], limit, search), strict=True):
+        called = self._call([pieces[i] for i in group], limit, search, [controls[i] for i in group])
+        for i, hyps in zip(group, called, strict=True):
             out[i] = hyps
 
-    def _call(self, sources: list[list[int]], limit: int, search: SearchConfig) -> list[list[Hypothesis]]:
+    def _call(self, sources: list[list[int]], limit: int, search: SearchConfig,
+              controls: list[LineControls | None]) -> list[list[Hypothesis]]:
         sampling = search.sampling
         # at most `limit` tokens besides EOS, as nmtk's searches (which force EOS at the limit): a
         # hypothesis CTranslate2 stops at the limit is the same text
-        options = dict(max_decoding_length=max(limit, 1), min_decoding_length=1, max_input_length=0,
-                       return_scores=True, length_penalty=search.length_penalty)
+        options: dict[str, Any] = dict(max_decoding_length=max(limit, 1), min_decoding_length=1, max_input_length=0,
+                                       return_scores=True, length_penalty=search.length_penalty,
+                                       no_repeat_ngram_size=search.no_repeat_ngram_size,
+                                       repetition_penalty=search.repetition_penalty)
         if sampling is None:
             options.update(beam_size=search.beam, num_hypotheses=search.nbest)
         else:
             options.update(beam_size=1, sampling_topk=sampling.topk, sampling_topp=sampling.topp,
                            sampling_temperature=sampling.temperature)
+        words = self.target_pieces
+        if any(c and c.prefix for c in controls):
+            options["target_prefix"] = [[words[t] for t in c.prefix] if c and c.prefix else None for c in controls]
+        if controls and controls[0] and controls[0].bans:  # one set per call (grouped by `decode_pieces`)
+            options["suppress_sequences"] = [[words[t] for t in ban] for ban in controls[0].bans]
         results = self.ct2.translate_batch([[self.source_pieces[t] for t in s] for s in sources], **options)
         return [[Hypothesis([self.target_ids[p] for p in tokens], score)
                  for tokens, score in zip(r.hypotheses, r.scores, strict=True)] for r in results]

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
-from nmtk.decode.beam import (
+from nmtk.decode.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
+from nmtk.decode.contract import Decoder
+from nmtk.decode.steering import Steering
+from nmtk.decode.step import (
     NEG_INF,
     length_penalty,
     max_lengths,
     only_eos_where,
+    steer_at,
     step_log_probs,
 )
-from nmtk.decode.config import Hypothesis, SamplingConfig, SearchConfig
-from nmtk.decode.contract import Decoder
 
 __all__ = ["SamplingConfig", "sample_search"]
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -32,9 +36,10 @@ def _filter(logits: Tensor, topk: int, topp: float) -> Tensor:
 
 
 @torch.inference_mode()
-def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, sampling: SamplingConfig,
-                  generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
-    """One sampled translation per source row, scored like beam search's hypotheses.
+def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, controls: Sequence[LineControls | None] | None = None,
+                  *, sampling: SamplingConfig, generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
+    """One sampled translation per source row, scored like beam search's hypotheses; ``controls``:
+    each row's prefix and banned phrases (constraints need beam search).
 
     ``generator`` carries the random stream across batches; without one, a new one seeded with
     ``sampling.seed`` is used.
@@ -43,7 +48,10 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, sampling: Samp
         generator = torch.Generator(device=src.device).manual_seed(sampling.seed)
     cache = model.start_cache(model.encode(src))
     n = src.size(0)
-    limit = max_lengths(src, cfg, model)
+    steering = Steering.of(controls, cfg, n, src.device)
+    limit = max_lengths(src, cfg, model, steering)
+    every = torch.arange(n, device=src.device)
+    history = torch.empty((n, 0), dtype=torch.long, device=src.device)
     tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
     finished = torch.zeros(n, dtype=torch.bool, device=src.device)
     raw = torch.zeros(n, device=src.device)
@@ -51,7 +59,7 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, sampling: Samp
     steps = []
     first_limit = int(limit.min())
     for step in range(int(limit.max()) + 1):
-        lprobs = step_log_probs(model, tokens, cache, first=step == 0)
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer_at(steering, history, every, step))
         if step >= first_limit:
             lprobs = only_eos_where(limit <= step, lprobs)
         logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)
@@ -60,6 +68,8 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, sampling: Samp
         raw += torch.where(finished, 0.0, lprobs.gather(1, choice.clamp(min=0)[:, None]).squeeze(1))
         length += (~finished).float()
         steps.append(choice)
+        if steering is not None:
+            history = torch.cat([history, choice[:, None]], dim=1)
         finished |= choice.eq(EOS_ID)
         tokens = choice.masked_fill(finished, EOS_ID)
         if bool(finished.all()):

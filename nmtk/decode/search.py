@@ -11,7 +11,7 @@ from torch import Tensor
 from nmtk.data.batching import length_batches
 from nmtk.data.dataset import pad_multiple, pad_sequences
 from nmtk.decode.beam import beam_search
-from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
 from nmtk.decode.contract import Decoder
 from nmtk.device import autocast_for
 from nmtk.precision import Precision
@@ -19,18 +19,21 @@ from nmtk.vocab import BOS_ID, EOS_ID, SPECIAL_SYMBOLS
 
 __all__ = ["SearchFn", "decode_ids", "length_batches"]
 
-#: A search over one padded batch of sources: beam search, or sampling with its settings bound.
-SearchFn = Callable[[Decoder, Tensor, SearchConfig], list[list[Hypothesis]]]
+#: A search over one padded batch of sources and their line controls (None: none): beam search, or
+#: sampling with its settings bound.
+SearchFn = Callable[[Decoder, Tensor, SearchConfig, "Sequence[LineControls | None] | None"], list[list[Hypothesis]]]
 
 
 def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, *,
                device: torch.device | None = None, precision: Precision = Precision.fp32,
-               search_fn: SearchFn | None = None, pad_to: int | None = None) -> list[list[Hypothesis]]:
+               search_fn: SearchFn | None = None, pad_to: int | None = None,
+               controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
     """Hypotheses for each source (ids without EOS), in input order.
 
     ``pad_to``: pad source lengths to a multiple of it (default `pad_multiple`: 8 on a GPU). ``search_fn``
     defaults to beam search; batches hold at most ``cfg.budget(device)`` source tokens
-    times the beam (times 1 for any other search).
+    times the beam (times 1 for any other search). ``controls``: per source, its prefix, constraints
+    and banned phrases (`LineControls`), or None.
     """
     search_fn = search_fn or beam_search
     rows_per_source = cfg.beam if search_fn is beam_search else 1
@@ -44,8 +47,9 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
         for batch in length_batches(lengths, cfg.budget(device.type), rows_per_source):
             src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID,
                                 multiple=multiple).to(device)
+            steer = None if controls is None else [controls[i] for i in batch]
             with autocast_for(device, precision):
-                hyps = search_fn(model, src, cfg)
+                hyps = search_fn(model, src, cfg, steer)
             for i, h in zip(batch, hyps, strict=True):
                 results[i] = h
     finally:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -24,6 +24,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, input_path, output_path
@@ -43,6 +44,7 @@ class TranslateOptions:
     skip: int = 0  # input lines to leave out (going on after an interrupted run)
     errors: InvalidUtf8 = InvalidUtf8.error
     print_scores: bool = False
+    guide: GuideOptions = field(default_factory=lambda: GuideOptions())
 
     @property
     def nbest(self) -> int:
@@ -52,10 +54,30 @@ class TranslateOptions:
 
 @dataclass(frozen=True)
 class Engine:
-    """A loaded translator and the search this run asks of it."""
+    """A loaded translator, the search this run asks of it, and what guides each line."""
 
     translator: TranslatorBase
     search: SearchConfig
+    format: InputFormat = InputFormat()
+    glossary: Glossary | None = None
+    bans: tuple[str, ...] = ()
+
+    def guides(self, lines: list[str], first: int) -> tuple[list[str], list[Guidance | None] | None]:
+        """The sources of ``lines`` (numbered from ``first``) and each one's guidance (None: none at all,
+        and the search runs exactly as without these options)."""
+        if self.format.plain and self.glossary is None and not self.bans:
+            return lines, None
+        sources, guides = [], []
+        tokenize = self.translator.src_pipe.moses.tokenize
+        for k, line in enumerate(lines):
+            source, guide = self.format.split(line, first + k)
+            if self.glossary is not None and source.strip():
+                guide = self.glossary.guide(source, guide, tokenize)
+            if self.bans:
+                guide = replace(guide, bans=self.bans)
+            sources.append(source)
+            guides.append(guide or None)
+        return sources, guides
 
 
 def output_lines(index: int, hyps: list[Hypothesis], engine: Engine, options: TranslateOptions) -> list[str]:
@@ -91,7 +113,8 @@ def translate(options: TranslateOptions) -> None:
     if search.align and model.is_export:
         raise NmtkError(f"--print-alignment: not available with an exported CTranslate2 model ({model.path}): "
                         "alignments come from nmtk's own model: pass the run directory")
-    engine = Engine(load_translator(model, options.load), search)
+    glossary, bans = read_guides(options.guide, model.recipe)
+    engine = Engine(load_translator(model, options.load), search, options.guide.format, glossary, bans)
     source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
     done = [0]
     try:
@@ -266,7 +289,8 @@ def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: T
         start = time.perf_counter()
         for chunk in buffered(lines, options.buffer_size, waiting):
             first = options.skip + done[0] + 1
-            hypotheses = engine.translator.hypotheses(chunk, engine.search, first_line=first)
+            sources, guides = engine.guides(chunk, first)
+            hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first, guides=guides)
             out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
             with _sigint_deferred():  # a buffer is in the output whole, and counted, or not at all
                 sink.write("".join(f"{line}\n" for line in out))

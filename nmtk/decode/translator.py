@@ -8,15 +8,16 @@ from typing import ClassVar
 
 import torch
 
-from nmtk.decode.alignment import align, word_starts
+from nmtk.decode.alignment import align
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, SamplingConfig, SearchConfig
+from nmtk.decode.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
 from nmtk.decode.ensemble import Ensemble
 from nmtk.decode.sampling import sample_search
 from nmtk.decode.search import SearchFn, decode_ids
 from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
 from nmtk.model import Transformer
+from nmtk.text.subword import word_starts
 
 
 @dataclass(kw_only=True)
@@ -25,6 +26,7 @@ class Translator(TranslatorBase):
 
     engine: ClassVar[str] = "torch"
     can_align: ClassVar[bool] = True
+    can_constrain: ClassVar[bool] = True
 
     model: Transformer | Ensemble
     device: torch.device
@@ -38,11 +40,12 @@ class Translator(TranslatorBase):
         super().__post_init__()
         self.word_starts = tuple(word_starts(p.subwords.pieces()) for p in (self.src_pipe, self.tgt_pipe))
 
-    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig) -> list[list[Hypothesis]]:
+    def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
+                      controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
         if self.text_only:
             raise NmtkError("this translator's weights were freed (keep_text_only): it cannot search")
         hyps = decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
-                          search_fn=self._search_fn(search.sampling))
+                          search_fn=self._search_fn(search.sampling), controls=controls)
         if search.align:
             self._align(pieces, hyps)
         return hyps

@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.decode.guide import Glossary, Guidance
 from nmtk.errors import NmtkError
 from nmtk.serve.worker import QueueFull, Worker
 
@@ -80,12 +81,35 @@ class LibreRequest(BaseModel):
     n_best: int = Field(1, ge=1)
     scores: bool = False
     alignment: bool = False
+    prefix: str | list[str] | None = None  # the start of the translation (per line when q is a list)
+    constraints: list[str] | list[list[str]] | None = None  # terms it must contain (per line when q is a list)
+    glossary: list[tuple[str, str]] | None = None  # [[source term, target term], ...]: added to the server's
+    glossary_ignore_case: bool = False
+    ban: list[str] | None = None  # phrases never to produce
+    no_repeat_ngram_size: int | None = Field(None, ge=0)
+    repetition_penalty: float | None = Field(None, gt=0.0)
 
 
 class OnmtSegment(BaseModel):
+    """OpenNMT-py's segment, and nmtk's controls (as `LibreRequest`'s, for this one segment)."""
+
     model_config = ConfigDict(extra="ignore")
     src: str
     id: int | str | None = None
+    prefix: str | None = None
+    constraints: list[str] | None = None
+    glossary: list[tuple[str, str]] | None = None
+    ban: list[str] | None = None
+    no_repeat_ngram_size: int | None = Field(None, ge=0)
+    repetition_penalty: float | None = Field(None, gt=0.0)
+
+
+@dataclass(frozen=True)
+class ServerGuides:
+    """What the server asks of every translation (``serve --glossary``, ``--ban``); requests add theirs."""
+
+    glossary: Glossary | None = None
+    bans: tuple[str, ...] = ()
 
 
 def _json_error(status: int, message: str) -> JSONResponse:
@@ -161,14 +185,14 @@ class _Guard:
 
 
 def create_app(worker: Worker, info: ModelInfo, default: SearchConfig, limits: Limits, api_key: str | None = None,
-               reload: Any = None) -> FastAPI:
+               reload: Any = None, guides: ServerGuides = ServerGuides()) -> FastAPI:
     """The app over ``worker``, searching as ``default`` unless a request chooses otherwise;
     ``reload()`` (optional) starts loading a new checkpoint in the background."""
     app = FastAPI(title="nmtk serve", description=f"{info.source} → {info.target} ({info.recipe})")
     app.state.accepting = True
     _install_errors(app)
     app.add_middleware(_Guard, state=app.state, api_key=api_key)
-    service = _Service(worker, info, default, limits)
+    service = _Service(worker, info, default, limits, guides)
     _translation_routes(app, service)
     _information_routes(app, service, reload)
     return app
@@ -199,8 +223,32 @@ def _install_errors(app: FastAPI) -> None:
 class _Service:
     """What every route does the same way: build a request's search, check its size, queue it."""
 
-    def __init__(self, worker: Worker, info: ModelInfo, default: SearchConfig, limits: Limits) -> None:
-        self.worker, self.info, self.default, self.limits = worker, info, default, limits
+    def __init__(self, worker: Worker, info: ModelInfo, default: SearchConfig, limits: Limits,
+                 guides: ServerGuides = ServerGuides()) -> None:
+        self.worker, self.info, self.default, self.limits, self.server_guides = worker, info, default, limits, guides
+
+    def guides(self, lines: list[str], prefix: list[str | None], constraints: list[list[str]],
+               glossary: list[tuple[str, str]] | None, ignore_case: bool, ban: list[str] | None
+               ) -> list[Guidance | None] | None:
+        """Each line's `Guidance`: its prefix and constraints, the terms of the server's and the
+        request's glossaries its source holds, and the banned phrases (None: nothing asked)."""
+        try:
+            extra = Glossary.of(glossary, ignore_case, "glossary") if glossary else None
+        except NmtkError as exc:
+            raise ApiError(422, str(exc)) from None
+        server = self.server_guides
+        every = server.glossary + extra if server.glossary and extra else (extra or server.glossary)
+        bans = tuple(server.bans) + tuple(b.strip() for b in ban or () if b.strip())
+        if every is None and not bans and not any(prefix) and not any(constraints):
+            return None
+        tokenize = self.worker.translator.src_pipe.moses.tokenize
+        out: list[Guidance | None] = []
+        for line, start, terms in zip(lines, prefix, constraints, strict=True):
+            if any(not t.strip() for t in terms):
+                raise ApiError(422, "constraints: an empty term")
+            guide = Guidance(prefix=(start or "").strip(), constraints=tuple(t.strip() for t in terms), bans=bans)
+            out.append((every.guide(line, guide, tokenize) if every is not None else guide) or None)
+        return out
 
     def search_for(self, **choices: Any) -> SearchConfig:
         """A request's search: ``default`` with its choices, by `SearchConfig`'s rules (one place)."""
@@ -215,16 +263,19 @@ class _Service:
             raise ApiError(400, "alignment needs nmtk's own model: serve the run directory, not an export")
         return search
 
-    async def run(self, lines: list[str], search: SearchConfig) -> tuple[list[list[Hypothesis]], TranslatorBase]:
+    async def run(self, lines: list[str], search: SearchConfig,
+                  guides: list[Guidance | None] | None = None) -> tuple[list[list[Hypothesis]], TranslatorBase]:
         chars, limits = sum(map(len, lines)), self.limits
         if len(lines) > limits.max_lines:
             raise ApiError(413, f"{len(lines)} lines in one request; the limit is {limits.max_lines} (--max-lines)")
         if chars > limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; the limit is {limits.max_chars} (--max-chars)")
         try:
-            future = self.worker.submit(lines, search)
+            future = self.worker.submit(lines, search, guides)
         except QueueFull:
             raise ApiError(503, "the queue is full; try again shortly (--max-queue)") from None
+        except NmtkError as exc:  # a prefix, constraint or banned phrase the model cannot take
+            raise ApiError(422, str(exc)) from None
         try:
             return await asyncio.wrap_future(future)
         except Exception as exc:  # noqa: BLE001 - the decoder failed on this request only
@@ -236,6 +287,17 @@ class _Service:
         known_source = source.lower() in ("auto", info.source.lower())
         if not known_source or (target or info.target).lower() != info.target.lower():
             raise ApiError(400, f"this server translates {info.source} → {info.target}, not {source} → {target}")
+
+
+def _per_line(value: Any, lines: int, name: str, one: type) -> list[Any]:
+    """A request's per-line field: one value (of type ``one``) for every line, else one per line."""
+    if value is None:
+        return [None] * lines
+    if isinstance(value, one) and not (one is list and value and isinstance(value[0], list)):
+        return [value] * lines
+    if len(value) != lines:
+        raise ApiError(422, f"{name}: {len(value)} entries for {lines} lines of q")
+    return list(value)
 
 
 def _translation_routes(app: FastAPI, service: _Service) -> None:
@@ -253,8 +315,13 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
         if not lines or not any(line.strip() for line in lines):
             raise ApiError(400, "q is empty")
         lines = [" ".join(line.splitlines()) for line in lines]  # one segment per string
-        search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment)
-        hyps, translator = await service.run(lines, search)
+        search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment,
+                                    no_repeat_ngram_size=req.no_repeat_ngram_size,
+                                    repetition_penalty=req.repetition_penalty)
+        guides = service.guides(lines, _per_line(req.prefix, len(lines), "prefix", str),
+                                _per_line(req.constraints, len(lines), "constraints", list) if req.constraints
+                                else [[] for _ in lines], req.glossary, req.glossary_ignore_case, req.ban)
+        hyps, translator = await service.run(lines, search, guides)
         texts = [translator.detokenize(h[0]) if h else "" for h in hyps]
         out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
 
@@ -278,7 +345,16 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
         """OpenNMT-py's REST request: a list of ``{"id", "src"}``."""
         if not segments:
             raise ApiError(400, "empty request: send [{\"src\": \"...\", \"id\": 100}]")
-        hyps, translator = await service.run([" ".join(s.src.splitlines()) for s in segments], service.default)
+        settings = {(s.no_repeat_ngram_size, s.repetition_penalty) for s in segments}
+        if len(settings) > 1:
+            raise ApiError(422, "no_repeat_ngram_size, repetition_penalty: one request asks for one setting of each")
+        no_repeat, penalty = settings.pop()
+        search = service.search_for(no_repeat_ngram_size=no_repeat, repetition_penalty=penalty)
+        lines = [" ".join(s.src.splitlines()) for s in segments]
+        glossary = [pair for s in segments for pair in s.glossary or ()]
+        guides = service.guides(lines, [s.prefix for s in segments], [s.constraints or [] for s in segments],
+                                glossary, False, [b for s in segments for b in s.ban or ()])
+        hyps, translator = await service.run(lines, search, guides)
         return [[{"src": s.src, "tgt": translator.detokenize(h[0]) if h else "", "n_best": 1,
                   "pred_score": h[0].score if h else 0.0, "align": None}] for s, h in zip(segments, hyps, strict=True)]
 

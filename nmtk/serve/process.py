@@ -25,10 +25,18 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 
 Loader = Callable[[], TranslatorBase]
+
+
+def searched(translator: TranslatorBase, search: SearchConfig, lines: list[str], ids: list[list[int] | None],
+             controls: list[LineControls | None] | None) -> list[list[Hypothesis]]:
+    """One batch's hypotheses, its lines already encoded (``ids``) and their controls checked."""
+    if controls is None:
+        return translator.hypotheses(lines, search, ids=ids)
+    return translator.hypotheses_of_ids(ids, search, controls=controls)
 
 
 class SearchProcess:
@@ -48,11 +56,11 @@ class SearchProcess:
         self._answer()
         return self
 
-    def hypotheses(self, search: SearchConfig, lines: list[str],
-                   ids: list[list[int] | None]) -> list[list[Hypothesis]]:
-        """`TranslatorBase.hypotheses`, computed in the child."""
+    def hypotheses(self, search: SearchConfig, lines: list[str], ids: list[list[int] | None],
+                   controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
+        """`TranslatorBase.hypotheses_of_ids`, computed in the child (``lines`` for its messages)."""
         try:
-            self._pipe.send((search, lines, ids))
+            self._pipe.send((search, lines, ids, controls))
         except OSError:
             self._answer()  # the child is gone: say how
         return self._answer()
@@ -104,9 +112,9 @@ def _child(pipe: Connection, load: Loader) -> None:
             return
         if message is None:
             return
-        search, lines, ids = message
+        search, lines, ids, controls = message
         try:
-            result = translator.hypotheses(lines, search, ids=ids)
+            result = searched(translator, search, lines, ids, controls)
         except Exception as exc:  # noqa: BLE001 - fails this batch only; the worker retries its jobs alone
             sent = _send(pipe, True, exc)
         else:

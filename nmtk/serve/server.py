@@ -12,15 +12,17 @@ import os
 import signal
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import SearchConfig
+from nmtk.decode.guide import GuideOptions, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.errors import NmtkError
 from nmtk.rundir import ModelSource, resolve_model
-from nmtk.serve.app import Limits, ModelInfo, create_app
+from nmtk.serve.app import Limits, ModelInfo, ServerGuides, create_app
 from nmtk.serve.worker import Worker, background
 
 API_KEY_ENV = "NMTK_API_KEY"
@@ -38,6 +40,9 @@ class ServeOptions:
     workers: int | None = None  # searches side by side; None: 2 on a CPU with 2 threads or more, else 1
     limits: Limits = Limits()
     api_key: str | None = None
+    glossary: Path | None = None  # every request's glossary (None: the recipe's decode.glossary, if any)
+    glossary_ignore_case: bool | None = None
+    bans: Path | None = None  # phrases no request's translation may contain
 
 
 def _on_gpu(device: str | None, export: bool) -> bool:
@@ -60,6 +65,8 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     The model is resolved once (`resolve_model`): the server, its decoding processes and ``/models``
     name one checkpoint even when training writes a newer default while they load."""
     source = resolve_model(options.load.model, options.load.checkpoint)
+    glossary, bans = read_guides(GuideOptions(glossary=options.glossary, ignore_case=options.glossary_ignore_case,
+                                              bans=options.bans), source.recipe)
     on_gpu = _on_gpu(options.load.device, source.is_export)
     threads = options.load.threads or len(os.sched_getaffinity(0))
     workers = options.workers or (1 if on_gpu or threads < 2 else 2)
@@ -75,7 +82,8 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
                      precision=str(translator.precision.value), beam=default.beam)
     reload = None if source.is_export else (lambda: _reload(worker, info, source, load))
     api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
-    app = create_app(worker, info, default, options.limits, api_key=api_key, reload=reload)
+    app = create_app(worker, info, default, options.limits, api_key=api_key, reload=reload,
+                     guides=ServerGuides(glossary, bans))
     worker.start()
     return app, worker, reload
 

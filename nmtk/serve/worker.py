@@ -34,8 +34,9 @@ from typing import Any
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, SearchConfig
-from nmtk.serve.process import Loader, SearchProcess
+from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.guide import Guidance
+from nmtk.serve.process import Loader, SearchProcess, searched
 
 
 class QueueFull(Exception):
@@ -48,6 +49,7 @@ class Job:
     search: SearchConfig  # jobs of equal searches are decoded together
     ids: list[list[int] | None]  # the lines encoded once, at submission: they size the batch, then are decoded
     tokens: int  # source tokens × beam: what the job adds to a batch
+    controls: list[LineControls | None] | None = None  # per line: prefix, constraints, bans (as ids)
     future: Future = field(default_factory=Future)
 
 
@@ -91,10 +93,12 @@ class Worker:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, lines: list[str], search: SearchConfig) -> Future:
-        """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line)."""
+    def submit(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None) -> Future:
+        """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line).
+        ``guides``: per line, its prefix, constraints and banned phrases, checked here (`NmtkError`)."""
         ids = self.translator.encode(lines)  # a reload keeps the run's subword model: these stay valid
-        job = Job(lines, search, ids, sum(len(x or ()) + 1 for x in ids) * search.rows)
+        controls = self.translator.controls(guides, ids, search) if guides is not None and any(guides) else None
+        job = Job(lines, search, ids, sum(len(x or ()) + 1 for x in ids) * search.rows, controls)
         try:
             self.queue.put_nowait(job)
         except queue.Full:
@@ -250,8 +254,11 @@ class Worker:
     def _decode(self, search: SearchConfig, jobs: list[Job], index: int) -> None:
         translator = self.translator
         try:
+            controls = None
+            if any(job.controls for job in jobs):  # lines of different controls share one search
+                controls = [c for job in jobs for c in (job.controls or [None] * len(job.lines))]
             results = self._hypotheses(translator, search, [line for job in jobs for line in job.lines],
-                                       [x for job in jobs for x in job.ids], index)
+                                       [x for job in jobs for x in job.ids], index, controls)
         except Exception as exc:  # noqa: BLE001 - one bad request must not fail its neighbours
             if len(jobs) == 1:
                 with self._counting:
@@ -267,7 +274,8 @@ class Worker:
             start += len(job.lines)
 
     def _hypotheses(self, translator: TranslatorBase, search: SearchConfig, lines: list[str],
-                    ids: list[list[int] | None], index: int) -> list[list[Hypothesis]]:
+                    ids: list[list[int] | None], index: int,
+                    controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
         """One search: in this thread's child process, else here. A child that ended (killed from
         outside, out of memory) is replaced and the batch sent again; when the new one ends on it too,
         the batch fails, and `_decode`'s jobs retried alone find the line that ends it."""
@@ -275,15 +283,15 @@ class Worker:
             self.stats.batches += 1
         child = self._children[index]
         if child is None:
-            return translator.hypotheses(lines, search, ids=ids)
+            return searched(translator, search, lines, ids, controls)
         try:
-            return child.hypotheses(search, lines, ids)
+            return child.hypotheses(search, lines, ids, controls)
         except Exception as exc:
             if child.alive():
                 raise
             child = self._restart(index, exc)
         try:
-            return child.hypotheses(search, lines, ids)
+            return child.hypotheses(search, lines, ids, controls)
         except Exception as exc:
             if not child.alive():  # it ended twice on this batch: one of its lines ends it
                 self._restart(index, exc)

@@ -18,9 +18,11 @@ import base64
 import io
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
+
+import numpy as np
 
 from nmtk.errors import NmtkError
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_SYMBOLS, UNK_ID
@@ -259,3 +261,12 @@ def _learn_wordpiece(inputs: list[Path], model_path: Path, vocab_size: int, inpu
         raise ValueError(f"WordPiece learned only {tokenizer.get_vocab_size()} pieces of the {vocab_size} asked for "
                          "(the training text is too small for this vocabulary)")
     tokenizer.save(str(model_path))
+
+
+def word_starts(pieces: Sequence[str]) -> np.ndarray:
+    """Per vocabulary id, whether the piece begins a word: sentencepiece marks word starts with ``▁``,
+    WordPiece marks continuations with ``##``."""
+    wordpiece = any(p.startswith("##") for p in pieces) and not any(p.startswith("▁") for p in pieces)
+    if wordpiece:
+        return np.array([not p.startswith("##") for p in pieces])
+    return np.array([p.startswith("▁") for p in pieces])

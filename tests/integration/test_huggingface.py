@@ -95,6 +95,33 @@ def test_imported_model_decodes_greedily_as_transformers(marian) -> None:
         # below compares whole translations)
 
 
+@pytest.mark.parametrize("controls", [{"no_repeat_ngram_size": 2}, {"repetition_penalty": 1.5}])
+def test_repetition_limits_decode_greedily_as_transformers(marian, controls) -> None:
+    """Random weights repeat tokens: the limits change those outputs, the same way in both libraries
+    (CTranslate2's and transformers' rules, applied to the logits in a greedy search)."""
+    from nmtk.decode.beam import greedy_search
+    from nmtk.decode.config import SearchConfig
+
+    folder, run = marian
+    hf, tok = _transformers(folder)
+    model, (src_pipe, tgt_pipe) = _nmtk(run)
+    tgt_map = _hf_ids(tgt_pipe)
+    changed = 0
+    for sentence in SENTENCES:
+        batch = tok([sentence], return_tensors="pt")
+        generated = hf.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, forced_eos_token_id=None,
+                                **controls)
+        expected = [t for t in generated[0, 1:].tolist() if t != hf.config.pad_token_id]
+        src = torch.tensor([src_pipe.encode(sentence) + [3]])
+        cfg = SearchConfig(beam=1, max_len_a=0.0, max_len_b=12)
+        ours = [tgt_map[t] for t in greedy_search(model, src, cfg.choose(**controls))[0][0].tokens]
+        plain = [tgt_map[t] for t in greedy_search(model, src, cfg)[0][0].tokens]
+        n = min(len(expected), len(ours))
+        assert n > 0 and ours[:n] == expected[:n], (sentence, ours, expected)
+        changed += ours != plain
+    assert changed  # the limits did something to compare
+
+
 def test_import_then_export_gives_the_same_tensors_back(marian, tmp_path) -> None:
     from safetensors.torch import load_file
 

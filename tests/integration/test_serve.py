@@ -147,6 +147,45 @@ def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(served, raw, s
     assert ok == 200 and answer["translatedText"]
 
 
+def test_controls_in_both_request_shapes_equal_translate_and_are_batched(served) -> None:
+    """prefix, constraints, glossary, ban and no_repeat_ngram_size per request: what `nmtk translate`
+    gives with the same controls; requests of different controls share batches."""
+    server, tmp = served
+    lines = _test_lines(tmp, 32)
+    words = [line.split() for line in lines]
+    requests = []
+    for i, w in enumerate(words):
+        kind = i % 4
+        if kind == 0:
+            requests.append({"q": lines[i], "prefix": " ".join(w[:2])})
+        elif kind == 1:
+            requests.append({"q": lines[i], "constraints": ["dog"]})
+        elif kind == 2:
+            requests.append({"q": lines[i], "glossary": [[w[0], "bike"]]})
+        else:
+            requests.append({"q": lines[i], "ban": [w[-1]]})
+    before = server.get("/health")["batches"]
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda body: server.post("/translate", body), requests))
+    assert all(status == 200 for status, _ in answers), answers
+    assert server.get("/health")["batches"] - before < 32
+    texts = [body["translatedText"] for _, body in answers]
+    for i, (w, text) in enumerate(zip(words, texts, strict=True)):
+        out = text.split()
+        assert [out[:2] == w[:2], "dog" in out, "bike" in out, w[-1] not in out][i % 4], (i, w, text)
+    cons = run_nmtk("translate", "-m", str(tmp / "run"), "--constraints", "unordered",
+                    stdin="".join(f"{lines[i]}\tdog\n" for i in range(1, 32, 4)))
+    assert cons.returncode == 0, cons.stderr
+    assert cons.stdout.splitlines() == texts[1::4]
+    status, body = server.post("/translator/translate", [{"id": 1, "src": lines[0], "prefix": " ".join(words[0][:2]),
+                                                          "no_repeat_ngram_size": 2}])
+    assert status == 200 and body[0][0]["tgt"].split()[:2] == words[0][:2]
+    for bad in ({"q": lines[0], "constraints": [" "]}, {"q": lines[0], "glossary": [["dog", ""]]},
+                {"q": [lines[0], lines[1]], "prefix": ["a", "b", "c"]}, {"q": lines[0], "no_repeat_ngram_size": -1}):
+        status, body = server.post("/translate", bad)
+        assert status == 422 and body["error"], (bad, body)
+
+
 def test_libretranslates_own_client_is_served(served) -> None:
     """libretranslatepy 2.1.4 (form-encoded bodies, GET /languages, POST /detect): translate equals
     `nmtk translate`; languages lists the pair; detect is a clean 501 in the one error shape; codes in
@@ -298,6 +337,13 @@ def test_an_export_is_served_by_ctranslate2(exported, copy_run) -> None:
         assert body["translatedText"] == offline.stdout.splitlines()
         assert server.get("/models")[0]["engine"] == "ctranslate2"
         assert server.post("/translate", {"q": "x", "alignment": True})[0] == 400
+        status, body = server.post("/translate", {"q": lines[0], "constraints": ["dog"]})
+        assert status == 422 and "nmtk's own engine" in body["error"], body
+        words = lines[0].split()
+        status, body = server.post("/translate", {"q": lines[0], "prefix": " ".join(words[:2]), "ban": [words[-1]],
+                                                  "no_repeat_ngram_size": 2})
+        assert status == 200 and body["translatedText"].split()[:2] == words[:2], body
+        assert words[-1] in words[:2] or words[-1] not in body["translatedText"].split()
     finally:
         server.stop()
 
@@ -326,6 +372,13 @@ def test_the_page_translates_in_a_real_browser(served, tmp_path) -> None:
                                "document.getElementById('output').textContent !== '…'")
         assert page.text_content("#output") == expected
         assert page.locator("table.heat td").count() > 0
+        first = line.split()[0]
+        wanted = server.post("/translate", {"q": line, "glossary": [[first, "bike"]]})[1]["translatedText"]
+        page.click("#controls summary")
+        page.fill("#glossary", f"{first} = bike")
+        page.click("#go")
+        page.wait_for_function(f"document.getElementById('output').textContent === {json.dumps(wanted)}")
+        assert "bike" in page.text_content("#output")
         shot = Path(os.environ.get("NMTK_SCREENSHOT", tmp_path / "page.png"))
         page.screenshot(path=str(shot), full_page=True)
         browser.close()

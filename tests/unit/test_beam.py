@@ -141,9 +141,9 @@ def test_max_length_and_order_of_decode_ids(model) -> None:
 
 def test_sampling_is_seeded(model, sources) -> None:
     cfg = SearchConfig(beam=1)
-    a = sample_search(model, sources, cfg, SamplingConfig(topk=5, temperature=1.5, seed=3))
-    b = sample_search(model, sources, cfg, SamplingConfig(topk=5, temperature=1.5, seed=3))
-    c = sample_search(model, sources, cfg, SamplingConfig(topp=0.9, temperature=2.0, seed=4))
+    a = sample_search(model, sources, cfg, sampling=SamplingConfig(topk=5, temperature=1.5, seed=3))
+    b = sample_search(model, sources, cfg, sampling=SamplingConfig(topk=5, temperature=1.5, seed=3))
+    c = sample_search(model, sources, cfg, sampling=SamplingConfig(topp=0.9, temperature=2.0, seed=4))
     assert [h[0].tokens for h in a] == [h[0].tokens for h in b]
     assert [h[0].tokens for h in a] != [h[0].tokens for h in c]
 

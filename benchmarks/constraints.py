@@ -1,0 +1,245 @@
+"""Benchmark decoding controls on Multi30k test_2016_flickr (1,000 sentences), beam 4, 2 CPU threads.
+
+On the `make demo` run (default runs/multi30k-en-de), in one process, one JSON line:
+
+- ``terminology``: the papers' protocol. For each sentence, 1–2 phrases of 1–3 words taken from its
+  reference and absent from the unconstrained output (seed 1; a line with no such phrase gets none).
+  Term recall over the lines that finish within their length limit and over all lines; BLEU with
+  and without; sentences/s with and without (medians of ``--repeat``).
+- ``glossary``: 50 term pairs (an English word and the German word that co-occurs with it most by
+  Dice's coefficient over the training pairs, among frequent content words); recall of the target
+  term on the lines whose source holds the source term, by `translate`'s code and through `nmtk
+  serve`'s app (the glossary sent with each request of 50 lines).
+- ``prefix``: each line's first two reference words as its prefix: share of outputs that start with
+  it, and outputs equal between the torch engine and the CTranslate2 export (greedy and beam 4).
+- ``repetition``: ``no_repeat_ngram_size = 3``: repeated subword trigrams in the output (must be 0),
+  and outputs equal between torch and CTranslate2.
+- ``plain``: decoding without controls, sentences/s (to compare with a run of the previous version).
+
+Usage: python benchmarks/constraints.py [--run DIR] [--repeat 3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from _util import ROOT, data_root
+from translate import test_lines
+
+WORD = re.compile(r"^\w[\w-]*$")
+
+
+def timed(call, repeat: int) -> tuple[object, float]:
+    """The result of ``call()`` and its median seconds over ``repeat`` runs."""
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = call()
+        times.append(time.perf_counter() - start)
+    return result, statistics.median(times)
+
+
+def reference_terms(refs: list[str], outputs: list[str], seed: int = 1) -> list[tuple[str, ...]]:
+    """1–2 phrases of 1–3 reference words per line, each absent from that line's output."""
+    rng = random.Random(seed)
+    terms = []
+    for ref, out in zip(refs, outputs, strict=True):
+        words = [w.strip(".,;:!?\"'") for w in ref.split()]
+        chosen: list[str] = []
+        for _ in range(rng.choice((1, 2))):
+            for _attempt in range(10):
+                n = rng.choice((1, 2, 3))
+                if len(words) < n:
+                    continue
+                start = rng.randrange(len(words) - n + 1)
+                phrase = words[start : start + n]
+                text = " ".join(phrase)
+                if all(WORD.match(w) for w in phrase) and f" {text} " not in f" {out} " and \
+                        not any(text in c or c in text for c in chosen):
+                    chosen.append(text)
+                    break
+        terms.append(tuple(chosen))
+    return terms
+
+
+def has(output: str, phrase: str) -> bool:
+    """``phrase`` in ``output`` as whole words (punctuation around them aside)."""
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", output) is not None
+
+
+def glossary_pairs(count: int = 50) -> list[tuple[str, str]]:
+    """``count`` (English, German) word pairs from the training data by Dice's coefficient."""
+    import gzip
+
+    def read(lang: str) -> list[set[str]]:
+        with gzip.open(data_root() / "multi30k" / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
+            return [{w.strip(".,;:!?\"'") for w in line.split()} for line in handle]
+
+    en, de = read("en"), read("de")
+    en_count, de_count = Counter(w for s in en for w in s), Counter(w for s in de for w in s)
+    content = [w for w, c in en_count.most_common(400) if len(w) > 3 and w.isalpha() and w.islower()][:120]
+    pairs = []
+    for word in content:
+        together: Counter[str] = Counter()
+        for e, d in zip(en, de, strict=True):
+            if word in e:
+                together.update(w for w in d if len(w) > 2 and w.isalpha())
+        dice = {w: 2 * c / (en_count[word] + de_count[w]) for w, c in together.items()}
+        best = max(dice, key=dice.get)
+        if dice[best] > 0.5 and best not in {p[1] for p in pairs}:
+            pairs.append((word, best))
+        if len(pairs) == count:
+            break
+    return pairs
+
+
+def glossary_served(args: argparse.Namespace, pairs: list[tuple[str, str]], sources: list[str]) -> list[str]:
+    """The test set through `nmtk serve`'s app (in process, one decoding thread), 50 lines a request,
+    each request carrying the glossary."""
+    from fastapi.testclient import TestClient
+
+    from nmtk.decode.load import LoadOptions
+    from nmtk.precision import Precision
+    from nmtk.serve.server import ServeOptions, build
+
+    options = ServeOptions(load=LoadOptions(model=args.run, precision=Precision.fp32, threads=args.threads), workers=1)
+    app, worker, _ = build(options)
+    out: list[str] = []
+    try:
+        client = TestClient(app)
+        for start in range(0, len(sources), 50):
+            answer = client.post("/translate", json={"q": sources[start : start + 50], "beam": 4,
+                                                     "glossary": [list(p) for p in pairs]})
+            answer.raise_for_status()
+            out += answer.json()["translatedText"]
+    finally:
+        worker.stop()
+    return out
+
+
+def repeated_trigrams(tokens: list[int]) -> int:
+    grams = [tuple(tokens[i : i + 3]) for i in range(len(tokens) - 2)]
+    return len(grams) - len(set(grams))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, default=ROOT / "runs" / "multi30k-en-de")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    import torch
+    from sacrebleu.metrics import BLEU
+
+    from nmtk.decode.config import SearchConfig
+    from nmtk.decode.guide import Glossary, Guidance
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.precision import Precision
+    from nmtk.rundir import resolve_model
+
+    torch.set_num_threads(args.threads)
+    source = resolve_model(args.run)
+    torch_engine = load_translator(source, LoadOptions(precision=Precision.fp32, threads=args.threads))
+    search = SearchConfig.from_recipe(source.recipe.decode, beam=4)
+    sources, refs = test_lines("en"), test_lines("de")
+    detok = torch_engine.detokenize
+
+    def texts(engine, lines, cfg, guides=None) -> list[str]:
+        return [detok(h[0]) if h else "" for h in engine.hypotheses(lines, cfg, guides=guides)]
+
+    texts(torch_engine, sources[:50], search)  # warm-up
+    plain, plain_s = timed(lambda: texts(torch_engine, sources, search), args.repeat)
+    bleu = BLEU()
+    report: dict[str, object] = {"benchmark": "constraints", "run": str(args.run), "sentences": len(sources),
+                                 "beam": 4, "threads": args.threads,
+                                 "plain": {"sentences_per_s": round(len(sources) / plain_s, 1)}}
+
+    terms = reference_terms(refs, plain)
+    guides = [Guidance(constraints=t) if t else None for t in terms]
+    limits = [int(search.max_len_a * len(torch_engine.src_pipe.encode(s)) + search.max_len_b) for s in sources]
+
+    def constrained():
+        return torch_engine.hypotheses(sources, search, guides=guides)
+
+    hyps, cons_s = timed(constrained, args.repeat)
+    outs = [detok(h[0]) for h in hyps]
+    asked = [i for i, t in enumerate(terms) if t]
+    within = [i for i in asked if len(hyps[i][0].tokens) < limits[i]]
+    met = {i for i in asked if all(has(outs[i], p) for p in terms[i])}
+    report["terminology"] = {
+        "lines_with_terms": len(asked), "terms": sum(len(t) for t in terms),
+        "recall_within_limit_pct": round(100 * len(met & set(within)) / max(len(within), 1), 2),
+        "lines_within_limit": len(within),
+        "recall_all_lines_pct": round(100 * sum(has(outs[i], p) for i in asked for p in terms[i])
+                                      / max(sum(len(terms[i]) for i in asked), 1), 2),
+        "bleu_without": round(bleu.corpus_score(plain, [refs]).score, 2),
+        "bleu_with": round(bleu.corpus_score(outs, [refs]).score, 2),
+        "sentences_per_s_without": round(len(sources) / plain_s, 1),
+        "sentences_per_s_with": round(len(sources) / cons_s, 1),
+        "speed_ratio": round(plain_s / cons_s, 3)}
+
+    pairs = glossary_pairs()
+    glossary = Glossary(tuple(pairs))
+    tokenize = torch_engine.src_pipe.moses.tokenize
+    g_guides = [glossary.guide(s, Guidance(), tokenize) or None for s in sources]
+    g_outs = texts(torch_engine, sources, search, g_guides)
+    wanted = [(i, t) for i, g in enumerate(g_guides) if g for t in g.constraints]
+    report["glossary"] = {"pairs": len(pairs), "lines_with_a_term": sum(1 for g in g_guides if g),
+                          "term_recall_pct": round(100 * sum(has(g_outs[i], t) for i, t in wanted)
+                                                   / max(len(wanted), 1), 2),
+                          "bleu": round(bleu.corpus_score(g_outs, [refs]).score, 2), "examples": pairs[:5]}
+
+    served = glossary_served(args, pairs, sources)
+    report["glossary"]["served_term_recall_pct"] = round(100 * sum(has(served[i], t) for i, t in wanted)
+                                                         / max(len(wanted), 1), 2)
+    report["glossary"]["served_equals_translate_pct"] = round(100 * sum(a == b for a, b in zip(served, g_outs,
+                                                                                                 strict=True))
+                                                              / len(served), 2)
+
+    export = args.run / "export-float32"
+    if not (export / "model.bin").is_file():
+        subprocess.run([sys.executable, "-m", "nmtk", "export", str(args.run), "-o", str(export), "--force"],
+                       check=True, cwd=ROOT, capture_output=True)
+    ct2 = load_translator(resolve_model(export), LoadOptions(threads=args.threads))
+    prefixes = [" ".join(r.split()[:2]) for r in refs]
+    p_guides = [Guidance(prefix=p) for p in prefixes]
+    prefix_report: dict[str, object] = {}
+    for name, beam, alpha in (("beam1", 1, None), ("beam4", 4, None), ("beam4_alpha0", 4, 0.0)):
+        cfg = SearchConfig.from_recipe(source.recipe.decode, beam=beam, length_penalty=alpha)
+        ours, theirs = texts(torch_engine, sources, cfg, p_guides), texts(ct2, sources, cfg, p_guides)
+        prefix_report[name] = {
+            "starts_with_prefix_pct": round(100 * sum(o.startswith(p) for o, p in zip(ours, prefixes, strict=True))
+                                            / len(ours), 2),
+            "torch_equals_ctranslate2_pct": round(100 * sum(a == b for a, b in zip(ours, theirs, strict=True))
+                                                  / len(ours), 2)}
+    report["prefix"] = prefix_report
+
+    cfg = SearchConfig.from_recipe(source.recipe.decode, beam=4, no_repeat_ngram_size=3)
+    ours_h = torch_engine.hypotheses(sources, cfg)
+    ours = [detok(h[0]) for h in ours_h]
+    repetition: dict[str, object] = {
+        "no_repeat_ngram_size": 3, "repeated_trigrams": sum(repeated_trigrams(h[0].tokens) for h in ours_h),
+        "repeated_trigrams_without": sum(repeated_trigrams(h[0].tokens)
+                                         for h in torch_engine.hypotheses(sources, search)),
+        "bleu": round(bleu.corpus_score(ours, [refs]).score, 2)}
+    for name, beam, alpha in (("beam1", 1, None), ("beam4", 4, None), ("beam4_alpha0", 4, 0.0)):
+        cfg = SearchConfig.from_recipe(source.recipe.decode, beam=beam, length_penalty=alpha, no_repeat_ngram_size=3)
+        ours, theirs = texts(torch_engine, sources, cfg), texts(ct2, sources, cfg)
+        same = sum(a == b for a, b in zip(ours, theirs, strict=True))
+        repetition[f"torch_equals_ctranslate2_pct_{name}"] = round(100 * same / len(ours), 2)
+    report["repetition"] = repetition
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

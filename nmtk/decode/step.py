@@ -1,0 +1,95 @@
+"""One step of every search, shared by greedy, beam, constrained beam search and sampling: the next
+token's log-probabilities with the rules every search obeys (no <pad>, <s> or empty translation; EOS
+at a line's length limit; the line controls' steering), the GNMT length penalty, and the unpacking of
+finished hypotheses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.decode.contract import Cache, Decoder
+from nmtk.decode.steering import Steering
+from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = float("-inf")
+
+
+def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src: Tensor, cfg: SearchConfig, model: Decoder, steering: Steering | None = None) -> Tensor:
+    """Per sentence: a·|x| + b output tokens (|x| without EOS), never past the model's positions; a
+    line with a prefix may always go one token past it."""
+    src_len = src.ne(PAD_ID).sum(dim=1) - 1
+    limit = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
+    if steering is not None:
+        limit = steering.limits(limit)
+    return limit.clamp(min=1, max=model.cfg.max_positions - 1)
+
+
+def steer_at(steering: Steering | None, history: Tensor, sent: Tensor, step: int) -> Callable[[Tensor], Tensor] | None:
+    """`step_log_probs`'s ``steer`` for this step (None: nothing steers the batch)."""
+    return None if steering is None else partial(steering.logits, history=history, sent=sent, step=step)
+
+
+def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache, first: bool = False,
+                   steer: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """Log-probabilities of the next token; <pad> and <s> can never be produced, nor EOS as the
+    ``first`` token: a sentence never translates to nothing. Without that rule a weakly trained model
+    under the GNMT length penalty can prefer the empty hypothesis (one EOS, penalty 1) to every real
+    one; fairseq (``min_len`` 1) and CTranslate2 (``min_decoding_length`` 1) forbid it the same way.
+    ``steer``: the line controls' change to the raw scores (`Steering.logits`), before normalising."""
+    logits = model.decode_step(tokens, cache).float()
+    lprobs = torch.log_softmax(logits if steer is None else steer(logits), dim=-1)
+    lprobs[:, PAD_ID] = NEG_INF
+    lprobs[:, BOS_ID] = NEG_INF
+    if first:
+        lprobs[:, EOS_ID] = NEG_INF
+    return lprobs
+
+
+def only_eos_where(reached: Tensor, lprobs: Tensor) -> Tensor:
+    """Rows of ``lprobs`` (..., V) where ``reached`` (a hypothesis at its length limit) may only end:
+    every token but EOS gets -∞, and EOS keeps the model's own log-probability. (Scoring the forced
+    EOS 0 would reward exactly the hypotheses that run to the limit, often degenerate repetitions.)
+    Searches call it only from the first step at which some row can reach its limit."""
+    not_eos = torch.ones(lprobs.size(-1), dtype=torch.bool, device=lprobs.device)
+    not_eos[EOS_ID] = False
+    return lprobs.masked_fill(reached[..., None] & not_eos, NEG_INF)
+
+
+def unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig) -> list[Hypothesis]:
+    hyps = []
+    if seqs is None:
+        return hyps
+    for j in range(cfg.nbest):
+        if scores[j].isneginf():
+            break
+        row = seqs[j].tolist()
+        hyps.append(Hypothesis(row[: row.index(PAD_ID)] if PAD_ID in row else row, float(scores[j])))
+    return hyps
+
+
+class Results:
+    """The hypotheses of sentences as they finish: the one host copy of a step where some did."""
+
+    def __init__(self, n: int, k: int) -> None:
+        self.tokens: list[Tensor | None] = [None] * n
+        self.scores = torch.full((n, k), NEG_INF)
+
+    def collect(self, done: Tensor, sent: Tensor, tokens: Tensor, scores: Tensor) -> Tensor:
+        """Keep the finished hypotheses (``tokens`` (b, K, T), ``scores`` (b, K)) of the running
+        sentences ``sent`` where ``done``; the indices of those still running."""
+        finished = done.nonzero().flatten()
+        for i, seqs, fin in zip(sent[finished].tolist(), tokens[finished].cpu(), scores[finished].cpu(), strict=True):
+            self.tokens[i], self.scores[i] = seqs, fin
+        return (~done).nonzero().flatten()
+
+    def hypotheses(self, cfg: SearchConfig) -> list[list[Hypothesis]]:
+        return [unpack(self.tokens[i], self.scores[i], cfg) for i in range(len(self.tokens))]

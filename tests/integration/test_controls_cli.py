@@ -1,0 +1,92 @@
+"""`nmtk translate`'s decoding controls on the trained copy run and its CTranslate2 export: prefixes,
+constraints, glossaries, banned phrases, repetition limits; what each engine refuses; bad input as one
+line with nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+LINES = ["the red cat runs in the park", "a small dog plays with a ball", "the old man sits on the water"]
+
+
+def nmtk(*args: str, cwd: Path, env: dict, stdin: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmtk", "translate", *args, "--precision", "fp32"], input=stdin,
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+
+
+def ok(result: subprocess.CompletedProcess) -> list[str]:
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_prefix_constraints_glossary_and_bans_on_the_command_line(copy_run, tmp_path: Path) -> None:
+    tmp, _, env = copy_run
+    run = str(tmp / "run")
+    prefixed = ok(nmtk("-m", run, "--prefix", cwd=tmp, env=env, stdin="".join(f"{x}\tthe blue\n" for x in LINES)))
+    assert all(out.startswith("the blue ") for out in prefixed)
+    terms = ["bike", "green house", "child"]  # one word, two words, one word
+    both = "".join(f"{x}\ta\t{t}\n" for x, t in zip(LINES, terms, strict=True))
+    for order in ("unordered", "ordered"):
+        got = ok(nmtk("-m", run, "--prefix", "--constraints", order, cwd=tmp, env=env, stdin=both))
+        assert all(out.startswith("a ") and f" {t} " in f" {out} " for out, t in zip(got, terms, strict=True)), got
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("Cat\tbike\nsmall dog\tyellow car\n", encoding="utf-8")
+    got = ok(nmtk("-m", run, "--glossary", str(glossary), "--glossary-ignore-case", cwd=tmp, env=env,
+                  stdin="\n".join(LINES) + "\n"))
+    assert "bike" in got[0].split() and "yellow car" in got[1] and got[2] == LINES[2], got
+    bans = tmp_path / "bans.txt"
+    bans.write_text("cat\nthe water\n", encoding="utf-8")
+    got = ok(nmtk("-m", run, "--ban", str(bans), "--beam", "4", cwd=tmp, env=env, stdin="\n".join(LINES) + "\n"))
+    assert "cat" not in got[0].split() and "the water" not in got[2], got
+    repeats = ok(nmtk("-m", run, "--no-repeat-ngram-size", "1", cwd=tmp, env=env, stdin="the red the red the red\n"))
+    assert len(repeats[0].split()) == len(set(repeats[0].split())), repeats
+
+
+def test_the_ctranslate2_export_honours_prefix_bans_and_repeats_and_refuses_constraints(copy_run, exported,
+                                                                                         tmp_path: Path) -> None:
+    tmp, _, env = copy_run
+    text = "".join(f"{x}\tthe blue\n" for x in LINES)
+    for beam in ("1", "4"):
+        args = ("--prefix", "--beam", beam, "--no-repeat-ngram-size", "2")
+        assert ok(nmtk("-m", str(exported), *args, cwd=tmp, env=env, stdin=text)) == \
+            ok(nmtk("-m", str(tmp / "run"), *args, cwd=tmp, env=env, stdin=text))
+    bans = tmp_path / "bans.txt"
+    bans.write_text("cat\n", encoding="utf-8")
+    assert "cat" not in ok(nmtk("-m", str(exported), "--ban", str(bans), cwd=tmp, env=env, stdin=LINES[0]))[0]
+    out = tmp_path / "out.txt"
+    refused = nmtk("-m", str(exported), "--constraints", "unordered", "-o", str(out), cwd=tmp, env=env,
+                   stdin=f"{LINES[0]}\tbike\n")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "nmtk's own engine" in refused.stderr.strip().splitlines()[-1]
+    assert not out.exists() and not out.with_name("out.txt.partial").exists()
+
+
+@pytest.mark.parametrize(("args", "stdin", "message"), [
+    (("--constraints", "unordered"), "the red cat\t\tbike\n", "line 1: an empty constraint"),
+    (("--constraints", "unordered"), "the red cat\n\t\n", "line 2: no source text"),
+    (("--constraints", "unordered"), "the red cat\t\u2603\n", "line 1: the constraint '\u2603' has characters"),
+    (("--constraints", "unordered", "--max-len-a", "0", "--max-len-b", "2"), "the red cat\tgreen yellow house\n",
+     "longer than the line's output limit of 2"),
+    (("--constraints", "unordered", "--sampling"), "the red cat\tbike\n", "constraints need beam search"),
+    (("--prefix",), "the red cat\ta\tb\n", "line 1: 1 more tab-separated fields"),
+    (("--glossary", "GLOSSARY"), "the red cat\n", "GLOSSARY: line 2: an empty target term"),
+    (("--glossary", "missing.tsv"), "the red cat\n", "missing.tsv: glossary file not found"),
+])
+def test_bad_control_input_is_one_line_and_nothing_is_written(copy_run, tmp_path: Path, args, stdin,
+                                                              message) -> None:
+    tmp, _, env = copy_run
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("cat\tbike\ndog\t \n", encoding="utf-8")
+    args = tuple(str(glossary) if a == "GLOSSARY" else a for a in args)
+    message = message.replace("GLOSSARY", str(glossary))
+    out = tmp_path / "out.txt"
+    result = nmtk("-m", str(tmp / "run"), *args, "-o", str(out), cwd=tmp_path, env=env, stdin=stdin)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert message in result.stderr.strip().splitlines()[-1], result.stderr
+    assert not out.exists() and not out.with_name("out.txt.partial").exists()

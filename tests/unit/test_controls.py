@@ -1,0 +1,141 @@
+"""Decoding controls on a tiny trained copy model: lexical constraints (ordered, unordered, several
+pieces, overlapping, impossible), banned phrases, prefixes, repetition limits; and the text-level
+parsing of glossaries and tab-separated input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import copy_batch
+
+from nmtk.decode.beam import SearchConfig, beam_search
+from nmtk.decode.config import LineControls
+from nmtk.decode.guide import Glossary, Guidance, InputFormat
+from nmtk.decode.sampling import SamplingConfig, sample_search
+from nmtk.errors import NmtkError
+from nmtk.vocab import PAD_ID
+
+
+@pytest.fixture(scope="module")
+def model(copy_models):
+    return copy_models[800]  # copies its input: every change in the output is the controls' doing
+
+
+@pytest.fixture(scope="module")
+def sources() -> torch.Tensor:
+    return copy_batch(torch.Generator().manual_seed(11), batch=16)[0]
+
+
+def has(tokens: list[int], phrase: tuple[int, ...]) -> bool:
+    return any(tuple(tokens[i : i + len(phrase)]) == phrase for i in range(len(tokens) - len(phrase) + 1))
+
+
+def at(tokens: list[int], phrase: tuple[int, ...]) -> int:
+    return next(i for i in range(len(tokens)) if tuple(tokens[i : i + len(phrase)]) == phrase)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_constraints_are_met_unordered_multi_piece_and_overlapping(model, sources, beam: int) -> None:
+    plain = [h[0].tokens for h in beam_search(model, sources, SearchConfig(beam=beam))]
+    asks = [((5, 6), (7,)), ((8, 9, 10),), ((11, 12), (12, 13))]  # the last two overlap: 11 12 13 meets both
+    controls = [LineControls(constraints=asks[i % 3]) for i in range(len(sources))]
+    got = [h[0].tokens for h in beam_search(model, sources, SearchConfig(beam=beam), controls)]
+    for tokens, control, before in zip(got, controls, plain, strict=True):
+        assert all(has(tokens, c) for c in control.constraints), (before, tokens, control)
+    if beam > 1:  # the model still copies around the terms (beam 1 has no room to place them well)
+        kept = sum(len(set(t) & set(b)) for t, b in zip(got, plain, strict=True))
+        assert kept > 0.6 * sum(len(set(b)) for b in plain), (kept, sum(len(set(b)) for b in plain))
+
+
+def test_ordered_constraints_appear_in_their_order(model, sources) -> None:
+    controls = [LineControls(constraints=((20,), (5, 6)))] * len(sources)
+    got = beam_search(model, sources, SearchConfig(beam=4, ordered_constraints=True), controls)
+    for hyps in got:
+        tokens = hyps[0].tokens
+        assert has(tokens, (20,)) and has(tokens, (5, 6)) and at(tokens, (20,)) < at(tokens, (5, 6)), tokens
+
+
+def test_a_batch_with_constraints_gives_each_line_what_it_gets_alone(model, sources) -> None:
+    controls = [LineControls(constraints=((5 + i % 7,),)) if i % 2 else None for i in range(len(sources))]
+    cfg = SearchConfig(beam=4, nbest=2)
+    batched = beam_search(model, sources, cfg, controls)
+    for i, row in enumerate(sources):
+        alone = beam_search(model, row[row.ne(PAD_ID)][None], cfg, [controls[i]])[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert all(abs(a.score - b.score) < 1e-3 for a, b in zip(alone, batched[i], strict=True))
+
+
+def test_constraints_that_cannot_fit_are_met_as_far_as_the_limit_allows(model, sources) -> None:
+    controls = [LineControls(constraints=((5, 6), (7, 8), (9, 10)))] * len(sources)
+    cfg = SearchConfig(beam=4, max_len_a=0.0, max_len_b=4)  # room for two of the three, not three
+    for hyps in beam_search(model, sources, cfg, controls):
+        tokens = hyps[0].tokens
+        assert len(tokens) <= 4 and sum(has(tokens, c) for c in controls[0].constraints) == 2, tokens
+
+
+def test_banned_phrases_are_never_produced(model, sources) -> None:
+    plain = [h[0].tokens for h in beam_search(model, sources, SearchConfig(beam=4))]
+    controls = []
+    for tokens in plain:  # ban the first token, and the second pair of the copy
+        controls.append(LineControls(bans=((tokens[0],), tuple(tokens[1:3]))))
+    for beam in (1, 4):
+        got = [h[0].tokens for h in beam_search(model, sources, SearchConfig(beam=beam, nbest=min(beam, 2)), controls)]
+        for tokens, control in zip(got, controls, strict=True):
+            assert not any(has(tokens, b) for b in control.bans), (tokens, control)
+    sampled = sample_search(model, sources, SearchConfig(beam=1), controls, sampling=SamplingConfig(seed=2))
+    assert not any(has(h[0].tokens, b) for h, c in zip(sampled, controls, strict=True) for b in c.bans)
+
+
+def test_a_prefix_starts_every_hypothesis_with_constraints_too(model, sources) -> None:
+    controls = [LineControls(prefix=(30, 31), constraints=((5, 6),) if i % 2 else ()) for i in range(len(sources))]
+    for cfg in (SearchConfig(beam=1), SearchConfig(beam=4, nbest=3)):
+        for hyps, control in zip(beam_search(model, sources, cfg, controls), controls, strict=True):
+            for h in hyps:
+                assert h.tokens[:2] == [30, 31] and all(has(h.tokens, c) for c in control.constraints), h.tokens
+    sampled = sample_search(model, sources, SearchConfig(beam=1), controls, sampling=SamplingConfig(seed=2))
+    assert all(h[0].tokens[:2] == [30, 31] for h in sampled)
+
+
+def test_no_repeat_ngram_and_repetition_penalty(model) -> None:
+    src = torch.tensor([[5, 6, 5, 6, 5, 6, 7, 3]])  # a copy repeats the bigram 5 6 three times
+    plain = beam_search(model, src, SearchConfig(beam=4))[0][0].tokens
+    assert plain[:6] == [5, 6, 5, 6, 5, 6]
+    for n in (2, 3):
+        tokens = beam_search(model, src, SearchConfig(beam=4, no_repeat_ngram_size=n))[0][0].tokens
+        grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+        assert len(grams) == len(set(grams)), tokens
+    penalised = beam_search(model, src, SearchConfig(beam=1, repetition_penalty=50.0))[0][0].tokens
+    assert penalised.count(5) < plain.count(5)
+
+
+def test_the_unsteered_search_is_untouched(model, sources) -> None:
+    """No controls, and controls that ask nothing, give the very same hypotheses and scores."""
+    cfg = SearchConfig(beam=4, nbest=2)
+    plain, empty = beam_search(model, sources, cfg), beam_search(model, sources, cfg, [LineControls()] * len(sources))
+    assert [[(h.tokens, h.score) for h in x] for x in plain] == [[(h.tokens, h.score) for h in x] for x in empty]
+
+
+def test_input_lines_and_glossaries_parse_or_name_their_line(tmp_path: Path) -> None:
+    both = InputFormat(prefix=True, constraints=True)
+    assert both.split("a dog\tein\tHund\tKatze", 3) == ("a dog", Guidance("ein", ("Hund", "Katze")))
+    assert InputFormat(constraints=True).split("a dog", 1) == ("a dog", Guidance())
+    for line, message in (("\t", "line 4: no source text"), ("a dog\t\tHund", "line 4: an empty constraint"),
+                          ("a dog\tHund\t", "line 4: an empty constraint")):
+        with pytest.raises(NmtkError, match=message):
+            InputFormat(constraints=True).split(line, 4)
+    with pytest.raises(NmtkError, match="more tab-separated fields"):
+        InputFormat(prefix=True).split("a\tb\tc", 2)
+    good = tmp_path / "terms.tsv"
+    good.write_text("# terms\nred dog\trot Hund\n\ncat\tKatze\n", encoding="utf-8")
+    glossary = Glossary.read(good)
+    assert glossary.terms("a Red dog and a cat .", str) == ("Katze",)
+    assert Glossary.read(good, ignore_case=True).terms("a Red dog and a cat .", str) == ("rot Hund", "Katze")
+    for text, message in (("dog\n", "line 1: expected 'source term<TAB>target term', found 1"),
+                          ("dog\tHund\ncat\t\n", "line 2: an empty target term"),
+                          ("a\tb\tc\n", "line 1: expected"), ("# nothing\n", "holds no term pairs")):
+        bad = tmp_path / "bad.tsv"
+        bad.write_text(text, encoding="utf-8")
+        with pytest.raises(NmtkError, match=message):
+            Glossary.read(bad)
