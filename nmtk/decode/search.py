@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from nmtk.console import console
 from nmtk.data.batching import length_batches
 from nmtk.data.dataset import pad_multiple, pad_sequences
 from nmtk.decode.beam import beam_search
@@ -38,23 +40,58 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
     search_fn = search_fn or beam_search
     rows_per_source = cfg.beam if search_fn is beam_search else 1
     device = device or next(model.parameters()).device
-    multiple = pad_multiple(device) if pad_to is None else pad_to
     lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
     results: list[list[Hypothesis]] = [[] for _ in sources]
+    run = _BatchSearch(model, sources, cfg, search_fn, device, precision,
+                       pad_multiple(device) if pad_to is None else pad_to, controls)
     was_training = model.training
     model.eval()
     try:
         for batch in length_batches(lengths, cfg.budget(device.type), rows_per_source):
-            src = pad_sequences([np.asarray(sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID,
-                                multiple=multiple).to(device)
-            steer = None if controls is None else [controls[i] for i in batch]
-            with autocast_for(device, precision):
-                hyps = search_fn(model, src, cfg, steer)
-            for i, h in zip(batch, hyps, strict=True):
+            for i, h in zip(batch, run.search([int(i) for i in batch]), strict=True):
                 results[i] = h
     finally:
         model.train(was_training)
     return results
+
+
+@dataclass
+class _BatchSearch:
+    """One batch of `decode_ids` searched; halved where the device runs out of memory."""
+
+    model: Decoder
+    sources: Sequence[Sequence[int]]
+    cfg: SearchConfig
+    search_fn: SearchFn
+    device: torch.device
+    precision: Precision
+    multiple: int
+    controls: Sequence[LineControls | None] | None
+    halved: int = 0  # batches that ran out of memory
+
+    def search(self, batch: list[int]) -> list[list[Hypothesis]]:
+        """The hypotheses of ``batch`` (indices into ``sources``). A batch that runs out of memory (a GPU
+        beside training's reserved memory, a budget too large for the card) is searched again in two
+        halves, down to one sentence, with one warning per call: a rank of a distributed validation goes
+        on instead of failing while the others wait for it. (A sampled batch searched again draws other
+        samples.)"""
+        try:
+            src = pad_sequences([np.asarray(self.sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID,
+                                multiple=self.multiple).to(self.device)
+            steer = None if self.controls is None else [self.controls[i] for i in batch]
+            with autocast_for(self.device, self.precision):
+                return self.search_fn(self.model, src, self.cfg, steer)
+        except torch.OutOfMemoryError:
+            if len(batch) == 1:
+                raise
+        if self.device.type == "cuda":  # after the except block: the failed search's tensors are gone
+            torch.cuda.empty_cache()
+        if not self.halved:
+            console.print(f"warning: decoding ran out of {self.device.type} memory on a batch of {len(batch):,} "
+                          "sentences: searching it in halves (set decode.max_tokens lower to avoid this)")
+        self.halved += 1
+        half = len(batch) // 2
+        return self.search(batch[:half]) + self.search(batch[half:])
 
 
 PROBE_SOURCES, PROBE_BEAM, PROBE_STEPS = 16, 4, 8

@@ -303,3 +303,28 @@ def test_padding_lengths_to_a_multiple_of_8_changes_no_output(model) -> None:
         assert [[h.tokens for h in hs] for hs in plain] == [[h.tokens for h in hs] for hs in padded]
         for a, b in zip(plain, padded, strict=True):
             assert all(abs(x.score - y.score) < 1e-4 for x, y in zip(a, b, strict=True))
+
+
+def test_a_batch_that_runs_out_of_memory_is_searched_in_halves(model, sources, capsys) -> None:
+    """A GPU out of memory (validation beside training's reserved memory) halves the batch, down to one
+    sentence, instead of failing the rank; the results are those of an unhindered search, in order."""
+    cfg = SearchConfig(beam=3, nbest=2)
+    calls: list[int] = []
+
+    def small_only(model_, src, cfg_, controls):
+        calls.append(src.size(0))
+        if src.size(0) > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return beam_search(model_, src, cfg_, controls)
+
+    halved = decode_ids(model, [row[row.ne(PAD_ID)][:-1].tolist() for row in sources], cfg, search_fn=small_only)
+    whole = decode_ids(model, [row[row.ne(PAD_ID)][:-1].tolist() for row in sources], cfg)
+    assert [[h.tokens for h in x] for x in halved] == [[h.tokens for h in x] for x in whole]
+    assert max(calls) > 3 and min(calls) <= 3
+    assert capsys.readouterr().err.count("ran out of cpu memory") == 1
+
+    def never(model_, src, cfg_, controls):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        decode_ids(model, [[5, 6, 7]], cfg, search_fn=never)
