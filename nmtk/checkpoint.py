@@ -14,6 +14,7 @@ import shutil
 import threading
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,17 +61,71 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         raise NmtkError(f"{path}: not a readable nmtk checkpoint ({first})") from None
 
 
+#: The layout `Checkpoint` writes. Files without the field (before it existed) have this layout too; a
+#: higher number is a file from a newer nmtk, refused with one line rather than misread.
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class Checkpoint:
+    """The one shape of an nmtk checkpoint, whoever writes it (training, averaging, import) and whoever
+    reads it (resume, ``--init-from``, averaging, every model loader).
+
+    On disk it is a plain dict of tensors and Python values (what ``torch.load(weights_only=True)``
+    accepts): `to_dict` and `of` convert, and `of` checks what every reader needs (the model, its
+    configuration, a format this nmtk knows) once, naming the file.
+    """
+
+    model: dict[str, torch.Tensor]
+    model_config: dict[str, Any]
+    vocab: dict[str, str] | None = None  # sha256 of each subword model the model was trained with
+    recipe: dict[str, Any] | None = None
+    recipe_hash: str | None = None
+    nmtk: str | None = None  # the version that wrote it
+    state: dict[str, Any] = field(default_factory=dict)  # `TrainState` fields ({"update": 0}: an import)
+    full: bool = False  # holds optimizer, scaler and random states: a run can resume from it
+    world_size: int = 1
+    optimizer: dict[str, Any] | None = None
+    scaler: dict[str, Any] | None = None
+    rng: list[Any] | None = None  # every rank's random state
+    averaged_from: list[str] | None = None
+    imported_from: str | None = None
+    format: int = CHECKPOINT_FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        """What is saved: every field, the unset optional ones left out."""
+        return {k: v for k, v in ((f.name, getattr(self, f.name)) for f in fields(self)) if v is not None}
+
+    @classmethod
+    def of(cls, data: dict[str, Any], path: Path) -> Checkpoint:
+        """A loaded file's checkpoint; one line naming ``path`` when it is none this nmtk can read."""
+        if not isinstance(data, dict) or "model" not in data or "model_config" not in data:
+            raise NmtkError(f"{path}: not an nmtk checkpoint (no model)")
+        version = data.get("format", CHECKPOINT_FORMAT)
+        if not isinstance(version, int) or version > CHECKPOINT_FORMAT:
+            raise NmtkError(f"{path}: checkpoint format {version} is newer than this nmtk reads "
+                            f"({CHECKPOINT_FORMAT}): update nmtk")
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def read(cls, path: Path, mmap: bool = False) -> Checkpoint:
+        """`load_checkpoint`, checked (``mmap``: tensors read only when touched)."""
+        return cls.of(load_checkpoint(path, mmap=mmap), path)
+
+    def save(self, path: Path) -> None:
+        save_atomic(self.to_dict(), path)
+
+
 def load_model(path: Path, device: torch.device, expected_vocab: dict[str, str] | None = None) -> Transformer:
     """A checkpoint's model in eval mode on ``device``; refuses one trained with another vocabulary."""
-    checkpoint = load_checkpoint(path, mmap=True)  # the model only: its optimizer state is never read
-    if "model_config" not in checkpoint or "model" not in checkpoint:
-        raise NmtkError(f"{path}: not an nmtk checkpoint (no model)")
-    if expected_vocab is not None and checkpoint.get("vocab") not in (None, expected_vocab):
+    checkpoint = Checkpoint.read(path, mmap=True)  # the model only: its optimizer state is never read
+    if expected_vocab is not None and checkpoint.vocab not in (None, expected_vocab):
         raise NmtkError(f"{path}: trained with another vocabulary than this run's subword model")
     from nmtk.model import ModelConfig, Transformer  # the model's code only where a model is loaded
 
-    model = Transformer.empty(ModelConfig(**checkpoint["model_config"]), device)
-    model.load_state_dict(checkpoint["model"])
+    model = Transformer.empty(ModelConfig(**checkpoint.model_config), device)
+    model.load_state_dict(checkpoint.model)
     return model.eval()
 
 

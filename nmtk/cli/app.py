@@ -209,8 +209,9 @@ def average(
           "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size"),
           "Search": ("beam", "nbest", "lenpen", "max_len_a", "max_len_b", "max_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
-          "Control": ("prefix", "constraints", "glossary", "glossary_ignore_case", "ban", "no_repeat_ngram_size",
-                      "repetition_penalty"),
+          "Prefix and terms": ("prefix", "constraints"),
+          "Glossary, bans, repetition": ("glossary", "glossary_ignore_case", "ban", "no_repeat_ngram_size",
+                                         "repetition_penalty"),
           "What is printed": ("print_scores", "print_alignment", "alignment_layer")})
 def translate(
     model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
@@ -256,15 +257,14 @@ def translate(
                                                         "aligns (default: the last).")] = None,
     prefix: Annotated[bool, typer.Option("--prefix", help="Lines are SOURCE<TAB>PREFIX: the translation starts "
                                          "with PREFIX (a line without a tab has none).")] = False,
-    constraints: Annotated[ConstraintOrder | None, typer.Option(help="Lines are SOURCE<TAB>TERM<TAB>TERM…: each "
+    constraints: Annotated[ConstraintOrder | None, typer.Option(help="Lines are SOURCE<TAB>TERM<TAB>TERM...: each "
                                                                 "translation contains its terms (after the prefix "
                                                                 "field with --prefix).")] = None,
     glossary: Annotated[Path | None, typer.Option(help="TSV of 'source term<TAB>target term': a line whose source "
                                                   "has a term gets its target term (default: the recipe's "
                                                   "decode.glossary).")] = None,
-    glossary_ignore_case: Annotated[bool | None, typer.Option("--glossary-ignore-case/--glossary-match-case",
-                                                              help="Match glossary source terms in any case.")
-                                    ] = None,
+    glossary_ignore_case: Annotated[bool, typer.Option("--glossary-ignore-case", help="Match glossary source "
+                                                       "terms in any case (default: the recipe's).")] = False,
     ban: Annotated[Path | None, typer.Option(help="File of phrases never to produce, one a line.")] = None,
     no_repeat_ngram_size: Annotated[int | None, typer.Option(min=0, help="Never repeat a subword n-gram of this "
                                                              "size (default: the recipe's; 0 = off).")] = None,
@@ -290,12 +290,14 @@ def translate(
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
                        ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer)
     guide = GuideOptions(InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
-                         glossary_ignore_case, ban)
+                         glossary_ignore_case or None, ban)
     run_translate(TranslateOptions(load=load, search=search, input=input_, output=output, force=force,
                                    buffer_size=buffer_size, skip=skip, errors=errors, print_scores=print_scores,
                                    guide=guide))
 
 @app.command()
+@_panels({"Export": ("checkpoint", "format_", "quantization", "force"),
+          "generation_config.json (--format hf)": ("no_repeat_ngram_size", "repetition_penalty")})
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Folder to write the model to.")],
@@ -315,7 +317,7 @@ def export(
     """Export a run's model: to CTranslate2 (a self-contained folder for `translate -m` or CTranslate2 itself), or
     to Hugging Face transformers (MarianMTModel + MarianTokenizer)."""
     from nmtk.convert.ctranslate2 import export_run
-    from nmtk.convert.huggingface import export_hf
+    from nmtk.convert.hf_export import export_hf
     from nmtk.rundir import RunDir, resolve_model
 
     if format_ is ExportFormat.hf and quantization is not Quantization.float32:
@@ -349,7 +351,7 @@ def import_(
     force: Annotated[bool, typer.Option("--force", help="Replace a run an earlier import wrote.")] = False,
 ) -> None:
     """Make a Hugging Face MarianMT model (opus-mt) an nmtk run: translate with it, fine-tune it, export it."""
-    from nmtk.convert.huggingface import import_marian
+    from nmtk.convert.hf_import import import_marian
 
     result = import_marian(folder, out, source_lang, target_lang, force)
     console.print(f"imported {folder} -> {out}: {result.source_lang} -> {result.target_lang}, "
@@ -392,9 +394,8 @@ def serve(
     repetition_penalty: Annotated[float | None, typer.Option(min=0.0, help="Default, as translate's.")] = None,
     glossary: Annotated[Path | None, typer.Option(help="Terms every request's translation uses (TSV, as "
                                                   "translate's); requests add theirs.")] = None,
-    glossary_ignore_case: Annotated[bool | None, typer.Option("--glossary-ignore-case/--glossary-match-case",
-                                                              help="Match glossary source terms in any case.")
-                                    ] = None,
+    glossary_ignore_case: Annotated[bool, typer.Option("--glossary-ignore-case", help="Match glossary source "
+                                                       "terms in any case (default: the recipe's).")] = False,
     ban: Annotated[Path | None, typer.Option(help="Phrases no translation may contain, one a line.")] = None,
 ) -> None:
     """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
@@ -408,7 +409,7 @@ def serve(
     search = dict(beam=beam, length_penalty=lenpen, no_repeat_ngram_size=no_repeat_ngram_size,
                   repetition_penalty=repetition_penalty)
     run_server(ServeOptions(load=load, search=search, host=host, port=port, glossary=glossary,
-                            glossary_ignore_case=glossary_ignore_case, bans=ban,
+                            glossary_ignore_case=glossary_ignore_case or None, bans=ban,
                             max_tokens=max_tokens, max_wait_ms=max_wait_ms,
                             max_queue=max_queue, workers=workers,
                             limits=Limits(max_chars=max_chars, max_lines=max_lines),

@@ -21,13 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nmtk import __version__
+from nmtk.convert.export import export_source, write_export
 from nmtk.errors import NmtkError
-from nmtk.files import built_beside
-from nmtk.manifest import Manifest
 from nmtk.precision import Quantization
 from nmtk.recipe import Recipe
-from nmtk.rundir import EXPORT_MARKER, ExportDir, ModelSource, RunDir, check_replaceable, mark_written
+from nmtk.rundir import EXPORT_MARKER, ModelSource
 from nmtk.vocab import BOS, EOS, UNK
 
 if TYPE_CHECKING:
@@ -101,44 +99,29 @@ def model_spec(model: Transformer, source_pieces: list[str], target_pieces: list
     return spec
 
 
-def _run_source(source: ModelSource) -> tuple[RunDir, Path, Recipe, Manifest]:
-    """The run, checkpoint, recipe and manifest an export is made from; an export is not exported again."""
-    if source.is_export or source.checkpoint is None or source.manifest is None:
-        raise NmtkError(f"{source.path}: an export already; export the run directory it was made from")
-    return RunDir(source.path), source.checkpoint, source.recipe, source.manifest
-
-
 def export_run(source: ModelSource, out: Path, quantization: str, force: bool) -> dict[str, Any]:
     """Write the run's model ``source`` names (`nmtk.rundir.resolve_model`) to ``out`` as a CTranslate2
-    model with its text pipeline.
-
-    Built in a temporary folder beside ``out`` and renamed into place: an existing ``out`` is kept
-    unless ``force``, is never left half replaced, and is replaced only when it is an earlier export.
-    """
+    model with its text pipeline (`nmtk.convert.export`: built beside ``out``, an existing ``out`` kept
+    unless ``force`` and an earlier export, never left half replaced)."""
     import torch
 
     from nmtk.checkpoint import load_model
 
     if quantization not in {q.value for q in Quantization}:
         raise NmtkError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
-    check_replaceable(out, force)
-    run, checkpoint, recipe, manifest = _run_source(source)
-    src_pipe, tgt_pipe = run.pipelines(recipe, manifest)
-    model = load_model(checkpoint, torch.device("cpu"), manifest.vocab.sha256)
+    run = export_source(source, out, force)
+    src_pipe, tgt_pipe = run.run.pipelines(run.recipe, run.manifest)
+    model = load_model(run.checkpoint, torch.device("cpu"), run.manifest.vocab.sha256)
     spec = model_spec(model, src_pipe.subwords.pieces(), tgt_pipe.subwords.pieces())
-    with built_beside(out) as folder:
-        tmp = ExportDir(folder)
+
+    def fill(folder: Path) -> None:
         spec.validate()
         spec.optimize(quantization=quantization)
-        spec.save(str(tmp.path))
-        tmp.write_text_pipeline(run, recipe, manifest)
-        meta = {"format": "ctranslate2", "nmtk": __version__, "quantization": quantization,
-                "checkpoint": checkpoint.name, "run": str(run.path), "models": manifest.vocab.models,
-                "max_positions": model.cfg.max_positions}
-        tmp.write_meta(meta)
-        mark_written(tmp.path, f"nmtk export {run.path} --format ctranslate2")
-        (tmp.path / "README.md").write_text(_readme(recipe, meta), encoding="utf-8")
-    return meta
+        spec.save(str(folder))
+
+    return write_export(out, "ctranslate2", run, fill, {"quantization": quantization,
+                                                         "max_positions": model.cfg.max_positions},
+                        lambda meta: _readme(run.recipe, meta))
 
 
 def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:

@@ -12,21 +12,18 @@ import ctypes
 import mmap
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from nmtk.checkpoint import load_checkpoint, save_atomic
+from nmtk.checkpoint import Checkpoint
 from nmtk.errors import NmtkError
 from nmtk.rundir import RunDir
 
-KEPT = ("recipe", "recipe_hash", "vocab", "model_config", "nmtk")
 
-
-def _check_same_model(first: dict[str, Any], other: dict[str, Any], path: Path, first_path: Path) -> None:
-    if other.get("model_config") != first.get("model_config"):
+def _check_same_model(first: Checkpoint, other: Checkpoint, path: Path, first_path: Path) -> None:
+    if other.model_config != first.model_config:
         raise NmtkError(f"{path}: a different model (recipe) than {first_path}: cannot average them")
-    if other.get("vocab") != first.get("vocab"):
+    if other.vocab != first.vocab:
         raise NmtkError(f"{path}: a different vocabulary than {first_path}: cannot average them")
 
 
@@ -60,28 +57,26 @@ def _float_copy(model: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return total
 
 
-def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
-    """A checkpoint whose ``model`` is the mean of the given checkpoints' models."""
+def average_checkpoints(paths: list[Path]) -> Checkpoint:
+    """A checkpoint whose ``model`` is the mean of the given checkpoints' models; the first one's
+    description (configuration, vocabulary, recipe, training state) with the names averaged."""
     if not paths:
         raise NmtkError("no checkpoints to average")
-    first = load_checkpoint(paths[0], mmap=True)
-    if "model" not in first:
-        raise NmtkError(f"{paths[0]}: not an nmtk checkpoint (no model)")
-    total = _float_copy(first["model"])
-    meta = {key: first[key] for key in KEPT if key in first}
-    state = first.get("state", {})
-    del first
+    first = Checkpoint.read(paths[0], mmap=True)
+    total = _float_copy(first.model)
     for path in paths[1:]:
-        ckpt = load_checkpoint(path, mmap=True)
-        _check_same_model(meta, ckpt, path, paths[0])
-        _add(total, ckpt.get("model", {}), path, paths[0])
-        del ckpt
+        other = Checkpoint.read(path, mmap=True)
+        _check_same_model(first, other, path, paths[0])
+        _add(total, other.model, path, paths[0])
+        del other
     done: set[int] = set()
     for tensor in total.values():
         if tensor.is_floating_point() and tensor.data_ptr() not in done:
             tensor.div_(len(paths))
             done.add(tensor.data_ptr())
-    return {**meta, "model": total, "averaged_from": [p.name for p in paths], "state": state}
+    return Checkpoint(model=total, model_config=first.model_config, vocab=first.vocab, recipe=first.recipe,
+                      recipe_hash=first.recipe_hash, nmtk=first.nmtk, state=first.state,
+                      averaged_from=[p.name for p in paths])
 
 
 def _add(total: dict[str, torch.Tensor], model: dict[str, torch.Tensor], path: Path, first: Path) -> None:
@@ -139,9 +134,9 @@ def average_run(run_dir: Path, files: list[Path], last: int | None, updates: str
     return paths, target
 
 
-def write_average(paths: list[Path], out: Path, force: bool) -> dict[str, Any]:
+def write_average(paths: list[Path], out: Path, force: bool) -> Checkpoint:
     if out.exists() and not force:
         raise NmtkError(f"{out}: exists; use --force to overwrite or -o for another name")
     averaged = average_checkpoints(paths)
-    save_atomic(averaged, out)
+    averaged.save(out)
     return averaged

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from nmtk.checkpoint import load_checkpoint
+from nmtk.checkpoint import Checkpoint
 from nmtk.console import console
 from nmtk.data.fetch import default_data_root
 from nmtk.data.prepare import default_out_dir, prepare
@@ -55,10 +55,10 @@ def _frozen(field: str) -> str | None:
     return next((why for prefix, why in _FROZEN.items() if field == prefix or field.startswith(prefix + ".")), None)
 
 
-def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, manifest: Manifest,
+def check_resumable(run: RunDir, checkpoint: Checkpoint, recipe: Recipe, manifest: Manifest,
                     info: DistInfo) -> None:
     """Refuse, naming the field, a recipe change that would break the checkpoint."""
-    changed = differences(checkpoint["recipe"], recipe.model_dump(mode="json"))
+    changed = differences(checkpoint.recipe or {}, recipe.model_dump(mode="json"))
     for field, old, new in changed:
         if _frozen(field) is not None:
             raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old!r} to {new!r}, which changes "
@@ -66,11 +66,11 @@ def check_resumable(run: RunDir, checkpoint: dict[str, Any], recipe: Recipe, man
     if changed and info.is_main:
         changes = ", ".join(f"{field} {old!r} → {new!r}" for field, old, new in changed)
         console.print(f"resuming with changed settings: {changes}")
-    if checkpoint["vocab"] != manifest.vocab.sha256:
+    if checkpoint.vocab != manifest.vocab.sha256:
         raise NmtkError(f"{run.path}: cannot resume: the vocabulary (subword model) differs from the checkpoint's; "
                         "use --restart or a new --run-dir")
-    if checkpoint.get("world_size", 1) != info.world_size:
-        raise NmtkError(f"{run.path}: cannot resume: the checkpoint was written by {checkpoint['world_size']} "
+    if checkpoint.world_size != info.world_size:
+        raise NmtkError(f"{run.path}: cannot resume: the checkpoint was written by {checkpoint.world_size} "
                         f"processes, this job has {info.world_size} (the data position depends on it)")
 
 
@@ -206,7 +206,7 @@ def _init_weights(trainer: Trainer, init_from: Path, info: DistInfo) -> None:
 
 
 def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: Manifest, info: DistInfo,
-              restart: bool, init_from: Path | None) -> dict[str, Any] | None:
+              restart: bool, init_from: Path | None) -> Checkpoint | None:
     """Freeze the run directory (rank 0); the checkpoint to resume from, or None for a new run."""
     checkpoint = None
     if run.has_checkpoints():
@@ -218,7 +218,7 @@ def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: Manifest, i
             raise NmtkError(f"{run.path} already has checkpoints: --init-from starts a new run "
                             "(use another --run-dir, or --restart)")
         else:
-            checkpoint = load_checkpoint(run.resume_checkpoint())
+            checkpoint = Checkpoint.read(run.resume_checkpoint())
             check_resumable(run, checkpoint, recipe, manifest, info)  # before anything is written into the run
     barrier(info)
     if info.is_main:

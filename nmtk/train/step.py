@@ -11,12 +11,11 @@ from __future__ import annotations
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from nmtk.checkpoint import load_checkpoint
+from nmtk.checkpoint import Checkpoint
 from nmtk.data.dataset import Batch
 from nmtk.device import autocast_for
 from nmtk.errors import NmtkError
@@ -168,21 +167,21 @@ class UpdateStep:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
 
-    def load(self, checkpoint: dict[str, Any]) -> None:
+    def load(self, checkpoint: Checkpoint) -> None:
         """A resume: parameters, optimizer moments and loss scale as they were."""
-        self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        if self.scaler is not None and checkpoint.get("scaler"):
-            self.scaler.load_state_dict(checkpoint["scaler"])
+        self.model.load_state_dict(checkpoint.model)
+        self.optimizer.load_state_dict(checkpoint.optimizer or {})
+        if self.scaler is not None and checkpoint.scaler:
+            self.scaler.load_state_dict(checkpoint.scaler)
 
     def init_from(self, path: Path, vocab_hash: dict[str, str]) -> None:
         """Fine-tuning: another run's weights, fresh optimizer and schedule. The vocabulary must be the
         one the weights were trained with (``tokenizer.reuse`` makes prepare copy it)."""
-        checkpoint = load_checkpoint(path)
-        if checkpoint.get("vocab") not in (None, vocab_hash):
+        checkpoint = Checkpoint.read(path)
+        if checkpoint.vocab not in (None, vocab_hash):
             raise NmtkError(f"--init-from {path}: its model was trained with another vocabulary than this data's; "
                             "set tokenizer.reuse to its run directory so that prepare uses that vocabulary")
-        state = checkpoint["model"]
+        state = checkpoint.model
         own = self.model.state_dict()
         for name, tensor in state.items():
             if name in own and own[name].shape != tensor.shape:

@@ -20,7 +20,7 @@ import torch
 
 from nmtk import __version__
 from nmtk.bf16_probe import Shapes
-from nmtk.checkpoint import BackgroundWriter, SnapshotBuffers, rng_state, set_rng_state
+from nmtk.checkpoint import BackgroundWriter, Checkpoint, SnapshotBuffers, rng_state, set_rng_state
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
@@ -108,10 +108,10 @@ class Trainer:
             self._validator = Validator.for_split(*self._validator_args)
         return self._validator
 
-    def resume(self, checkpoint: dict[str, Any]) -> None:
+    def resume(self, checkpoint: Checkpoint) -> None:
         self.step.load(checkpoint)
-        self.state = self.step.state = TrainState(**{**checkpoint["state"], "stop_reason": None})
-        rngs = checkpoint["rng"]
+        self.state = self.step.state = TrainState(**{**checkpoint.state, "stop_reason": None})
+        rngs = checkpoint.rng or []
         set_rng_state(rngs[self.info.rank] if self.info.rank < len(rngs) else rngs[0])
 
     def check_memory(self) -> None:
@@ -135,10 +135,10 @@ class Trainer:
     def checkpoint_state(self, full: bool = True) -> dict[str, Any]:
         """The parameters and what describes them; with ``full``, all a resume needs besides (optimizer,
         loss scaler, every rank's random state: gathering those is a collective, so every rank calls this)."""
-        state = {"model": self.model.state_dict(), "state": asdict(self.state),
-                 "recipe": self.recipe.model_dump(mode="json"), "recipe_hash": self.recipe.hash(),
-                 "vocab": self.vocab_hash, "model_config": self.cfg.to_dict(), "world_size": self.info.world_size,
-                 "nmtk": __version__, "full": full}
+        checkpoint = Checkpoint(model=self.model.state_dict(), model_config=self.cfg.to_dict(), vocab=self.vocab_hash,
+                                recipe=self.recipe.model_dump(mode="json"), recipe_hash=self.recipe.hash(),
+                                nmtk=__version__, state=asdict(self.state), full=full,
+                                world_size=self.info.world_size)
         if full:
             rngs = [rng_state()]
             if self.info.enabled:
@@ -146,9 +146,10 @@ class Trainer:
                 torch.distributed.all_gather_object(gathered, rngs[0])
                 rngs = gathered
             scaler = self.step.scaler
-            state.update(optimizer=self.step.optimizer.state_dict(), scaler=scaler.state_dict() if scaler else {},
-                         rng=rngs)
-        return state
+            checkpoint.optimizer = self.step.optimizer.state_dict()
+            checkpoint.scaler = scaler.state_dict() if scaler else {}
+            checkpoint.rng = rngs
+        return checkpoint.to_dict()
 
     def save(self, best: bool = False, final: bool = False) -> None:
         """Numbered checkpoint + checkpoint_last.pt (rank 0 writes; all ranks take part in RNG gathering).

@@ -68,13 +68,8 @@ def test_the_ctranslate2_export_honours_prefix_bans_and_repeats_and_refuses_cons
 
 
 @pytest.mark.parametrize(("args", "stdin", "message"), [
-    (("--constraints", "unordered"), "the red cat\t\tbike\n", "line 1: an empty constraint"),
     (("--constraints", "unordered"), "the red cat\n\t\n", "line 2: no source text"),
     (("--constraints", "unordered"), "the red cat\t\u2603\n", "line 1: the constraint '\u2603' has characters"),
-    (("--constraints", "unordered", "--max-len-a", "0", "--max-len-b", "2"), "the red cat\tgreen yellow house\n",
-     "longer than the line's output limit of 2"),
-    (("--constraints", "unordered", "--sampling"), "the red cat\tbike\n", "constraints need beam search"),
-    (("--prefix",), "the red cat\ta\tb\n", "line 1: 1 more tab-separated fields"),
     (("--glossary", "GLOSSARY"), "the red cat\n", "GLOSSARY: line 2: an empty target term"),
     (("--glossary", "missing.tsv"), "the red cat\n", "missing.tsv: glossary file not found"),
 ])
@@ -90,3 +85,26 @@ def test_bad_control_input_is_one_line_and_nothing_is_written(copy_run, tmp_path
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert message in result.stderr.strip().splitlines()[-1], result.stderr
     assert not out.exists() and not out.with_name("out.txt.partial").exists()
+
+
+def test_each_bad_term_names_its_line_before_any_search(copy_run) -> None:
+    """The checks `translate` and `serve` share (`TranslatorBase.controls`), in process."""
+    from nmtk.decode.config import SamplingConfig, SearchConfig
+    from nmtk.decode.guide import Guidance
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.errors import NmtkError
+    from nmtk.rundir import resolve_model
+
+    tmp, _, _ = copy_run
+    translator = load_translator(resolve_model(tmp / "run"), LoadOptions(threads=1))
+    ids = translator.encode(["the red cat", "a dog"])
+    short = SearchConfig(beam=4, max_len_a=0.0, max_len_b=2)
+    for guides, search, message in (
+            ([None, Guidance(constraints=("green yellow house",))], short, "line 2: .* longer than the line's output "
+                                                                         "limit of 2"),
+            ([Guidance(constraints=("bike",)), None], SearchConfig(beam=1, sampling=SamplingConfig()),
+             "line 1: constraints need beam search"),
+            ([Guidance(prefix="\u2603"), None], short, "line 1: the prefix '\u2603' has characters"),
+            ([None, Guidance(bans=(" ",))], short, "line 2: the banned phrase ' ' is empty")):
+        with pytest.raises(NmtkError, match=message):
+            translator.controls(guides, ids, search, first_line=1)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmtk.checkpoint import link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
+from nmtk.checkpoint import Checkpoint, link_atomic, load_checkpoint, rng_state, save_atomic, set_rng_state
 from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
 from nmtk.recipe import OptimSection
@@ -106,7 +106,7 @@ def test_average_is_the_elementwise_mean(tmp_path: Path) -> None:
     for i in range(3):
         paths.append(tmp_path / f"checkpoint_{(i + 1) * 10}.pt")
         save_atomic(small_state(i), paths[-1])
-    averaged = average_checkpoints(paths)["model"]
+    averaged = average_checkpoints(paths).model
     states = [small_state(i)["model"] for i in range(3)]
     for name in states[0]:
         expected = sum(s[name] for s in states) / 3
@@ -377,7 +377,7 @@ def test_parameter_only_snapshots_between_full_states_average_and_resume(tmp_pat
     assert "optimizer" not in params and not params["full"] and "optimizer" in full and full["full"]
     assert run.resume_checkpoint() == run.checkpoint(5) and load_checkpoint(run.last)["state"]["update"] == 5
     averaged = average_checkpoints([p for _, p in run.numbered()[-3:]])
-    assert set(averaged["model"]) == set(full["model"])
+    assert set(averaged.model) == set(full["model"])
     run.checkpoint(5).unlink()
     run.checkpoint(4).unlink()  # the newest file left holds parameters only
     assert run.resume_checkpoint() == run.checkpoint(2)
@@ -415,7 +415,7 @@ def test_a_checkpoint_write_that_fails_stops_training_and_leaves_a_resumable_run
     assert load_checkpoint(run.last)["state"]["update"] == 2 and not list(run.path.glob("*.tmp"))
     monkeypatch.setattr(checkpoint_module.torch, "save", real_save)
     resumed = toy_trainer(tmp_path / "again", "train.max_updates=6")
-    resumed.resume(load_checkpoint(run.resume_checkpoint()))
+    resumed.resume(Checkpoint.read(run.resume_checkpoint()))
     assert resumed.state.update == 2
     trainer.metrics.close()
     resumed.metrics.close()
@@ -495,3 +495,26 @@ def test_a_batch_padded_to_a_multiple_of_8_has_the_same_loss(tmp_path: Path) -> 
     torch.testing.assert_close(loss_a, loss_b, atol=1e-3, rtol=1e-5)
     torch.testing.assert_close(nll_a, nll_b, atol=1e-3, rtol=1e-5)
     trainer.metrics.close()
+
+
+def test_a_checkpoint_has_one_shape_and_a_format_this_nmtk_checks(tmp_path: Path) -> None:
+    """Written as `Checkpoint` (format 1), read back the same; a file without the field (older nmtk)
+    reads; one from a newer format, or with no model, is one line naming it."""
+    from nmtk.checkpoint import CHECKPOINT_FORMAT, Checkpoint
+
+    state = small_state(0)
+    written = Checkpoint(model=state["model"], model_config=state["model_config"], vocab=state.get("vocab"),
+                         recipe=None, recipe_hash=None, nmtk="test", state={"update": 7})
+    written.save(tmp_path / "new.pt")
+    raw = load_checkpoint(tmp_path / "new.pt")
+    assert raw["format"] == CHECKPOINT_FORMAT and "optimizer" not in raw and "recipe" not in raw
+    back = Checkpoint.read(tmp_path / "new.pt")
+    assert back.state == {"update": 7} and back.model.keys() == state["model"].keys() and not back.full
+    save_atomic({k: v for k, v in raw.items() if k != "format"}, tmp_path / "old.pt")
+    assert Checkpoint.read(tmp_path / "old.pt").format == CHECKPOINT_FORMAT
+    save_atomic({**raw, "format": CHECKPOINT_FORMAT + 1}, tmp_path / "future.pt")
+    with pytest.raises(NmtkError, match=r"future\.pt: checkpoint format 2 is newer than this nmtk reads"):
+        Checkpoint.read(tmp_path / "future.pt")
+    save_atomic({"weights": raw["model"]}, tmp_path / "other.pt")
+    with pytest.raises(NmtkError, match=r"other\.pt: not an nmtk checkpoint"):
+        Checkpoint.read(tmp_path / "other.pt")

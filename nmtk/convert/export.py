@@ -1,0 +1,53 @@
+"""What every `nmtk export` format does the same way: take a run (never an export), build the folder
+beside its destination, add the run's text pipeline, ``nmtk-export.json`` and a README, mark it as
+nmtk's (so that ``--force`` may replace it later), and rename it into place only once it is complete."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nmtk import __version__
+from nmtk.errors import NmtkError
+from nmtk.files import built_beside
+from nmtk.manifest import Manifest
+from nmtk.recipe import Recipe
+from nmtk.rundir import ExportDir, ModelSource, RunDir, check_replaceable, mark_written
+
+
+@dataclass(frozen=True)
+class ExportSource:
+    """The run, checkpoint, recipe and manifest an export is made from."""
+
+    run: RunDir
+    checkpoint: Path
+    recipe: Recipe
+    manifest: Manifest
+
+
+def export_source(source: ModelSource, out: Path, force: bool) -> ExportSource:
+    """``source`` as something to export to ``out``: refused (one line) when ``out`` holds anything but an
+    earlier nmtk export and ``force`` is not given, or when ``source`` is an export itself."""
+    check_replaceable(out, force)
+    if source.is_export or source.checkpoint is None or source.manifest is None:
+        raise NmtkError(f"{source.path}: an export already; export the run directory it was made from")
+    return ExportSource(RunDir(source.path), source.checkpoint, source.recipe, source.manifest)
+
+
+def write_export(out: Path, fmt: str, source: ExportSource, fill: Callable[[Path], None], meta: dict[str, Any],
+                 readme: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+    """Build the folder: ``fill(folder)`` writes the format's own files; then the text pipeline, the
+    metadata (``meta`` after the common fields), the marker and ``readme(meta)``. Returns the metadata."""
+    run = source.run
+    meta = {"format": fmt, "nmtk": __version__, "checkpoint": source.checkpoint.name, "run": str(run.path),
+            "models": source.manifest.vocab.models, **meta}
+    with built_beside(out) as folder:
+        tmp = ExportDir(folder)
+        fill(tmp.path)
+        tmp.write_text_pipeline(run, source.recipe, source.manifest)
+        tmp.write_meta(meta)
+        mark_written(tmp.path, f"nmtk export {run.path} --format {fmt}")
+        (tmp.path / "README.md").write_text(readme(meta), encoding="utf-8")
+    return meta
