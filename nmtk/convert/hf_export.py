@@ -26,11 +26,6 @@ if TYPE_CHECKING:
     from nmtk.model import Transformer
 
 
-
-
-# ------------------------------------------------------------------------------------ export
-
-
 def check_exportable(recipe: Recipe) -> None:
     """MarianTokenizer runs sentencepiece on raw text and nothing else: a run with Moses is refused."""
     tok = recipe.tokenizer

@@ -43,10 +43,6 @@ HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 HF_ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 
 
-
-# ------------------------------------------------------------------------------------ import
-
-
 def _missing(path: Path) -> NmtkError:
     return NmtkError(f"{path}: missing; a MarianMT folder has config.json, source.spm, target.spm and vocab.json")
 

@@ -128,7 +128,7 @@ class TranslatorBase:
                                 "engine has no constrained search; translate with the run directory instead")
             if guide.constraints and search.sampling is not None:
                 raise NmtkError(f"line {line}: constraints need beam search; leave out --sampling")
-            limit = min(int(search.max_len_a * len(src) + search.max_len_b), self.max_positions - 1)
+            limit = search.output_limit(len(src), self.max_positions)
             prefix = self._phrase(guide.prefix, "prefix", line, self.max_positions - 2) if guide.prefix else ()
             constraints = tuple(self._phrase(c, "constraint", line, limit) for c in guide.constraints)
             bans = tuple(self._phrase(b, "banned phrase", line, None) for b in guide.bans)

@@ -96,6 +96,13 @@ class SearchConfig:
         """Whether this search changes the model's scores on every line (repetition limits)."""
         return self.no_repeat_ngram_size > 0 or self.repetition_penalty != 1.0
 
+    def output_limit(self, source_len: int, max_positions: int, prefix: int = 0) -> int:
+        """Output tokens (EOS aside) a source of ``source_len`` subwords may get: a·|x| + b, raised to
+        hold a prefix of ``prefix`` tokens and one more, never past the model's positions. (The torch
+        searches compute the same per batch row: `nmtk.decode.step.max_lengths`.)"""
+        limit = int(self.max_len_a * source_len + self.max_len_b)
+        return min(max(limit, prefix + 1) if prefix else limit, max_positions - 1)
+
     def budget(self, device_type: str) -> int:
         """Source tokens × beam per batch on a device of this type (``cpu``, ``cuda``)."""
         return self.max_tokens or DECODE_MAX_TOKENS.get(device_type, DECODE_MAX_TOKENS["cpu"])

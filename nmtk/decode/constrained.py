@@ -93,11 +93,15 @@ def _candidates(cand: Tensor, lprobs: Tensor, cons: Tensor, cons_len: Tensor, me
     return torch.cat([top, own, index.view(b, -1)], dim=1)
 
 
+def _earlier(m: int, device: torch.device) -> Tensor:
+    """(m, m): ``[i, j]`` whether candidate j comes before candidate i."""
+    return torch.ones((m, m), dtype=torch.bool, device=device).tril(-1)
+
+
 def _rank_in_bank(scores: Tensor, bank: Tensor, live: Tensor) -> Tensor:
     """Per candidate, how many live candidates of its sentence and bank come before it (higher score,
     or equal score and earlier)."""
-    m = scores.size(1)
-    earlier = torch.ones((m, m), dtype=torch.bool, device=scores.device).tril(-1)
+    earlier = _earlier(scores.size(1), scores.device)
     a, o = scores[:, :, None], scores[:, None, :]
     before = (o > a) | (o.eq(a) & earlier)
     return (before & bank[:, :, None].eq(bank[:, None, :]) & live[:, None, :]).sum(dim=-1)
@@ -171,11 +175,11 @@ class Terms:
             lprobs = lprobs.masked_fill(self.ended[:, None] & self.no_glue, NEG_INF)
         return lprobs
 
-    def after(self, history: Tensor, flat: Tensor, tokens: Tensor, row_sent: Tensor
+    def after(self, history: Tensor, flat: Tensor, tokens: Tensor, row_cons: Tensor, row_len: Tensor
               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Per candidate (its row ``flat``, its token): constraints met, progress, bank (with progress)
-        and constraint tokens met (without)."""
-        cons, lengths = self.cons[row_sent].index_select(0, flat), self.lengths[row_sent].index_select(0, flat)
+        and constraint tokens met (without); ``row_cons``, ``row_len``: each live row's constraints."""
+        cons, lengths = row_cons.index_select(0, flat), row_len.index_select(0, flat)
         window = torch.cat([last_tokens(history, cons.size(2) - 1).index_select(0, flat), tokens[:, None]], dim=1)
         met, progress, bank = advance(window, cons, lengths, self.met.index_select(0, flat), self.ordered)
         return met, progress, bank, (lengths * met).sum(dim=1)
@@ -191,9 +195,7 @@ class Terms:
 
 def _unique(index: Tensor) -> Tensor:
     """Per row of candidate indices, those equal to an earlier one."""
-    m = index.size(1)
-    earlier = torch.ones((m, m), dtype=torch.bool, device=index.device).tril(-1)
-    return (index[:, :, None].eq(index[:, None, :]) & earlier).any(dim=-1)
+    return (index[:, :, None].eq(index[:, None, :]) & _earlier(index.size(1), index.device)).any(dim=-1)
 
 
 def _round_robin(scores: Tensor, bank: Tensor, live: Tensor, top_bank: int, k: int) -> Tensor:
@@ -232,13 +234,13 @@ def constrained_beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         lprobs = terms.bar(only_eos_where(reached, lprobs) if step >= first_limit else lprobs, reached)
         vocab = lprobs.size(-1)
         cand = (scores.view(-1, 1) + lprobs).view(b, k * vocab)
-        index = _candidates(cand, lprobs, terms.cons[row_sent], terms.lengths[row_sent], terms.met, terms.progress,
-                            k, terms.ordered)
+        row_cons, row_len = terms.cons[row_sent], terms.lengths[row_sent]
+        index = _candidates(cand, lprobs, row_cons, row_len, terms.met, terms.progress, k, terms.ordered)
         m = index.size(1)
         cand_scores = cand.gather(1, index).masked_fill(_unique(index), NEG_INF)
         origin = index // vocab + torch.arange(b, device=device)[:, None] * k  # row of each candidate
         cand_tokens, flat = index % vocab, origin.view(-1)
-        met, progress, bank, met_tokens = terms.after(history, flat, cand_tokens.view(-1), row_sent)
+        met, progress, bank, met_tokens = terms.after(history, flat, cand_tokens.view(-1), row_cons, row_len)
         valid, is_eos = cand_scores.gt(NEG_INF), cand_tokens.eq(EOS_ID)
         # Finished: EOS candidates, merged into each sentence's K best by (constraint tokens, score).
         ending = torch.where(is_eos & valid, cand_scores / length_penalty(float(step + 1), cfg.length_penalty),

@@ -108,8 +108,8 @@ class Ct2Translator(TranslatorBase):
         if any(c and c.constraints for c in controls):
             raise NmtkError("constraints need nmtk's own engine: CTranslate2 has no constrained search")
         lengths = np.fromiter((len(s) + 1 for s in pieces), dtype=np.int64, count=len(pieces))
-        limits = [min(max(int(search.max_len_a * len(s) + search.max_len_b), len(c.prefix) + 1 if c else 0),
-                      self.max_positions - 1) for s, c in zip(pieces, controls, strict=True)]
+        limits = [search.output_limit(len(s), self.max_positions, len(c.prefix) if c else 0)
+                  for s, c in zip(pieces, controls, strict=True)]
         out: list[list[Hypothesis]] = [[] for _ in pieces]
         for batch in length_batches(lengths, search.budget(self.device), search.rows):
             # CTranslate2 takes banned phrases per call: lines banning different ones are decoded apart

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nmtk.errors import NmtkError
+from nmtk.files import read_lines
 from nmtk.recipe import Recipe
 
 
@@ -76,16 +77,8 @@ class Glossary:
     def read(cls, path: Path, ignore_case: bool = False) -> Glossary:
         """A TSV file, one ``source term<TAB>target term`` a line; blank lines and ``#`` comments are
         skipped. A bad line is one error naming the file and line."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise NmtkError(f"{path}: glossary file not found") from None
-        except IsADirectoryError:
-            raise NmtkError(f"{path}: is a directory, expected a glossary .tsv file") from None
-        except UnicodeDecodeError as exc:
-            raise NmtkError(f"{path}: not UTF-8 (byte {exc.start})") from None
         pairs = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(read_lines(Path(path), "glossary"), start=1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             pairs.append(_pair(line.split("\t"), f"{path}: line {number}"))
@@ -127,6 +120,17 @@ class Glossary:
         return replace(guidance, constraints=guidance.constraints + extra) if extra else guidance
 
 
+def guided(source: str, guide: Guidance, glossary: Glossary | None, bans: tuple[str, ...],
+           tokenize: Callable[[str], str]) -> Guidance | None:
+    """``guide`` with the glossary's terms that ``source`` holds and the banned phrases added (what
+    `translate` and the server ask of every line); None when it asks nothing."""
+    if glossary is not None and source.strip():
+        guide = glossary.guide(source, guide, tokenize)
+    if bans:
+        guide = replace(guide, bans=bans)
+    return guide or None
+
+
 def _pair(fields: list[str], where: str) -> tuple[str, str]:
     if len(fields) != 2:
         raise NmtkError(f"{where}: expected 'source term<TAB>target term', found {len(fields)} field(s)")
@@ -138,12 +142,7 @@ def _pair(fields: list[str], where: str) -> tuple[str, str]:
 
 def read_phrases(path: Path) -> tuple[str, ...]:
     """Banned phrases: one a line (blank lines and ``#`` comments skipped)."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise NmtkError(f"{path}: file of banned phrases not found") from None
-    except UnicodeDecodeError as exc:
-        raise NmtkError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    lines = read_lines(Path(path), "banned phrases")
     phrases = tuple(x.strip() for x in lines if x.strip() and not x.lstrip().startswith("#"))
     if not phrases:
         raise NmtkError(f"{path}: holds no phrases (one phrase a line)")

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis, SearchConfig
-from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, read_guides
+from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, input_path, output_path
@@ -71,12 +71,8 @@ class Engine:
         tokenize = self.translator.src_pipe.moses.tokenize
         for k, line in enumerate(lines):
             source, guide = self.format.split(line, first + k)
-            if self.glossary is not None and source.strip():
-                guide = self.glossary.guide(source, guide, tokenize)
-            if self.bans:
-                guide = replace(guide, bans=self.bans)
             sources.append(source)
-            guides.append(guide or None)
+            guides.append(guided(source, guide, self.glossary, self.bans, tokenize))
         return sources, guides
 
 

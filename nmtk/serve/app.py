@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.config import Hypothesis, SearchConfig
-from nmtk.decode.guide import Glossary, Guidance
+from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.errors import NmtkError
 from nmtk.serve.worker import QueueFull, Worker
 
@@ -246,8 +246,8 @@ class _Service:
         for line, start, terms in zip(lines, prefix, constraints, strict=True):
             if any(not t.strip() for t in terms):
                 raise ApiError(422, "constraints: an empty term")
-            guide = Guidance(prefix=(start or "").strip(), constraints=tuple(t.strip() for t in terms), bans=bans)
-            out.append((every.guide(line, guide, tokenize) if every is not None else guide) or None)
+            guide = Guidance(prefix=(start or "").strip(), constraints=tuple(t.strip() for t in terms))
+            out.append(guided(line, guide, every, bans, tokenize))
         return out
 
     def search_for(self, **choices: Any) -> SearchConfig:
