@@ -141,9 +141,9 @@ def main() -> None:
     import torch
     from sacrebleu.metrics import BLEU
 
-    from nmtk.decode.config import SearchConfig
     from nmtk.decode.guide import Glossary, Guidance
     from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
     from nmtk.precision import Precision
     from nmtk.rundir import resolve_model
 

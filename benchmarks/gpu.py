@@ -149,8 +149,8 @@ def decode_row(name: str, work: Path) -> dict[str, Any]:
     """Beam-4 decoding of 1,000 synthetic sources with the (untrained) model, bf16."""
     import torch
 
-    from nmtk.decode.config import SearchConfig
-    from nmtk.decode.search import decode_ids
+    from nmtk.decode.search.batches import decode_ids
+    from nmtk.decode.search.config import SearchConfig
     from nmtk.model import Transformer
     from nmtk.recipe import load_recipe, model_config
 

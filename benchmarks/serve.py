@@ -207,8 +207,8 @@ def in_process(model: Path, lines: list[str], batch: int, threads: int = 2) -> t
     import random
     from functools import partial
 
-    from nmtk.decode.config import SearchConfig
     from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
     from nmtk.rundir import resolve_model
     from nmtk.serve.process import SearchProcess
 

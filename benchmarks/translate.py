@@ -32,7 +32,7 @@ from _util import ROOT, data_root, run_measured
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
-    from nmtk.decode.config import SearchConfig
+    from nmtk.decode.search.config import SearchConfig
 
 DEFAULT_ROWS = "nmtk:fp32,nmtk:bf16,nmtk:auto"
 
@@ -45,8 +45,8 @@ def test_lines(lang: str) -> list[str]:
 def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> tuple[TranslatorBase, SearchConfig]:
     """The translator of one row: the run's model (nmtk:PRECISION) or its CTranslate2 export (ct2:TYPE),
     and the search: the recipe's with this beam."""
-    from nmtk.decode.config import SearchConfig
     from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
     from nmtk.precision import Precision
     from nmtk.rundir import resolve_model
 

@@ -11,7 +11,7 @@ of the loss), forward and backward on a batch of rows. For decoding, products al
 AMD EPYC above they said bf16 was 1.62x faster, while the demo model decoded test_2016_flickr at
 108 sentences/s in bf16 and 109 in fp32 (a search step on few rows is mostly the cache, the beam's
 bookkeeping and autocast's casts). So the decoder hands the probe a ``workload``: a few steps of its
-own model's search (`nmtk.decode.search.step_probe`). fp32 and bf16 alternate, and the fastest
+own model's search (`nmtk.decode.search.batches.step_probe`). fp32 and bf16 alternate, and the fastest
 repeat of each counts, so a burst of other work on the machine does not decide. Each purpose costs
 well under a second for a model of the demo's size, once: the answer is cached per CPU model, torch
 version, thread count, shapes and probe in the user's cache folder (``$XDG_CACHE_HOME/nmtk`` or

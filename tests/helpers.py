@@ -165,7 +165,7 @@ def copy_outcome(model, vocab: int = 32) -> dict[str, float]:
     import torch
     import torch.nn.functional as F
 
-    from nmtk.decode.beam import SearchConfig, greedy_search
+    from nmtk.decode.search.beam import SearchConfig, greedy_search
     from nmtk.vocab import EOS_ID, PAD_ID
 
     src, tgt = copy_batch(torch.Generator().manual_seed(123), batch=100, vocab=vocab)

@@ -48,7 +48,7 @@ def copy_run() -> None:
     from helpers import copy_pairs, toy_recipe, write_corpus
 
     from nmtk.checkpoint import load_model
-    from nmtk.decode.alignment import cross_attention
+    from nmtk.decode.search.alignment import cross_attention
     from nmtk.rundir import RunDir
 
     for seed, threads, precision in itertools.product(SEEDS, THREADS, PRECISIONS):

@@ -276,9 +276,9 @@ def translate(
     if batch_size is not None:  # fairseq's and Marian's habit; click would suggest --buffer-size, another thing
         raise NmtkError("--batch-size: nmtk batches by tokens: --max-tokens N (source tokens × beam per batch); "
                         "--buffer-size is how many input lines are read and sorted at a time")
-    from nmtk.decode.config import SamplingConfig
     from nmtk.decode.guide import InputFormat
     from nmtk.decode.load import LoadOptions
+    from nmtk.decode.search.config import SamplingConfig
     from nmtk.decode.stream import GuideOptions, TranslateOptions
     from nmtk.decode.stream import translate as run_translate
 

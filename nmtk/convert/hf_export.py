@@ -111,7 +111,7 @@ def generation_config(recipe: Recipe, config: dict[str, Any], target_mean_len: f
                   "max_length": min(config["max_position_embeddings"],
                                     math.ceil(d.max_len_a * config["max_position_embeddings"] + d.max_len_b)),
                   "early_stopping": False}
-    if d.no_repeat_ngram_size:  # transformers' processors of the same names and rules (`nmtk.decode.steering`)
+    if d.no_repeat_ngram_size:  # transformers' processors of the same names and rules (`nmtk.decode.search.steering`)
         generation["no_repeat_ngram_size"] = d.no_repeat_ngram_size
     if d.repetition_penalty != 1.0:
         generation["repetition_penalty"] = d.repetition_penalty

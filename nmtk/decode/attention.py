@@ -1,5 +1,5 @@
 """`nmtk attention`: translate one sentence and draw the attention the model paid doing it (paper
-Figures 3-5). The weights come from `nmtk.decode.alignment.attention_maps`, the pictures from
+Figures 3-5). The weights come from `nmtk.decode.search.alignment.attention_maps`, the pictures from
 `nmtk.pictures`."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from nmtk.console import console
-from nmtk.decode.alignment import attention_maps
-from nmtk.decode.config import SearchConfig
 from nmtk.decode.load import LoadOptions, load_translator
+from nmtk.decode.search.alignment import attention_maps
+from nmtk.decode.search.config import SearchConfig
 from nmtk.decode.translator import Translator
 from nmtk.errors import NmtkError
 from nmtk.files import decode_lines

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import ClassVar
 
-from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
 from nmtk.decode.guide import Guidance
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
+from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.precision import Precision
 from nmtk.text import TextPipeline

@@ -20,7 +20,7 @@ import numpy as np
 
 from nmtk.data.batching import length_batches
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.rundir import ExportDir, ModelSource
 from nmtk.text import text_pipelines

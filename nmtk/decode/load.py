@@ -48,8 +48,8 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
 
     from nmtk.bf16_probe import Shapes
     from nmtk.checkpoint import load_model
-    from nmtk.decode.ensemble import Ensemble
-    from nmtk.decode.search import step_probe
+    from nmtk.decode.search.batches import step_probe
+    from nmtk.decode.search.ensemble import Ensemble
     from nmtk.decode.translator import Translator
     from nmtk.device import keep_freed_memory, pick_device, resolve_precision
     from nmtk.rundir import pipelines_in

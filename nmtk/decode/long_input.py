@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nmtk.decode.config import Hypothesis
+from nmtk.decode.search.config import Hypothesis
 
 SENTENCE_END, CLAUSE_END = ".!?", ";:,"
 _MARKERS = ("▁", "##")
@@ -105,7 +105,7 @@ class Segments:
             tokens = [t for h in best for t in h.tokens]
             hyp = Hypothesis(tokens, sum(h.score for h in best) / max(len(best), 1))
             if best and all(h.alignment is not None for h in best):  # word indices continue across pieces
-                from nmtk.decode.alignment import Alignment
+                from nmtk.decode.search.alignment import Alignment
 
                 pairs, src, tgt = [], 0, 0
                 for h in best:

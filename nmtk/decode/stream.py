@@ -23,9 +23,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
+from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, input_path, output_path
 from nmtk.rundir import resolve_model

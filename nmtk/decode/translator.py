@@ -8,12 +8,12 @@ from typing import ClassVar
 
 import torch
 
-from nmtk.decode.alignment import align
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
-from nmtk.decode.ensemble import Ensemble
-from nmtk.decode.sampling import sample_search
-from nmtk.decode.search import SearchFn, decode_ids
+from nmtk.decode.search.alignment import align
+from nmtk.decode.search.batches import SearchFn, decode_ids
+from nmtk.decode.search.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
+from nmtk.decode.search.ensemble import Ensemble
+from nmtk.decode.search.sampling import sample_search
 from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
 from nmtk.model import Transformer

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, SearchConfig
 from nmtk.decode.guide import Glossary, Guidance, guided
+from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.serve.worker import QueueFull, Worker
 

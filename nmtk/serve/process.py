@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 
 Loader = Callable[[], TranslatorBase]

@@ -17,9 +17,9 @@ from typing import Any
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import SearchConfig
 from nmtk.decode.guide import GuideOptions, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
+from nmtk.decode.search.config import SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.rundir import ModelSource, resolve_model
 from nmtk.serve.app import Limits, ModelInfo, ServerGuides, create_app

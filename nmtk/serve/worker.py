@@ -34,8 +34,8 @@ from typing import Any
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
 from nmtk.decode.guide import Guidance
+from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.serve.process import Loader, SearchProcess, searched
 
 

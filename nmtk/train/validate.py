@@ -13,7 +13,7 @@ from sacrebleu.metrics import BLEU
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import collate, pad_multiple, split_lengths
-from nmtk.decode.config import SearchConfig
+from nmtk.decode.search.config import SearchConfig
 from nmtk.decode.translator import Translator
 from nmtk.device import autocast_for
 from nmtk.files import read_lines

@@ -89,9 +89,9 @@ def test_bad_control_input_is_one_line_and_nothing_is_written(copy_run, tmp_path
 
 def test_each_bad_term_names_its_line_before_any_search(copy_run) -> None:
     """The checks `translate` and `serve` share (`TranslatorBase.controls`), in process."""
-    from nmtk.decode.config import SamplingConfig, SearchConfig
     from nmtk.decode.guide import Guidance
     from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SamplingConfig, SearchConfig
     from nmtk.errors import NmtkError
     from nmtk.rundir import resolve_model
 

@@ -110,7 +110,7 @@ def test_kept_attention_weights_sum_to_one_and_are_the_formula(copy_run) -> None
 
 
 def test_cross_attention_of_the_copy_model_is_the_diagonal_and_alignments_say_so(copy_run) -> None:
-    from nmtk.decode.alignment import cross_attention
+    from nmtk.decode.search.alignment import cross_attention
 
     tmp, _, env = copy_run
     model, (src_pipe, _) = load(tmp / "run")

@@ -76,8 +76,8 @@ def test_imported_model_gives_transformers_logits(marian) -> None:
 
 
 def test_imported_model_decodes_greedily_as_transformers(marian) -> None:
-    from nmtk.decode.beam import greedy_search
-    from nmtk.decode.config import SearchConfig
+    from nmtk.decode.search.beam import greedy_search
+    from nmtk.decode.search.config import SearchConfig
 
     folder, run = marian
     hf, tok = _transformers(folder)
@@ -99,8 +99,8 @@ def test_imported_model_decodes_greedily_as_transformers(marian) -> None:
 def test_repetition_limits_decode_greedily_as_transformers(marian, controls) -> None:
     """Random weights repeat tokens: the limits change those outputs, the same way in both libraries
     (CTranslate2's and transformers' rules, applied to the logits in a greedy search)."""
-    from nmtk.decode.beam import greedy_search
-    from nmtk.decode.config import SearchConfig
+    from nmtk.decode.search.beam import greedy_search
+    from nmtk.decode.search.config import SearchConfig
 
     folder, run = marian
     hf, tok = _transformers(folder)

@@ -308,8 +308,8 @@ def test_the_default_checkpoint_is_chosen_once(copy_run, monkeypatch, capsys) ->
 
 def test_a_text_only_translator_encodes_and_detokenizes_but_cannot_search(copy_run) -> None:
     """What the server keeps while its decoding processes search: the text pipelines, no weights."""
-    from nmtk.decode.config import SearchConfig
     from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
     from nmtk.errors import NmtkError
     from nmtk.rundir import resolve_model
 

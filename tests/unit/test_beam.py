@@ -9,9 +9,9 @@ import pytest
 import torch
 from helpers import copy_batch
 
-from nmtk.decode.beam import Hypothesis, SearchConfig, beam_search, length_penalty
-from nmtk.decode.sampling import SamplingConfig, sample_search
-from nmtk.decode.search import decode_ids
+from nmtk.decode.search.batches import decode_ids
+from nmtk.decode.search.beam import Hypothesis, SearchConfig, beam_search, length_penalty
+from nmtk.decode.search.sampling import SamplingConfig, sample_search
 from nmtk.model import ModelConfig, Transformer
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from helpers import copy_batch
 
-from nmtk.decode.beam import SearchConfig, beam_search
-from nmtk.decode.config import LineControls
 from nmtk.decode.guide import Glossary, Guidance, InputFormat
-from nmtk.decode.sampling import SamplingConfig, sample_search
+from nmtk.decode.search.beam import SearchConfig, beam_search
+from nmtk.decode.search.config import LineControls
+from nmtk.decode.search.sampling import SamplingConfig, sample_search
 from nmtk.errors import NmtkError
 from nmtk.vocab import PAD_ID
 

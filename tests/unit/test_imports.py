@@ -1,7 +1,9 @@
 """The import arrows of docs/code-map.md are the code's: derived from the source, compared both ways.
 
-A unit is a top-level module of ``nmtk/`` or one of its folders. Every import counts, at module level
-or inside a function (a lazy import is still a dependency), so the page cannot drift from the code.
+A unit is a top-level module of ``nmtk/`` or one of its folders; ``decode/search`` (the searches over
+ids) is a unit of its own, so the cut between tensor searches and text-level translators is checked
+too. Every import counts, at module level or inside a function (a lazy import is still a dependency),
+so the page cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ ARROW = re.compile(r"^(\S+)\s+──►\s+(.+)$")
 
 
 def modules() -> dict[str, Path]:
-    """``nmtk.decode.beam`` → its file, ``nmtk.decode`` → its ``__init__.py``."""
+    """``nmtk.decode.search.beam`` → its file, ``nmtk.decode`` → its ``__init__.py``."""
     found = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
@@ -47,8 +49,15 @@ def imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
+SUB_UNITS = ("decode.search",)
+
+
 def unit(module: str) -> str:
-    return module.split(".")[1] if "." in module else "nmtk"
+    parts = module.split(".")[1:]
+    for sub in SUB_UNITS:
+        if ".".join(parts[:2]) == sub:
+            return sub
+    return parts[0] if parts else "nmtk"
 
 
 def real_arrows() -> dict[str, set[str]]:

@@ -138,7 +138,7 @@ def test_the_step_probe_runs_a_model_in_both_precisions() -> None:
     import torch
 
     from nmtk.bf16_probe import fastest
-    from nmtk.decode.search import step_probe
+    from nmtk.decode.search.batches import step_probe
     from nmtk.model import ModelConfig, Transformer
 
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nmtk.decode.config import Hypothesis, SearchConfig
+from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.serve.worker import Worker
 

@@ -282,7 +282,7 @@ def test_validation_beam_search_uses_the_recipes_decoding_budget(tmp_path: Path,
     """decode.max_tokens reaches validation's batching through typed parameters (it was dropped before)."""
     from helpers import toy_prepared
 
-    import nmtk.decode.search as search
+    import nmtk.decode.search.batches as search
     from nmtk.recipe import model_config
     from nmtk.train.validate import Validator
 

@@ -24,7 +24,7 @@ class EnsembleCache:
 
 
 class Ensemble(nn.Module):
-    """Several models of one vocabulary behind the decoding contract (`nmtk.decode.contract.Decoder`).
+    """Several models of one vocabulary behind the decoding contract (`nmtk.decode.search.contract.Decoder`).
 
     The step scores are the mean of the members' log-probabilities (the search renormalises them).
     """

@@ -11,9 +11,9 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from nmtk.decode.config import Hypothesis, SearchConfig
-from nmtk.decode.contract import Cache, Decoder
-from nmtk.decode.steering import Steering
+from nmtk.decode.search.config import Hypothesis, SearchConfig
+from nmtk.decode.search.contract import Cache, Decoder
+from nmtk.decode.search.steering import Steering
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")

@@ -17,7 +17,7 @@ from nmtk.errors import NmtkError
 from nmtk.recipe import DECODE_MAX_TOKENS, DecodeSection
 
 if TYPE_CHECKING:
-    from nmtk.decode.alignment import Alignment
+    from nmtk.decode.search.alignment import Alignment
 
 _DEFAULTS = DecodeSection()
 
@@ -26,7 +26,7 @@ _DEFAULTS = DecodeSection()
 class Hypothesis:
     tokens: list[int]
     score: float  # length-normalised log-probability
-    alignment: Alignment | None = None  # word alignment, when asked for (`nmtk.decode.alignment`)
+    alignment: Alignment | None = None  # word alignment, when asked for (`nmtk.decode.search.alignment`)
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class SamplingConfig:
 class LineControls:
     """What one line asks of its search besides the model, as target subword ids: the start its
     translation must have (``prefix``), phrases it must contain (``constraints``, lexically
-    constrained beam search: `nmtk.decode.constrained`) and phrases it must never contain
+    constrained beam search: `nmtk.decode.search.constrained`) and phrases it must never contain
     (``bans``). Built from text by `nmtk.decode.guide`; empty fields ask for nothing."""
 
     prefix: tuple[int, ...] = ()
@@ -99,7 +99,7 @@ class SearchConfig:
     def output_limit(self, source_len: int, max_positions: int, prefix: int = 0) -> int:
         """Output tokens (EOS aside) a source of ``source_len`` subwords may get: a·|x| + b, raised to
         hold a prefix of ``prefix`` tokens and one more, never past the model's positions. (The torch
-        searches compute the same per batch row: `nmtk.decode.step.max_lengths`.)"""
+        searches compute the same per batch row: `nmtk.decode.search.step.max_lengths`.)"""
         limit = int(self.max_len_a * source_len + self.max_len_b)
         return min(max(limit, prefix + 1) if prefix else limit, max_positions - 1)
 

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
-from nmtk.decode.constrained import constrained_beam_search
-from nmtk.decode.contract import Decoder
-from nmtk.decode.steering import Steering
-from nmtk.decode.step import (
+from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.search.constrained import constrained_beam_search
+from nmtk.decode.search.contract import Decoder
+from nmtk.decode.search.steering import Steering
+from nmtk.decode.search.step import (
     NEG_INF,
     Results,
     length_penalty,
@@ -76,7 +76,7 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
                 controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
     """The ``cfg.nbest`` best hypotheses of each source row, best first; ``controls``: per row, its
     prefix, banned phrases and constraints (a batch with constraints is searched by
-    `nmtk.decode.constrained`)."""
+    `nmtk.decode.search.constrained`)."""
     if controls is not None and any(c and c.constraints for c in controls):
         return constrained_beam_search(model, src, cfg, controls)
     if cfg.beam == 1:

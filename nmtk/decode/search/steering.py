@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmtk.decode.config import LineControls, SearchConfig
+from nmtk.decode.search.config import LineControls, SearchConfig
 
 NEG_INF = float("-inf")
 NOTHING = -1  # padding of the phrase tensors: never a token id

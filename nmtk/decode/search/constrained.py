@@ -33,10 +33,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
-from nmtk.decode.contract import Decoder
-from nmtk.decode.steering import Steering, last_tokens, padded
-from nmtk.decode.step import (
+from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.search.contract import Decoder
+from nmtk.decode.search.steering import Steering, last_tokens, padded
+from nmtk.decode.search.step import (
     NEG_INF,
     Results,
     length_penalty,

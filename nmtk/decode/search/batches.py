@@ -12,9 +12,9 @@ from torch import Tensor
 from nmtk.console import console
 from nmtk.data.batching import length_batches
 from nmtk.data.dataset import pad_multiple, pad_sequences
-from nmtk.decode.beam import beam_search
-from nmtk.decode.config import Hypothesis, LineControls, SearchConfig
-from nmtk.decode.contract import Decoder
+from nmtk.decode.search.beam import beam_search
+from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.search.contract import Decoder
 from nmtk.device import autocast_for
 from nmtk.precision import Precision
 from nmtk.vocab import BOS_ID, EOS_ID, SPECIAL_SYMBOLS

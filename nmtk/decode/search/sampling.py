@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from nmtk.decode.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
-from nmtk.decode.contract import Decoder
-from nmtk.decode.steering import Steering
-from nmtk.decode.step import (
+from nmtk.decode.search.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
+from nmtk.decode.search.contract import Decoder
+from nmtk.decode.search.steering import Steering
+from nmtk.decode.search.step import (
     NEG_INF,
     length_penalty,
     max_lengths,
