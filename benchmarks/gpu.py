@@ -87,7 +87,7 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
     device = torch.device("cuda", info.local_rank if info.enabled else 0)
     per_gpu = max(tokens // (info.world_size * 8), 1)  # 8 batches per update on one GPU, as the recipes
     freq = max(8 // info.world_size, 1)  # batches per GPU; train.update_freq is the whole update's
-    overrides = [f"batching.max_tokens={per_gpu * 8 // freq}", f"train.update_freq={freq * info.world_size}",
+    overrides = [f"batching.batch_tokens={per_gpu * 8 // freq}", f"train.update_freq={freq * info.world_size}",
                  "train.precision=bf16",
                  f"train.compile={'true' if compiled else 'false'}"]
     warm = 8 if compiled else 3
@@ -167,7 +167,7 @@ def decode_row(name: str, work: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     out_tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
     return {"model": name, "beam": 4, "sentences_per_s": round(len(sources) / seconds, 1),
-            "tgt_tokens_per_s": round(out_tokens / seconds), "max_tokens": search.budget("cuda")}
+            "tgt_tokens_per_s": round(out_tokens / seconds), "beam_tokens": search.budget("cuda")}
 
 
 def cpu_proxies(work: Path) -> dict[str, Any]:
@@ -182,7 +182,7 @@ def cpu_proxies(work: Path) -> dict[str, Any]:
     torch.set_num_threads(2)
     out = {}
     for name in ("base", "big"):
-        trainer = trainer_for(name, work, ["batching.max_tokens=1024", "train.update_freq=1", "train.max_updates=5",
+        trainer = trainer_for(name, work, ["batching.batch_tokens=1024", "train.update_freq=1", "train.max_updates=5",
                                            "train.precision=fp32", "train.compile=false", "train.log_every_updates=5",
                                            "train.loss_chunk_tokens=1000000"], torch.device("cpu"), DistInfo())
         costs, sites = update_costs(trainer)

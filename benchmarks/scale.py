@@ -1,6 +1,6 @@
 """Scale rehearsal on this machine: the paper's base and big recipes, at WMT14 size, for a few updates.
 
-Trains recipes/wmt14-en-de-{base,big}.toml with their real batches (max_tokens 3,125 × update_freq 8
+Trains recipes/wmt14-en-de-{base,big}.toml with their real batches (batch_tokens 3,125 × update_freq 8
 = 25,000 tokens per side per update) on 4.5M prepared synthetic pairs (benchmarks/prepare.py --keep),
 on the CPU, with no corpora under the data root (the prepared folder is used as it is; the recipes
 are the paper's with their corpora replaced by the synthetic ones). For each

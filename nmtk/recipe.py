@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from nmtk.console import is_main_process
 from nmtk.errors import NmtkError
 from nmtk.precision import Precision
 from nmtk.vocab import PAD_ID, SPECIAL_SYMBOLS
@@ -31,10 +32,10 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 
-#: Decoding's batch budget by device when ``decode.max_tokens`` is unset: source tokens × beam per batch
-#: (translate, validation, serving). Not ``batching.max_tokens``, which counts tokens per side of a
+#: Decoding's batch budget by device when ``decode.beam_tokens`` is unset: source tokens × beam per batch
+#: (translate, validation, serving). Not ``batching.batch_tokens``, which counts tokens per side of a
 #: training batch. A GPU needs far larger batches than a CPU to be kept busy.
-DECODE_MAX_TOKENS = {"cpu": 8_192, "cuda": 65_536}
+DECODE_BEAM_TOKENS = {"cpu": 8_192, "cuda": 65_536}
 
 
 class Section(BaseModel):
@@ -206,7 +207,7 @@ class TokenizerSection(Section):
 class BatchingSection(Section):
     """Token-bucket batching of training pairs."""
 
-    max_tokens: int = Field(4096, ge=1)
+    batch_tokens: int = Field(4096, ge=1)
     """Most tokens per batch on each side, padding included (paper §5.1: about 25,000 per side)."""
     bucket_width: int = Field(1, ge=1)
     """Sentence lengths are rounded up to a multiple of this before grouping; 1 gives the least padding."""
@@ -346,7 +347,7 @@ class TrainSection(Section):
     option for slow interconnects) at a small cost in precision."""
     update_freq: int = Field(1, ge=1)
     """Batches per update over all processes: an update is ``update_freq`` batches of at most
-    ``batching.max_tokens`` tokens whatever the launcher. One process accumulates them all; N
+    ``batching.batch_tokens`` tokens whatever the launcher. One process accumulates them all; N
     processes (``--nproc``, torchrun, several nodes) take ``update_freq / N`` each, which must divide."""
     seed: int = 1
     """Seed of parameters, dropout and batch order."""
@@ -392,9 +393,9 @@ class DecodeSection(Section):
     """Output length is at most max_len_a · |x| + max_len_b (paper: |x| + 50)."""
     max_len_b: int = Field(50, ge=0)
     """See ``max_len_a``."""
-    max_tokens: int | None = Field(None, ge=1)
+    beam_tokens: int | None = Field(None, ge=1)
     """Decoding batch budget: source tokens × beam per batch (translate and validation), not the
-    training batch's tokens per side (``batching.max_tokens``); unset = 8,192 on CPU, 65,536 on CUDA."""
+    training batch's tokens per side (``batching.batch_tokens``); unset = 8,192 on CPU, 65,536 on CUDA."""
     no_repeat_ngram_size: int = Field(0, ge=0)
     """Never produce an n-gram of subwords of this size twice in one translation (0: no limit);
     CTranslate2's and transformers' option of the same name."""
@@ -538,12 +539,51 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise NmtkError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
+#: Recipe keys renamed, old → new. ``max_tokens`` meant a training batch's tokens per side in one section
+#: and a decoding batch's source tokens × beam in another; each meaning now has its own name. An old key
+#: is read as the new one, with one notice per key and process.
+RENAMED_KEYS = {"batching.max_tokens": "batching.batch_tokens", "decode.max_tokens": "decode.beam_tokens"}
+_noticed: set[str] = set()
+
+
+def _rename_notice(where: str, old: str) -> None:
+    if old not in _noticed and is_main_process():
+        _noticed.add(old)
+        sys.stderr.write(f"notice: {where}: {old} is now {RENAMED_KEYS[old]} (read as such; "
+                         "the old name will go)\n")
+
+
+def _renamed(data: dict[str, Any], source: str, notice: bool = True) -> None:
+    """Old keys of ``data`` moved to their new names, in place; both names at once is an error."""
+    for old, new in RENAMED_KEYS.items():
+        section, _, key = old.partition(".")
+        part = data.get(section)
+        if isinstance(part, dict) and key in part:
+            if new.partition(".")[2] in part:
+                raise NmtkError(f"{source}: {old} and {new} are one setting: keep {new}")
+            part[new.partition(".")[2]] = part.pop(key)
+            if notice:
+                _rename_notice(source, old)
+
+
+def with_current_names(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """A copy of a dumped recipe (a checkpoint's) with today's key names, for comparing with a recipe
+    read now; no notice (the user did not write it)."""
+    data = json.loads(json.dumps(data))
+    _renamed(data, source, notice=False)
+    return data
+
+
 def recipe_from_dict(data: dict[str, Any], source: str, overrides: list[str] = ()) -> Recipe:
     """Validate a parsed recipe after applying ``--set`` overrides."""
     data = json.loads(json.dumps(data))  # deep copy: overrides never touch the caller's dict
+    _renamed(data, source)
     given: dict[str, str] = {}
     for item in overrides:
         key, value = parse_override(item)
+        if key in RENAMED_KEYS:
+            _rename_notice("--set", key)
+            key = RENAMED_KEYS[key]
         _apply_override(data, key, value)
         given[key] = item.partition("=")[2]
     try:
@@ -639,6 +679,6 @@ def derived_figures(recipe: Recipe) -> dict[str, Any]:
         "decoder_layers": cfg.decoder_layers,
         "d_head": cfg.d_model // cfg.heads,
         "peak_lr": recipe.optim.peak_lr(cfg.d_model),
-        "tokens_per_update": recipe.batching.max_tokens * recipe.train.update_freq,
+        "tokens_per_update": recipe.batching.batch_tokens * recipe.train.update_freq,
         "recipe_hash": recipe.hash(),
     }

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from nmtk.recipe import (
+    RENAMED_KEYS,
     AverageSection,
     BatchingSection,
     Corpus,
@@ -61,4 +62,9 @@ def reference_markdown() -> str:
             type_text = _type(field.annotation).replace("|", "\\|")
             lines.append(f"| `{name}` | `{type_text}` | `{_default(field)}` | {description} |")
         lines.append("")
+    lines += ["## Renamed keys", "",
+              "Read as their new names, with a one-line notice (the old names will go):", "",
+              "| old key | new key |", "|---|---|"]
+    lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED_KEYS.items()]
+    lines.append("")
     return "\n".join(lines)

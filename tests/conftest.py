@@ -72,7 +72,7 @@ def copy_run(tmp_path_factory: pytest.TempPathFactory):
     result = run_nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "run"), "--threads",
                       "2", "--set", "train.max_updates=700", "--set", "train.validate_every_updates=350",
                       "--set", "train.save_every_updates=100", "--set", "model.d_model=64", "--set", "model.d_ff=128",
-                      "--set", "batching.max_tokens=1024", "--set", "optim.lr=0.002",
+                      "--set", "batching.batch_tokens=1024", "--set", "optim.lr=0.002",
                       "--set", "tokenizer.vocab_size=140", cwd=tmp, env=env)  # 140: one piece per word
     assert result.returncode == 0, result.stderr[-3000:]
     return tmp, recipe, env

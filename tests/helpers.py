@@ -71,7 +71,7 @@ vocab_size = {vocab_size}
 normalize_punctuation = false
 
 [batching]
-max_tokens = 256
+batch_tokens = 256
 
 [model]
 layers = 2

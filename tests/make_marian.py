@@ -107,7 +107,7 @@ target = "toy/test.de.gz"
 reuse = "{run}"
 
 [batching]
-max_tokens = 512
+batch_tokens = 512
 
 [model]
 layers = {layers}

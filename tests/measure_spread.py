@@ -61,7 +61,7 @@ def copy_run() -> None:
             recipe = toy_recipe(tmp, extra="log_every_updates = 20", precision=precision)
             env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
             sets = ["train.max_updates=700", "train.validate_every_updates=350", "train.save_every_updates=100",
-                    "model.d_model=64", "model.d_ff=128", "batching.max_tokens=1024", "optim.lr=0.002",
+                    "model.d_model=64", "model.d_ff=128", "batching.batch_tokens=1024", "optim.lr=0.002",
                     "tokenizer.vocab_size=140", f"train.seed={seed}"]  # as tests/conftest.py's copy_run
             cmd = [sys.executable, "-m", "nmtk", "train", str(recipe), "--data", str(tmp / "data"), "--run-dir",
                    str(tmp / "run"), "--threads", str(threads), *(a for s in sets for a in ("--set", s))]

@@ -204,77 +204,101 @@ def average(
     console.print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {target}")
 
 
+# ------------------------------------------------------------------- options translate and serve share
+# Declared once: the same option reads the same in both commands' --help.
+
+ModelOption = Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (torch) or nmtk export "
+                                                  "(CTranslate2) (default: $NMTK_MODEL, else the newest run "
+                                                  "under runs/).")]
+CheckpointOption = Annotated[Path | None, typer.Option(help="Checkpoint (default: the recipe's average "
+                                                       "checkpoint_avg_last<N>.pt, else best, else last).")]
+DeviceOption = Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")]
+DecodePrecision = Annotated[Precision, typer.Option(help="Arithmetic of the decoder; auto = bf16 on a GPU with "
+                                                    "bf16, or where this CPU is measured faster in it, else fp32.")]
+LenpenOption = Annotated[float | None, typer.Option(min=0.0, help="GNMT length penalty α (default: the recipe's).")]
+GlossaryOption = Annotated[Path | None, typer.Option(help="TSV of 'source term<TAB>target term': a line whose "
+                                                     "source has a term gets its target term (default: the "
+                                                     "recipe's decode.glossary).")]
+GlossaryCaseOption = Annotated[bool, typer.Option("--glossary-ignore-case", help="Match glossary source terms in "
+                                                  "any case (default: the recipe's).")]
+BanOption = Annotated[Path | None, typer.Option(help="File of phrases never to produce, one a line.")]
+NoRepeatOption = Annotated[int | None, typer.Option(min=0, help="Never repeat a subword n-gram of this size "
+                                                    "(default: the recipe's; 0 = off).")]
+RepetitionOption = Annotated[float | None, typer.Option(min=0.0, help="Penalty on subwords already produced (> 1 "
+                                                        "discourages; default: the recipe's).")]
+
+# ------------------------------------------------------------------------------ translate's own options
+
+BeamTokensOption = Annotated[int | None, typer.Option(min=1, help="Decoding batch budget: source tokens × beam "
+                                                      "per batch (default: the recipe's decode.beam_tokens).")]
+BufferOption = Annotated[int, typer.Option(min=1, help="Input lines read, sorted and batched at a time; each "
+                                           "buffer is written as soon as it is done.")]
+SkipOption = Annotated[int, typer.Option(min=0, help="Leave out the first N input lines: to go on after an "
+                                         "interrupted run, appending to -o's .partial file.")]
+EnsembleOption = Annotated[list[Path] | None, typer.Option(help="More checkpoints of the same run to ensemble "
+                                                           "(repeatable).")]
+AlignOption = Annotated[bool, typer.Option("--print-alignment", help="Append a tab and word alignments 'i-j' "
+                                           "(source word i, target word j).")]
+AlignLayerOption = Annotated[int | None, typer.Option(min=1, help="Decoder layer (from 1) whose cross-attention "
+                                                      "aligns (default: the last).")]
+PrefixOption = Annotated[bool, typer.Option("--prefix", help="Lines are SOURCE<TAB>PREFIX: the translation starts "
+                                            "with PREFIX (a line without a tab has none).")]
+ErrorsOption = Annotated[InvalidUtf8, typer.Option(help="Invalid UTF-8 input: stop, or replace it with U+FFFD.")]
+ScoresOption = Annotated[bool, typer.Option("--print-scores", help="Prefix each line with its score and a tab.")]
+ConstraintsOption = Annotated[ConstraintOrder | None, typer.Option(help="Lines are SOURCE<TAB>TERM<TAB>TERM...: "
+                                                                   "each translation contains its terms (after "
+                                                                   "the prefix field with --prefix).")]
+
+
 @app.command()
 @_panels({"Model": ("model", "checkpoint", "ensemble", "device", "threads", "precision"),
           "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size"),
-          "Search": ("beam", "nbest", "lenpen", "max_len_a", "max_len_b", "max_tokens"),
+          "Search": ("beam", "nbest", "lenpen", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
           "Prefix and terms": ("prefix", "constraints"),
           "Glossary, bans, repetition": ("glossary", "glossary_ignore_case", "ban", "no_repeat_ngram_size",
                                          "repetition_penalty"),
           "What is printed": ("print_scores", "print_alignment", "alignment_layer")})
 def translate(
-    model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
-                                               "else the newest run under runs/).")] = None,
-    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: the recipe's average "
-                                                    "checkpoint_avg_last<N>.pt, else best, else last).")] = None,
+    model: ModelOption = None,
+    checkpoint: CheckpointOption = None,
     input_: Annotated[Path | None, typer.Option("-i", "--input", help="Input text (default: stdin).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Output file (default: stdout).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output.")] = False,
     beam: Annotated[int | None, typer.Option(min=1, help="Beam size (default: the recipe's, at least --nbest); "
                                              "1 = greedy.")] = None,
     nbest: Annotated[int, typer.Option(min=1, help="Print the K best: 'LINE<TAB>SCORE<TAB>TEXT' lines.")] = 1,
-    lenpen: Annotated[float | None, typer.Option(min=0.0, help="GNMT length penalty α (default: the "
-                                                 "recipe's).")] = None,
+    lenpen: LenpenOption = None,
     max_len_a: Annotated[float | None, typer.Option(min=0.0, help="Output length ≤ a·|x| + b.")] = None,
     max_len_b: Annotated[int | None, typer.Option(min=0, help="See --max-len-a.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Decoding batch budget: source tokens × beam per "
-                                                   "batch (default: the recipe's decode.max_tokens).")] = None,
-    buffer_size: Annotated[int, typer.Option(min=1, help="Input lines read, sorted and batched at a time; "
-                                             "each buffer is written as soon as it is done.")] = 1000,
-    skip: Annotated[int, typer.Option(min=0, help="Leave out the first N input lines: to go on after an "
-                                      "interrupted run, appending to -o's .partial file.")] = 0,
-    errors: Annotated[InvalidUtf8, typer.Option(help="Invalid UTF-8 input: stop, or replace it with "
-                                                "U+FFFD.")] = InvalidUtf8.error,
-    print_scores: Annotated[bool, typer.Option("--print-scores", help="Prefix each line with its score and "
-                                               "a tab.")] = False,
-    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
+    beam_tokens: BeamTokensOption = None,
+    buffer_size: BufferOption = 1000,
+    skip: SkipOption = 0,
+    errors: ErrorsOption = InvalidUtf8.error,
+    print_scores: ScoresOption = False,
+    device: DeviceOption = None,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads.")] = None,
-    precision: Annotated[Precision, typer.Option(help="Arithmetic of the decoder; auto = bf16 on a "
-                                                 "GPU with bf16, or where this CPU is measured faster in it, "
-                                                 "else fp32.")
-                         ] = Precision.auto,
+    precision: DecodePrecision = Precision.auto,
     sampling: Annotated[bool, typer.Option("--sampling", help="Sample instead of beam search.")] = False,
     topk: Annotated[int, typer.Option(min=0, help="Sampling: keep the k most likely tokens (0 = all).")] = 0,
     topp: Annotated[float, typer.Option(min=0.0, max=1.0, help="Sampling: nucleus probability mass.")] = 1.0,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 1,
-    ensemble: Annotated[list[Path] | None, typer.Option(help="More checkpoints of the same run to ensemble "
-                                                        "(repeatable).")] = None,
-    print_alignment: Annotated[bool, typer.Option("--print-alignment", help="Append a tab and word alignments "
-                                                  "'i-j' (source word i, target word j).")] = False,
-    alignment_layer: Annotated[int | None, typer.Option(min=1, help="Decoder layer (from 1) whose cross-attention "
-                                                        "aligns (default: the last).")] = None,
-    prefix: Annotated[bool, typer.Option("--prefix", help="Lines are SOURCE<TAB>PREFIX: the translation starts "
-                                         "with PREFIX (a line without a tab has none).")] = False,
-    constraints: Annotated[ConstraintOrder | None, typer.Option(help="Lines are SOURCE<TAB>TERM<TAB>TERM...: each "
-                                                                "translation contains its terms (after the prefix "
-                                                                "field with --prefix).")] = None,
-    glossary: Annotated[Path | None, typer.Option(help="TSV of 'source term<TAB>target term': a line whose source "
-                                                  "has a term gets its target term (default: the recipe's "
-                                                  "decode.glossary).")] = None,
-    glossary_ignore_case: Annotated[bool, typer.Option("--glossary-ignore-case", help="Match glossary source "
-                                                       "terms in any case (default: the recipe's).")] = False,
-    ban: Annotated[Path | None, typer.Option(help="File of phrases never to produce, one a line.")] = None,
-    no_repeat_ngram_size: Annotated[int | None, typer.Option(min=0, help="Never repeat a subword n-gram of this "
-                                                             "size (default: the recipe's; 0 = off).")] = None,
-    repetition_penalty: Annotated[float | None, typer.Option(min=0.0, help="Penalty on subwords already produced "
-                                                             "(> 1 discourages; default: the recipe's).")] = None,
+    ensemble: EnsembleOption = None,
+    print_alignment: AlignOption = False,
+    alignment_layer: AlignLayerOption = None,
+    prefix: PrefixOption = False,
+    constraints: ConstraintsOption = None,
+    glossary: GlossaryOption = None,
+    glossary_ignore_case: GlossaryCaseOption = False,
+    ban: BanOption = None,
+    no_repeat_ngram_size: NoRepeatOption = None,
+    repetition_penalty: RepetitionOption = None,
     batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True)] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
     if batch_size is not None:  # fairseq's and Marian's habit; click would suggest --buffer-size, another thing
-        raise NmtkError("--batch-size: nmtk batches by tokens: --max-tokens N (source tokens × beam per batch); "
+        raise NmtkError("--batch-size: nmtk batches by tokens: --beam-tokens N (source tokens × beam per batch); "
                         "--buffer-size is how many input lines are read and sorted at a time")
     from nmtk.decode.guide import InputFormat
     from nmtk.decode.load import LoadOptions
@@ -283,7 +307,7 @@ def translate(
     from nmtk.decode.stream import translate as run_translate
 
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
-                  max_tokens=max_tokens, align=print_alignment,
+                  beam_tokens=beam_tokens, align=print_alignment,
                   sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None,
                   no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   ordered_constraints=constraints == ConstraintOrder.ordered if constraints else None)
@@ -363,20 +387,19 @@ def import_(
 @app.command()
 @_panels({"Model": ("model", "checkpoint", "device", "threads", "precision"),
           "Server": ("host", "port", "api_key", "workers"),
-          "Batching and limits": ("max_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
+          "Batching and limits": ("gather_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
           "Search": ("beam", "lenpen", "no_repeat_ngram_size", "repetition_penalty"),
           "Control": ("glossary", "glossary_ignore_case", "ban")})
 def serve(
-    model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (torch) or nmtk export "
-                                               "(CTranslate2) (default: $NMTK_MODEL, else the newest run).")] = None,
+    model: ModelOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on (another than 127.0.0.1 exposes the model: "
                                       "set --api-key).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
-    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: as translate).")] = None,
+    checkpoint: CheckpointOption = None,
     beam: Annotated[int | None, typer.Option(min=1, help="Default beam (default: the recipe's).")] = None,
-    lenpen: Annotated[float | None, typer.Option(min=0.0, help="GNMT length penalty α.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="A batch gathers requests up to this many source "
-                                                   "tokens × beam (default: the decoding budget).")] = None,
+    lenpen: LenpenOption = None,
+    gather_tokens: Annotated[int | None, typer.Option(min=1, help="A batch gathers requests up to this many "
+                                                      "source tokens × beam (default: the decoding budget).")] = None,
     max_wait_ms: Annotated[float, typer.Option(min=0.0, help="...or until no request has come for this long "
                                                "(at most 20 times this in all).")] = 5.0,
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per request.")] = 20_000,
@@ -387,19 +410,18 @@ def serve(
                                                 "(default: 2 on a CPU, 1 on a GPU).")] = None,
     api_key: Annotated[str | None, typer.Option(help="Require 'Authorization: Bearer KEY' (default: "
                                                 "$NMTK_API_KEY; unset: no key).")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")] = None,
+    device: DeviceOption = None,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads in all (default: every core).")] = None,
-    precision: Annotated[Precision, typer.Option(help="Arithmetic, as translate's.")] = Precision.auto,
-    no_repeat_ngram_size: Annotated[int | None, typer.Option(min=0, help="Default, as translate's.")] = None,
-    repetition_penalty: Annotated[float | None, typer.Option(min=0.0, help="Default, as translate's.")] = None,
-    glossary: Annotated[Path | None, typer.Option(help="Terms every request's translation uses (TSV, as "
-                                                  "translate's); requests add theirs.")] = None,
-    glossary_ignore_case: Annotated[bool, typer.Option("--glossary-ignore-case", help="Match glossary source "
-                                                       "terms in any case (default: the recipe's).")] = False,
-    ban: Annotated[Path | None, typer.Option(help="Phrases no translation may contain, one a line.")] = None,
+    precision: DecodePrecision = Precision.auto,
+    no_repeat_ngram_size: NoRepeatOption = None,
+    repetition_penalty: RepetitionOption = None,
+    glossary: GlossaryOption = None,
+    glossary_ignore_case: GlossaryCaseOption = False,
+    ban: BanOption = None,
 ) -> None:
     """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
-    at / to try it. SIGTERM finishes the requests in flight; SIGHUP reloads the run's checkpoint."""
+    at / to try it. SIGTERM finishes the requests in flight; SIGHUP reloads the run's checkpoint. Glossary
+    and bans given here apply to every request; requests add their own."""
     from nmtk.decode.load import LoadOptions
     from nmtk.serve.app import Limits
     from nmtk.serve.server import ServeOptions
@@ -410,7 +432,7 @@ def serve(
                   repetition_penalty=repetition_penalty)
     run_server(ServeOptions(load=load, search=search, host=host, port=port, glossary=glossary,
                             glossary_ignore_case=glossary_ignore_case or None, bans=ban,
-                            max_tokens=max_tokens, max_wait_ms=max_wait_ms,
+                            gather_tokens=gather_tokens, max_wait_ms=max_wait_ms,
                             max_queue=max_queue, workers=workers,
                             limits=Limits(max_chars=max_chars, max_lines=max_lines),
                             api_key=api_key))
@@ -579,12 +601,34 @@ def _is_click_error(exc: Exception, name: str) -> bool:
     return any(cls.__name__ == name and cls.__module__.endswith("exceptions") for cls in type(exc).__mro__)
 
 
+#: Options renamed, per command, old → new: ``--max-tokens`` meant the decoding batch in ``translate`` and
+#: the requests gathered in ``serve``. The old spelling still works, with a one-line notice.
+RENAMED_OPTIONS = {"translate": {"--max-tokens": "--beam-tokens"}, "serve": {"--max-tokens": "--gather-tokens"}}
+
+
+def _renamed_options(argv: list[str]) -> list[str]:
+    """``argv`` with a renamed option of its command spelt the new way (``--old V`` and ``--old=V``)."""
+    command = next((arg for arg in argv[1:] if arg in RENAMED_OPTIONS), None)
+    if command is None:
+        return argv
+    out = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if name in RENAMED_OPTIONS[command]:
+            new = RENAMED_OPTIONS[command][name]
+            sys.stderr.write(f"notice: nmtk {command} {name} is now {new} (read as such; the old name will go)\n")
+            arg = new + eq + value
+        out.append(arg)
+    return out
+
+
 def main() -> None:
     """Console-script entry point: run the app, turning errors into one line and an exit code.
 
     Command-line mistakes (an unknown option, a value out of range, a choice not offered) are one
     line too, naming the option, with a pointer to the command's ``--help``.
     """
+    sys.argv = _renamed_options(sys.argv)
     if len(sys.argv) < 2 or {"-h", "--help"} & set(sys.argv[1:]):
         _readable_help()
     try:

@@ -22,7 +22,7 @@ class BatchingPlan:
 
     src_lengths: np.ndarray
     tgt_lengths: np.ndarray
-    max_tokens: int
+    batch_tokens: int
     bucket_width: int = 1
     max_sentences: int | None = None
     seed: int = 1
@@ -31,12 +31,12 @@ class BatchingPlan:
 
     def __post_init__(self) -> None:
         longest = np.maximum(self.src_lengths, self.tgt_lengths)
-        too_long = np.flatnonzero(longest > self.max_tokens)
+        too_long = np.flatnonzero(longest > self.batch_tokens)
         if too_long.size:
             i = int(too_long[0])
             raise NmtkError(
-                f"batching.max_tokens ({self.max_tokens}) is smaller than pair {i} "
-                f"({int(longest[i])} tokens, {too_long.size:,} such pairs): raise max_tokens or lower data.max_len"
+                f"batching.batch_tokens ({self.batch_tokens}) is smaller than pair {i} "
+                f"({int(longest[i])} tokens, {too_long.size:,} such pairs): raise batch_tokens or lower data.max_len"
             )
 
     def _order(self, epoch: int) -> np.ndarray:
@@ -63,18 +63,18 @@ class BatchingPlan:
         return order
 
     def _fill(self, order: np.ndarray) -> list[np.ndarray]:
-        """Greedy: add pairs while n · max_len ≤ max_tokens holds on both sides.
+        """Greedy: add pairs while n · max_len ≤ batch_tokens holds on both sides.
 
-        Vectorised per batch: a batch starting at pair i holds at most max_tokens // len(i) pairs, and
+        Vectorised per batch: a batch starting at pair i holds at most batch_tokens // len(i) pairs, and
         within that window the running maximum tells at once how many fit. 4.5M pairs take ~1 s.
         """
         longest = np.maximum(self.src_lengths[order], self.tgt_lengths[order])  # n·max(s) and n·max(t) ≤ T
         cap = self.max_sentences or len(order)
         ends, start, n = [], 0, len(order)
         while start < n:
-            window = min(cap, self.max_tokens // int(longest[start]), n - start)
+            window = min(cap, self.batch_tokens // int(longest[start]), n - start)
             running = np.maximum.accumulate(longest[start : start + window])
-            fits = np.arange(1, window + 1) * running <= self.max_tokens
+            fits = np.arange(1, window + 1) * running <= self.batch_tokens
             start += window if fits.all() else int(np.argmin(fits))
             ends.append(start)
         return np.split(order, ends[:-1])
@@ -134,13 +134,13 @@ def padding_fraction(batches: list[np.ndarray], src_lengths: np.ndarray, tgt_len
     return 1.0 - real / padded if padded else 0.0
 
 
-def length_batches(lengths: np.ndarray, max_tokens: int, beam: int) -> list[np.ndarray]:
+def length_batches(lengths: np.ndarray, beam_tokens: int, beam: int) -> list[np.ndarray]:
     """Decoding batches: indices sorted by length, cut so that sentences · longest · beam ≤
-    ``max_tokens`` (at least one each). Both engines' searches use it (no torch here)."""
+    ``beam_tokens`` (at least one each). Both engines' searches use it (no torch here)."""
     order = np.argsort(lengths, kind="stable")
     batches, start = [], 0
     for i in range(1, len(order) + 1):
-        if i == len(order) or (i - start + 1) * int(lengths[order[i]]) * beam > max_tokens:
+        if i == len(order) or (i - start + 1) * int(lengths[order[i]]) * beam > beam_tokens:
             batches.append(order[start:i])
             start = i
     return [b for b in batches if len(b)]

@@ -34,7 +34,7 @@ class ServeOptions:
     search: dict[str, Any] = field(default_factory=dict)  # the default search's `SearchConfig` choices
     host: str = "127.0.0.1"
     port: int = 5000
-    max_tokens: int | None = None  # a batch's source tokens × beam; None: the translator's decoding budget
+    gather_tokens: int | None = None  # a batch's source tokens × beam; None: the translator's decoding budget
     max_wait_ms: float = 5.0
     max_queue: int = 1000
     workers: int | None = None  # searches side by side; None: 2 on a CPU with 2 threads or more, else 1
@@ -73,10 +73,10 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     load = replace(options.load, threads=max(1, threads // workers), searches=workers)
     translator = load_translator(source, load)
     default = SearchConfig.from_recipe(source.recipe.decode, **options.search)
-    budget = options.max_tokens or default.budget("cuda" if on_gpu else "cpu")
-    processes = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
-    worker = Worker(translator, max_tokens=budget, max_wait_ms=options.max_wait_ms, max_queue=options.max_queue,
-                    workers=workers, processes=processes)
+    budget = options.gather_tokens or default.budget("cuda" if on_gpu else "cpu")
+    child_loader = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
+    worker = Worker(translator, gather_tokens=budget, max_wait_ms=options.max_wait_ms, max_queue=options.max_queue,
+                    workers=workers, child_loader=child_loader)
     info = ModelInfo(source=source.recipe.data.source_lang, target=source.recipe.data.target_lang,
                      recipe=source.recipe.name, checkpoint=source.checkpoint_name, engine=translator.engine,
                      precision=str(translator.precision.value), beam=default.beam)

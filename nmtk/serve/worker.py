@@ -2,7 +2,7 @@
 
 A server that decodes each request on its own wastes the batch dimension: 32 one-line requests cost
 32 searches of one sentence instead of one search of 32. Here every request becomes a `Job` in a bounded
-queue; a decoding thread takes the first, keeps gathering until ``max_tokens`` (source tokens × beam)
+queue; a decoding thread takes the first, keeps gathering until ``gather_tokens`` (source tokens × beam)
 is reached or ``max_wait_ms`` has passed, then hands the lines of all jobs that share one search (an
 equal `SearchConfig`) to the translator in one call (`TranslatorBase.hypotheses`: Moses, subwords,
 length sorting, long-line splitting and empty lines, as `nmtk translate` does) and gives every job
@@ -14,7 +14,7 @@ long as its longest sentence, its last steps on a few rows. With two searches at
 cores while the other finishes its stragglers; measured on 2 cores (test_2016_flickr, beam 4, batches
 of 64 random lines), 2 searches × 1 thread translated 74 sentences/s where 1 search × 2 threads did 54.
 
-With ``processes`` (the torch engine on a CPU), each thread hands its batches to a child process of
+With ``child_loader`` (the torch engine on a CPU), each thread hands its batches to a child process of
 its own (`nmtk.serve.process`): two searches in one interpreter take turns at its lock. The server's
 own translator then frees its weights (`keep_text_only`): it encodes and detokenizes only.
 
@@ -65,16 +65,16 @@ class Stats:
 class Worker:
     """The decoding threads and their queue."""
 
-    def __init__(self, translator: TranslatorBase, *, max_tokens: int, max_wait_ms: float, max_queue: int,
-                 workers: int = 1, processes: Loader | None = None) -> None:
-        # With ``processes`` (how the first children load the translator; each child keeps its loader for a
+    def __init__(self, translator: TranslatorBase, *, gather_tokens: int, max_wait_ms: float, max_queue: int,
+                 workers: int = 1, child_loader: Loader | None = None) -> None:
+        # With ``child_loader`` (how the first children load the translator; each child keeps its loader for a
         # restart): each thread's child; a reload's new children wait in _fresh until their thread takes them.
         # The children search; this translator only encodes and detokenizes, so its weights are freed.
-        self.processes = processes
+        self.child_loader = child_loader
         self.translator = self._text(translator)
         self._children: list[SearchProcess | None] = [None] * workers
         self._fresh: list[SearchProcess | None] = [None] * workers
-        self.max_tokens = max_tokens
+        self.gather_tokens = gather_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self.stats = Stats()
@@ -88,8 +88,8 @@ class Worker:
         self._stopping = False
 
     def start(self) -> None:
-        if self.processes is not None:
-            self._children = _started(self.processes, len(self._threads))
+        if self.child_loader is not None:
+            self._children = _started(self.child_loader, len(self._threads))
         for thread in self._threads:
             thread.start()
 
@@ -120,13 +120,13 @@ class Worker:
             if child is not None:
                 child.close()
 
-    def reload(self, translator: TranslatorBase, processes: Loader | None = None) -> None:
+    def reload(self, translator: TranslatorBase, child_loader: Loader | None = None) -> None:
         """Use ``translator`` from the next batch on (batches being decoded finish with the old one).
-        With processes, ``processes`` loads the new model in new children first (on the caller's thread:
-        a reload's), then each decoding thread swaps its child between two batches."""
+        With child processes, ``child_loader`` loads the new model in new children first (on the caller's
+        thread: a reload's), then each decoding thread swaps its child between two batches."""
         translator = self._text(translator)  # before new children load: one full copy fewer meanwhile
-        if self.processes is not None and processes is not None:
-            fresh = _started(processes, len(self._threads))
+        if self.child_loader is not None and child_loader is not None:
+            fresh = _started(child_loader, len(self._threads))
             with self._counting:
                 old, self._fresh = self._fresh, fresh
             for child in old:  # a reload before the previous one was taken up
@@ -137,7 +137,7 @@ class Worker:
             self.stats.reloads += 1
 
     def _text(self, translator: TranslatorBase) -> TranslatorBase:
-        if self.processes is not None:
+        if self.child_loader is not None:
             translator.keep_text_only()
         return translator
 
@@ -154,7 +154,7 @@ class Worker:
         jobs, tokens, lines = [first], first.tokens, len(first.lines)
         now = time.monotonic()
         gap_end, hard_end = now + self.max_wait, now + 20 * self.max_wait
-        while tokens < self.max_tokens:
+        while tokens < self.gather_tokens:
             with self._counting:
                 expected = max(self._last.values(), default=0)
             end = hard_end if lines < expected else min(gap_end, hard_end)

@@ -164,16 +164,17 @@ def per_process_update_freq(update_freq: int, world_size: int) -> int:
         lower = max(world_size, update_freq // world_size * world_size)
         raise NmtkError(f"train.update_freq = {update_freq} (batches per update, all processes together) cannot be "
                         f"shared by {world_size} processes: set a multiple of {world_size}, e.g. --set "
-                        f"train.update_freq={lower}, and batching.max_tokens to keep the tokens per update")
+                        f"train.update_freq={lower}, and batching.batch_tokens to keep the tokens per update")
     return update_freq // world_size
 
 
-def update_size(update_freq: int, max_tokens: int, world_size: int) -> str:
+def update_size(update_freq: int, batch_tokens: int, world_size: int) -> str:
     """The line a run starts with: how large an update is and how it is shared."""
     per = per_process_update_freq(update_freq, world_size)
     shared = f"{world_size} processes × {per}" if world_size > 1 else "1 process"
     batches = f"{update_freq} batch{'es' if update_freq > 1 else ''}"
-    return f"update: {batches} of ≤ {max_tokens:,} tokens = ≤ {update_freq * max_tokens:,} tokens per side ({shared})"
+    total = update_freq * batch_tokens
+    return f"update: {batches} of ≤ {batch_tokens:,} tokens = ≤ {total:,} tokens per side ({shared})"
 
 
 def launch_local(argv: list[str], nproc: int, update_freq: int) -> int:

@@ -19,7 +19,7 @@ from nmtk.device import keep_freed_memory, pick_device
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest, PreparedData
 from nmtk.model import parameter_count
-from nmtk.recipe import Recipe, differences
+from nmtk.recipe import Recipe, differences, with_current_names
 from nmtk.rundir import RunDir, resolve_model
 from nmtk.text import text_pipelines
 from nmtk.train.distributed import (
@@ -58,7 +58,7 @@ def _frozen(field: str) -> str | None:
 def check_resumable(run: RunDir, checkpoint: Checkpoint, recipe: Recipe, manifest: Manifest,
                     info: DistInfo) -> None:
     """Refuse, naming the field, a recipe change that would break the checkpoint."""
-    changed = differences(checkpoint.recipe or {}, recipe.model_dump(mode="json"))
+    changed = differences(with_current_names(checkpoint.recipe or {}, str(run.path)), recipe.model_dump(mode="json"))
     for field, old, new in changed:
         if _frozen(field) is not None:
             raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old!r} to {new!r}, which changes "
@@ -144,7 +144,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
     if device.type == "cpu":
         keep_freed_memory()
-    size = update_size(recipe.train.update_freq, recipe.batching.max_tokens, info.world_size)  # every rank refuses
+    size = update_size(recipe.train.update_freq, recipe.batching.batch_tokens, info.world_size)  # every rank refuses
     data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
     checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
     models = manifest.model_paths(data_dir)

@@ -157,8 +157,8 @@ class UpdateStep:
                 self.loss(batch.to(self.device))[0].backward()
         except torch.OutOfMemoryError:
             raise NmtkError(
-                f"out of memory on the largest batch ({batch.src.shape[0]} sentences, batching.max_tokens = "
-                f"{self.recipe.batching.max_tokens}): lower batching.max_tokens and raise train.update_freq "
+                f"out of memory on the largest batch ({batch.src.shape[0]} sentences, batching.batch_tokens = "
+                f"{self.recipe.batching.batch_tokens}): lower batching.batch_tokens and raise train.update_freq "
                 "to keep the same tokens per update"
             ) from None
         finally:

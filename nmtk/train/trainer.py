@@ -72,12 +72,12 @@ class Trainer:
         self.train_split = BinarizedSplit(data_dir, "train", src_lang, tgt_lang, manifest.dtype)
         src_len, self.tgt_lengths = split_lengths(self.train_split)
         b, t = recipe.batching, recipe.train
-        self.plan = BatchingPlan(src_len, self.tgt_lengths, b.max_tokens, b.bucket_width, b.max_sentences, t.seed)
+        self.plan = BatchingPlan(src_len, self.tgt_lengths, b.batch_tokens, b.bucket_width, b.max_sentences, t.seed)
         self.update_freq = per_process_update_freq(t.update_freq, info.world_size)  # this rank's batches
         self.cfg = model_config(recipe, manifest.vocab.size[src_lang], manifest.vocab.size[tgt_lang])
         torch.manual_seed(t.seed)
         self.model = Transformer(self.cfg).to(device)
-        shapes = Shapes(self.cfg.d_model, self.cfg.d_ff, self.cfg.tgt_vocab, rows=b.max_tokens)
+        shapes = Shapes(self.cfg.d_model, self.cfg.d_ff, self.cfg.tgt_vocab, rows=b.batch_tokens)
         self.precision, self.precision_reason = resolve_precision(t.precision, device, shapes)
         use_tf32(device, self.precision)
         self.compiled = t.compile is True or (t.compile == "auto" and device.type == "cuda")
@@ -94,8 +94,7 @@ class Trainer:
         self._validator: Validator | None = None
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
         self.curves = CurvesDrawer(run.path, recipe.name)
-        self.writer = BackgroundWriter()
-        self.buffers = SnapshotBuffers()
+        self.writer, self.buffers = BackgroundWriter(), SnapshotBuffers()  # checkpoints written off the loop
         self.window = MetricsWindow()
         self._clock = time.monotonic()  # training time is counted from here (`_count_time`)
         self._flag_sum = FlagSum(3, device, info)  # signal, max_minutes, timed save (`_flags`)

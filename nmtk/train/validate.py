@@ -38,14 +38,14 @@ class Validator:
     """
 
     def __init__(self, split: BinarizedSplit, references: list[str], pipelines: tuple[TextPipeline, TextPipeline],
-                 search: SearchConfig, label_smoothing: float, max_tokens: int, max_positions: int,
+                 search: SearchConfig, label_smoothing: float, batch_tokens: int, max_positions: int,
                  device: torch.device) -> None:
         self.split, self.references, self.pipelines = split, references, pipelines
         self.search, self.label_smoothing, self.device = search, label_smoothing, device
         src_len, tgt_len = split_lengths(split)
         fits = np.flatnonzero((src_len <= max_positions) & (tgt_len <= max_positions))
-        max_tokens = max(max_tokens, int(src_len[fits].max(initial=1)), int(tgt_len[fits].max(initial=1)))
-        batches = BatchingPlan(src_len[fits], tgt_len[fits], max_tokens).epoch_batches(0) if fits.size else []
+        batch_tokens = max(batch_tokens, int(src_len[fits].max(initial=1)), int(tgt_len[fits].max(initial=1)))
+        batches = BatchingPlan(src_len[fits], tgt_len[fits], batch_tokens).epoch_batches(0) if fits.size else []
         self.batches = [fits[b] for b in batches]
         self.sources = [split.src[i].astype("int64").tolist() for i in range(len(split))]
 
@@ -53,12 +53,12 @@ class Validator:
     def for_split(cls, data_dir: Path, manifest: Manifest, recipe: Recipe,
                   pipelines: tuple[TextPipeline, TextPipeline], device: torch.device) -> Validator:
         """The prepared ``valid`` split and its raw references, searched as the recipe's ``[decode]`` says
-        (its beam, length penalty, length limit and decoding budget ``decode.max_tokens``)."""
+        (its beam, length penalty, length limit and decoding budget ``decode.beam_tokens``)."""
         src, tgt = recipe.data.source_lang, recipe.data.target_lang
         split = BinarizedSplit(data_dir, "valid", src, tgt, manifest.dtype)
         references = read_lines(PreparedData(data_dir).raw("valid", tgt), "reference")  # split on \n only
         return cls(split, references, pipelines, SearchConfig.from_recipe(recipe.decode), recipe.optim.label_smoothing,
-                   recipe.batching.max_tokens, recipe.model.max_positions, device)
+                   recipe.batching.batch_tokens, recipe.model.max_positions, device)
 
     @torch.inference_mode()
     def loss(self, model: Transformer, precision: Precision, info: DistInfo = SINGLE) -> tuple[float, float]:

@@ -99,7 +99,7 @@ def test_a_finished_run_says_so_and_trains_no_more(copy_run, tmp_path: Path) -> 
     tmp, recipe, env = copy_run
     _, run, _ = run_copy(copy_run, tmp_path)
     args = ["train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(run), "--threads", "1",
-            "--set", "model.d_model=64", "--set", "model.d_ff=128", "--set", "batching.max_tokens=1024",
+            "--set", "model.d_model=64", "--set", "model.d_ff=128", "--set", "batching.batch_tokens=1024",
             "--set", "optim.lr=0.002", "--set", "tokenizer.vocab_size=140", "--set", "train.validate_every_updates=350",
             "--set", "train.save_every_updates=100"]
     before = snapshot(run)
@@ -344,7 +344,7 @@ def test_a_run_stopped_before_its_first_validation_is_validated_at_the_end(copy_
 
 def test_the_cases_that_already_worked_still_do(copy_run, tmp_path: Path) -> None:
     """Invalid UTF-8, mismatched line counts, a truncated checkpoint, a missing run-directory file, an
-    unknown recipe key, a negative max_tokens, data prepared by another recipe: one line each."""
+    unknown recipe key, a negative batch_tokens, data prepared by another recipe: one line each."""
     tmp, recipe, env = copy_run
     (tmp_path / "bad.en").write_bytes(b"the cat\n\xff\xfe broken\n")
     one_line(nmtk("translate", "-m", str(tmp / "run"), "-i", str(tmp_path / "bad.en"), cwd=tmp, env=env), 1,
@@ -359,8 +359,8 @@ def test_the_cases_that_already_worked_still_do(copy_run, tmp_path: Path) -> Non
     one_line(nmtk("translate", "-m", str(run), cwd=tmp, env=env, stdin="a\n"), 1, "manifest.json")
     one_line(nmtk("recipe", "validate", str(recipe), "--set", "model.surprise=1", cwd=tmp, env=env), 1,
              "model.surprise")
-    one_line(nmtk("recipe", "validate", str(recipe), "--set", "batching.max_tokens=-5", cwd=tmp, env=env), 1,
-             "batching.max_tokens")
+    one_line(nmtk("recipe", "validate", str(recipe), "--set", "batching.batch_tokens=-5", cwd=tmp, env=env), 1,
+             "batching.batch_tokens")
     other = nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp_path / "other"),
                  "--set", "tokenizer.vocab_size=99", cwd=tmp, env=env)
     one_line(other, 1, str(tmp / "data"), "tokenizer.vocab_size")

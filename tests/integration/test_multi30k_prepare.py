@@ -38,9 +38,9 @@ def test_padding_at_4096_tokens_is_at_most_5_percent(prepared) -> None:
     recipe, result = prepared
     split = BinarizedSplit(result.out_dir, "train", "en", "de", result.manifest.dtype)
     src, tgt = split.src.lengths + 1, split.tgt.lengths + 1  # + EOS / BOS, as batches hold them
-    plan = BatchingPlan(src, tgt, max_tokens=4096, seed=recipe.train.seed)
+    plan = BatchingPlan(src, tgt, batch_tokens=4096, seed=recipe.train.seed)
     fraction = padding_fraction(plan.epoch_batches(0), src, tgt)
-    print(f"padding at max_tokens=4096: {fraction:.2%}")
+    print(f"padding at batch_tokens=4096: {fraction:.2%}")
     assert fraction <= 0.05
     assert result.manifest.splits["train"]["kept"] == 29000
 

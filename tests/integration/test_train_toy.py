@@ -155,9 +155,9 @@ def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) ->
     refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "model.d_ff=128", check=False)
     assert refused.returncode == 1
     assert "cannot resume: model.d_ff changed from 64 to 128" in refused.stderr and "--restart" in refused.stderr
-    refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "batching.max_tokens=300",
+    refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "batching.batch_tokens=300",
                     check=False)
-    assert "batching.max_tokens" in refused.stderr
+    assert "batching.batch_tokens" in refused.stderr
     # A changed vocabulary, prepared into a new folder as prepare now asks: refused too. None of the three
     # refusals wrote anything into the run (issue 44: its recipe.toml, manifest and spm.model were replaced).
     cmd = nmtk_cmd("train", str(recipe), "--data", str(tmp / "data-70"), "--run-dir", str(tmp / "run"),

@@ -19,10 +19,10 @@ def lengths(n: int = 5000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 @pytest.fixture
 def plan() -> BatchingPlan:
     src, tgt = lengths()
-    return BatchingPlan(src, tgt, max_tokens=1000, seed=3)
+    return BatchingPlan(src, tgt, batch_tokens=1000, seed=3)
 
 
-def test_no_batch_exceeds_max_tokens_including_padding(plan: BatchingPlan) -> None:
+def test_no_batch_exceeds_batch_tokens_including_padding(plan: BatchingPlan) -> None:
     for batch in plan.epoch_batches(0):
         assert len(batch) * plan.src_lengths[batch].max() <= 1000
         assert len(batch) * plan.tgt_lengths[batch].max() <= 1000
@@ -60,11 +60,11 @@ def test_resume_mid_epoch_yields_exactly_the_rest(plan: BatchingPlan, group: int
 
 
 def test_max_sentences_and_padding_is_small(plan: BatchingPlan) -> None:
-    capped = BatchingPlan(plan.src_lengths, plan.tgt_lengths, max_tokens=1000, max_sentences=8)
+    capped = BatchingPlan(plan.src_lengths, plan.tgt_lengths, batch_tokens=1000, max_sentences=8)
     assert max(len(b) for b in capped.epoch_batches(0)) <= 8
     assert padding_fraction(plan.epoch_batches(0), plan.src_lengths, plan.tgt_lengths) < 0.10
 
 
-def test_pair_longer_than_max_tokens_is_a_clear_error() -> None:
-    with pytest.raises(NmtkError, match=r"batching.max_tokens \(50\) is smaller than pair 1 \(60 tokens"):
-        BatchingPlan(np.array([5, 60, 7]), np.array([5, 6, 7]), max_tokens=50)
+def test_pair_longer_than_batch_tokens_is_a_clear_error() -> None:
+    with pytest.raises(NmtkError, match=r"batching.batch_tokens \(50\) is smaller than pair 1 \(60 tokens"):
+        BatchingPlan(np.array([5, 60, 7]), np.array([5, 6, 7]), batch_tokens=50)

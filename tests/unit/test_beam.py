@@ -132,10 +132,10 @@ def test_nbest_is_distinct_and_sorted(model, sources) -> None:
 
 def test_max_length_and_order_of_decode_ids(model) -> None:
     sources = [[5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15]]
-    cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=2, max_tokens=16)
+    cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=2, beam_tokens=16)
     hyps = decode_ids(model, sources, cfg)
     assert all(len(h[0].tokens) <= 2 for h in hyps)
-    full = decode_ids(model, sources, SearchConfig(beam=3, max_tokens=16))
+    full = decode_ids(model, sources, SearchConfig(beam=3, beam_tokens=16))
     assert [h[0].tokens for h in full] == [h[0].tokens for h in decode_ids(model, sources, SearchConfig(beam=3))]
 
 

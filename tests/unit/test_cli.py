@@ -47,8 +47,8 @@ def test_validate_several_files_reports_each(nmtk, tmp_path) -> None:
     assert "data: required field is missing" in result.stderr
 
 
-def test_batch_size_points_to_max_tokens(nmtk) -> None:
+def test_batch_size_points_to_beam_tokens(nmtk) -> None:
     """fairseq's and Marian's --batch-size: click suggested --buffer-size, which means something else."""
     result = nmtk("translate", "--batch-size", "32", stdin="x\n")
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "--max-tokens" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert "--beam-tokens" in result.stderr and result.stderr.count("\n") == 1, result.stderr

@@ -64,7 +64,7 @@ def test_paper_settings() -> None:
         tok = recipe.tokenizer
         assert not tok.applies("moses", "target") and not tok.applies("normalize_punctuation", "target")
         assert tok.normalization == "identity"
-    assert base.batching.max_tokens * base.train.update_freq == 25_000
+    assert base.batching.batch_tokens * base.train.update_freq == 25_000
     assert (base.decode.beam, base.decode.length_penalty, base.decode.max_len_a, base.decode.max_len_b) == (
         4, 0.6, 1.0, 50)
 
@@ -184,3 +184,37 @@ def test_tokenizer_options_of_the_wrong_model_type_are_errors() -> None:
         load_recipe(SMALL, ["tokenizer.type=wordpiece", "tokenizer.byte_fallback=true"])
     with pytest.raises(NmtkError, match="byte_fallback needs vocab_size above 260"):
         load_recipe(SMALL, ["tokenizer.vocab_size=200", "tokenizer.byte_fallback=true"])
+
+
+def test_renamed_keys_are_read_as_their_new_names_with_one_notice(nmtk, tmp_path: Path) -> None:
+    """``max_tokens`` had two meanings; old recipes, old ``--set`` habits and old checkpoints still work."""
+    from nmtk.recipe import with_current_names
+
+    old = write_variant(tmp_path, "batch_tokens = 1024", "max_tokens = 1000")
+    old.write_text(old.read_text().replace("[decode]\n", "[decode]\nmax_tokens = 777\n"))
+    result = nmtk("recipe", "show", str(old), "--json")
+    assert result.returncode == 0, result.stderr
+    notices = [line for line in result.stderr.splitlines() if line.startswith("notice:")]
+    assert len(notices) == 2 and "batching.max_tokens is now batching.batch_tokens" in notices[0], notices
+    recipe = load_recipe(old, ["decode.max_tokens=555"])
+    assert (recipe.batching.batch_tokens, recipe.decode.beam_tokens) == (1000, 555)
+    both = write_variant(tmp_path, "batch_tokens = 1024", "batch_tokens = 1024\nmax_tokens = 5", "both.toml")
+    with pytest.raises(NmtkError, match="batching.max_tokens and batching.batch_tokens are one setting"):
+        load_recipe(both)
+    # A checkpoint written before the rename compares equal to the same recipe read today (resume).
+    dumped = load_recipe(SMALL).model_dump(mode="json")
+    earlier = json.loads(json.dumps(dumped))
+    earlier["batching"]["max_tokens"] = earlier["batching"].pop("batch_tokens")
+    assert with_current_names(earlier, "ckpt") == dumped and "max_tokens" in earlier["batching"]
+
+
+def test_renamed_options_still_work_with_one_notice(nmtk) -> None:
+    """``translate --max-tokens`` is ``--beam-tokens``; ``serve --max-tokens`` is ``--gather-tokens``."""
+    from nmtk.cli.app import _renamed_options
+
+    assert _renamed_options(["nmtk", "translate", "--max-tokens", "9"]) == ["nmtk", "translate", "--beam-tokens", "9"]
+    assert _renamed_options(["nmtk", "serve", "--max-tokens=9"]) == ["nmtk", "serve", "--gather-tokens=9"]
+    assert _renamed_options(["nmtk", "train", "--max-tokens", "9"]) == ["nmtk", "train", "--max-tokens", "9"]
+    result = nmtk("translate", "--max-tokens", "0", stdin="x\n")
+    assert "notice: nmtk translate --max-tokens is now --beam-tokens" in result.stderr
+    assert result.returncode != 0 and "--beam-tokens" in result.stderr.splitlines()[-1], result.stderr

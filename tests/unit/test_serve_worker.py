@@ -45,7 +45,7 @@ def test_a_burst_is_shared_among_idle_threads_in_length_order() -> None:
     shorter lines together and the longer ones together, instead of one thread taking all 64."""
     translator = RecordingTranslator(seconds=0.2)
     # max_wait 200 ms: a submitting loop descheduled on a busy host must not look like the burst's end
-    worker = Worker(translator, max_tokens=100_000, max_wait_ms=200, max_queue=100, workers=2)
+    worker = Worker(translator, gather_tokens=100_000, max_wait_ms=200, max_queue=100, workers=2)
     worker.start()
     time.sleep(0.3)  # both threads idle, waiting for work
     key = KEY
@@ -64,7 +64,7 @@ def test_a_burst_is_shared_among_idle_threads_in_length_order() -> None:
 def test_a_lone_idle_thread_takes_the_whole_burst(workers: int) -> None:
     """With the other thread busy (or no other thread), the idle one keeps the burst whole."""
     translator = RecordingTranslator(seconds=1.5)
-    worker = Worker(translator, max_tokens=100_000, max_wait_ms=100, max_queue=100, workers=workers)
+    worker = Worker(translator, gather_tokens=100_000, max_wait_ms=100, max_queue=100, workers=workers)
     worker.start()
     key = KEY
     busy = worker.submit(["a long first line"], key)  # gathered for 0.1 s, then occupies a thread for 1.5 s
@@ -80,7 +80,7 @@ def test_clients_coming_back_slowly_still_make_one_batch() -> None:
     """Lines answered together come back together, if slowly (gaps longer than --max-wait-ms): the
     thread waits for as many as its last batch had instead of cutting the batch at the first gap."""
     translator = RecordingTranslator(seconds=0.05)
-    worker = Worker(translator, max_tokens=100_000, max_wait_ms=100, max_queue=100, workers=1)
+    worker = Worker(translator, gather_tokens=100_000, max_wait_ms=100, max_queue=100, workers=1)
     worker.start()
     key = KEY
     for future in [worker.submit([f"first {i}"], key) for i in range(8)]:
@@ -98,7 +98,7 @@ def test_clients_coming_back_slowly_still_make_one_batch() -> None:
 def test_a_single_client_is_not_held_back() -> None:
     """One client, one line at a time: each batch closes after the first gap, not 20 × max_wait."""
     translator = RecordingTranslator(seconds=0.0)
-    worker = Worker(translator, max_tokens=100_000, max_wait_ms=50, max_queue=100, workers=2)
+    worker = Worker(translator, gather_tokens=100_000, max_wait_ms=50, max_queue=100, workers=2)
     worker.start()
     key = KEY
     waits = []
@@ -145,8 +145,8 @@ def test_a_line_that_fails_in_the_search_fails_its_request_only(processes: bool)
     """The four jobs are one batch; the search fails on it, and each job is retried alone: the
     failing one gets the search's own exception (through the pipe, from a process), the others
     their lines, and the worker goes on serving."""
-    worker = Worker(failing_translator(), max_tokens=100_000, max_wait_ms=200, max_queue=100, workers=1,
-                    processes=failing_translator if processes else None)
+    worker = Worker(failing_translator(), gather_tokens=100_000, max_wait_ms=200, max_queue=100, workers=1,
+                    child_loader=failing_translator if processes else None)
     worker.start()
     futures = {line: worker.submit([line], KEY) for line in ["a b", "boom", "c d e", "odd"]}
     assert _tokens(futures["a b"]) == [0, 1] and _tokens(futures["c d e"]) == [0, 1, 2]
@@ -162,8 +162,8 @@ def test_a_line_that_fails_in_the_search_fails_its_request_only(processes: bool)
 def test_a_decoding_process_that_ends_is_replaced_without_failing_a_request() -> None:
     """Killed from outside, a child is replaced and its batch sent again; a line that ends its child
     fails its own request only, and a live child serves the next."""
-    worker = Worker(failing_translator(), max_tokens=100_000, max_wait_ms=200, max_queue=100, workers=1,
-                    processes=failing_translator)
+    worker = Worker(failing_translator(), gather_tokens=100_000, max_wait_ms=200, max_queue=100, workers=1,
+                    child_loader=failing_translator)
     worker.start()
     killed = worker._children[0].process
     os.kill(killed.pid, signal.SIGKILL)
@@ -182,12 +182,12 @@ def test_a_decoding_process_that_ends_is_replaced_without_failing_a_request() ->
 def test_with_decoding_processes_the_servers_translator_keeps_only_its_text_pipelines() -> None:
     """The children search, so the server's own translator (and a reload's) frees its weights; with
     decoding threads it is the one that searches, and keeps them."""
-    threads = Worker(RecordingTranslator(seconds=0.0), max_tokens=100, max_wait_ms=1, max_queue=10)
+    threads = Worker(RecordingTranslator(seconds=0.0), gather_tokens=100, max_wait_ms=1, max_queue=10)
     assert not threads.translator.text_only
     threads.reload(RecordingTranslator(seconds=0.0))
     assert not threads.translator.text_only
-    worker = Worker(failing_translator(), max_tokens=100_000, max_wait_ms=1, max_queue=100, workers=1,
-                    processes=failing_translator)
+    worker = Worker(failing_translator(), gather_tokens=100_000, max_wait_ms=1, max_queue=100, workers=1,
+                    child_loader=failing_translator)
     assert worker.translator.text_only
     worker.start()
     worker.reload(failing_translator(), failing_translator)

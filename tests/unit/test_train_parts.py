@@ -279,22 +279,22 @@ def test_a_checkpoint_written_in_the_background_is_what_a_synchronous_save_write
 
 
 def test_validation_beam_search_uses_the_recipes_decoding_budget(tmp_path: Path, monkeypatch) -> None:
-    """decode.max_tokens reaches validation's batching through typed parameters (it was dropped before)."""
+    """decode.beam_tokens reaches validation's batching through typed parameters (it was dropped before)."""
     from helpers import toy_prepared
 
     import nmtk.decode.search.batches as search
     from nmtk.recipe import model_config
     from nmtk.train.validate import Validator
 
-    recipe, out, pipelines = toy_prepared(tmp_path, "decode.max_tokens=96", "decode.beam=3")
+    recipe, out, pipelines = toy_prepared(tmp_path, "decode.beam_tokens=96", "decode.beam=3")
     validator = Validator.for_split(out.out_dir, out.manifest, recipe, pipelines, torch.device("cpu"))
-    assert (validator.search.max_tokens, validator.search.beam) == (96, 3)
+    assert (validator.search.beam_tokens, validator.search.beam) == (96, 3)
     budgets, original = [], search.length_batches
 
-    def spy(lengths, max_tokens: int, beam: int):
-        budgets.append((max_tokens, beam))
-        batches = original(lengths, max_tokens, beam)
-        assert all(len(b) == 1 or len(b) * int(lengths[b].max()) * beam <= max_tokens for b in batches)
+    def spy(lengths, beam_tokens: int, beam: int):
+        budgets.append((beam_tokens, beam))
+        batches = original(lengths, beam_tokens, beam)
+        assert all(len(b) == 1 or len(b) * int(lengths[b].max()) * beam <= beam_tokens for b in batches)
         return batches
 
     monkeypatch.setattr(search, "length_batches", spy)

@@ -1,4 +1,5 @@
-"""Decoding many sentences: length-sorted batches of at most ``max_tokens``, results in input order."""
+"""Decoding many sentences: length-sorted batches of at most ``beam_tokens`` (source tokens × beam),
+results in input order."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ class _BatchSearch:
             torch.cuda.empty_cache()
         if not self.halved:
             console.print(f"warning: decoding ran out of {self.device.type} memory on a batch of {len(batch):,} "
-                          "sentences: searching it in halves (set decode.max_tokens lower to avoid this)")
+                          "sentences: searching it in halves (set decode.beam_tokens lower to avoid this)")
         self.halved += 1
         half = len(batch) // 2
         return self.search(batch[:half]) + self.search(batch[half:])

@@ -28,6 +28,7 @@ from nmtk.decode.search.step import (
     length_penalty,
     max_lengths,
     only_eos_where,
+    start_beams,
     steer_at,
     step_log_probs,
 )
@@ -72,11 +73,23 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig,
 
 
 @torch.inference_mode()
+def _merge_finished(fin_scores: Tensor, fin_tokens: Tensor, cand_scores: Tensor, cand_tokens: Tensor,
+                    parents: Tensor, step: int, alpha: float) -> tuple[Tensor, Tensor]:
+    """Each sentence's K best finished hypotheses after this step: the EOS among its first K candidates
+    (``parents``: their histories, (B·K, step)), length-normalised, merged with the earlier finished."""
+    b, k, max_steps = fin_tokens.shape
+    normalised = cand_scores / length_penalty(float(step + 1), alpha)
+    new_fin = torch.where(cand_tokens.eq(EOS_ID), normalised, torch.full_like(normalised, NEG_INF))
+    new_seqs = torch.full((b, k, max_steps), PAD_ID, dtype=torch.long, device=fin_tokens.device)
+    new_seqs[:, :, :step] = parents.view(b, k, step)
+    merged_scores, pick = torch.cat([fin_scores, new_fin], dim=1).topk(k, dim=1)
+    return merged_scores, torch.cat([fin_tokens, new_seqs], dim=1).gather(1, pick[..., None].expand(-1, -1, max_steps))
+
+
 def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
                 controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
-    """The ``cfg.nbest`` best hypotheses of each source row, best first; ``controls``: per row, its
-    prefix, banned phrases and constraints (a batch with constraints is searched by
-    `nmtk.decode.search.constrained`)."""
+    """The ``cfg.nbest`` best hypotheses of each source row, best first; ``controls``: per row, its prefix,
+    banned phrases and constraints (a batch with constraints is searched by `constrained`)."""
     if controls is not None and any(c and c.constraints for c in controls):
         return constrained_beam_search(model, src, cfg, controls)
     if cfg.beam == 1:
@@ -89,11 +102,7 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     limit = max_lengths(src, cfg, model, steering)
     max_steps, first_limit = int(limit.max()) + 1, int(limit.min())
 
-    sent = torch.arange(n, device=device)  # original index of each running sentence
-    scores = torch.full((n, k), NEG_INF, device=device)
-    scores[:, 0] = 0.0  # at the first step only one beam is live, so no duplicates
-    tokens = torch.full((n * k,), BOS_ID, dtype=torch.long, device=device)
-    history = torch.empty((n * k, 0), dtype=torch.long, device=device)
+    sent, scores, tokens, history = start_beams(n, k, device)
     fin_scores = torch.full((n, k), NEG_INF, device=device)
     fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
     out = Results(n, k)
@@ -110,16 +119,9 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         origin, cand_tokens = cand_index // vocab, cand_index % vocab
         flat_origin = origin + torch.arange(b, device=device)[:, None] * k
 
-        # Finished: EOS among the first K candidates, merged into each sentence's K best finished.
-        is_eos = cand_tokens.eq(EOS_ID)
-        is_eos[:, k:] = False
-        normalised = cand_scores / length_penalty(float(step + 1), cfg.length_penalty)
-        new_fin = torch.where(is_eos, normalised, torch.full_like(normalised, NEG_INF))[:, :k]
-        new_seqs = torch.full((b, k, max_steps), PAD_ID, dtype=torch.long, device=device)
-        new_seqs[:, :, :step] = history.index_select(0, flat_origin[:, :k].reshape(-1)).view(b, k, step)
-        merged_scores, pick = torch.cat([fin_scores, new_fin], dim=1).topk(k, dim=1)
-        fin_tokens = torch.cat([fin_tokens, new_seqs], dim=1).gather(1, pick[..., None].expand(-1, -1, max_steps))
-        fin_scores = merged_scores
+        fin_scores, fin_tokens = _merge_finished(fin_scores, fin_tokens, cand_scores[:, :k], cand_tokens[:, :k],
+                                                 history.index_select(0, flat_origin[:, :k].reshape(-1)), step,
+                                                 cfg.length_penalty)
 
         # Live: the K best candidates that are not EOS.
         live_scores = torch.where(cand_tokens.eq(EOS_ID), torch.full_like(cand_scores, NEG_INF), cand_scores)

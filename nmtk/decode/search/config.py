@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from nmtk.errors import NmtkError
-from nmtk.recipe import DECODE_MAX_TOKENS, DecodeSection
+from nmtk.recipe import DECODE_BEAM_TOKENS, DecodeSection
 
 if TYPE_CHECKING:
     from nmtk.decode.search.alignment import Alignment
@@ -58,7 +58,7 @@ class LineControls:
 @dataclass(frozen=True)
 class SearchConfig:
     """One search, whole: beam (1 = greedy), GNMT length penalty α, output length ≤ a·|x| + b, the n
-    best kept, the batch budget ``max_tokens`` in source tokens × beam (× 1 for sampling; None: by
+    best kept, the batch budget ``beam_tokens`` in source tokens × beam (× 1 for sampling; None: by
     device), sampling instead of beam search, and whether hypotheses carry word alignments.
 
     Frozen and hashable: translators take it per call (`TranslatorBase.hypotheses`), never keep it,
@@ -72,7 +72,7 @@ class SearchConfig:
     max_len_a: float = _DEFAULTS.max_len_a
     max_len_b: int = _DEFAULTS.max_len_b
     nbest: int = 1
-    max_tokens: int | None = _DEFAULTS.max_tokens  # None: by device (`budget`)
+    beam_tokens: int | None = _DEFAULTS.beam_tokens  # None: by device (`budget`)
     sampling: SamplingConfig | None = None
     align: bool = False
     no_repeat_ngram_size: int = _DEFAULTS.no_repeat_ngram_size  # 0: no limit
@@ -105,7 +105,7 @@ class SearchConfig:
 
     def budget(self, device_type: str) -> int:
         """Source tokens × beam per batch on a device of this type (``cpu``, ``cuda``)."""
-        return self.max_tokens or DECODE_MAX_TOKENS.get(device_type, DECODE_MAX_TOKENS["cpu"])
+        return self.beam_tokens or DECODE_BEAM_TOKENS.get(device_type, DECODE_BEAM_TOKENS["cpu"])
 
     @property
     def rows(self) -> int:
@@ -116,7 +116,7 @@ class SearchConfig:
     def from_recipe(cls, decode: DecodeSection, **choices: Any) -> SearchConfig:
         """The search a command asks for, the recipe's ``[decode]`` filling what it leaves open (None)."""
         base = cls(beam=decode.beam, length_penalty=decode.length_penalty, max_len_a=decode.max_len_a,
-                   max_len_b=decode.max_len_b, max_tokens=decode.max_tokens,
+                   max_len_b=decode.max_len_b, beam_tokens=decode.beam_tokens,
                    no_repeat_ngram_size=decode.no_repeat_ngram_size, repetition_penalty=decode.repetition_penalty)
         return base.choose(**choices)
 

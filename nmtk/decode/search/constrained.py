@@ -42,10 +42,11 @@ from nmtk.decode.search.step import (
     length_penalty,
     max_lengths,
     only_eos_where,
+    start_beams,
     steer_at,
     step_log_probs,
 )
-from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
+from nmtk.vocab import EOS_ID, PAD_ID
 
 
 def advance(window: Tensor, cons: Tensor, cons_len: Tensor, met: Tensor,
@@ -219,11 +220,7 @@ def constrained_beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     terms = Terms.of(controls, k, model.cfg.tgt_vocab, cfg.ordered_constraints, device)
     total = terms.lengths.sum(dim=1)
     top_bank, max_steps, first_limit = int(total.max()), int(limit.max()) + 1, int(limit.min())
-    sent = torch.arange(n, device=device)
-    scores = torch.full((n, k), NEG_INF, device=device)
-    scores[:, 0] = 0.0
-    tokens = torch.full((n * k,), BOS_ID, dtype=torch.long, device=device)
-    history = torch.empty((n * k, 0), dtype=torch.long, device=device)
+    sent, scores, tokens, history = start_beams(n, k, device)
     finished = Finished.empty(n, k, max_steps, device)
     out = Results(n, k)
     for step in range(max_steps):

@@ -93,3 +93,14 @@ class Results:
 
     def hypotheses(self, cfg: SearchConfig) -> list[list[Hypothesis]]:
         return [unpack(self.tokens[i], self.scores[i], cfg) for i in range(len(self.tokens))]
+
+
+def start_beams(n: int, k: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A beam search's state before its first step: each running row's sentence index, the (n, K) beam
+    scores (only beam 0 live, so the first step has no duplicates), the last tokens (BOS) and the
+    (n·K, 0) histories."""
+    sent = torch.arange(n, device=device)
+    scores = torch.full((n, k), NEG_INF, device=device)
+    scores[:, 0] = 0.0
+    tokens = torch.full((n * k,), BOS_ID, dtype=torch.long, device=device)
+    return sent, scores, tokens, torch.empty((n * k, 0), dtype=torch.long, device=device)
