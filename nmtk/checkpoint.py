@@ -177,6 +177,7 @@ class SnapshotBuffers:
                 stream.wait_stream(torch.cuda.current_stream(obj.device))  # the values of now
                 with torch.cuda.stream(stream):
                     buffer.copy_(obj.detach(), non_blocking=True)
+                obj.record_stream(stream)  # a temporary freed meanwhile is not reused before the copy
             else:
                 buffer.copy_(obj.detach())
             return buffer
@@ -191,12 +192,20 @@ class SnapshotBuffers:
             self._side = torch.cuda.Stream(device)
         return self._side
 
-    def snapshot(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The state's host copy, complete when this returns (the side stream is waited for)."""
+    def snapshot(self, state: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], None]]:
+        """The state's host copy, and a function that returns once the copy is complete.
+
+        On a GPU the copies run on the side stream and the host does not wait for them: the training
+        stream waits on the device (the next update must not change a tensor before it is copied), and
+        the writer thread waits on the copies' event before it writes. No device-wide synchronize, so
+        kernel launches go on. On a CPU the copy is complete when this returns."""
         copied = self.copy(state)
-        if hasattr(self, "_side"):
-            self._side.synchronize()
-        return copied
+        if not hasattr(self, "_side"):
+            return copied, lambda: None
+        copied_event = torch.cuda.Event()
+        copied_event.record(self._side)
+        torch.cuda.current_stream(self._side.device).wait_stream(self._side)
+        return copied, copied_event.synchronize
 
 
 class BackgroundWriter:

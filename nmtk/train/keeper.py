@@ -9,6 +9,7 @@ and always the newest full state (a resume starts from it, however many snapshot
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +45,12 @@ class CheckpointKeeper:
     def saved(self, now: float) -> None:
         self.last_save = now
 
-    def write(self, state: dict[str, Any], update: int, best: bool, full: bool) -> Path:
+    def write(self, state: dict[str, Any], update: int, best: bool, full: bool,
+              ready: Callable[[], None] = lambda: None) -> Path:
         """Write one checkpoint (atomically), link ``last``/``best`` to it, and remove what is no longer
-        kept; returns its path. Runs on the background writer's thread."""
+        kept; returns its path. Runs on the background writer's thread, after ``ready`` returns (the
+        state's copy to the host is complete: `SnapshotBuffers.snapshot`)."""
+        ready()
         path = self.run.checkpoint(update, full)
         save_atomic(state, path)
         if full:  # checkpoint_last.pt is what a resume starts from: always a full state

@@ -154,16 +154,18 @@ class Trainer:
         """Numbered checkpoint + checkpoint_last.pt (rank 0 writes; all ranks take part in RNG gathering).
 
         The previous write is waited for, the state copied into host buffers allocated once (pinned and
-        filled by a side stream on a GPU: `SnapshotBuffers`), then written, fsynced and linked on a
-        background thread while training goes on (`CheckpointKeeper.write`): at most one snapshot exists,
-        and the file is what a synchronous save would have written.
+        filled by a side stream on a GPU, whose event the writer waits on: `SnapshotBuffers`), then
+        written, fsynced and linked on a background thread while training goes on
+        (`CheckpointKeeper.write`): at most one snapshot exists, and the file is what a synchronous save
+        would have written.
         """
         full = self.keeper.full(self.state.update, final)
         state = self.checkpoint_state(full)
         self.keeper.saved(time.monotonic())
         if self.info.is_main:
             self.writer.wait()  # the buffers are free again
-            self.writer.submit(partial(self.keeper.write, self.buffers.snapshot(state), self.state.update, best, full))
+            copied, ready = self.buffers.snapshot(state)
+            self.writer.submit(partial(self.keeper.write, copied, self.state.update, best, full, ready=ready))
 
     # ------------------------------------------------------------------- loop
 

@@ -278,6 +278,31 @@ def test_a_checkpoint_written_in_the_background_is_what_a_synchronous_save_write
     trainer.metrics.close()
 
 
+def test_snapshot_buffers_are_allocated_once_and_the_writer_waits_for_the_copy(tmp_path: Path, monkeypatch) -> None:
+    """#46 point 8: every save reuses the host buffers of the first; the writer thread writes only after
+    the snapshot's ``ready`` returns (on a GPU: the side stream's event, not a device-wide synchronize)."""
+    from helpers import toy_trainer
+
+    from nmtk.checkpoint import SnapshotBuffers
+    from nmtk.train import keeper as keeper_module
+
+    buffers = SnapshotBuffers()
+    state = {"model": {"w": torch.randn(4, 3)}, "step": 7}
+    first, ready = buffers.snapshot(state)
+    ready()
+    state["model"]["w"].add_(1.0)
+    second, _ = buffers.snapshot(state)
+    assert second["model"]["w"].data_ptr() == first["model"]["w"].data_ptr()  # the same buffer, refilled
+    assert torch.equal(second["model"]["w"], state["model"]["w"]) and second["step"] == 7
+
+    trainer = toy_trainer(tmp_path)
+    order: list[str] = []
+    monkeypatch.setattr(keeper_module, "save_atomic", lambda *a, **k: order.append("write"))
+    trainer.keeper.write({"x": 1}, 1, best=False, full=False, ready=lambda: order.append("ready"))
+    assert order == ["ready", "write"]
+    trainer.metrics.close()
+
+
 def test_validation_beam_search_uses_the_recipes_decoding_budget(tmp_path: Path, monkeypatch) -> None:
     """decode.beam_tokens reaches validation's batching through typed parameters (it was dropped before)."""
     from helpers import toy_prepared
