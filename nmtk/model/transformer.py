@@ -148,6 +148,11 @@ class Transformer(nn.Module):
             embed.fill_positions()
         return model
 
+    @property
+    def layers_compiled(self) -> bool:
+        """Whether `compile_layers` has run (training's passes then go through the compiled layers)."""
+        return bool(self._compiled)
+
     def compile_layers(self, **options: object) -> None:
         """``torch.compile`` each encoder and decoder layer for training (teacher-forced passes).
 

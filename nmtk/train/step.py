@@ -134,6 +134,14 @@ class UpdateStep:
         self.ddp = DistributedDataParallel(self.model, device_ids=ids, broadcast_buffers=False,
                                            gradient_as_bucket_view=True, static_graph=static,
                                            bucket_cap_mb=t.ddp_bucket_mb)
+        if self.model.layers_compiled:
+            # Dynamo's DDP optimizer splits a compiled graph at bucket boundaries so that all-reduces
+            # start while the backward goes on. Our graphs are one layer each (`compile_layers`), far
+            # smaller than a bucket, so their boundaries already give that overlap; the splitting pass,
+            # with dynamic shapes, would be one more path that has never run on a GPU. Off, on purpose.
+            import torch._dynamo
+
+            torch._dynamo.config.optimize_ddp = False
         if t.ddp_grad_dtype == "bf16":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

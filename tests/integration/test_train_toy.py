@@ -130,11 +130,19 @@ def test_one_two_and_four_processes_train_the_same_updates_under_any_launcher(to
     two = subprocess.run(torchrun, capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
     four = train(tmp, recipe, env, "four", "--nproc", "4", *common)
+    # Compiled layers under DDP (#46 point 2): dynamo's graphs inside DDP's forward, accumulated under
+    # no_sync, with dynamic shapes (aot_eager: the graphs and autograd of inductor, without its C++ build).
+    compiled = subprocess.run([*torchrun[:8], str(recipe), "--data", str(tmp / "data"), "--run-dir",
+                               str(tmp / "ddp-compiled"), "--threads", "1", *common, "--set", "train.compile=true"],
+                              capture_output=True, text=True, env={**env, "NMTK_COMPILE_BACKEND": "aot_eager"},
+                              cwd=tmp, timeout=600)
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
+    assert "graph(s) compiled, 0 recompilation(s)" in compiled.stderr, compiled.stderr[-3000:]
     sizes = [" ".join(r.stderr.split()).split("update: ")[1].split(")")[0] for r in (single, two, four)]
     assert [s.split(" (")[0] for s in sizes] == ["4 batches of ≤ 256 tokens = ≤ 1,024 tokens per side"] * 3, sizes
     assert [s.split(" (")[1] for s in sizes] == ["1 process", "2 processes × 2", "4 processes × 1"]
     a = params(tmp / "single" / "checkpoint_last.pt")
-    for run in ("ddp", "four"):
+    for run in ("ddp", "four", "ddp-compiled"):
         b = params(tmp / run / "checkpoint_last.pt")
         for name in a:
             torch.testing.assert_close(without_key_bias(name, a[name]), without_key_bias(name, b[name]), atol=1e-5,

@@ -367,14 +367,20 @@ def test_compiled_training_gives_the_losses_of_eager_training(tmp_path: Path, mo
     """train.compile=true on CPU (dynamo + AOT autograd; the aot_eager backend spares the C++ build that
     inductor needs, ~100 s here, and gave the same losses by hand): same losses to fp32 rounding."""
     from helpers import toy_trainer
+    from torch._dynamo.utils import counters
 
     monkeypatch.setenv("NMTK_COMPILE_BACKEND", "aot_eager")
     losses = {}
     for compiled in ("false", "true"):
         trainer = toy_trainer(tmp_path / compiled, f"train.compile={compiled}", "train.precision=fp32")
         assert trainer.compiled == (compiled == "true")
-        groups = [group for _, group in trainer.plan.iterate(0, 0, 0, 1, 1)][:4]
-        losses[compiled] = [float(trainer.train_step(group)[0]) for group in groups]
+        groups = [group for _, group in trainer.plan.iterate(0, 0, 0, 1, 1)][:20]
+        losses[compiled] = [float(trainer.train_step(groups[0])[0])]
+        graphs = counters["stats"]["unique_graphs"]  # after the warm-up batch: one graph per layer
+        losses[compiled] += [float(trainer.train_step(group)[0]) for group in groups[1:]]
+        if compiled == "true":  # 19 more batches of other lengths and sizes: no recompile (#46 point 2)
+            shapes = {(len(b), int(trainer.tgt_lengths[b].max())) for g in groups for b in g}
+            assert len(shapes) >= 10 and counters["stats"]["unique_graphs"] == graphs > 0, (shapes, graphs)
         trainer.metrics.close()
     torch.testing.assert_close(losses["true"], losses["false"], rtol=1e-5, atol=0)
 
