@@ -8,6 +8,7 @@ wait for the device: the loss sums stay on it.
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -23,7 +24,7 @@ from nmtk.model import Transformer
 from nmtk.precision import Precision
 from nmtk.recipe import Recipe
 from nmtk.train.distributed import DistInfo
-from nmtk.train.loss import projected_label_smoothed_loss
+from nmtk.train.loss import fused_loss_head, projected_label_smoothed_loss
 from nmtk.train.schedule import inverse_sqrt_lr
 from nmtk.train.state import TrainState
 from nmtk.vocab import PAD_ID
@@ -39,6 +40,9 @@ class UpdateStep:
                  loss_chunk: int | None, info: DistInfo, state: TrainState) -> None:
         self.model, self.recipe, self.device, self.precision, self.info = model, recipe, device, precision, info
         self.loss_chunk, self.state = loss_chunk, state
+        # A compiled model's loss head on a GPU: the chunk body fused into one or two kernels (`loss.py`).
+        fuse = device.type == "cuda" and model.layers_compiled
+        self.loss_body = fused_loss_head(os.environ.get("NMTK_COMPILE_BACKEND")) if fuse else None
         optim = recipe.optim
         self.peak_lr = optim.peak_lr(model.cfg.d_model)
         optimizer_cls = torch.optim.AdamW if optim.weight_decay > 0 else torch.optim.Adam
@@ -59,7 +63,8 @@ class UpdateStep:
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed label-smoothed loss and NLL of a batch, projected and scored a chunk at a time."""
         head = partial(projected_label_smoothed_loss, target=batch.tgt_out,
-                       epsilon=self.recipe.optim.label_smoothing, pad_id=PAD_ID, chunk=self.loss_chunk)
+                       epsilon=self.recipe.optim.label_smoothing, pad_id=PAD_ID, chunk=self.loss_chunk,
+                       body=self.loss_body)
         with autocast_for(self.device, self.precision):
             return self.module(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded)
 
