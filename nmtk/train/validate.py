@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from nmtk.decode.translator import Translator
 from nmtk.device import autocast_for
 from nmtk.files import read_lines
 from nmtk.manifest import Manifest, PreparedData
-from nmtk.model import Transformer
+from nmtk.model import ModelConfig, Transformer
 from nmtk.precision import Precision
 from nmtk.recipe import Recipe
 from nmtk.text import TextPipeline
@@ -27,6 +28,23 @@ from nmtk.train.loss import projected_label_smoothed_loss
 from nmtk.vocab import PAD_ID
 
 SINGLE = DistInfo()
+
+#: Share of a GPU's free memory validation's beam search may fill, and the least budget it gets.
+FREE_MEMORY_SHARE, MIN_BEAM_TOKENS = 0.5, 1_024
+
+
+def beam_tokens_for(free_bytes: int, cfg: ModelConfig, search: SearchConfig, value_bytes: int) -> int:
+    """A decoding budget (source tokens × beam) that fits in ``FREE_MEMORY_SHARE`` of ``free_bytes``.
+
+    Per unit of the budget, one source position of one beam row holds its cross-attention keys and
+    values in every decoder layer, and brings up to ``max_len_a`` target positions of self-attention
+    cache, held twice while the cache grows (2 · L · d values each); and a step's log-probabilities and
+    candidates (about 3 × V fp32 values per row) are shared by a row's source positions, 8 at the
+    fewest. Training's reserved memory stays where it is: the default budget (65,536 on a GPU) beside it
+    was what ran a 40 GB card out of memory at the first validation (#46 point 5)."""
+    cache = 2 * cfg.decoder_layers * cfg.d_model * value_bytes * (1 + 2 * max(search.max_len_a, 1.0))
+    per_unit = cache + 3 * 4 * cfg.tgt_vocab / 8
+    return max(MIN_BEAM_TOKENS, int(free_bytes * FREE_MEMORY_SHARE // per_unit))
 
 
 class Validator:
@@ -85,12 +103,23 @@ class Validator:
         ``world_size``-th source (sources are interleaved, so every rank gets a like mix of lengths)."""
         mine = list(range(info.rank, len(self.sources), info.world_size))
         translator = Translator(pipelines=self.pipelines, model=model, device=self.device, precision=precision)
-        hyps = translator.hypotheses_of_ids([self.sources[i] for i in mine], self.search)  # as `translate` does
+        hyps = translator.hypotheses_of_ids([self.sources[i] for i in mine], self._search_now(model, precision))
         texts = [translator.detokenize(h[0]) if h else "" for h in hyps]
         out = [""] * len(self.sources)
         for rank, part in enumerate(all_gather_object(texts, info)):
             out[rank :: info.world_size] = part
         return out
+
+    def _search_now(self, model: Transformer, precision: Precision) -> SearchConfig:
+        """The recipe's search (as `translate` does it); on a GPU with no ``decode.beam_tokens`` set, its
+        budget from the memory free now, after the allocator's cached blocks are given back. A batch
+        that still runs out of memory is searched again in halves (`decode_ids`)."""
+        if self.device.type != "cuda" or self.search.beam_tokens is not None:
+            return self.search
+        torch.cuda.empty_cache()
+        free, _ = torch.cuda.mem_get_info(self.device)
+        value_bytes = 4 if precision == Precision.fp32 else 2
+        return replace(self.search, beam_tokens=beam_tokens_for(free, model.cfg, self.search, value_bytes))
 
     def run(self, model: Transformer, precision: Precision, info: DistInfo = SINGLE) -> dict[str, float]:
         """Valid loss, NLL, perplexity and sacreBLEU; every rank of a job takes part and gets the result."""

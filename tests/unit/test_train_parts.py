@@ -610,3 +610,20 @@ def test_a_checkpoint_has_one_shape_and_a_format_this_nmtk_checks(tmp_path: Path
     save_atomic({"weights": raw["model"]}, tmp_path / "other.pt")
     with pytest.raises(NmtkError, match=r"other\.pt: not an nmtk checkpoint"):
         Checkpoint.read(tmp_path / "other.pt")
+
+
+def test_validation_sizes_its_decoding_budget_from_the_free_gpu_memory() -> None:
+    """#46 point 5: on a GPU with no decode.beam_tokens, validation's budget is what half the free
+    memory holds (big model, bf16: about 129 kB per source token × beam), never below a floor."""
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model import ModelConfig
+    from nmtk.train.validate import MIN_BEAM_TOKENS, beam_tokens_for
+
+    big = ModelConfig(src_vocab=37_000, tgt_vocab=37_000, d_model=1024, heads=16, d_ff=4096, encoder_layers=6,
+                      decoder_layers=6)
+    search = SearchConfig()
+    after_training = beam_tokens_for(12 * 2**30, big, search, value_bytes=2)  # a 40 GB card, training's 28 reserved
+    assert 40_000 < after_training < search.budget("cuda") == 65_536
+    assert beam_tokens_for(60 * 2**30, big, search, 2) > 4 * after_training  # an 80 GB card with room
+    assert beam_tokens_for(60 * 2**30, big, search, 4) < beam_tokens_for(60 * 2**30, big, search, 2)  # fp32 caches
+    assert beam_tokens_for(0, big, search, 2) == MIN_BEAM_TOKENS
