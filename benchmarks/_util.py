@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -97,7 +98,17 @@ def run_measured(cmd: list[str], **kwargs) -> tuple[float, float, subprocess.Com
 
 PAPER_STEP_S = {"base": 0.4, "big": 1.0}  # §5.2, 8 × P100
 P100_FP32_FLOPS = 10.6e12  # P100 SXM2 peak (the paper predates mixed-precision NMT training)
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense tensor-core peaks
+#: Dense (no sparsity) 16-bit tensor-core peaks in FLOP/s, by a word of `torch.cuda.get_device_name`
+#: (a regular expression); the first match wins, so the more specific names come first. V100 has no
+#: bf16: its fp16 peak.
+DENSE_PEAK_FLOPS = ((r"H100 PCIe", 756e12), (r"H100 NVL", 835e12), (r"H100", 989e12), (r"H200", 989e12),
+                    (r"A100", 312e12), (r"V100", 125e12), (r"L4", 121e12), (r"RTX 4090", 165e12))
+
+
+def dense_peak(gpu_name: str) -> float | None:
+    """The dense 16-bit peak of the GPU so named (H100 SXM and PCIe told apart; an L40S is not an L4),
+    None if unknown."""
+    return next((flops for name, flops in DENSE_PEAK_FLOPS if re.search(rf"\b{name}\b", gpu_name)), None)
 
 
 def flops_per_update(cfg: Any, src_tokens: int, tgt_tokens: int, length: int) -> float:

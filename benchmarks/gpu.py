@@ -3,9 +3,13 @@
 On a CUDA machine: WMT-shaped synthetic data (newstest-like subword lengths, a 37,000-type joint
 vocabulary; no corpus or subword model needed) is binarised into a temporary folder, and the real
 `Trainer` update (batching plan, prefetcher, chunked loss, optimizer, DDP where there are several GPUs)
-runs on it for base and big in bf16, eager and compiled. Per row: target tokens/s, model FLOPs
-utilisation against the GPU's dense bf16 peak, peak memory, CUDA kernels per update (torch profiler:
-what compilation changes), and the eager update's ATen ops and host syncs (`nmtk.train.probe`; under its
+runs on it for base and big in bf16, eager and compiled. Per row: target tokens/s (the median of
+windows of ``WINDOW`` updates, the clock read after one synchronize per window, so updates overlap as
+in training; the updates run under ``torch.cuda.set_sync_debug_mode("error")``: a host sync inside one
+is reported), model FLOPs utilisation from the batches' real source and target tokens and lengths
+against the detected GPU's dense 16-bit peak (`_util.DENSE_PEAK_FLOPS`), peak memory, CUDA kernels per
+update (torch profiler, memcpy and memset left out, no checkpoint in the window: what compilation
+changes), and the eager update's ATen ops and host syncs (`nmtk.train.probe`; under its
 dispatch mode dynamo runs eagerly, so those two describe the eager update). Then beam-4 decoding of
 1,000 sentences with the same (untrained) model: a random model writes to its length limit, so
 sentences/s is a lower bound and target tokens/s is the figure to compare. With several GPUs the
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _util import PEAK_BF16_FLOPS, ROOT, flops_per_update
+from _util import ROOT, dense_peak, flops_per_update
 
 VOCAB = 37_000
 DEFAULT_ROWS = "base:eager,base:compiled,big:eager,big:compiled"
@@ -77,6 +81,10 @@ def trainer_for(name: str, work: Path, overrides: list[str], device: Any, info: 
     return Trainer(recipe, work / "data", PreparedData(work / "data").manifest(), None, run, device, info)
 
 
+#: Updates per timed window: the clock is read after one synchronize per window.
+WINDOW = 5
+
+
 def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, info: Any) -> dict[str, Any]:
     """Target tokens/s of the real update loop after warm-up (compilation included in warm-up), then ops
     and syncs counted over 3 more updates (counting slows the host, so it is not timed)."""
@@ -91,39 +99,30 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
                  "train.precision=bf16",
                  f"train.compile={'true' if compiled else 'false'}"]
     warm = 8 if compiled else 3
+    updates = max(WINDOW, updates // WINDOW * WINDOW)
     trainer = trainer_for(name, work, [*overrides, f"train.max_updates={warm + updates}"], device, info)
     trainer.step.wrap()
-    times, tokens_done, original = [], [], trainer.train_step
-
-    def timed_step(group: list[np.ndarray], *args: Any) -> Any:
-        result = original(group, *args)
-        torch.cuda.synchronize(device)  # the benchmark's own sync, outside the code it measures
-        times.append(time.perf_counter())
-        tokens_done.append(int(sum(int(trainer.tgt_lengths[b].sum()) for b in group)))
-        return result
-
-    trainer.train_step = timed_step
+    clock = UpdateClock(trainer, warm, device)
     torch.cuda.reset_peak_memory_stats(device)
     trainer.train()
-    trainer.train_step = original
-    trainer.recipe.train.max_updates += 3
+    trainer.train_step = clock.original
     kernels = cuda_kernels_per_update(trainer, 3)
     trainer.recipe.train.max_updates += 3
     costs, sites = update_costs(trainer)  # a Python dispatch mode makes dynamo run eagerly: ops and syncs
     # of the eager update; the compiled launches are `cuda_kernels_per_update`
-    seconds = times[-1] - times[warm - 1]
-    local = sum(tokens_done[warm:])
-    total = local * info.world_size
-    flops = flops_per_update(trainer.cfg, total, total, 28)
+    rates = clock.window_rates(info.world_size)
+    src, tgt, length = (v * info.world_size for v in clock.tokens()), clock.mean_length()
+    flops = flops_per_update(trainer.cfg, src / updates, tgt / updates, round(length))
     gpu = torch.cuda.get_device_name(device)
-    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in gpu), None)
+    peak, seconds = dense_peak(gpu), clock.seconds()
     steady = costs[:-1] or costs  # the last of the run saves its checkpoint
     row = {"model": name, "compiled": compiled, "gpus": info.world_size, "gpu": gpu,
-           "tgt_tokens_per_update": round(total / updates), "updates": updates,
-           "tgt_tokens_per_s": round(total / seconds), "step_s": round(seconds / updates, 4),
-           "mfu_percent": round(100 * flops / seconds / (peak * info.world_size), 1) if peak else None,
-           "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
-           "cuda_kernels_per_update": kernels,
+           "tgt_tokens_per_update": round(tgt / updates), "src_tokens_per_update": round(src / updates),
+           "updates": updates, "tgt_tokens_per_s": round(float(np.median(rates))),
+           "tgt_tokens_per_s_windows": [round(r) for r in rates], "step_s": round(seconds / updates, 4),
+           "mfu_percent": round(100 * flops * updates / seconds / (peak * info.world_size), 1) if peak else None,
+           "peak_flops": peak, "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+           "sync_in_update": clock.sync_error, "cuda_kernels_per_update": kernels,
            "eager_aten_ops_per_update": int(np.median([c.ops for c in steady])),
            "of_which_optimizer": int(np.median([c.optimizer_ops for c in steady])),
            "host_syncs_per_update": float(np.mean([c.syncs for c in steady])), "sync_sites": sites}
@@ -131,15 +130,85 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
     return row
 
 
+class UpdateClock:
+    """Wraps ``trainer.train_step``: after ``warm`` updates, each update runs under CUDA's sync debug
+    mode "error" (a host sync inside it is kept as ``sync_error`` and the run goes on without the mode)
+    and the clock is read after one synchronize per ``WINDOW`` updates; the tokens of the timed updates
+    are counted from the batching plan."""
+
+    def __init__(self, trainer: Any, warm: int, device: Any) -> None:
+        self.trainer, self.warm, self.device = trainer, warm, device
+        self.original, self.done, self.stamps, self.groups = trainer.train_step, 0, [], []
+        self.sync_error: str | None = None
+        trainer.train_step = self
+
+    def __call__(self, group: list[np.ndarray], *args: Any) -> Any:
+        import torch
+
+        timed = self.done >= self.warm
+        if self.done == self.warm:
+            torch.cuda.synchronize(self.device)
+            self.stamps.append(time.perf_counter())
+        try:
+            torch.cuda.set_sync_debug_mode("error" if timed and self.sync_error is None else "default")
+            result = self.original(group, *args)
+        except RuntimeError as exc:
+            if "synchroniz" not in str(exc):
+                raise
+            self.sync_error = str(exc).splitlines()[0][:300]
+            torch.cuda.set_sync_debug_mode("default")
+            result = self.original(group, *args)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        self.done += 1
+        if timed:
+            self.groups.append(group)
+            if (self.done - self.warm) % WINDOW == 0:
+                torch.cuda.synchronize(self.device)  # the benchmark's one sync per window
+                self.stamps.append(time.perf_counter())
+        return result
+
+    def tokens(self) -> tuple[int, int]:
+        """Source and target tokens of this rank's timed updates."""
+        t = self.trainer
+        src = sum(int(t.plan.src_lengths[b].sum()) for g in self.groups for b in g)
+        return src, sum(int(t.tgt_lengths[b].sum()) for g in self.groups for b in g)
+
+    def mean_length(self) -> float:
+        """The timed batches' mean sentence length (source and target), what attention's cost grows with."""
+        src, tgt = self.tokens()
+        return (src + tgt) / max(2 * sum(len(b) for g in self.groups for b in g), 1)
+
+    def seconds(self) -> float:
+        return self.stamps[-1] - self.stamps[0]
+
+    def window_rates(self, world_size: int) -> list[float]:
+        """Target tokens/s of each window, all ranks (each rank's share of an update is alike)."""
+        t, rates = self.trainer, []
+        for i in range(len(self.stamps) - 1):
+            groups = self.groups[i * WINDOW : (i + 1) * WINDOW]
+            tgt = sum(int(t.tgt_lengths[b].sum()) for g in groups for b in g) * world_size
+            rates.append(tgt / (self.stamps[i + 1] - self.stamps[i]))
+        return rates
+
+
 def cuda_kernels_per_update(trainer: Any, updates: int) -> float | None:
-    """CUDA kernels launched per update over ``updates`` more updates (torch profiler), compiled or not."""
+    """CUDA kernels launched per update over ``updates`` more updates (torch profiler), compiled or not:
+    memcpy and memset left out (not the model's work), and no checkpoint in the window."""
     try:
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            trainer.train()
-        return round(sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA) / updates, 1)
+        trainer.recipe.train.max_updates += updates
+        save, trainer.save = trainer.save, lambda *args, **kwargs: None  # the run's end saves: not counted
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                trainer.train()
+        finally:
+            trainer.save = save
+        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
+                   and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+        return round(len(kernels) / updates, 1)
     except Exception as exc:  # the profiler is optional here: the row still has its timings
         print(f"cuda kernel count unavailable: {exc}", file=sys.stderr)
         return None

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _util import P100_FP32_FLOPS, PAPER_STEP_S, PEAK_BF16_FLOPS, ROOT, data_root, flops_per_update, run_measured
+from _util import P100_FP32_FLOPS, PAPER_STEP_S, ROOT, data_root, dense_peak, flops_per_update, run_measured
 
 RECIPE = ROOT / "recipes" / "multi30k-en-de-d256.toml"
 
@@ -62,7 +62,7 @@ def estimate() -> dict[str, object]:
         cfg = model_config(load_recipe(ROOT / "recipes" / f"wmt14-en-de-{name}.toml"))
         flops = flops_per_update(cfg, 25_000, 25_000, 28)
         p100 = flops / (PAPER_STEP_S[name] * 8 * P100_FP32_FLOPS)
-        h100 = {f"{int(m * 100)}%": round(flops / (m * PEAK_BF16_FLOPS["H100"]), 3) for m in (0.3, 0.5)}
+        h100 = {f"{int(m * 100)}%": round(flops / (m * dense_peak("H100 SXM")), 3) for m in (0.3, 0.5)}
         out[name] = {"tflop_per_update": round(flops / 1e12, 2), "paper_step_s_8xP100": PAPER_STEP_S[name],
                      "paper_p100_utilisation_percent": round(100 * p100, 1), "h100_bf16_step_s_at_mfu": h100}
     return out

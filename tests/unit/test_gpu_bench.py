@@ -1,0 +1,52 @@
+"""benchmarks/gpu.py's bookkeeping, on CPU (#46 point 10): the peak table, windows read after one
+synchronize each, a host sync inside a timed update reported, tokens counted from the plan."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import gpu  # noqa: E402
+from _util import dense_peak  # noqa: E402
+
+
+@pytest.mark.parametrize(("name", "peak"), [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12),
+                                            ("NVIDIA H200", 989e12), ("NVIDIA A100-SXM4-40GB", 312e12),
+                                            ("NVIDIA A100 80GB PCIe", 312e12), ("Tesla V100-SXM2-16GB", 125e12),
+                                            ("NVIDIA L4", 121e12), ("NVIDIA GeForce RTX 4090", 165e12),
+                                            ("NVIDIA L40S", None)])
+def test_the_dense_peak_of_the_detected_gpu(name: str, peak: float | None) -> None:
+    assert dense_peak(name) == peak
+
+
+def test_the_update_clock_times_windows_and_reports_a_sync_inside_an_update(monkeypatch) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: events.append(mode))
+    src, tgt = np.array([3, 5, 7, 9]), np.array([4, 6, 8, 10])
+    calls = []
+
+    def train_step(group: list[np.ndarray]) -> tuple[int, int, int]:
+        calls.append(events[-1])
+        if len(calls) == 4 and events[-1] == "error":  # the first timed update reads a device value
+            raise RuntimeError("called a synchronizing CUDA operation")
+        return 0, 0, 0
+
+    trainer = SimpleNamespace(plan=SimpleNamespace(src_lengths=src), tgt_lengths=tgt, train_step=train_step)
+    clock = gpu.UpdateClock(trainer, warm=3, device=None)
+    group = [np.array([0, 1]), np.array([2, 3])]
+    for _ in range(3 + 2 * gpu.WINDOW):
+        trainer.train_step(group)
+    assert events.count("sync") == 3  # the start of timing and the end of each of the two windows
+    assert clock.sync_error == "called a synchronizing CUDA operation"
+    assert calls[:3] == ["default"] * 3 and calls[3] == "error" and set(calls[5:]) == {"default"}
+    assert clock.tokens() == (24 * 2 * gpu.WINDOW, 28 * 2 * gpu.WINDOW)
+    assert clock.mean_length() == pytest.approx((24 + 28) / 8)
+    assert len(clock.window_rates(world_size=2)) == 2
