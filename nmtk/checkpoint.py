@@ -162,16 +162,36 @@ class SnapshotBuffers:
     refill them while a previous snapshot is still being written (the trainer waits for the writer).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, model_state: dict[str, torch.Tensor] | None = None) -> None:
         self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+        if model_state is not None:  # under the key `Checkpoint.to_dict` gives the parameters
+            self.reserve({"model": model_state})
+
+    def reserve(self, obj: Any, path: tuple[Any, ...] = ()) -> None:
+        """Allocate (pin, on a GPU) the buffers ``obj``'s tensors will be copied into, without copying: the
+        trainer reserves the model's at start, so the first save does not pin gigabytes while training
+        waits. What does not exist yet (the optimizer's moments) is allocated at the first save."""
+        if isinstance(obj, torch.Tensor):
+            if obj.is_cuda:  # a CPU run allocates at its first save, as before
+                self._buffer(obj, path)
+        elif isinstance(obj, dict):
+            for key, value in obj.items():
+                self.reserve(value, (*path, key))
+        elif isinstance(obj, list | tuple):
+            for i, value in enumerate(obj):
+                self.reserve(value, (*path, i))
+
+    def _buffer(self, obj: torch.Tensor, path: tuple[Any, ...]) -> torch.Tensor:
+        buffer = self._buffers.get(path)
+        if buffer is None or buffer.shape != obj.shape or buffer.dtype != obj.dtype:
+            buffer = torch.empty(obj.shape, dtype=obj.dtype, device="cpu", pin_memory=obj.is_cuda)
+            self._buffers[path] = buffer
+        return buffer
 
     def copy(self, obj: Any, path: tuple[Any, ...] = ()) -> Any:
         """``obj`` with every tensor replaced by its host copy (same structure, same dtypes)."""
         if isinstance(obj, torch.Tensor):
-            buffer = self._buffers.get(path)
-            if buffer is None or buffer.shape != obj.shape or buffer.dtype != obj.dtype:
-                buffer = torch.empty(obj.shape, dtype=obj.dtype, device="cpu", pin_memory=obj.is_cuda)
-                self._buffers[path] = buffer
+            buffer = self._buffer(obj, path)
             if obj.is_cuda:
                 stream = self._stream(obj.device)
                 stream.wait_stream(torch.cuda.current_stream(obj.device))  # the values of now

@@ -94,7 +94,8 @@ class Trainer:
         self._validator: Validator | None = None
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
         self.curves = CurvesDrawer(run.path, recipe.name)
-        self.writer, self.buffers = BackgroundWriter(), SnapshotBuffers()  # checkpoints written off the loop
+        self.writer = BackgroundWriter()  # checkpoints are written off the loop, from buffers reserved now
+        self.buffers = SnapshotBuffers(self.model.state_dict() if info.is_main else None)
         self.window = MetricsWindow()
         self._clock = time.monotonic()  # training time is counted from here (`_count_time`)
         self._flag_sum = FlagSum(3, device, info)  # signal, max_minutes, timed save (`_flags`)
@@ -153,12 +154,9 @@ class Trainer:
     def save(self, best: bool = False, final: bool = False) -> None:
         """Numbered checkpoint + checkpoint_last.pt (rank 0 writes; all ranks take part in RNG gathering).
 
-        The previous write is waited for, the state copied into host buffers allocated once (pinned and
-        filled by a side stream on a GPU, whose event the writer waits on: `SnapshotBuffers`), then
-        written, fsynced and linked on a background thread while training goes on
-        (`CheckpointKeeper.write`): at most one snapshot exists, and the file is what a synchronous save
-        would have written.
-        """
+        The state is copied into host buffers allocated once (`SnapshotBuffers`; on a GPU pinned, filled by
+        a side stream whose event the writer waits on), then written, fsynced and linked on a background
+        thread while training goes on (`CheckpointKeeper.write`): one snapshot at most, the same file."""
         full = self.keeper.full(self.state.update, final)
         state = self.checkpoint_state(full)
         self.keeper.saved(time.monotonic())
