@@ -192,8 +192,9 @@ def toy_prepared(tmp: Path, *overrides: str) -> tuple[Any, Any, tuple[Any, Any]]
     return recipe, out, text_pipelines(recipe.tokenizer, ("en", "de"), out.manifest.model_paths(out.out_dir))
 
 
-def toy_trainer(tmp: Path, *overrides: str) -> Any:
-    """A `Trainer` of the toy recipe on CPU, one process, its run directory ``tmp/run`` (created)."""
+def toy_trainer(tmp: Path, *overrides: str, info: Any = None) -> Any:
+    """A `Trainer` of the toy recipe on CPU, its run directory ``tmp/run`` (created); one process unless
+    ``info`` (a `DistInfo` of a torchrun job) says otherwise."""
     import torch
 
     from nmtk.rundir import RunDir
@@ -203,7 +204,7 @@ def toy_trainer(tmp: Path, *overrides: str) -> Any:
     recipe, out, pipelines = toy_prepared(tmp, *overrides)
     run = RunDir(tmp / "run")
     run.path.mkdir()
-    return Trainer(recipe, out.out_dir, out.manifest, pipelines, run, torch.device("cpu"), DistInfo())
+    return Trainer(recipe, out.out_dir, out.manifest, pipelines, run, torch.device("cpu"), info or DistInfo())
 
 
 def copy_pairs(n: int, seed: int) -> list[tuple[str, str]]:

@@ -50,6 +50,7 @@ class UpdateStep:
         self.optimizer = optimizer_cls(model.parameters(), lr=0.0, betas=optim.betas, eps=optim.eps,
                                        weight_decay=optim.weight_decay, **fused)
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+        self._skipped = torch.zeros((), dtype=torch.int64, device=device)  # fp16 updates skipped, unread
         self.ddp: DistributedDataParallel | None = None
 
     @property
@@ -89,8 +90,8 @@ class UpdateStep:
     def apply(self) -> None:
         """Set the learning rate, clip, step (through the loss scaler in fp16), advance the counter.
 
-        An fp16 update whose gradients overflowed is skipped as fairseq skips it: neither the update
-        counter nor the learning-rate schedule moves, only ``skipped_updates`` (and the scale halves).
+        An fp16 update whose gradients overflowed is skipped as fairseq skips it: the scale halves, and
+        at the next `reconcile` the counter goes back by it and ``skipped_updates`` up.
         """
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr(self.state.update + 1)
@@ -98,32 +99,45 @@ class UpdateStep:
             self.scaler.unscale_(self.optimizer)
         if self.recipe.optim.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.optim.clip_norm)
-        applied = True
         if self.scaler is None:
             self.optimizer.step()
         else:
-            applied = self._scaled_step()
+            self._scaled_step()
         # Under DDP the gradients are views of its buckets (gradient_as_bucket_view): zeroed in place they
         # stay so; set to None, the reducer would allocate and copy fresh ones every update.
         self.optimizer.zero_grad(set_to_none=self.ddp is None)
-        if applied:
-            self.state.update += 1
+        self.state.update += 1
+        t, update = self.recipe.train, self.state.update
+        if self.scaler is not None and (update % t.log_every_updates == 0 or update == t.max_updates):
+            self.reconcile()
 
-    def _scaled_step(self) -> bool:
-        """The loss scaler's step; False when it skipped the update for inf/NaN gradients."""
-        before = self.scaler.get_scale()
+    def _scaled_step(self) -> None:
+        """The loss scaler's step. Whether it skipped the update (inf/NaN gradients: the scale went down)
+        is added up on the device and read by `reconcile`, at log points, not here: a read per update
+        would stall a GPU's launch queue."""
+        before = self.scaler._get_scale_async().clone()  # the scale as a device tensor (no public view)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        if self.scaler.get_scale() >= before:
-            return True
-        self.state.skipped_updates += 1
+        self._skipped += self.scaler._get_scale_async() < before
+
+    def reconcile(self) -> None:
+        """fp16: take the updates the scaler skipped since the last call off the counter (one read), so a
+        skipped update moves neither the counter nor, from then on, the schedule; between two calls they
+        run ahead by those updates. Stops a run whose scale collapsed. Called at log points, before a
+        save, and at ``max_updates``."""
+        if self.scaler is None:
+            return
+        skipped = int(self._skipped.item())
+        if skipped:
+            self._skipped.zero_()
+            self.state.update -= skipped
+            self.state.skipped_updates += skipped
         if self.scaler.get_scale() < MIN_LOSS_SCALE:
             raise NmtkError(
                 f"fp16 loss scale collapsed to {self.scaler.get_scale():g} after "
                 f"{self.state.skipped_updates} overflowing updates: the model diverges in fp16; "
                 'use --set train.precision=bf16 (or fp32), or lower the learning rate'
             )
-        return False
 
     def wrap(self) -> None:
         """DDP as fairseq and Megatron configure it: the sinusoidal table is a constant, not a buffer to

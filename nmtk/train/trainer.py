@@ -157,8 +157,8 @@ class Trainer:
         The state is copied into host buffers allocated once (`SnapshotBuffers`; on a GPU pinned, filled by
         a side stream whose event the writer waits on), then written, fsynced and linked on a background
         thread while training goes on (`CheckpointKeeper.write`): one snapshot at most, the same file."""
-        full = self.keeper.full(self.state.update, final)
-        state = self.checkpoint_state(full)
+        self.step.reconcile()  # fp16: the skipped updates counted before the counter is saved
+        state = self.checkpoint_state(full := self.keeper.full(self.state.update, final))
         self.keeper.saved(time.monotonic())
         if self.info.is_main:
             self.writer.wait()  # the buffers are free again
@@ -208,12 +208,12 @@ class Trainer:
                 self.window.add(*self.train_step(group, total, batches))
                 self.state.batch = k + len(group)
                 self._count_time()
-                if self.state.update == before:  # an fp16 overflow: no new update to log, validate or save
+                if self.state.update <= before:  # fp16 overflows counted: no new update to log or save
                     reason = self._should_stop(stop, epoch_done=False)
                 else:
                     reason = self.after_update(stop, progress)
                 if reason:
-                    if self.state.update == before:
+                    if self.state.update <= before:
                         self.save(final=True)
                     return reason
         finally:
