@@ -9,6 +9,9 @@ ranks), so gradient accumulation and data parallelism give the same update as on
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -61,16 +64,15 @@ def loss_head_chunk(logits: Tensor, target: Tensor, epsilon: float, pad_id: int,
     return loss, nll, grad.to(logits.dtype), grad_b
 
 
-_fused: dict[str, object] = {}
+#: `loss_head_chunk` or its compiled form.
+LossBody = Callable[[Tensor, Tensor, float, int, float, bool], tuple[Tensor, Tensor, Tensor, Tensor | None]]
 
 
-def fused_loss_head(backend: str | None = None) -> object:
+@functools.cache
+def fused_loss_head(backend: str | None = None) -> LossBody:
     """`loss_head_chunk` compiled once per backend (default inductor), with dynamic shapes: what a
     compiled model's training uses on a GPU (`UpdateStep`)."""
-    key = backend or "inductor"
-    if key not in _fused:
-        _fused[key] = torch.compile(loss_head_chunk, dynamic=True, fullgraph=True, backend=key)
-    return _fused[key]
+    return torch.compile(loss_head_chunk, dynamic=True, fullgraph=True, backend=backend or "inductor")
 
 
 class ProjectedLoss(torch.autograd.Function):
@@ -87,7 +89,7 @@ class ProjectedLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, epsilon: float, pad_id: int,
-                dtype: torch.dtype, chunk: int, body: object = None) -> tuple[Tensor, Tensor]:
+                dtype: torch.dtype, chunk: int, body: LossBody | None = None) -> tuple[Tensor, Tensor]:
         body = body or loss_head_chunk
         scale = FP16_LOGIT_GRAD_SCALE if dtype == torch.float16 else 1.0
         w = weight.to(dtype)  # cast once per call (autocast would cast per chunk)
@@ -128,7 +130,7 @@ class ProjectedLoss(torch.autograd.Function):
 
 def projected_label_smoothed_loss(h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
                                   chunk: int | None = CHUNK_POSITIONS, bias: Tensor | None = None,
-                                  body: object = None) -> tuple[Tensor, Tensor]:
+                                  body: LossBody | None = None) -> tuple[Tensor, Tensor]:
     """`label_smoothed_loss` of ``h @ weight.T`` without holding the logits of more than ``chunk``
     positions at once (None: all of them, one product).
 
