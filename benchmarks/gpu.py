@@ -111,7 +111,8 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
     costs, sites = update_costs(trainer)  # a Python dispatch mode makes dynamo run eagerly: ops and syncs
     # of the eager update; the compiled launches are `cuda_kernels_per_update`
     rates = clock.window_rates(info.world_size)
-    src, tgt, length = (v * info.world_size for v in clock.tokens()), clock.mean_length()
+    src, tgt = (v * info.world_size for v in clock.tokens())
+    length = clock.mean_length()
     flops = flops_per_update(trainer.cfg, src / updates, tgt / updates, round(length))
     gpu = torch.cuda.get_device_name(device)
     peak, seconds = dense_peak(gpu), clock.seconds()
