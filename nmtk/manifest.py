@@ -54,14 +54,28 @@ class Manifest(BaseModel):
     inputs: dict[str, Any] = {}
     recipe: str | None = None
     seconds: float = 0.0
+    pairs: list[str] = []
+    """A multilingual model's directions (``en-de``, ...); empty for one pair."""
+    tags: dict[str, int] = {}
+    """A multilingual model's target-language tag ids, by language (``>>de<<`` -> its id)."""
 
     @property
     def longest_training_source(self) -> int | None:
         """Subwords of the longest source line training kept (None where the manifest does not say: an
         imported model's): what the model has seen, so what `translate` splits longer lines towards."""
-        side = self.splits.get("train", {}).get("sides", {}).get(self.source_lang, {})
-        longest = side.get("max_len")
+        if self.pairs:
+            sides = [self.splits.get(f"train.{p}", {}).get("sides", {}).get(p.split("-")[0], {}) for p in self.pairs]
+        else:
+            sides = [self.splits.get("train", {}).get("sides", {}).get(self.source_lang, {})]
+        longest = max((side.get("max_len") or 0 for side in sides), default=0)
         return int(longest) if longest else None
+
+    def vocab_sizes(self) -> tuple[int, int]:
+        """Source and target vocabulary sizes (a multilingual model's vocabulary is joint)."""
+        if self.pairs:
+            src, tgt = self.pairs[0].split("-")
+            return self.vocab.size[src], self.vocab.size[tgt]
+        return self.vocab.size[self.source_lang], self.vocab.size[self.target_lang]
 
     @classmethod
     def read(cls, path: Path) -> Manifest:

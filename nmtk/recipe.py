@@ -92,19 +92,54 @@ class Corpus(Section):
         return data
 
 
-class DataSection(Section):
-    """Which corpora to use and how to clean them."""
+class LanguagePair(Section):
+    """One direction of a multilingual recipe (``[[data.pairs]]``), with its own corpora."""
 
-    source_lang: str = Field(min_length=1)
+    source_lang: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
     """Source language code, e.g. ``en``."""
-    target_lang: str = Field(min_length=1)
-    """Target language code, e.g. ``de``."""
+    target_lang: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+    """Target language code, e.g. ``de``: the source's tag (``>>de<<``) asks for it."""
     train: list[Corpus] = Field(min_length=1)
-    """Training corpora, concatenated."""
+    """This direction's training corpora, concatenated."""
     valid: Corpus
-    """Validation set (newstest2013 in the paper, §6.2)."""
+    """This direction's validation set: loss and BLEU are reported per direction."""
     test: list[Corpus] = []
-    """Test sets, prepared alongside for `translate` and `score`."""
+    """This direction's test sets."""
+
+    @property
+    def name(self) -> str:
+        """``en-de``: in split and file names and in reports."""
+        return f"{self.source_lang}-{self.target_lang}"
+
+
+def target_tag(lang: str) -> str:
+    """The target-language tag put before a multilingual model's source: ``>>de<<``, the convention of
+    multilingual opus-mt models, so that nmtk's and theirs speak one language."""
+    return f">>{lang}<<"
+
+
+class DataSection(Section):
+    """Which corpora to use and how to clean them: one pair (``source_lang``, ``target_lang``,
+    ``train``, ``valid``, ``test``), or several (``[[data.pairs]]``, one model for all)."""
+
+    source_lang: str | None = Field(None, min_length=1)
+    """Source language code, e.g. ``en`` (one-pair recipes)."""
+    target_lang: str | None = Field(None, min_length=1)
+    """Target language code, e.g. ``de`` (one-pair recipes)."""
+    train: list[Corpus] = []
+    """Training corpora, concatenated (one-pair recipes)."""
+    valid: Corpus | None = None
+    """Validation set (newstest2013 in the paper, §6.2; one-pair recipes)."""
+    test: list[Corpus] = []
+    """Test sets, prepared alongside for `translate` and `score` (one-pair recipes)."""
+    pairs: list[LanguagePair] | None = None
+    """Several directions in one model (multilingual): each with its languages and corpora. The
+    source of every pair starts with its target language's tag (``>>de<<``), one vocabulary item;
+    the subword model is learned jointly on all languages, each sampled to an equal share."""
+    temperature: float | None = Field(None, ge=1.0)
+    """Multilingual only: pair i is sampled in proportion to (n_i / n)^(1/T) per epoch: 1 (the default)
+    is proportional to its size, 5 as in M2M-100 and fairseq's multilingual task (small pairs seen
+    more often)."""
     max_len: int = Field(250, ge=1)
     """Training pairs with more subwords than this on either side are dropped."""
     max_ratio: float = Field(9.0, ge=1.0)
@@ -114,14 +149,63 @@ class DataSection(Section):
     """Invalid UTF-8 in a corpus: ``error`` stops naming the file and line; ``replace`` uses U+FFFD."""
 
     @model_validator(mode="after")
-    def _distinct_names(self) -> DataSection:
+    def _one_pair_or_several(self) -> DataSection:
+        single = {"source_lang": self.source_lang, "target_lang": self.target_lang, "train": self.train or None,
+                  "valid": self.valid}
+        if self.pairs is not None:
+            given = [key for key, value in {**single, "test": self.test or None}.items() if value is not None]
+            if given:
+                raise ValueError(f"with [[data.pairs]], give {given[0]} per pair, not in [data]")
+            if not self.pairs:
+                raise ValueError("data.pairs is empty")
+            names = [pair.name for pair in self.pairs]
+            if len(set(names)) < len(names):
+                raise ValueError(f"data.pairs: {sorted({n for n in names if names.count(n) > 1})[0]} is listed twice")
+            for pair in self.pairs:
+                if pair.source_lang == pair.target_lang:
+                    raise ValueError(f"data.pairs: {pair.name}: source and target are the same language")
+                _check_test_names(pair.test)
+            return self
+        missing = [key for key, value in single.items() if value is None]
+        if missing:
+            raise ValueError(f"{missing[0]} is missing (or give [[data.pairs]])")
+        if self.temperature is not None:
+            raise ValueError("temperature samples the pairs of [[data.pairs]]; this recipe has one pair")
         if self.source_lang == self.target_lang:
             raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}")
-        names = [corpus.name for corpus in self.test]
-        clash = {n for n in names if names.count(n) > 1 or n in ("train", "valid")}
-        if clash:
-            raise ValueError(f"test set names must be unique and not 'train' or 'valid': {sorted(clash)}")
+        _check_test_names(self.test)
         return self
+
+    @property
+    def multilingual(self) -> bool:
+        return self.pairs is not None
+
+    def language_pairs(self) -> list[LanguagePair]:
+        """Every direction: the pairs, or the one pair of a one-pair recipe."""
+        if self.pairs is not None:
+            return list(self.pairs)
+        assert self.source_lang and self.target_lang and self.valid
+        return [LanguagePair(source_lang=self.source_lang, target_lang=self.target_lang, train=self.train,
+                             valid=self.valid, test=self.test)]
+
+    def languages(self) -> list[str]:
+        """Every language, sources first, in the order of the pairs."""
+        pairs = self.language_pairs()
+        return list(dict.fromkeys([p.source_lang for p in pairs] + [p.target_lang for p in pairs]))
+
+    def targets(self) -> list[str]:
+        return list(dict.fromkeys(p.target_lang for p in self.language_pairs()))
+
+    def corpora(self) -> list[Corpus]:
+        """Every corpus of every pair (training, validation and test)."""
+        return [c for p in self.language_pairs() for c in [*p.train, p.valid, *p.test]]
+
+
+def _check_test_names(test: list[Corpus]) -> None:
+    names = [corpus.name for corpus in test]
+    clash = {n for n in names if names.count(n) > 1 or n in ("train", "valid")}
+    if clash:
+        raise ValueError(f"test set names must be unique and not 'train' or 'valid': {sorted(clash)}")
 
 
 # ---------------------------------------------------------------------------------------- tokenizer

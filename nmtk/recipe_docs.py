@@ -17,6 +17,7 @@ from nmtk.recipe import (
     CorpusFile,
     DataSection,
     DecodeSection,
+    LanguagePair,
     ModelSection,
     OptimSection,
     Recipe,
@@ -25,7 +26,8 @@ from nmtk.recipe import (
 )
 
 SECTIONS: list[tuple[str, type[BaseModel]]] = [
-    ("top level", Recipe), ("[data]", DataSection), ("[[data.train]], [data.valid], [[data.test]]", Corpus),
+    ("top level", Recipe), ("[data]", DataSection), ("[[data.pairs]]", LanguagePair),
+    ("[[data.train]], [data.valid], [[data.test]]", Corpus),
     ("corpus source / target", CorpusFile), ("[tokenizer]", TokenizerSection), ("[batching]", BatchingSection),
     ("[model]", ModelSection), ("[optim]", OptimSection), ("[train]", TrainSection), ("[decode]", DecodeSection),
     ("[average]", AverageSection),

@@ -169,14 +169,44 @@ class RunDir:
         raise NmtkError(f"{self.path}: no checkpoint to translate with (train first, or pass --checkpoint)")
 
 
-def pipelines_in(folder: Path, recipe: Recipe, manifest: Manifest) -> tuple[TextPipeline, TextPipeline]:
-    """The (source, target) text pipelines with the subword model(s) ``manifest`` names, inside ``folder``."""
-    langs = (recipe.data.source_lang, recipe.data.target_lang)
+def pipelines_in(folder: Path, recipe: Recipe, manifest: Manifest, target_lang: str | None = None,
+                 source_lang: str | None = None) -> tuple[TextPipeline, TextPipeline]:
+    """The (source, target) text pipelines with the subword model(s) ``manifest`` names, inside ``folder``.
+
+    A multilingual model's are those of one of its pairs, chosen by ``target_lang`` (and ``source_lang``
+    where several pairs have that target); its source pipeline puts the target's tag first. A language
+    the model does not translate is one line naming the pairs it does."""
+    src, tgt = pick_pair(manifest, target_lang, source_lang)
     models = manifest.model_paths(folder)
-    for lang in langs:
-        if not models[lang].is_file():
-            raise NmtkError(f"{models[lang]}: subword model missing from {folder}")
-    return text_pipelines(recipe.tokenizer, langs, {lang: models[lang] for lang in langs})
+    for lang in (src, tgt):
+        if lang not in models or not models[lang].is_file():
+            raise NmtkError(f"{models.get(lang, folder / '?')}: subword model missing from {folder}")
+    return text_pipelines(recipe.tokenizer, (src, tgt), models, manifest.tags.get(tgt) if manifest.pairs else None)
+
+
+def pick_pair(manifest: Manifest, target_lang: str | None, source_lang: str | None) -> tuple[str, str]:
+    """The (source, target) languages of the pair asked for; one line when the model has no such pair,
+    or (multilingual) when the target is not said."""
+    pairs = [tuple(p.split("-")) for p in manifest.pairs] or [(manifest.source_lang, manifest.target_lang)]
+    known = ", ".join(f"{s} → {t}" for s, t in pairs)
+    if manifest.pairs and target_lang is None:
+        raise NmtkError(f"this model translates {known}: say which target with --target-lang")
+    fits = [(s, t) for s, t in pairs if (target_lang in (None, t)) and (source_lang in (None, s))]
+    if not fits:
+        asked = f"{source_lang + ' ' if source_lang else ''}→ {target_lang or '?'}"
+        raise NmtkError(f"{asked}: not a pair of this model, which translates {known}")
+    if len(fits) > 1:
+        raise NmtkError(f"→ {target_lang}: this model has it from {', '.join(s for s, _ in fits)}: say which with "
+                        "--source-lang")
+    return fits[0]
+
+
+def training_pipelines(folder: Path, recipe: Recipe, manifest: Manifest
+                       ) -> tuple[TextPipeline, TextPipeline] | dict[str, tuple[TextPipeline, TextPipeline]]:
+    """What validation translates with: the pipelines of the pair, or of every pair (multilingual)."""
+    if not manifest.pairs:
+        return pipelines_in(folder, recipe, manifest)
+    return {pair: pipelines_in(folder, recipe, manifest, *reversed(pair.split("-"))) for pair in manifest.pairs}
 
 
 class ExportDir:

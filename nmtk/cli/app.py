@@ -215,6 +215,10 @@ CheckpointOption = Annotated[Path | None, typer.Option(help="Checkpoint (default
 DeviceOption = Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")]
 DecodePrecision = Annotated[Precision, typer.Option(help="Arithmetic of the decoder; auto = bf16 on a GPU with "
                                                     "bf16, or where this CPU is measured faster in it, else fp32.")]
+TargetLangOption = Annotated[str | None, typer.Option("--target-lang", help="A multilingual model's target "
+                                                     "language (its tag, >>xx<<, is put before each source).")]
+SourceLangOption = Annotated[str | None, typer.Option("--source-lang", help="A multilingual model's source "
+                                                     "language, where it has the target from several.")]
 LenpenOption = Annotated[float | None, typer.Option(min=0.0, help="GNMT length penalty α (default: the recipe's).")]
 GlossaryOption = Annotated[Path | None, typer.Option(help="TSV of 'source term<TAB>target term': a line whose "
                                                      "source has a term gets its target term (default: the "
@@ -250,8 +254,15 @@ ConstraintsOption = Annotated[ConstraintOrder | None, typer.Option(help="Lines a
                                                                    "the prefix field with --prefix).")]
 
 
+def _refuse_batch_size(batch_size: str | None) -> None:
+    """fairseq's and Marian's habit; click would suggest --buffer-size, which is another thing."""
+    if batch_size is not None:
+        raise NmtkError("--batch-size: nmtk batches by tokens: --beam-tokens N (source tokens × beam per batch); "
+                        "--buffer-size is how many input lines are read and sorted at a time")
+
+
 @app.command()
-@_panels({"Model": ("model", "checkpoint", "ensemble", "device", "threads", "precision"),
+@_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision"),
           "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size"),
           "Search": ("beam", "nbest", "lenpen", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
@@ -262,6 +273,8 @@ ConstraintsOption = Annotated[ConstraintOrder | None, typer.Option(help="Lines a
 def translate(
     model: ModelOption = None,
     checkpoint: CheckpointOption = None,
+    target_lang: TargetLangOption = None,
+    source_lang: SourceLangOption = None,
     input_: Annotated[Path | None, typer.Option("-i", "--input", help="Input text (default: stdin).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Output file (default: stdout).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output.")] = False,
@@ -297,9 +310,7 @@ def translate(
     batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True)] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
-    if batch_size is not None:  # fairseq's and Marian's habit; click would suggest --buffer-size, another thing
-        raise NmtkError("--batch-size: nmtk batches by tokens: --beam-tokens N (source tokens × beam per batch); "
-                        "--buffer-size is how many input lines are read and sorted at a time")
+    _refuse_batch_size(batch_size)
     from nmtk.decode.guide import InputFormat
     from nmtk.decode.load import LoadOptions
     from nmtk.decode.search.config import SamplingConfig
@@ -312,7 +323,8 @@ def translate(
                   no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   ordered_constraints=constraints == ConstraintOrder.ordered if constraints else None)
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
-                       ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer)
+                       ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer, target_lang=target_lang,
+                       source_lang=source_lang)
     guide = GuideOptions(InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
                          glossary_ignore_case or None, ban)
     run_translate(TranslateOptions(load=load, search=search, input=input_, output=output, force=force,

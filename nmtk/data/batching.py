@@ -26,6 +26,8 @@ class BatchingPlan:
     bucket_width: int = 1
     max_sentences: int | None = None
     seed: int = 1
+    pair_ids: np.ndarray | None = None  # a multilingual model's pair of every sentence: each epoch samples
+    temperature: float = 1.0  # the pairs with this temperature (`pair_sample`)
     _epochs: dict[tuple[int, int], list[np.ndarray]] = field(default_factory=dict, init=False, repr=False,
                                                              compare=False)
 
@@ -46,10 +48,16 @@ class BatchingPlan:
         so a batch straddling two buckets joins sentences of similar source length: on Multi30k this
         takes padding from 6.5% to 4.5% at 4,096 tokens.
         """
+        if self.pair_ids is not None:
+            chosen = pair_sample(self.pair_ids, self.temperature, np.random.default_rng([self.seed, epoch, 2]))
+            return chosen[self._sorted(self.src_lengths[chosen], self.tgt_lengths[chosen], epoch)]
+        return self._sorted(self.src_lengths, self.tgt_lengths, epoch)
+
+    def _sorted(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, epoch: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, epoch, 0])
-        noise = rng.random(len(self.src_lengths))
+        noise = rng.random(len(src_lengths))
         w = self.bucket_width
-        tgt_bucket, src_bucket = -(-self.tgt_lengths // w), -(-self.src_lengths // w)
+        tgt_bucket, src_bucket = -(-tgt_lengths // w), -(-src_lengths // w)
         snake = np.where(tgt_bucket % 2 == 0, src_bucket, -src_bucket)
         snake = snake - snake.min()
         if max(int(snake.max()), int(tgt_bucket.max())) > np.iinfo(np.uint16).max:
@@ -122,6 +130,23 @@ class BatchingPlan:
         batches = self.epoch_batches(epoch, rank, world_size, group)
         for k in range(start, len(batches), group):
             yield k, batches[k : k + group]
+
+
+def pair_sample(pair_ids: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    """One epoch's sentences of a multilingual corpus: as many as it has, pair i's share in proportion to
+    (n_i / n)^(1/T) (T = 1: each pair once, as one corpus; T = 5: M2M-100's, small pairs repeated and
+    large ones cut). A pair's sentences are taken whole as often as its share allows, the rest without
+    repetition; the order is the batching's business."""
+    counts = np.bincount(pair_ids)
+    weights = (counts / counts.sum()) ** (1.0 / temperature)
+    wanted = np.round(weights / weights.sum() * counts.sum()).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    chosen = []
+    for pair, (count, want) in enumerate(zip(counts, wanted, strict=True)):  # a loop over pairs, not sentences
+        rounds, rest = divmod(int(want), int(count))
+        members = np.arange(starts[pair], starts[pair + 1])
+        chosen += [members] * rounds + [rng.choice(members, rest, replace=False)]
+    return np.concatenate(chosen)
 
 
 def padding_fraction(batches: list[np.ndarray], src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> float:

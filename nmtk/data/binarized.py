@@ -101,3 +101,36 @@ class BinarizedSplit:
 
     def __len__(self) -> int:
         return len(self.src)
+
+
+class ConcatSide:
+    """Sides of several splits read as one: sentence i of the whole is sentence i - start of its part."""
+
+    def __init__(self, parts: list[SideReader]) -> None:
+        self.parts = parts
+        self.starts = np.cumsum([0] + [len(p) for p in parts])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.concatenate([p.lengths for p in self.parts])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        part = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return self.parts[part][i - int(self.starts[part])]
+
+
+class PairSplits:
+    """A multilingual model's training data: every pair's split (``train.en-de``, ...) as one, and each
+    sentence's pair (``pair_ids``), which the batching plan samples pairs by."""
+
+    def __init__(self, directory: Path, split: str, pairs: list[str], dtype: str) -> None:
+        parts = [BinarizedSplit(directory, f"{split}.{pair}", *pair.split("-"), dtype) for pair in pairs]
+        self.src = ConcatSide([p.src for p in parts])
+        self.tgt = ConcatSide([p.tgt for p in parts])
+        self.pair_ids = np.repeat(np.arange(len(parts), dtype=np.int32), [len(p) for p in parts])
+
+    def __len__(self) -> int:
+        return len(self.src)

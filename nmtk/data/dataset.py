@@ -6,13 +6,15 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from nmtk.data.binarized import BinarizedSplit
+from nmtk.data.binarized import BinarizedSplit, PairSplits
+from nmtk.manifest import Manifest
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -80,6 +82,14 @@ def collate(split: BinarizedSplit, indices: np.ndarray, multiple: int = 1) -> Ba
                  pad_sequences(tgt, suffix=EOS_ID, multiple=multiple),
                  src_padded=min(src_lengths) != max(src_lengths) or src_ids.shape[1] > max(src_lengths) + 1,
                  target_count=sum(len(t) + 1 for t in tgt))
+
+
+def training_split(data_dir: Path, manifest: Manifest) -> tuple[BinarizedSplit | PairSplits, np.ndarray | None]:
+    """The prepared training data, and a multilingual model's pair of every sentence (None for one pair)."""
+    if manifest.pairs:
+        split = PairSplits(data_dir, "train", manifest.pairs, manifest.dtype)
+        return split, split.pair_ids
+    return BinarizedSplit(data_dir, "train", manifest.source_lang, manifest.target_lang, manifest.dtype), None
 
 
 def split_lengths(split: BinarizedSplit) -> tuple[np.ndarray, np.ndarray]:

@@ -9,17 +9,17 @@ from nmtk.manifest import Manifest
 
 
 def render_manifest(manifest: Manifest) -> None:
-    src, tgt = manifest.source_lang, manifest.target_lang
-    sizes = manifest.vocab.size
-    vocab = f"{sizes[src]:,} joint" if manifest.vocab.joint else f"{sizes[src]:,} / {sizes[tgt]:,}"
-    table = Table(title=f"prepared data ({src} → {tgt}, vocabulary {vocab}, ids as {manifest.dtype})",
-                  title_justify="left")
-    for column in ("split", "pairs", "kept", "dropped\nempty/long/ratio", f"tokens\n{src} / {tgt}",
+    src_size, tgt_size = manifest.vocab_sizes()
+    vocab = f"{src_size:,} joint" if manifest.vocab.joint else f"{src_size:,} / {tgt_size:,}"
+    langs = f"{manifest.source_lang} → {manifest.target_lang}"
+    table = Table(title=f"prepared data ({langs}, vocabulary {vocab}, ids as {manifest.dtype})", title_justify="left")
+    for column in ("split", "pairs", "kept", "dropped\nempty/long/ratio", "tokens\nsource / target",
                    "subwords\nper word", "max len", "time"):
         table.add_column(column, justify="left" if column == "split" else "right")
     for name, split in manifest.splits.items():
         d = split["dropped"]
         sides, words = split["sides"], split.get("words") or {}
+        src, tgt = list(sides)
         ratio = (f"{sides[src]['tokens'] / words[src]:.2f}/{sides[tgt]['tokens'] / words[tgt]:.2f}"
                  if words.get(src) and words.get(tgt) else "-")
         table.add_row(name, f"{split['pairs_in']:,}", f"{split['kept']:,}",

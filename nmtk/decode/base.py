@@ -9,6 +9,7 @@ lives here, torch-free, so a fix to any of it is made once for both engines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import ClassVar
@@ -40,6 +41,10 @@ def warn_unmet(line: int, tokens: list[int], constraints: tuple[tuple[int, ...],
                       "length limit (max_len_a·|source| + max_len_b): translated with as many as fit")
 
 
+#: A target-language tag (``>>de<<``) at the start of a line of text.
+TAG_IN_TEXT = re.compile(r"\s*>>[^<>\s]+<<")
+
+
 @dataclass(kw_only=True)
 class TranslatorBase:
     """Sentences through the (source, target) text pipelines around one engine's `decode_pieces`.
@@ -68,8 +73,15 @@ class TranslatorBase:
         ``controls``: per source, its prefix, constraints and banned phrases (None: none)."""
         raise NotImplementedError
 
-    def encode(self, sentences: list[str]) -> list[list[int] | None]:
-        """Source ids per sentence (None for an empty or blank one), as `hypotheses` takes them."""
+    def encode(self, sentences: list[str], first_line: int = 1) -> list[list[int] | None]:
+        """Source ids per sentence (None for an empty or blank one), as `hypotheses` takes them. A
+        multilingual model's pipeline puts the target's tag first; a line that brings a tag of its own
+        is refused, naming the line: which target it meant would be a guess."""
+        if self.src_pipe.prefix:
+            for number, sentence in enumerate(sentences, first_line):
+                if tag := TAG_IN_TEXT.match(sentence):
+                    raise NmtkError(f"input line {number}: starts with the tag {tag.group(0).strip()!r}: the target "
+                                    "language is chosen with --target-lang (a request's target), not in the text")
         return [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
 
     def hypotheses(self, sentences: list[str], search: SearchConfig, first_line: int = 1,
@@ -78,7 +90,7 @@ class TranslatorBase:
         """N-best hypotheses per sentence, searched as ``search`` says; an empty (or blank) sentence gets
         none. ``ids``: the sentences already `encode`d (the server counts tokens with them), else here.
         ``guides``: per sentence, its prefix, constraints and banned phrases as text."""
-        ids = self.encode(sentences) if ids is None else ids
+        ids = self.encode(sentences, first_line) if ids is None else ids
         controls = self.controls(guides, ids, search, first_line) if guides is not None else None
         return self.hypotheses_of_ids(ids, search, first_line, controls)
 

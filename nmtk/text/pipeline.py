@@ -21,32 +21,39 @@ Side = Literal["source", "target"]
 
 
 class TextPipeline:
-    """Moses (per the recipe) then the subword model; `decode` inverts `encode` up to what Moses changed."""
+    """Moses (per the recipe) then the subword model; `decode` inverts `encode` up to what Moses changed.
 
-    def __init__(self, moses: Moses, subword_model: Path) -> None:
+    ``prefix``: ids put before every encoded sentence, a multilingual model's target-language tag on
+    its source side. The tag is an id, never text: Moses and the subword model cannot change or split it.
+    """
+
+    def __init__(self, moses: Moses, subword_model: Path, prefix: tuple[int, ...] = ()) -> None:
         self.moses = moses
         self.model_path = Path(subword_model)
         self.subwords: SubwordModel = load_subword_model(self.model_path)
+        self.prefix = list(prefix)
 
     @property
     def vocab_size(self) -> int:
         return self.subwords.vocab_size
 
     def encode(self, text: str) -> list[int]:
-        return self.subwords.encode(self.moses.tokenize(text))
+        return self.prefix + self.subwords.encode(self.moses.tokenize(text))
 
     def encode_tokenized(self, lines: list[str]) -> list[list[int]]:
         """Ids of lines that already went through `Moses.tokenize`, batched through the subword model."""
+        if self.prefix:
+            return [self.prefix + ids for ids in self.subwords.encode_batch(lines)]
         return self.subwords.encode_batch(lines)
 
     def decode(self, ids: list[int]) -> str:
         return self.moses.detokenize(self.subwords.decode(ids))
 
     def __getstate__(self) -> dict:
-        return {"moses": self.moses, "model_path": self.model_path}
+        return {"moses": self.moses, "model_path": self.model_path, "prefix": tuple(self.prefix)}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["moses"], state["model_path"])
+        self.__init__(state["moses"], state["model_path"], state.get("prefix", ()))
 
 
 def moses_for(tok: TokenizerSection, lang: str, side: Side) -> Moses:
@@ -55,9 +62,10 @@ def moses_for(tok: TokenizerSection, lang: str, side: Side) -> Moses:
                  aggressive_dash_splits=tok.aggressive_dash_splits)
 
 
-def text_pipelines(tok: TokenizerSection, langs: tuple[str, str],
-                   models: dict[str, Path]) -> tuple[TextPipeline, TextPipeline]:
-    """Source and target pipelines from the ``[tokenizer]`` settings and each language's subword model file."""
+def text_pipelines(tok: TokenizerSection, langs: tuple[str, str], models: dict[str, Path],
+                   tag: int | None = None) -> tuple[TextPipeline, TextPipeline]:
+    """Source and target pipelines from the ``[tokenizer]`` settings and each language's subword model
+    file; ``tag``: the target language's tag id that a multilingual model's sources begin with."""
     src, tgt = langs
-    return (TextPipeline(moses_for(tok, src, "source"), models[src]),
+    return (TextPipeline(moses_for(tok, src, "source"), models[src], () if tag is None else (tag,)),
             TextPipeline(moses_for(tok, tgt, "target"), models[tgt]))

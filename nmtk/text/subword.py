@@ -189,22 +189,24 @@ def model_file_name(model_type: str, lang: str | None = None) -> str:
 
 def learn_subwords(inputs: list[Path], model_path: Path, *, model_type: str, vocab_size: int,
                    character_coverage: float, input_sentence_size: int, seed: int, normalization: str = "identity",
-                   byte_fallback: bool = False, threads: int = 2) -> None:
+                   byte_fallback: bool = False, threads: int = 2, symbols: tuple[str, ...] = ()) -> None:
     """Learn a subword model on text files (one sentence per line), write it to ``model_path``.
 
     The learner sees a seeded sample of at most ``input_sentence_size`` lines, so memory is bounded
-    by the sample, not the corpus. Raises ValueError when the library cannot learn such a model.
+    by the sample, not the corpus. ``symbols`` (a multilingual model's tags) become vocabulary items
+    right after the special symbols that no text is ever segmented into: they are put in by id.
+    Raises ValueError when the library cannot learn such a model.
     """
     if model_type == "wordpiece":
-        _learn_wordpiece(inputs, model_path, vocab_size, input_sentence_size, seed, normalization)
+        _learn_wordpiece(inputs, model_path, vocab_size, input_sentence_size, seed, normalization, symbols)
     else:
         _learn_sentencepiece(inputs, model_path, model_type, vocab_size, character_coverage, input_sentence_size,
-                             seed, normalization, byte_fallback, threads)
+                             seed, normalization, byte_fallback, threads, symbols)
 
 
 def _learn_sentencepiece(inputs: list[Path], model_path: Path, model_type: str, vocab_size: int,
                          character_coverage: float, input_sentence_size: int, seed: int, normalization: str,
-                         byte_fallback: bool, threads: int) -> None:
+                         byte_fallback: bool, threads: int, symbols: tuple[str, ...] = ()) -> None:
     import sentencepiece as spm
 
     spm.set_random_generator_seed(seed)
@@ -218,7 +220,7 @@ def _learn_sentencepiece(inputs: list[Path], model_path: Path, model_type: str, 
             pad_piece=SPECIAL_SYMBOLS[PAD_ID], unk_piece=SPECIAL_SYMBOLS[UNK_ID],
             bos_piece=SPECIAL_SYMBOLS[BOS_ID], eos_piece=SPECIAL_SYMBOLS[EOS_ID],
             num_threads=threads, max_sentence_length=16384, train_extremely_large_corpus=False,
-            hard_vocab_limit=True, minloglevel=2,
+            hard_vocab_limit=True, minloglevel=2, **({"control_symbols": list(symbols)} if symbols else {}),
         )
     except RuntimeError as exc:
         raise ValueError(f"sentencepiece could not learn a {model_type} model of {vocab_size} pieces: {exc}") from exc
@@ -242,7 +244,7 @@ def _lines(inputs: list[Path]) -> Iterator[str]:
 
 
 def _learn_wordpiece(inputs: list[Path], model_path: Path, vocab_size: int, input_sentence_size: int, seed: int,
-                     normalization: str) -> None:
+                     normalization: str, symbols: tuple[str, ...] = ()) -> None:
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     unk = SPECIAL_SYMBOLS[UNK_ID]
@@ -252,7 +254,7 @@ def _learn_wordpiece(inputs: list[Path], model_path: Path, vocab_size: int, inpu
         tokenizer.normalizer = normalizers.NFKC()
     tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", behavior="removed")  # words: split on ASCII spaces only
     tokenizer.decoder = decoders.WordPiece(prefix=WORDPIECE_PREFIX, cleanup=False)  # joins words with one space
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_SYMBOLS),
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*SPECIAL_SYMBOLS, *symbols],
                                         continuing_subword_prefix=WORDPIECE_PREFIX, show_progress=False)
     tokenizer.train_from_iterator(sample_lines(inputs, input_sentence_size, seed), trainer)
     if [tokenizer.id_to_token(i) for i in range(len(SPECIAL_SYMBOLS))] != list(SPECIAL_SYMBOLS):

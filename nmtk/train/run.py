@@ -20,8 +20,7 @@ from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest, PreparedData
 from nmtk.model import parameter_count
 from nmtk.recipe import Recipe, differences, with_current_names
-from nmtk.rundir import RunDir, resolve_model
-from nmtk.text import text_pipelines
+from nmtk.rundir import RunDir, resolve_model, training_pipelines
 from nmtk.train.distributed import (
     DistInfo,
     barrier,
@@ -147,9 +146,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     size = update_size(recipe.train.update_freq, recipe.batching.batch_tokens, info.world_size)  # every rank refuses
     data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
     checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
-    models = manifest.model_paths(data_dir)
-    pipelines = text_pipelines(recipe.tokenizer, (recipe.data.source_lang, recipe.data.target_lang), models)
-    trainer = Trainer(recipe, data_dir, manifest, pipelines, run, device, info)
+    trainer = Trainer(recipe, data_dir, manifest, training_pipelines(data_dir, recipe, manifest), run, device, info)
     if checkpoint is not None:
         trainer.resume(checkpoint)
         if info.is_main:  # lines of updates after the resumed one would be repeated: the log restarts there

@@ -23,14 +23,12 @@ from nmtk.bf16_probe import Shapes
 from nmtk.checkpoint import BackgroundWriter, Checkpoint, SnapshotBuffers, rng_state, set_rng_state
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
-from nmtk.data.binarized import BinarizedSplit
-from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths
+from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths, training_split
 from nmtk.device import resolve_precision, use_tf32
 from nmtk.manifest import Manifest
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
-from nmtk.text import TextPipeline
 from nmtk.train.distributed import DistInfo, FlagSum, all_reduce_sum, barrier, per_process_update_freq
 from nmtk.train.keeper import CheckpointKeeper
 from nmtk.train.loss import CHUNK_POSITIONS
@@ -38,7 +36,7 @@ from nmtk.train.metrics import CurvesDrawer, MetricsLog, MetricsWindow, Progress
 from nmtk.train.state import TrainState
 from nmtk.train.step import UpdateStep
 from nmtk.train.stopping import StopPolicy, StopSignal
-from nmtk.train.validate import Validator
+from nmtk.train.validate import PairValidators, Pipelines, Validator, validator_for
 
 #: Updates between the cross-rank agreements on stopping (signal, max_minutes) and timed saves.
 AGREE_EVERY = 10
@@ -60,21 +58,21 @@ class Trainer:
     """Trains one recipe's model on prepared data into a run directory: the loop, and what it calls when.
 
     ``manifest`` is the prepared data's manifest and ``pipelines`` the (source, target) text pipelines
-    (validation cuts over-long sources and detokenises with them); both come from the caller, loaded.
+    (a multilingual model's: per pair; validation cuts over-long sources and detokenises with them);
+    both come from the caller, loaded.
     """
 
-    def __init__(self, recipe: Recipe, data_dir: Path, manifest: Manifest,
-                 pipelines: tuple[TextPipeline, TextPipeline], run: RunDir, device: torch.device,
-                 info: DistInfo) -> None:
+    def __init__(self, recipe: Recipe, data_dir: Path, manifest: Manifest, pipelines: Pipelines, run: RunDir,
+                 device: torch.device, info: DistInfo) -> None:
         self.recipe, self.run, self.device, self.info = recipe, run, device, info
         self.vocab_hash: dict[str, str] = manifest.vocab.sha256
-        src_lang, tgt_lang = recipe.data.source_lang, recipe.data.target_lang
-        self.train_split = BinarizedSplit(data_dir, "train", src_lang, tgt_lang, manifest.dtype)
+        self.train_split, pair_ids = training_split(data_dir, manifest)
         src_len, self.tgt_lengths = split_lengths(self.train_split)
         b, t = recipe.batching, recipe.train
-        self.plan = BatchingPlan(src_len, self.tgt_lengths, b.batch_tokens, b.bucket_width, b.max_sentences, t.seed)
+        self.plan = BatchingPlan(src_len, self.tgt_lengths, b.batch_tokens, b.bucket_width, b.max_sentences, t.seed,
+                                 pair_ids, recipe.data.temperature or 1.0)
         self.update_freq = per_process_update_freq(t.update_freq, info.world_size)  # this rank's batches
-        self.cfg = model_config(recipe, manifest.vocab.size[src_lang], manifest.vocab.size[tgt_lang])
+        self.cfg = model_config(recipe, *manifest.vocab_sizes())
         torch.manual_seed(t.seed)
         self.model = Transformer(self.cfg).to(device)
         shapes = Shapes(self.cfg.d_model, self.cfg.d_ff, self.cfg.tgt_vocab, rows=b.batch_tokens)
@@ -91,7 +89,7 @@ class Trainer:
         self.stopping = StopPolicy(t)
         self.keeper = CheckpointKeeper(run, t, time.monotonic())
         self._validator_args = (data_dir, manifest, recipe, pipelines, device)
-        self._validator: Validator | None = None
+        self._validator: Validator | PairValidators | None = None
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
         self.curves = CurvesDrawer(run.path, recipe.name)
         self.writer = BackgroundWriter()  # checkpoints are written off the loop, from buffers reserved now
@@ -102,10 +100,10 @@ class Trainer:
         self.session_tokens, self.session_seconds = 0.0, 0.0  # this session, for its average speed
 
     @property
-    def validator(self) -> Validator:
+    def validator(self) -> Validator | PairValidators:
         """Built at the first validation: a run that never validates (a benchmark) never reads the valid set."""
         if self._validator is None:
-            self._validator = Validator.for_split(*self._validator_args)
+            self._validator = validator_for(*self._validator_args)
         return self._validator
 
     def resume(self, checkpoint: Checkpoint) -> None:

@@ -6,11 +6,13 @@ import math
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from sacrebleu.metrics import BLEU
 
+from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.dataset import collate, pad_multiple, split_lengths
@@ -69,12 +71,14 @@ class Validator:
 
     @classmethod
     def for_split(cls, data_dir: Path, manifest: Manifest, recipe: Recipe,
-                  pipelines: tuple[TextPipeline, TextPipeline], device: torch.device) -> Validator:
-        """The prepared ``valid`` split and its raw references, searched as the recipe's ``[decode]`` says
-        (its beam, length penalty, length limit and decoding budget ``decode.beam_tokens``)."""
-        src, tgt = recipe.data.source_lang, recipe.data.target_lang
-        split = BinarizedSplit(data_dir, "valid", src, tgt, manifest.dtype)
-        references = read_lines(PreparedData(data_dir).raw("valid", tgt), "reference")  # split on \n only
+                  pipelines: tuple[TextPipeline, TextPipeline], device: torch.device,
+                  split_name: str = "valid", langs: tuple[str, str] | None = None) -> Validator:
+        """The prepared ``valid`` split (a multilingual model's ``valid.en-de``, of ``langs``) and its raw
+        references, searched as the recipe's ``[decode]`` says (its beam, length penalty, length limit
+        and decoding budget ``decode.beam_tokens``)."""
+        src, tgt = langs or (manifest.source_lang, manifest.target_lang)
+        split = BinarizedSplit(data_dir, split_name, src, tgt, manifest.dtype)
+        references = read_lines(PreparedData(data_dir).raw(split_name, tgt), "reference")  # split on \n only
         return cls(split, references, pipelines, SearchConfig.from_recipe(recipe.decode), recipe.optim.label_smoothing,
                    recipe.batching.batch_tokens, recipe.model.max_positions, device)
 
@@ -131,3 +135,33 @@ class Validator:
             model.train(was_training)
         return {"loss": round(loss, 4), "nll": round(nll, 4), "ppl": round(math.exp(min(nll, 50)), 2),
                 "bleu": round(bleu, 2)}
+
+
+#: The text pipelines validation needs: (source, target), or a multilingual model's per pair (``en-de``).
+Pipelines = tuple[TextPipeline, TextPipeline] | dict[str, tuple[TextPipeline, TextPipeline]]
+
+
+class PairValidators:
+    """A multilingual model's validation: loss and BLEU on every pair's valid set, and their means,
+    which the best checkpoint and early stopping follow (so no direction is traded for another)."""
+
+    def __init__(self, validators: dict[str, Validator]) -> None:
+        self.validators = validators
+
+    def run(self, model: Transformer, precision: Precision, info: DistInfo = SINGLE) -> dict[str, Any]:
+        pairs = {name: v.run(model, precision, info) for name, v in self.validators.items()}
+        if info.is_main:
+            for name, r in pairs.items():
+                console.print(f"valid {name} | loss {r['loss']:.3f} | nll {r['nll']:.3f} | BLEU {r['bleu']:.2f}")
+        mean = {key: round(float(np.mean([r[key] for r in pairs.values()])), 4) for key in ("loss", "nll", "bleu")}
+        return {**mean, "ppl": round(math.exp(min(mean["nll"], 50)), 2), "pairs": pairs}
+
+
+def validator_for(data_dir: Path, manifest: Manifest, recipe: Recipe, pipelines: Pipelines,
+                  device: torch.device) -> Validator | PairValidators:
+    """The run's validation: one valid set, or one per pair of a multilingual model."""
+    if not isinstance(pipelines, dict):
+        return Validator.for_split(data_dir, manifest, recipe, pipelines, device)
+    return PairValidators({pair: Validator.for_split(data_dir, manifest, recipe, pipelines[pair], device,
+                                                     f"valid.{pair}", tuple(pair.split("-")))
+                           for pair in manifest.pairs})

@@ -162,7 +162,7 @@ def test_derived_figures() -> None:
 def test_every_download_has_a_sha256(path: Path) -> None:
     recipe = load_recipe(path)
     data = recipe.data
-    for corpus in [*data.train, data.valid, *data.test]:
+    for corpus in data.corpora():
         for side in (corpus.source, corpus.target):
             if side.url:
                 assert side.sha256, f"{path.name}: {corpus.name} {side.path} is downloaded from {side.url} unchecked"

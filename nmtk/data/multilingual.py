@@ -1,0 +1,152 @@
+"""`nmtk prepare` for a recipe with several pairs (``[[data.pairs]]``): one model, many directions.
+
+Each pair is prepared as a one-pair recipe would be (its own Moses languages, cleaning, raw references),
+into splits named by the pair: ``train.en-de``, ``valid.en-de``, ``test_2016_flickr.en-de``, whose
+sides keep their real languages (``train.en-de.en.bin``). What is shared:
+
+* **one subword model** over all languages, learned on an equal share of each language's training
+  text (up to ``tokenizer.input_sentence_size`` / languages lines each), so that no language, however
+  large its corpora or however many pairs it is in, takes the vocabulary;
+* **target-language tags** ``>>de<<``: vocabulary items of their own, never produced by segmenting
+  text, put by id before every source of a pair (`TextPipeline.prefix`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from nmtk.data.binarized import id_dtype
+from nmtk.data.fetch import sha256_file
+from nmtk.data.preparer import PAIRS_PER_CHUNK, Preparer, SplitStats, chunked, text_file
+from nmtk.data.stages import Stages
+from nmtk.errors import NmtkError
+from nmtk.recipe import Corpus, DataSection, LanguagePair, Recipe, target_tag
+from nmtk.text.pipeline import TextPipeline, moses_for
+from nmtk.text.subword import learn_subwords, model_file_name, sample_lines
+
+
+def pair_recipe(recipe: Recipe, pair: LanguagePair) -> Recipe:
+    """``recipe`` as the one-pair recipe of ``pair``: what each pair is prepared with."""
+    data = recipe.data
+    one = DataSection(source_lang=pair.source_lang, target_lang=pair.target_lang, train=pair.train,
+                      valid=pair.valid, test=pair.test, max_len=data.max_len, max_ratio=data.max_ratio,
+                      encoding_errors=data.encoding_errors)
+    return recipe.model_copy(update={"data": one})
+
+
+class MultilingualPreparer:
+    """Builds one prepared-data folder for a recipe with several pairs, pair by pair (`Preparer`)."""
+
+    def __init__(self, recipe: Recipe, root: Path, workers: int | None = None, stages: Stages | None = None) -> None:
+        if recipe.tokenizer.reuse is not None:
+            raise NmtkError("tokenizer.reuse: not available with [[data.pairs]] (the tags are learned with the model)")
+        if not recipe.tokenizer.joint:
+            raise NmtkError("tokenizer.joint = false: [[data.pairs]] learn one subword model for all languages")
+        self.recipe, self.root = recipe, root
+        self.stages = stages or Stages(show=False)
+        self.pairs = recipe.data.language_pairs()
+        self.views = {p.name: Preparer(pair_recipe(recipe, p), root, workers, self.stages) for p in self.pairs}
+
+    def corpus_paths(self, corpus: Corpus) -> tuple[Path, Path]:
+        return next(iter(self.views.values())).corpus_paths(corpus)
+
+    def build(self, out: Path) -> dict[str, Any]:
+        """Everything into ``out`` (an empty folder); returns the manifest's fields (without inputs)."""
+        work = Path(tempfile.mkdtemp(prefix="work-", dir=out))
+        try:
+            texts, stats = {}, {}
+            for pair in self.pairs:
+                view, folder = self.views[pair.name], work / pair.name
+                folder.mkdir()
+                stats[pair.name] = SplitStats(f"train.{pair.name}")
+                with view.moses_pool() as pool:
+                    texts[pair.name] = view.tokenize_training_text(folder, pool, stats[pair.name])
+                if stats[pair.name].pairs_in - stats[pair.name].dropped["empty"] == 0:
+                    raise NmtkError(f"data.pairs: {pair.name}: the training corpora have no non-empty sentence pairs")
+            model = self.learn(out, work, texts)
+            pipes, tags = self.pipelines(out / model)
+            splits = {}
+            for pair in self.pairs:
+                splits.update(self.prepare_pair(out, pair, texts[pair.name], stats[pair.name], pipes, tags))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        langs = self.recipe.data.languages()
+        size = next(iter(pipes.values())).vocab_size
+        return {
+            "format": 1, "source_lang": "+".join(dict.fromkeys(p.source_lang for p in self.pairs)),
+            "target_lang": "+".join(self.recipe.data.targets()), "dtype": str(id_dtype(size)),
+            "vocab": {"joint": True, "models": dict.fromkeys(langs, model), "size": dict.fromkeys(langs, size),
+                      "sha256": {model: sha256_file(out / model)}},
+            "splits": splits, "pairs": [p.name for p in self.pairs], "tags": tags,
+            "test_sets": [f"{c.name}.{p.name}" for p in self.pairs for c in p.test],
+        }
+
+    def learn(self, out: Path, work: Path, texts: dict[str, tuple[Path, Path]]) -> str:
+        """The joint subword model, learned on an equal share of every language's training text."""
+        tok = self.recipe.tokenizer
+        by_lang: dict[str, list[Path]] = {}
+        for pair in self.pairs:
+            src, tgt = texts[pair.name]
+            by_lang.setdefault(pair.source_lang, []).append(src)
+            by_lang.setdefault(pair.target_lang, []).append(tgt)
+        share = max(1, tok.input_sentence_size // len(by_lang))
+        samples = []
+        for lang, files in by_lang.items():
+            samples.append(work / f"sample.{lang}")
+            with open(samples[-1], "w", encoding="utf-8", newline="\n") as handle:
+                for line in sample_lines(files, share, tok.seed):
+                    handle.write(line + "\n")
+        name = model_file_name(tok.type)
+        tags = tuple(target_tag(lang) for lang in self.recipe.data.targets())
+        options = dict(model_type=tok.type, vocab_size=tok.vocab_size, character_coverage=tok.character_coverage,
+                       input_sentence_size=tok.input_sentence_size, seed=tok.seed, normalization=tok.normalization,
+                       byte_fallback=tok.byte_fallback, threads=next(iter(self.views.values())).workers, symbols=tags)
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
+            try:
+                what = f"learn {name} ({tok.type}, {tok.vocab_size:,} pieces, {len(by_lang)} languages)"
+                with self.stages.stage(what):
+                    child.submit(learn_subwords, samples, out / name, **options).result()
+            except ValueError as exc:
+                raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
+        return name
+
+    def pipelines(self, model: Path) -> tuple[dict[tuple[str, str], TextPipeline], dict[str, int]]:
+        """Every (language, side)'s pipeline with the joint model, and each target language's tag id."""
+        tok, pipes = self.recipe.tokenizer, {}
+        for pair in self.pairs:
+            for lang, side in ((pair.source_lang, "source"), (pair.target_lang, "target")):
+                if (lang, side) not in pipes:
+                    pipes[lang, side] = TextPipeline(moses_for(tok, lang, side), model)
+        pieces = next(iter(pipes.values())).subwords.pieces()
+        tags = {lang: pieces.index(target_tag(lang)) for lang in self.recipe.data.targets()}
+        return pipes, tags
+
+    def prepare_pair(self, out: Path, pair: LanguagePair, text: tuple[Path, Path], train: SplitStats,
+                     pipes: dict[tuple[str, str], TextPipeline], tags: dict[str, int]) -> dict[str, Any]:
+        """One pair's training, validation and test splits, its sources tagged with its target language."""
+        view, (src, tgt) = self.views[pair.name], (pair.source_lang, pair.target_lang)
+        source = pipes[src, "source"]
+        tagged = TextPipeline(source.moses, source.model_path, (tags[tgt],))
+        mine = {src: tagged, tgt: pipes[tgt, "target"]}
+
+        def tokenized() -> Iterator[list[tuple[str, str]]]:
+            with text_file(text[0], "r") as fs, text_file(text[1], "r") as ft:
+                yield from chunked(((a.rstrip("\n"), b.rstrip("\n")) for a, b in zip(fs, ft, strict=True)),
+                                   PAIRS_PER_CHUNK)
+
+        view.binarize(out, f"train.{pair.name}", tokenized(), mine, train, clean=True)
+        if train.kept == 0:
+            raise NmtkError(f"data.pairs: {pair.name}: every training pair was dropped by cleaning "
+                            "(see data.max_len, max_ratio)")
+        splits = {f"train.{pair.name}": train}
+        with view.moses_pool() as pool:
+            for split, corpus in ((f"valid.{pair.name}", pair.valid),
+                                  *((f"{c.name}.{pair.name}", c) for c in pair.test)):
+                splits[split] = view.eval_split(out, split, corpus, pool, mine)
+        return {name: {"corpus": s.name, **s.to_dict()} for name, s in splits.items()}

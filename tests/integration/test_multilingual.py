@@ -1,0 +1,190 @@
+"""One model for several pairs: recipe, prepare (joint vocabulary, tags), pair sampling, per-pair
+validation, and translate --target-lang, on toy languages a tiny model learns in a minute."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import LEXICON, WORDS, write_lines
+
+from nmtk.data.batching import BatchingPlan, pair_sample
+from nmtk.errors import NmtkError
+from nmtk.recipe import load_recipe
+
+#: A second toy target language: every English word with "ix" after it ("dog" -> "dogix").
+SUFFIXED = {w: w + "ix" for w in WORDS}
+TARGETS = {"de": LEXICON, "fr": SUFFIXED}
+
+
+def toy_pairs(n: int, seed: int, lexicon: dict[str, str]) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(2, 8))]
+        pairs.append((" ".join(words) + ".", " ".join(lexicon[w] for w in words) + "."))
+    return pairs
+
+
+def write_toy_pairs(root: Path, sizes: dict[str, int]) -> None:
+    for lang, n in sizes.items():
+        for split, count, seed in (("train", n, 0), ("valid", 30, 1), ("test", 30, 2)):
+            pairs = toy_pairs(count, seed + (10 if lang == "fr" else 0), TARGETS[lang])
+            write_lines(root / "toy" / f"{split}.en-{lang}.en", [a for a, _ in pairs])
+            write_lines(root / "toy" / f"{split}.en-{lang}.{lang}", [b for _, b in pairs])
+
+
+def multi_recipe(tmp: Path, data: str = "", extra: str = "") -> Path:
+    pairs = "".join(f"""
+[[data.pairs]]
+source_lang = "en"
+target_lang = "{t}"
+train = [{{ name = "train", source = "toy/train.en-{t}.en", target = "toy/train.en-{t}.{t}" }}]
+valid = {{ name = "valid", source = "toy/valid.en-{t}.en", target = "toy/valid.en-{t}.{t}" }}
+test = [{{ name = "test", source = "toy/test.en-{t}.en", target = "toy/test.en-{t}.{t}" }}]
+""" for t in ("de", "fr"))
+    path = tmp / "toy-many.toml"
+    path.write_text(f"""
+[data]
+{data}
+{pairs}
+[tokenizer]
+vocab_size = 150
+[batching]
+batch_tokens = 256
+[model]
+layers = 2
+d_model = 32
+heads = 4
+d_ff = 64
+dropout = 0.0
+[optim]
+warmup = 50
+lr = 0.003
+label_smoothing = 0.0
+[train]
+max_updates = 400
+save_every_minutes = 60
+validate_every_updates = 200
+keep_last = 5
+precision = "fp32"
+{extra}
+""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def many_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A tiny en -> {de, fr} model, de with twice fr's training pairs, trained 400 updates."""
+    from conftest import run_nmtk
+
+    tmp = tmp_path_factory.mktemp("many")
+    write_toy_pairs(tmp / "root", {"de": 600, "fr": 300})
+    recipe = multi_recipe(tmp)
+    run, data = tmp / "run", tmp / "data"
+    result = run_nmtk("train", str(recipe), "--run-dir", str(run), "--data", str(data),
+                      "--data-root", str(tmp / "root"), "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    return run, data, tmp
+
+
+def test_recipes_with_pairs_are_checked_field_by_field(tmp_path: Path) -> None:
+    write_toy_pairs(tmp_path / "root", {"de": 10, "fr": 10})
+    assert load_recipe(multi_recipe(tmp_path)).data.targets() == ["de", "fr"]
+    bad = {'source_lang = "en"': "with [[data.pairs]], give source_lang per pair, not in [data]",
+           "temperature = 0.5": "temperature",
+           "max_len = 0": "max_len"}
+    for data, message in bad.items():
+        with pytest.raises(NmtkError, match=re.escape(message)):
+            load_recipe(multi_recipe(tmp_path, data=data))
+    twice = multi_recipe(tmp_path).read_text().replace('target_lang = "fr"', 'target_lang = "de"')
+    (tmp_path / "twice.toml").write_text(twice)
+    with pytest.raises(NmtkError, match="en-de is listed twice"):
+        load_recipe(tmp_path / "twice.toml")
+
+
+def test_prepare_tags_every_source_with_one_vocabulary_item(many_run) -> None:
+    import sentencepiece as spm
+
+    from nmtk.data.binarized import BinarizedSplit
+    from nmtk.manifest import PreparedData
+
+    _, data, _ = many_run
+    manifest = PreparedData(data).manifest()
+    assert manifest.pairs == ["en-de", "en-fr"] and set(manifest.tags) == {"de", "fr"}
+    sp = spm.SentencePieceProcessor(model_file=str(data / manifest.vocab.models["en"]))
+    for lang, tag in manifest.tags.items():
+        assert sp.id_to_piece(tag) == f">>{lang}<<"
+        assert tag not in sp.encode(f">>{lang}<< the dog"), "typed text never becomes the tag"
+        for split in ("train", "valid", "test"):
+            sides = BinarizedSplit(data, f"{split}.en-{lang}", "en", lang, manifest.dtype)
+            firsts = {int(sides.src[i][0]) for i in range(len(sides))}
+            assert firsts == {tag}
+            assert all(tag not in sides.src[i][1:] and tag not in sides.tgt[i] for i in range(len(sides)))
+    # the raw references of each pair are kept for scoring, in their own language
+    assert (data / "test.en-fr.raw.fr").read_text().splitlines()[0].split()[0] in SUFFIXED.values()
+
+
+def test_pairs_are_sampled_with_a_temperature_and_the_plan_is_the_same_on_resume() -> None:
+    pair_ids = np.repeat([0, 1], [900, 100]).astype(np.int32)
+    rng = np.random.default_rng(0)
+    proportional = pair_sample(pair_ids, 1.0, rng)
+    assert sorted(proportional.tolist()) == list(range(1000))
+    flat = pair_sample(pair_ids, 5.0, rng)
+    shares = np.bincount(pair_ids[flat]) / len(flat)
+    assert len(flat) == 1000 and 0.35 < shares[1] < 0.45  # (0.1^0.2) / (0.9^0.2 + 0.1^0.2) = 0.389
+    assert np.bincount(flat[pair_ids[flat] == 1]).max() == 4, "the small pair is repeated whole, 3 or 4 times"
+    lengths = np.random.default_rng(1).integers(2, 30, 1000)
+    plans = [BatchingPlan(lengths, lengths, 200, pair_ids=pair_ids, temperature=5.0, seed=3) for _ in range(2)]
+    for epoch in (0, 1):
+        first = plans[0].epoch_batches(epoch)
+        assert [b.tolist() for b in first] == [b.tolist() for b in plans[1].epoch_batches(epoch)]
+        resumed = [g for _, g in plans[1].iterate(epoch, start=5)]
+        assert [b.tolist() for g in resumed for b in g] == [b.tolist() for b in first[5:]]
+    assert plans[0].epoch_batches(0)[0].tolist() != plans[0].epoch_batches(1)[0].tolist()
+
+
+def test_one_model_translates_into_the_language_its_tag_asks_for(many_run, nmtk) -> None:
+    run, data, tmp = many_run
+    records = [json.loads(line) for line in (run / "train.jsonl").read_text().splitlines()]
+    valid = [r for r in records if r.get("validation")][-1]
+    assert set(valid["pairs"]) == {"en-de", "en-fr"}
+    assert valid["bleu"] == pytest.approx(np.mean([p["bleu"] for p in valid["pairs"].values()]), abs=0.01)
+    source = data / "test.en-de.raw.en"
+    words = {}
+    for lang in ("de", "fr"):
+        result = nmtk("translate", "-m", str(run), "--target-lang", lang, "-i", str(source))
+        assert result.returncode == 0, result.stderr
+        words[lang] = " ".join(result.stdout.splitlines()).replace(".", " ").split()
+    for lang, other in (("de", "fr"), ("fr", "de")):
+        mine = sum(w in TARGETS[lang].values() for w in words[lang])
+        theirs = sum(w in TARGETS[other].values() and w not in TARGETS[lang].values() for w in words[lang])
+        assert mine > 0.7 * len(words[lang]) and theirs < 0.05 * len(words[lang]), (lang, words[lang][:20])
+
+
+def test_bad_multilingual_input_is_one_line_each(many_run, nmtk) -> None:
+    run, _, tmp = many_run
+    cases = [
+        ((), "the dog runs.", "this model translates en → de, en → fr: say which target with --target-lang"),
+        (("--target-lang", "cs"), "the dog runs.", "→ cs: not a pair of this model, which translates en → de, en → fr"),
+        (("--target-lang", "de", "--source-lang", "fr"), "x", "fr → de: not a pair of this model"),
+        (("--target-lang", "fr"), "the dog.\n>>de<< the cat.", "input line 2: starts with the tag '>>de<<'"),
+    ]
+    for options, text, message in cases:
+        result = nmtk("translate", "-m", str(run), *options, stdin=text + "\n")
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()[-1]) < 200
+    export = nmtk("export", str(run), "-o", str(tmp / "export"))
+    assert export.returncode == 1 and "a multilingual run (en-de, en-fr)" in export.stderr
+
+
+def test_a_pair_whose_files_are_missing_is_one_line(tmp_path: Path, nmtk) -> None:
+    write_toy_pairs(tmp_path / "root", {"de": 20})
+    result = nmtk("prepare", str(multi_recipe(tmp_path)), "--data-root", str(tmp_path / "root"),
+                  "--out", str(tmp_path / "data"))
+    assert result.returncode == 1 and "toy/train.en-fr.en" in result.stderr, result.stderr
+    assert not (tmp_path / "data").exists()
