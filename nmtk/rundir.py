@@ -169,6 +169,10 @@ class RunDir:
         raise NmtkError(f"{self.path}: no checkpoint to translate with (train first, or pass --checkpoint)")
 
 
+#: A pair's (source, target) text pipelines.
+Pipes = tuple[TextPipeline, TextPipeline]
+
+
 def pipelines_in(folder: Path, recipe: Recipe, manifest: Manifest, target_lang: str | None = None,
                  source_lang: str | None = None) -> tuple[TextPipeline, TextPipeline]:
     """The (source, target) text pipelines with the subword model(s) ``manifest`` names, inside ``folder``.
@@ -181,6 +185,9 @@ def pipelines_in(folder: Path, recipe: Recipe, manifest: Manifest, target_lang: 
     for lang in (src, tgt):
         if lang not in models or not models[lang].is_file():
             raise NmtkError(f"{models.get(lang, folder / '?')}: subword model missing from {folder}")
+    if manifest.pairs and manifest.tag_style == "m2m-100":  # the source's code first, the target's forced
+        return text_pipelines(recipe.tokenizer, (src, tgt), models, manifest.tags[src], (manifest.tags[tgt],),
+                              frozenset(manifest.tags.values()))
     return text_pipelines(recipe.tokenizer, (src, tgt), models, manifest.tags.get(tgt) if manifest.pairs else None)
 
 
@@ -199,6 +206,26 @@ def pick_pair(manifest: Manifest, target_lang: str | None, source_lang: str | No
         raise NmtkError(f"→ {target_lang}: this model has it from {', '.join(s for s, _ in fits)}: say which with "
                         "--source-lang")
     return fits[0]
+
+
+def model_pipelines(folder: Path, recipe: Recipe, manifest: Manifest | None, target_lang: str | None = None,
+                    source_lang: str | None = None, any_pair: bool = False
+                    ) -> tuple[Pipes, dict[tuple[str, str], Pipes]]:
+    """What a translator of the model in ``folder`` (a run, or an export with its manifest) speaks: the
+    pipelines of the pair asked for, and a multilingual model's pipelines of every pair (empty for one
+    pair). ``any_pair``: with no target given, a multilingual model's first pair (a server's requests
+    each say theirs) instead of an error."""
+    if manifest is None:  # an export written before manifests were copied beside the model
+        langs = (recipe.data.source_lang or "", recipe.data.target_lang or "")
+        models = {lang: folder / name for lang, name in ExportDir(folder).meta()["models"].items()}
+        return text_pipelines(recipe.tokenizer, langs, models), {}
+    if not manifest.pairs:
+        return pipelines_in(folder, recipe, manifest, target_lang, source_lang), {}
+    pairs = {(s, t): pipelines_in(folder, recipe, manifest, t, s) for s, t in (p.split("-") for p in manifest.pairs)}
+    first = tuple(manifest.pairs[0].split("-"))
+    chosen = first if target_lang is None and source_lang is None and any_pair else pick_pair(
+        manifest, target_lang, source_lang)
+    return pairs[chosen], pairs
 
 
 def training_pipelines(folder: Path, recipe: Recipe, manifest: Manifest

@@ -25,7 +25,7 @@ from nmtk.convert.export import export_source, write_export
 from nmtk.errors import NmtkError
 from nmtk.precision import Quantization
 from nmtk.recipe import Recipe
-from nmtk.rundir import EXPORT_MARKER, ModelSource
+from nmtk.rundir import EXPORT_MARKER, ModelSource, model_pipelines
 from nmtk.vocab import BOS, EOS, UNK
 
 if TYPE_CHECKING:
@@ -110,8 +110,11 @@ def export_run(source: ModelSource, out: Path, quantization: str, force: bool) -
     if quantization not in {q.value for q in Quantization}:
         raise NmtkError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
     run = export_source(source, out, force)
-    src_pipe, tgt_pipe = run.run.pipelines(run.recipe, run.manifest)
+    (src_pipe, tgt_pipe), _ = model_pipelines(run.run.path, run.recipe, run.manifest, any_pair=True)  # joint: any pair
     model = load_model(run.checkpoint, torch.device("cpu"), run.manifest.vocab.sha256)
+    if model.cfg.positions != "paper":
+        raise NmtkError(f"{source.path}: an imported M2M-100 model (fairseq's positions): nmtk's CTranslate2 export "
+                        "does not write those; convert the original folder with CTranslate2's own converter")
     spec = model_spec(model, src_pipe.subwords.pieces(), tgt_pipe.subwords.pieces())
 
     def fill(folder: Path) -> None:
@@ -125,17 +128,22 @@ def export_run(source: ModelSource, out: Path, quantization: str, force: bool) -
 
 
 def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:
-    src, tgt = recipe.data.source_lang, recipe.data.target_lang
+    pairs = recipe.data.language_pairs()
+    src, tgt = pairs[0].source_lang, pairs[0].target_lang
+    tags = "" if not recipe.data.multilingual else (
+        " Each source begins with its target language's tag (`>>de<<`, a vocabulary item): `nmtk translate "
+        "--target-lang` puts it there; with CTranslate2 alone, put the tag's piece first.")
     return f"""# {recipe.name}: a CTranslate2 model exported by nmtk {meta["nmtk"]}
 
-{src} → {tgt}, from `{meta["checkpoint"]}` of `{meta["run"]}`, weights stored as {meta["quantization"]}.
+{", ".join(f"{p.source_lang} → {p.target_lang}" for p in pairs)}.{tags}
+From `{meta["checkpoint"]}` of `{meta["run"]}`, weights stored as {meta["quantization"]}.
 This folder is complete: CTranslate2's model (`model.bin`, `config.json`, vocabularies), the run's
 recipe (`recipe.toml`) and subword model(s), and `{EXPORT_MARKER}`.
 
 With nmtk (its text pipeline, the recipe's beam settings; `--device cuda` on a GPU):
 
 ```bash
-nmtk translate -m THIS_FOLDER < input.{src} > output.{tgt}
+nmtk translate -m THIS_FOLDER{" --target-lang " + tgt if tags else ""} < input.{src} > output.{tgt}
 nmtk translate -m THIS_FOLDER --beam 5 --nbest 3 --print-scores -i input.{src}
 ```
 

@@ -33,9 +33,6 @@ def export_source(source: ModelSource, out: Path, force: bool) -> ExportSource:
     check_replaceable(out, force)
     if source.is_export or source.checkpoint is None or source.manifest is None:
         raise NmtkError(f"{source.path}: an export already; export the run directory it was made from")
-    if source.manifest.pairs:
-        raise NmtkError(f"{source.path}: a multilingual run ({', '.join(source.manifest.pairs)}): nmtk cannot export "
-                        "those yet; translate and serve it from the run directory")
     return ExportSource(RunDir(source.path), source.checkpoint, source.recipe, source.manifest)
 
 

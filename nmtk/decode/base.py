@@ -9,8 +9,9 @@ lives here, torch-free, so a fix to any of it is made once for both engines.
 
 from __future__ import annotations
 
+import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import ClassVar
 
@@ -41,6 +42,13 @@ def warn_unmet(line: int, tokens: list[int], constraints: tuple[tuple[int, ...],
                       "length limit (max_len_a·|source| + max_len_b): translated with as many as fit")
 
 
+def forced_start(starts: tuple[int, ...], controls: list[LineControls | None] | None,
+                 lines: int) -> list[LineControls | None]:
+    """Every line's controls with ``starts`` before its prefix: the tokens its translation must begin with."""
+    return [replace(c, prefix=starts + c.prefix) if c else LineControls(prefix=starts)
+            for c in (controls or [None] * lines)]
+
+
 #: A target-language tag (``>>de<<``) at the start of a line of text.
 TAG_IN_TEXT = re.compile(r"\s*>>[^<>\s]+<<")
 
@@ -59,6 +67,8 @@ class TranslatorBase:
     can_constrain: ClassVar[bool] = False  # lexical constraints (and so glossaries)
 
     pipelines: tuple[TextPipeline, TextPipeline]
+    # A multilingual model's pipelines of every (source, target) pair it translates (`for_pair`); empty for one pair.
+    pairs: dict[tuple[str, str], tuple[TextPipeline, TextPipeline]] = field(default_factory=dict)
     max_positions: int = 1024  # source tokens the model accepts, EOS included
     longest_trained: int | None = None  # subwords of the longest training source (the run's manifest)
     precision: Precision = Precision.fp32
@@ -66,6 +76,22 @@ class TranslatorBase:
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
         self.boundaries = boundary_strengths(self.src_pipe.subwords.pieces())
+
+    def for_pair(self, pair: tuple[str, str] | None) -> TranslatorBase:
+        """This translator speaking another of its multilingual model's pairs: the same model and
+        weights, that pair's text pipelines (the source's with the target's tag). Sources encoded by
+        views of several targets are searched in one batch: the tag in their ids is all that differs."""
+        if pair is None or not self.pairs or pair == self.language_pair:
+            return self
+        view = copy.copy(self)
+        view.pipelines = self.pairs[pair]
+        view.src_pipe, view.tgt_pipe = view.pipelines
+        return view
+
+    @property
+    def language_pair(self) -> tuple[str, str] | None:
+        """The (source, target) this translator's pipelines speak, where the model has several."""
+        return next((pair for pair, pipes in self.pairs.items() if pipes == self.pipelines), None)
 
     def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
                       controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
@@ -105,6 +131,8 @@ class TranslatorBase:
         """
         if search.align and not self.can_align:
             raise NmtkError("alignments come from nmtk's own model: use the run directory, not an export")
+        if self.tgt_pipe.starts:  # M2M-100's target code: forced first, as a prefix of every line
+            controls = forced_start(self.tgt_pipe.starts, controls, len(ids))
         todo = [i for i, x in enumerate(ids) if x is not None]
         results: list[list[Hypothesis]] = [[] for _ in ids]
         if not todo:

@@ -22,8 +22,7 @@ from nmtk.data.batching import length_batches
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
-from nmtk.rundir import ExportDir, ModelSource
-from nmtk.text import text_pipelines
+from nmtk.rundir import ExportDir, ModelSource, model_pipelines
 
 #: ``--precision`` on an export: CTranslate2's compute type (the stored weights are converted on load).
 CT2_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -55,11 +54,11 @@ class Ct2Translator(TranslatorBase):
 
     @classmethod
     def load(cls, source: ModelSource, device: str = "cpu", threads: int = 0, compute_type: str | None = None,
-             searches: int = 1) -> Ct2Translator:
+             searches: int = 1, pair: tuple[str | None, str | None, bool] = (None, None, False)) -> Ct2Translator:
         """The export ``source`` names (`nmtk.rundir.resolve_model`). ``device``: cpu, cuda, cuda:N, or
         auto (CUDA when CTranslate2 sees a GPU); ``compute_type``: CTranslate2's (None: the type
         exported); ``threads`` per search, ``searches`` run side by side (calls from that many Python
-        threads)."""
+        threads); ``pair``: a multilingual model's (target, source, any pair) as `model_pipelines` takes them."""
         import ctranslate2
 
         folder, recipe, manifest = ExportDir(source.path), source.recipe, source.manifest
@@ -67,9 +66,7 @@ class Ct2Translator(TranslatorBase):
         try:
             meta = source.export_meta or folder.meta()
             longest = manifest.longest_training_source if manifest else None
-            langs = (recipe.data.source_lang, recipe.data.target_lang)
-            pipelines = text_pipelines(recipe.tokenizer, langs, {lang: folder.path / meta["models"][lang]
-                                                                 for lang in langs})
+            pipelines, pairs = model_pipelines(folder.path, recipe, manifest, *pair)
             if compute_type and compute_type not in ctranslate2.get_supported_compute_types(device):
                 raise NmtkError(f"--precision: CTranslate2 cannot compute in {compute_type} on this {device} (it can: "
                                 f"{', '.join(sorted(ctranslate2.get_supported_compute_types(device)))})")
@@ -80,7 +77,7 @@ class Ct2Translator(TranslatorBase):
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise NmtkError(f"{folder.path}: not a complete nmtk export ({first}); run nmtk export again") from None
-        return cls(directory=folder.path, pipelines=pipelines, ct2=ct2,
+        return cls(directory=folder.path, pipelines=pipelines, pairs=pairs, ct2=ct2,
                    max_positions=int(meta.get("max_positions", 1024)), longest_trained=longest,
                    quantization=compute_type or meta.get("quantization", ""), device=device)
 

@@ -35,6 +35,7 @@ class LoadOptions:
     alignment_layer: int | None = None  # 1-based decoder layer whose cross-attention aligns; None: the last
     target_lang: str | None = None  # a multilingual model's target (its tag starts every source)
     source_lang: str | None = None  # where a multilingual model has that target from several sources
+    any_pair: bool = False  # a multilingual model without target_lang: its first pair (the server's requests say)
 
 
 def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
@@ -54,7 +55,7 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     from nmtk.decode.search.ensemble import Ensemble
     from nmtk.decode.translator import Translator
     from nmtk.device import keep_freed_memory, pick_device, resolve_precision
-    from nmtk.rundir import pipelines_in
+    from nmtk.rundir import model_pipelines
 
     if options.threads:
         torch.set_num_threads(options.threads)
@@ -73,8 +74,9 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     layers = model.cfg.decoder_layers
     if options.alignment_layer is not None and not 1 <= options.alignment_layer <= layers:
         raise NmtkError(f"--alignment-layer {options.alignment_layer}: the model has decoder layers 1 to {layers}")
-    pipelines = pipelines_in(source.path, source.recipe, manifest, options.target_lang, options.source_lang)
-    return Translator(pipelines=pipelines, model=model, device=device,
+    pipelines, pairs = model_pipelines(source.path, source.recipe, manifest, options.target_lang,
+                                       options.source_lang, options.any_pair)
+    return Translator(pipelines=pipelines, pairs=pairs, model=model, device=device,
                       precision=precision, align_layer=(options.alignment_layer or layers) - 1,
                       longest_trained=manifest.longest_training_source)
 
@@ -86,13 +88,9 @@ def _load_exported(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     if options.ensemble:
         raise NmtkError(f"--ensemble: not available with an exported CTranslate2 model ({source.path}): an export "
                         "holds one model: ensemble with the run directories")
-    data = source.recipe.data  # an export is of one pair: the only one it can be asked for
-    for asked, lang, option in ((options.target_lang, data.target_lang, "--target-lang"),
-                                (options.source_lang, data.source_lang, "--source-lang")):
-        if asked not in (None, lang):
-            raise NmtkError(f"{option} {asked}: {source.path} translates {data.source_lang} → {data.target_lang} only")
     compute = None if options.precision is Precision.auto else CT2_COMPUTE_TYPES[options.precision]
     translator = Ct2Translator.load(source, options.device or "auto", threads=options.threads or 0,
-                                    compute_type=compute, searches=options.searches)
+                                    compute_type=compute, searches=options.searches,
+                                    pair=(options.target_lang, options.source_lang, options.any_pair))
     console.print(f"model: {source.path} (CTranslate2, {translator.quantization}, {translator.device})")
     return translator

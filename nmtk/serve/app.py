@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -59,6 +59,14 @@ class ModelInfo:
     engine: str
     precision: str
     beam: int
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # a multilingual model's (source, target) pairs
+
+    @property
+    def all_pairs(self) -> list[tuple[str, str]]:
+        return self.pairs or [(self.source, self.target)]
+
+    def pairs_text(self) -> str:
+        return ", ".join(f"{s} → {t}" for s, t in self.all_pairs)
 
 
 class ApiError(Exception):
@@ -263,15 +271,15 @@ class _Service:
             raise ApiError(400, "alignment needs nmtk's own model: serve the run directory, not an export")
         return search
 
-    async def run(self, lines: list[str], search: SearchConfig,
-                  guides: list[Guidance | None] | None = None) -> tuple[list[list[Hypothesis]], TranslatorBase]:
+    async def run(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None,
+                  pair: tuple[str, str] | None = None) -> tuple[list[list[Hypothesis]], TranslatorBase]:
         chars, limits = sum(map(len, lines)), self.limits
         if len(lines) > limits.max_lines:
             raise ApiError(413, f"{len(lines)} lines in one request; the limit is {limits.max_lines} (--max-lines)")
         if chars > limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; the limit is {limits.max_chars} (--max-chars)")
         try:
-            future = self.worker.submit(lines, search, guides)
+            future = self.worker.submit(lines, search, guides, pair)
         except QueueFull:
             raise ApiError(503, "the queue is full; try again shortly (--max-queue)") from None
         except NmtkError as exc:  # a prefix, constraint or banned phrase the model cannot take
@@ -281,12 +289,19 @@ class _Service:
         except Exception as exc:  # noqa: BLE001 - the decoder failed on this request only
             raise ApiError(500, f"decoding failed: {type(exc).__name__}: {exc}") from None
 
-    def check_pair(self, source: str, target: str | None) -> None:
-        """Language codes as LibreTranslate takes them: in any case; ``auto`` for the source."""
+    def check_pair(self, source: str, target: str | None) -> tuple[str, str] | None:
+        """Language codes as LibreTranslate takes them: in any case; ``auto`` for the source. Returns a
+        multilingual model's (source, target) pair, which the request is routed to (None: one pair)."""
         info = self.info
-        known_source = source.lower() in ("auto", info.source.lower())
-        if not known_source or (target or info.target).lower() != info.target.lower():
-            raise ApiError(400, f"this server translates {info.source} → {info.target}, not {source} → {target}")
+        if target is None and info.pairs:
+            raise ApiError(400, f"target is missing: this server translates {info.pairs_text()}")
+        fits = [(s, t) for s, t in info.all_pairs
+                if source.lower() in ("auto", s.lower()) and (target or t).lower() == t.lower()]
+        if not fits:
+            raise ApiError(400, f"this server translates {info.pairs_text()}, not {source} → {target}")
+        if len(fits) > 1:
+            raise ApiError(400, f"→ {target}: this server has it from {', '.join(s for s, _ in fits)}: say the source")
+        return fits[0] if info.pairs else None
 
 
 def _per_line(value: Any, lines: int, name: str, one: type) -> list[Any]:
@@ -307,7 +322,7 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
     @app.post("/translate")
     async def translate(req: LibreRequest) -> dict[str, Any]:
         """LibreTranslate's request; ``q`` a string or a list of strings."""
-        service.check_pair(req.source, req.target)
+        pair = service.check_pair(req.source, req.target)
         if req.format == "html":
             raise ApiError(400, 'format "html" is not supported: send the text without its tags (format "text"); '
                                 "nmtk would translate the tags as words")
@@ -321,7 +336,7 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
         guides = service.guides(lines, _per_line(req.prefix, len(lines), "prefix", str),
                                 _per_line(req.constraints, len(lines), "constraints", list) if req.constraints
                                 else [[] for _ in lines], req.glossary, req.glossary_ignore_case, req.ban)
-        hyps, translator = await service.run(lines, search, guides)
+        hyps, translator = await service.run(lines, search, guides, pair)
         texts = [translator.detokenize(h[0]) if h else "" for h in hyps]
         out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
 
@@ -345,6 +360,9 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
         """OpenNMT-py's REST request: a list of ``{"id", "src"}``."""
         if not segments:
             raise ApiError(400, "empty request: send [{\"src\": \"...\", \"id\": 100}]")
+        if service.info.pairs:  # OpenNMT-py's request names no language
+            raise ApiError(400, f"this server translates {service.info.pairs_text()}: OpenNMT-py's request cannot "
+                                "say which; use POST /translate with source and target")
         settings = {(s.no_repeat_ngram_size, s.repetition_penalty) for s in segments}
         if len(settings) > 1:
             raise ApiError(422, "no_repeat_ngram_size, repetition_penalty: one request asks for one setting of each")
@@ -366,13 +384,17 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
     @app.get("/languages")
     async def languages() -> list[dict[str, Any]]:
         """LibreTranslate's list: each language with the targets it translates into (codes as names)."""
-        return [{"code": info.source, "name": info.source, "targets": [info.target]},
-                {"code": info.target, "name": info.target, "targets": []}]
+        targets: dict[str, list[str]] = {}
+        for source, target in info.all_pairs:
+            targets.setdefault(source, []).append(target)
+        for _, target in info.all_pairs:
+            targets.setdefault(target, [])
+        return [{"code": code, "name": code, "targets": into} for code, into in targets.items()]
 
     @app.post("/detect")
     async def detect() -> JSONResponse:
-        return _json_error(501, f"language detection is not supported: this server translates {info.source} → "
-                                f"{info.target}; send source \"{info.source}\" (or \"auto\")")
+        return _json_error(501, f"language detection is not supported: this server translates {info.pairs_text()}; "
+                                f"send source \"{info.all_pairs[0][0]}\" (or \"auto\")")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

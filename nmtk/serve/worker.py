@@ -50,6 +50,7 @@ class Job:
     ids: list[list[int] | None]  # the lines encoded once, at submission: they size the batch, then are decoded
     tokens: int  # source tokens × beam: what the job adds to a batch
     controls: list[LineControls | None] | None = None  # per line: prefix, constraints, bans (as ids)
+    text: TranslatorBase | None = None  # what encoded the lines, and detokenizes them: its pair's pipelines
     future: Future = field(default_factory=Future)
 
 
@@ -93,12 +94,16 @@ class Worker:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None) -> Future:
-        """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line).
-        ``guides``: per line, its prefix, constraints and banned phrases, checked here (`NmtkError`)."""
-        ids = self.translator.encode(lines)  # a reload keeps the run's subword model: these stay valid
-        controls = self.translator.controls(guides, ids, search) if guides is not None and any(guides) else None
-        job = Job(lines, search, ids, sum(len(x or ()) + 1 for x in ids) * search.rows, controls)
+    def submit(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None,
+               pair: tuple[str, str] | None = None) -> Future:
+        """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line)
+        and the translator that detokenizes them. ``guides``: per line, its prefix, constraints and banned
+        phrases, checked here (`NmtkError`). ``pair``: a multilingual model's (source, target); lines of
+        different targets are batched together (their tags are in their ids)."""
+        text = self.translator.for_pair(pair)
+        ids = text.encode(lines)  # a reload keeps the run's subword model: these stay valid
+        controls = text.controls(guides, ids, search) if guides is not None and any(guides) else None
+        job = Job(lines, search, ids, sum(len(x or ()) + 1 for x in ids) * search.rows, controls, text)
         try:
             self.queue.put_nowait(job)
         except queue.Full:
@@ -270,7 +275,7 @@ class Worker:
             return
         start = 0
         for job in jobs:
-            job.future.set_result((results[start : start + len(job.lines)], translator))
+            job.future.set_result((results[start : start + len(job.lines)], job.text or translator))
             start += len(job.lines)
 
     def _hypotheses(self, translator: TranslatorBase, search: SearchConfig, lines: list[str],

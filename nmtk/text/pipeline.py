@@ -23,15 +23,19 @@ Side = Literal["source", "target"]
 class TextPipeline:
     """Moses (per the recipe) then the subword model; `decode` inverts `encode` up to what Moses changed.
 
-    ``prefix``: ids put before every encoded sentence, a multilingual model's target-language tag on
-    its source side. The tag is an id, never text: Moses and the subword model cannot change or split it.
+    ``prefix``: ids put before every encoded sentence, a multilingual model's language tag on its source
+    side. The tag is an id, never text: Moses and the subword model cannot change or split it.
+    ``starts``: on a target side, ids every translation begins with (M2M-100's target language code,
+    forced as the first token); ``hidden``: ids `decode` never writes as text (M2M-100's language
+    codes, which transformers' tokenizer drops as special tokens too).
     """
 
-    def __init__(self, moses: Moses, subword_model: Path, prefix: tuple[int, ...] = ()) -> None:
+    def __init__(self, moses: Moses, subword_model: Path, prefix: tuple[int, ...] = (),
+                 starts: tuple[int, ...] = (), hidden: frozenset[int] = frozenset()) -> None:
         self.moses = moses
         self.model_path = Path(subword_model)
         self.subwords: SubwordModel = load_subword_model(self.model_path)
-        self.prefix = list(prefix)
+        self.prefix, self.starts, self.hidden = list(prefix), tuple(starts), frozenset(hidden) | frozenset(starts)
 
     @property
     def vocab_size(self) -> int:
@@ -47,13 +51,17 @@ class TextPipeline:
         return self.subwords.encode_batch(lines)
 
     def decode(self, ids: list[int]) -> str:
+        if self.hidden:
+            ids = [i for i in ids if i not in self.hidden]
         return self.moses.detokenize(self.subwords.decode(ids))
 
     def __getstate__(self) -> dict:
-        return {"moses": self.moses, "model_path": self.model_path, "prefix": tuple(self.prefix)}
+        return {"moses": self.moses, "model_path": self.model_path, "prefix": tuple(self.prefix),
+                "starts": self.starts, "hidden": self.hidden}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["moses"], state["model_path"], state.get("prefix", ()))
+        self.__init__(state["moses"], state["model_path"], state.get("prefix", ()), state.get("starts", ()),
+                      state.get("hidden", frozenset()))
 
 
 def moses_for(tok: TokenizerSection, lang: str, side: Side) -> Moses:
@@ -62,10 +70,12 @@ def moses_for(tok: TokenizerSection, lang: str, side: Side) -> Moses:
                  aggressive_dash_splits=tok.aggressive_dash_splits)
 
 
-def text_pipelines(tok: TokenizerSection, langs: tuple[str, str], models: dict[str, Path],
-                   tag: int | None = None) -> tuple[TextPipeline, TextPipeline]:
+def text_pipelines(tok: TokenizerSection, langs: tuple[str, str], models: dict[str, Path], tag: int | None = None,
+                   starts: tuple[int, ...] = (), hidden: frozenset[int] = frozenset()
+                   ) -> tuple[TextPipeline, TextPipeline]:
     """Source and target pipelines from the ``[tokenizer]`` settings and each language's subword model
-    file; ``tag``: the target language's tag id that a multilingual model's sources begin with."""
+    file; ``tag``: the language tag id a multilingual model's sources begin with; ``starts`` and
+    ``hidden``: the ids its translations begin with, and those never written as text (M2M-100's)."""
     src, tgt = langs
     return (TextPipeline(moses_for(tok, src, "source"), models[src], () if tag is None else (tag,)),
-            TextPipeline(moses_for(tok, tgt, "target"), models[tgt]))
+            TextPipeline(moses_for(tok, tgt, "target"), models[tgt], starts=starts, hidden=hidden))

@@ -16,9 +16,11 @@ from nmtk.data.batching import BatchingPlan, pair_sample
 from nmtk.errors import NmtkError
 from nmtk.recipe import load_recipe
 
-#: A second toy target language: every English word with "ix" after it ("dog" -> "dogix").
+#: Two more toy target languages: every English word with "ix" after it ("dog" -> "dogix"), or "zo"
+#: before it ("dog" -> "zodog").
 SUFFIXED = {w: w + "ix" for w in WORDS}
-TARGETS = {"de": LEXICON, "fr": SUFFIXED}
+PREFIXED = {w: "zo" + w for w in WORDS}
+TARGETS = {"de": LEXICON, "fr": SUFFIXED, "cs": PREFIXED}
 
 
 def toy_pairs(n: int, seed: int, lexicon: dict[str, str]) -> list[tuple[str, str]]:
@@ -33,12 +35,12 @@ def toy_pairs(n: int, seed: int, lexicon: dict[str, str]) -> list[tuple[str, str
 def write_toy_pairs(root: Path, sizes: dict[str, int]) -> None:
     for lang, n in sizes.items():
         for split, count, seed in (("train", n, 0), ("valid", 30, 1), ("test", 30, 2)):
-            pairs = toy_pairs(count, seed + (10 if lang == "fr" else 0), TARGETS[lang])
+            pairs = toy_pairs(count, seed + 10 * list(TARGETS).index(lang), TARGETS[lang])
             write_lines(root / "toy" / f"{split}.en-{lang}.en", [a for a, _ in pairs])
             write_lines(root / "toy" / f"{split}.en-{lang}.{lang}", [b for _, b in pairs])
 
 
-def multi_recipe(tmp: Path, data: str = "", extra: str = "") -> Path:
+def multi_recipe(tmp: Path, data: str = "", extra: str = "", targets: tuple[str, ...] = ("de", "fr")) -> Path:
     pairs = "".join(f"""
 [[data.pairs]]
 source_lang = "en"
@@ -46,7 +48,7 @@ target_lang = "{t}"
 train = [{{ name = "train", source = "toy/train.en-{t}.en", target = "toy/train.en-{t}.{t}" }}]
 valid = {{ name = "valid", source = "toy/valid.en-{t}.en", target = "toy/valid.en-{t}.{t}" }}
 test = [{{ name = "test", source = "toy/test.en-{t}.en", target = "toy/test.en-{t}.{t}" }}]
-""" for t in ("de", "fr"))
+""" for t in targets)
     path = tmp / "toy-many.toml"
     path.write_text(f"""
 [data]
@@ -79,12 +81,12 @@ precision = "fp32"
 
 @pytest.fixture(scope="module")
 def many_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """A tiny en -> {de, fr} model, de with twice fr's training pairs, trained 400 updates."""
+    """A tiny en -> {de, fr, cs} model, de with twice the others' training pairs, trained 400 updates."""
     from conftest import run_nmtk
 
     tmp = tmp_path_factory.mktemp("many")
-    write_toy_pairs(tmp / "root", {"de": 600, "fr": 300})
-    recipe = multi_recipe(tmp)
+    write_toy_pairs(tmp / "root", {"de": 600, "fr": 300, "cs": 300})
+    recipe = multi_recipe(tmp, targets=("de", "fr", "cs"))
     run, data = tmp / "run", tmp / "data"
     result = run_nmtk("train", str(recipe), "--run-dir", str(run), "--data", str(data),
                       "--data-root", str(tmp / "root"), "--threads", "1")
@@ -115,7 +117,7 @@ def test_prepare_tags_every_source_with_one_vocabulary_item(many_run) -> None:
 
     _, data, _ = many_run
     manifest = PreparedData(data).manifest()
-    assert manifest.pairs == ["en-de", "en-fr"] and set(manifest.tags) == {"de", "fr"}
+    assert manifest.pairs == ["en-de", "en-fr", "en-cs"] and set(manifest.tags) == {"de", "fr", "cs"}
     sp = spm.SentencePieceProcessor(model_file=str(data / manifest.vocab.models["en"]))
     for lang, tag in manifest.tags.items():
         assert sp.id_to_piece(tag) == f">>{lang}<<"
@@ -152,25 +154,26 @@ def test_one_model_translates_into_the_language_its_tag_asks_for(many_run, nmtk)
     run, data, tmp = many_run
     records = [json.loads(line) for line in (run / "train.jsonl").read_text().splitlines()]
     valid = [r for r in records if r.get("validation")][-1]
-    assert set(valid["pairs"]) == {"en-de", "en-fr"}
+    assert set(valid["pairs"]) == {"en-de", "en-fr", "en-cs"}
     assert valid["bleu"] == pytest.approx(np.mean([p["bleu"] for p in valid["pairs"].values()]), abs=0.01)
     source = data / "test.en-de.raw.en"
     words = {}
-    for lang in ("de", "fr"):
+    for lang in TARGETS:
         result = nmtk("translate", "-m", str(run), "--target-lang", lang, "-i", str(source))
         assert result.returncode == 0, result.stderr
         words[lang] = " ".join(result.stdout.splitlines()).replace(".", " ").split()
-    for lang, other in (("de", "fr"), ("fr", "de")):
-        mine = sum(w in TARGETS[lang].values() for w in words[lang])
-        theirs = sum(w in TARGETS[other].values() and w not in TARGETS[lang].values() for w in words[lang])
-        assert mine > 0.7 * len(words[lang]) and theirs < 0.05 * len(words[lang]), (lang, words[lang][:20])
+    for lang, said in words.items():
+        mine = sum(w in TARGETS[lang].values() for w in said)
+        theirs = sum(any(w in TARGETS[o].values() for o in TARGETS if o != lang) and w not in TARGETS[lang].values()
+                     for w in said)
+        assert mine > 0.7 * len(said) and theirs < 0.05 * len(said), (lang, said[:20])
 
 
 def test_bad_multilingual_input_is_one_line_each(many_run, nmtk) -> None:
     run, _, tmp = many_run
     cases = [
-        ((), "the dog runs.", "this model translates en → de, en → fr: say which target with --target-lang"),
-        (("--target-lang", "cs"), "the dog runs.", "→ cs: not a pair of this model, which translates en → de, en → fr"),
+        ((), "the dog runs.", "this model translates en → de, en → fr, en → cs: say which target with --target-lang"),
+        (("--target-lang", "es"), "the dog runs.", "→ es: not a pair of this model, which translates en → de, "),
         (("--target-lang", "de", "--source-lang", "fr"), "x", "fr → de: not a pair of this model"),
         (("--target-lang", "fr"), "the dog.\n>>de<< the cat.", "input line 2: starts with the tag '>>de<<'"),
     ]
@@ -178,8 +181,51 @@ def test_bad_multilingual_input_is_one_line_each(many_run, nmtk) -> None:
         result = nmtk("translate", "-m", str(run), *options, stdin=text + "\n")
         assert result.returncode == 1 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()[-1]) < 200
-    export = nmtk("export", str(run), "-o", str(tmp / "export"))
-    assert export.returncode == 1 and "a multilingual run (en-de, en-fr)" in export.stderr
+
+
+def test_the_hugging_face_export_is_a_multilingual_marianmt(many_run, nmtk) -> None:
+    """transformers reads the tags from the exported vocabulary: ``>>fr<< text`` translates as
+    `nmtk translate --target-lang fr --beam 1` does, line for line."""
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    run, data, tmp = many_run
+    result = nmtk("export", str(run), "-o", str(tmp / "hf"), "--format", "hf")
+    assert result.returncode == 0, result.stderr
+    model, tok = MarianMTModel.from_pretrained(tmp / "hf").eval(), MarianTokenizer.from_pretrained(tmp / "hf")
+    assert set(tok.supported_language_codes) == {">>de<<", ">>fr<<", ">>cs<<"}
+    lines = (data / "test.en-de.raw.en").read_text().splitlines()
+    for lang in TARGETS:
+        ours = nmtk("translate", "-m", str(run), "--target-lang", lang, "--beam", "1", "--max-len-a", "0",
+                    "--max-len-b", "30", "--precision", "fp32", stdin="\n".join(lines) + "\n")
+        assert ours.returncode == 0, ours.stderr
+        batch = tok([f">>{lang}<< {line}" for line in lines], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            generated = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=31)
+        theirs = tok.batch_decode(generated, skip_special_tokens=True)
+        same = sum(a == b for a, b in zip(ours.stdout.splitlines(), theirs, strict=True))
+        assert same == len(lines), (lang, same)
+
+
+def test_the_ctranslate2_export_keeps_the_tags(many_run, nmtk) -> None:
+    run, data, tmp = many_run
+    export = tmp / "ct2"
+    result = nmtk("export", str(run), "-o", str(export))
+    assert result.returncode == 0, result.stderr
+    assert "en → de, en → fr, en → cs" in (export / "README.md").read_text()
+    source = data / "test.en-de.raw.en"
+    for lang in TARGETS:
+        outputs = []
+        for model in (run, export):
+            result = nmtk("translate", "-m", str(model), "--target-lang", lang, "--beam", "1", "--precision", "fp32",
+                          "-i", str(source))
+            assert result.returncode == 0, result.stderr
+            outputs.append(result.stdout.splitlines())
+        same = sum(a == b for a, b in zip(*outputs, strict=True))
+        assert same >= 0.9 * len(outputs[0]), (lang, same)
+    wrong = nmtk("translate", "-m", str(export), "--target-lang", "es", stdin="the dog.\n")
+    assert wrong.returncode == 1 and "→ es: not a pair of this model" in wrong.stderr
 
 
 def test_a_pair_whose_files_are_missing_is_one_line(tmp_path: Path, nmtk) -> None:
@@ -188,3 +234,80 @@ def test_a_pair_whose_files_are_missing_is_one_line(tmp_path: Path, nmtk) -> Non
                   "--out", str(tmp_path / "data"))
     assert result.returncode == 1 and "toy/train.en-fr.en" in result.stderr, result.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_one_server_routes_every_target_and_batches_them_together(many_run) -> None:
+    """`/languages` lists the pairs; 64 concurrent requests over three targets all answer as `translate
+    --target-lang` does; lines of three targets queued together are searched in one batch."""
+    pytest.importorskip("fastapi")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conftest import run_nmtk
+    from test_serve import Server
+
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.rundir import resolve_model
+    from nmtk.serve.worker import Worker
+
+    run, data, _ = many_run
+    lines = (data / "test.en-de.raw.en").read_text().splitlines()[:22]
+    offline = {}
+    for lang in TARGETS:
+        result = run_nmtk("translate", "-m", str(run), "--target-lang", lang, stdin="\n".join(lines) + "\n")
+        assert result.returncode == 0, result.stderr
+        offline[lang] = result.stdout.splitlines()
+    requests = [(lines[i % len(lines)], list(TARGETS)[i % 3]) for i in range(64)]
+    server = Server(run)
+    try:
+        assert server.get("/languages")[0] == {"code": "en", "name": "en", "targets": ["de", "fr", "cs"]}
+        with ThreadPoolExecutor(64) as pool:
+            answers = list(pool.map(lambda r: server.post("/translate", {"q": r[0], "source": "en", "target": r[1]}),
+                                    requests))
+        assert all(status == 200 for status, _ in answers), answers
+        for (line, lang), (_, body) in zip(requests, answers, strict=True):
+            assert body["translatedText"] == offline[lang][lines.index(line)]
+        for body, needle in (({"q": "the dog.", "source": "en", "target": "es"}, "not en → es"),
+                             ({"q": "the dog.", "source": "en"}, "target is missing"),
+                             ([{"src": "the dog."}], "OpenNMT-py's request cannot say which")):
+            status, answer = server.post("/translate" if isinstance(body, dict) else "/translator/translate", body)
+            assert status == 400 and needle in answer["error"] and "en → de, en → fr, en → cs" in answer["error"]
+    finally:
+        server.stop()
+    translator = load_translator(resolve_model(run), LoadOptions(any_pair=True, threads=1))
+    worker = Worker(translator, gather_tokens=100_000, max_wait_ms=50, max_queue=10)
+    search = SearchConfig.from_recipe(resolve_model(run).recipe.decode)
+    futures = {lang: worker.submit(lines, search, pair=("en", lang)) for lang in TARGETS}
+    worker.start()
+    try:
+        for lang, future in futures.items():
+            hyps, text = future.result(timeout=120)
+            assert [text.detokenize(h[0]) for h in hyps] == offline[lang]
+        assert worker.stats.batches == 1, "three targets' lines are one search"
+    finally:
+        worker.stop()
+
+
+def test_the_joint_subword_model_learns_on_an_equal_share_of_each_language(tmp_path: Path) -> None:
+    """English is in both pairs (twice the lines) and French has a tenth of German's: each language
+    still gives the learner at most input_sentence_size / languages lines, and French all it has."""
+    from nmtk.data.multilingual import MultilingualPreparer
+
+    write_toy_pairs(tmp_path / "root", {"de": 10, "fr": 10})
+    text = multi_recipe(tmp_path).read_text()
+    text = text.replace("vocab_size = 150", "vocab_size = 150\ninput_sentence_size = 1000")
+    (tmp_path / "shares.toml").write_text(text)
+    preparer = MultilingualPreparer(load_recipe(tmp_path / "shares.toml"), tmp_path / "root", workers=1)
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    texts = {}
+    for pair, n in (("en-de", 3000), ("en-fr", 300)):
+        sides = toy_pairs(n, 5, TARGETS[pair[3:]])
+        texts[pair] = (write_lines(work / f"{pair}.src", [a for a, _ in sides]),
+                       write_lines(work / f"{pair}.tgt", [b for _, b in sides]))
+    preparer.learn(out, work, texts)
+    counts = {lang: len((work / f"sample.{lang}").read_text().splitlines()) for lang in ("en", "de", "fr")}
+    assert counts["fr"] == 300, counts
+    assert all(250 < counts[lang] < 420 for lang in ("en", "de")), counts  # share 333, drawn line by line
+    assert (out / "spm.model").is_file()
