@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -57,7 +57,10 @@ class Manifest(BaseModel):
     pairs: list[str] = []
     """A multilingual model's directions (``en-de``, ...); empty for one pair."""
     tags: dict[str, int] = {}
-    """A multilingual model's target-language tag ids, by language (``>>de<<`` -> its id)."""
+    """A multilingual model's language tag ids, by language (``>>de<<`` -> its id)."""
+    tag_style: Literal["opus-mt", "m2m-100"] = "opus-mt"
+    """How a multilingual model reads its tags: ``opus-mt`` (and nmtk's): the target's tag before the
+    source; ``m2m-100`` (M2M-100, NLLB): the source's code before it, the target's forced first."""
 
     @property
     def longest_training_source(self) -> int | None:

@@ -336,6 +336,9 @@ class ModelSection(Section):
     opus-mt models use) and ``gelu`` for models imported from Hugging Face (`nmtk import`)."""
     output_bias: bool = False
     """A bias on the pre-softmax projection: none in the paper; Marian's models (opus-mt) have one."""
+    positions: Literal["paper", "fairseq"] | None = None
+    """The sinusoid table: the paper's (unset), or ``fairseq``'s, which M2M-100 and NLLB models use
+    (`nmtk import` writes it for them)."""
 
     @property
     def n_encoder_layers(self) -> int:
@@ -749,6 +752,7 @@ def model_config(recipe: Recipe, src_vocab: int | None = None, tgt_vocab: int | 
         max_positions=m.max_positions,
         activation=m.activation,
         output_bias=m.output_bias,
+        positions=m.positions or "paper",
     )
 
 

@@ -34,8 +34,9 @@ def _spm(lines: list[str], vocab_size: int) -> bytes:
     return out.getvalue()
 
 
-def marian_vocab(spm_models: list[bytes]) -> dict[str, int]:
-    """Marian's numbering: ``</s>`` 0, ``<unk>`` 1, the pieces of the given models, ``<pad>`` last."""
+def marian_vocab(spm_models: list[bytes], tags: tuple[str, ...] = ()) -> dict[str, int]:
+    """Marian's numbering: ``</s>`` 0, ``<unk>`` 1, a multilingual model's target tags (``>>fr<<``), the
+    pieces of the given models, ``<pad>`` last."""
     import sentencepiece as spm
 
     pieces: list[str] = []
@@ -43,14 +44,16 @@ def marian_vocab(spm_models: list[bytes]) -> dict[str, int]:
         sp = spm.SentencePieceProcessor(model_proto=proto)
         pieces += [sp.id_to_piece(i) for i in range(sp.get_piece_size())
                    if not sp.is_control(i) and not sp.is_unknown(i)]
-    ordered = ["</s>", "<unk>", *dict.fromkeys(pieces), "<pad>"]
+    ordered = ["</s>", "<unk>", *(f">>{t}<<" for t in tags), *dict.fromkeys(pieces), "<pad>"]
     return {piece: i for i, piece in enumerate(ordered)}
 
 
 def build(out: Path, *, layers: int, d_model: int, heads: int, d_ff: int, separate: bool = False,
-          activation: str = "swish", seed: int = 0, extra_config: dict | None = None) -> Path:
+          activation: str = "swish", seed: int = 0, extra_config: dict | None = None,
+          tags: tuple[str, ...] = ()) -> Path:
     """A MarianMT folder in ``out``: config.json, model.safetensors, source.spm, target.spm, vocab.json
-    (+ target_vocab.json when ``separate``), tokenizer_config.json."""
+    (+ target_vocab.json when ``separate``), tokenizer_config.json. ``tags``: a multilingual model's
+    target languages, whose tags (``>>fr<<``) begin its sources, as in opus-mt-en-ROMANCE."""
     import torch
     from transformers import MarianConfig, MarianMTModel
 
@@ -60,7 +63,7 @@ def build(out: Path, *, layers: int, d_model: int, heads: int, d_ff: int, separa
     source, target = _spm([a for a, _ in pairs], 120), _spm([b for _, b in pairs], 40 if separate else 100)
     (out / "source.spm").write_bytes(source)
     (out / "target.spm").write_bytes(target)
-    src_vocab = marian_vocab([source] if separate else [source, target])
+    src_vocab = marian_vocab([source] if separate else [source, target], tags)
     tgt_vocab = marian_vocab([target]) if separate else src_vocab
     (out / "vocab.json").write_text(json.dumps(src_vocab, ensure_ascii=False))
     if separate:
@@ -78,7 +81,8 @@ def build(out: Path, *, layers: int, d_model: int, heads: int, d_ff: int, separa
         model.final_logits_bias.normal_(0.0, 0.5)
     model.save_pretrained(out)
     (out / "tokenizer_config.json").write_text(json.dumps(
-        {"source_lang": "en", "target_lang": "de", "separate_vocabs": separate, "tokenizer_class": "MarianTokenizer"}))
+        {"source_lang": "en", "target_lang": "+".join(tags) or "de", "separate_vocabs": separate,
+         "tokenizer_class": "MarianTokenizer"}))
     return out
 
 

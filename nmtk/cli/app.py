@@ -379,21 +379,23 @@ def export(
 def import_(
     folder: Annotated[Path, typer.Argument(help="A transformers MarianMT folder (an opus-mt download: config.json, "
                                            "model.safetensors or pytorch_model.bin, source.spm, target.spm, "
-                                           "vocab.json).")],
+                                           "vocab.json), or an M2M-100 one (vocab.json, sentencepiece.bpe.model).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Run directory to create.")],
     source_lang: Annotated[str | None, typer.Option(help="Source language (default: tokenizer_config.json, "
                                                     "else the folder's opus-mt-SRC-TGT name).")] = None,
     target_lang: Annotated[str | None, typer.Option(help="Target language (as --source-lang).")] = None,
+    languages: Annotated[str | None, typer.Option(help="M2M-100: the languages to translate between, "
+                                                  "comma-separated (default: all, where the model has few).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a run an earlier import wrote.")] = False,
 ) -> None:
-    """Make a Hugging Face MarianMT model (opus-mt) an nmtk run: translate with it, fine-tune it, export it."""
-    from nmtk.convert.hf_import import import_marian
+    """Make a Hugging Face MarianMT (opus-mt) or M2M-100 model an nmtk run: translate, fine-tune, export it."""
+    from nmtk.convert.importing import import_model
 
-    result = import_marian(folder, out, source_lang, target_lang, force)
+    result = import_model(folder, out, source_lang, target_lang, languages.split(",") if languages else None, force)
     console.print(f"imported {folder} -> {out}: {result.source_lang} -> {result.target_lang}, "
                   f"{result.encoder_layers}+{result.decoder_layers} layers, d_model {result.d_model}, "
                   f"{result.parameters:,} parameters; translate with: "
-                  f"nmtk translate -m {out}")
+                  f"nmtk translate -m {out}{result.target_hint}")
 
 
 @app.command()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmtk import __version__
+from nmtk.convert import m2m100
 from nmtk.convert.export import export_source, write_export
 from nmtk.convert.marian import SideVocab, layer_entries, residual_order, side_vocab_of_run, to_hf, write_json
 from nmtk.errors import NmtkError
@@ -119,8 +120,10 @@ def generation_config(recipe: Recipe, config: dict[str, Any], target_mean_len: f
 
 
 def _mean_len(manifest: Any, lang: str) -> float | None:
-    """Mean target length in subwords of the run's training data, as `prepare` counted it."""
-    return manifest.splits.get("train", {}).get("sides", {}).get(lang, {}).get("mean_len") or None
+    """Mean target length in subwords of the run's training data, as `prepare` counted it (a multilingual
+    model's: of its first pair)."""
+    train = f"train.{manifest.pairs[0]}" if manifest.pairs else "train"
+    return manifest.splits.get(train, {}).get("sides", {}).get(lang, {}).get("mean_len") or None
 
 
 def export_hf(source: ModelSource, out: Path, force: bool, decode: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -133,12 +136,17 @@ def export_hf(source: ModelSource, out: Path, force: bool, decode: dict[str, Any
     from nmtk.checkpoint import load_model
 
     run = export_source(source, out, force)
+    if (run.run.path / m2m100.ORIGIN).is_file():  # an imported M2M-100 model goes back to its own format
+        model = load_model(run.checkpoint, torch.device("cpu"), run.manifest.vocab.sha256)
+        return write_export(out, "hf", run, lambda folder: m2m100.export_m2m100(run.run.path, model, folder), {},
+                            lambda meta: f"# {run.recipe.name}: an M2M-100 model, from {meta['checkpoint']}\n")
     check_exportable(run.recipe)
     chosen = {k: v for k, v in (decode or {}).items() if v is not None}
     recipe = run.recipe
     if chosen:
         recipe = recipe.model_copy(update={"decode": recipe.decode.model_copy(update=chosen)})
-    src_lang, tgt_lang = recipe.data.source_lang, recipe.data.target_lang
+    first = recipe.data.language_pairs()[0]  # a multilingual model's: one vocabulary, tags in it
+    src_lang, tgt_lang = first.source_lang, first.target_lang
     paths = run.manifest.model_paths(run.run.path)
     src, tgt = side_vocab_of_run(paths[src_lang]), side_vocab_of_run(paths[tgt_lang])
     model = load_model(run.checkpoint, torch.device("cpu"), run.manifest.vocab.sha256)
@@ -157,7 +165,8 @@ def export_hf(source: ModelSource, out: Path, force: bool, decode: dict[str, Any
         if separate:
             write_json(folder / "target_vocab.json", tgt.hf_vocab)
         write_json(folder / "tokenizer_config.json", {
-            "tokenizer_class": "MarianTokenizer", "source_lang": src_lang, "target_lang": tgt_lang,
+            "tokenizer_class": "MarianTokenizer", "source_lang": src_lang,
+            "target_lang": "+".join(recipe.data.targets()),
             "separate_vocabs": separate, "model_max_length": model.cfg.max_positions,
             "unk_token": UNK, "eos_token": EOS, "pad_token": PAD})
 
@@ -178,12 +187,18 @@ def _best_validation(run: RunDir) -> str:
     return f"{best[1]:.2f} sacreBLEU on the validation set at update {best[0]}" if best else "no validation recorded"
 
 
+def _tag_example(recipe: Recipe) -> str:
+    """A multilingual model's input starts with the target's tag, as opus-mt's do."""
+    return f">>{recipe.data.targets()[0]}<< " if recipe.data.multilingual else ""
+
+
 def _model_card(run: RunDir, recipe: Recipe, manifest: Manifest, meta: dict[str, Any]) -> str:
-    src, tgt = recipe.data.source_lang, recipe.data.target_lang
-    corpora = ", ".join(c.name for c in recipe.data.train)
+    pairs = recipe.data.language_pairs()
+    src, tgt = "+".join(dict.fromkeys(p.source_lang for p in pairs)), "+".join(recipe.data.targets())
+    corpora = ", ".join(dict.fromkeys(c.name for p in pairs for c in p.train))
     m = recipe.model
     return f"""---
-language: [{src}, {tgt}]
+language: [{", ".join(recipe.data.languages())}]
 tags: [translation, marian, nmtk]
 pipeline_tag: translation
 ---
@@ -203,7 +218,7 @@ A Transformer trained with [nmtk](https://github.com/) {meta["nmtk"]} and export
 from transformers import MarianMTModel, MarianTokenizer
 tokenizer = MarianTokenizer.from_pretrained("THIS_FOLDER")
 model = MarianMTModel.from_pretrained("THIS_FOLDER")
-batch = tokenizer(["A sentence to translate."], return_tensors="pt", padding=True)
+batch = tokenizer(["{_tag_example(recipe)}A sentence to translate."], return_tensors="pt", padding=True)
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 

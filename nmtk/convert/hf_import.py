@@ -98,11 +98,21 @@ def _check_config(config: dict[str, Any], where: Path) -> str:
     return HF_ACTIVATIONS[activation]
 
 
-def _languages(folder: Path, tokenizer_config: dict[str, Any], source: str | None, target: str | None
-               ) -> tuple[str, str]:
-    guess = re.search(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$", folder.resolve().name)
+#: A multilingual opus-mt model's target-language tag in its vocabulary: ``>>fr<<``, ``>>pt_BR<<``.
+TAG_PIECE = re.compile(r">>([A-Za-z][A-Za-z0-9_]*)<<")
+
+
+def marian_tags(side: SideVocab) -> dict[str, int]:
+    """A multilingual MarianMT model's target tags, as nmtk ids by language (empty: one target)."""
+    return {m.group(1): i for i, piece in enumerate(side.pieces) if (m := TAG_PIECE.fullmatch(piece))}
+
+
+def _languages(folder: Path, tokenizer_config: dict[str, Any], source: str | None, target: str | None,
+               multilingual: bool = False) -> tuple[str, str]:
+    guess = re.search(r"opus-mt-([a-z]{2,3})-([A-Za-z]{2,})$", folder.resolve().name)
     src = source or tokenizer_config.get("source_lang") or (guess and guess.group(1))
     tgt = target or tokenizer_config.get("target_lang") or (guess and guess.group(2))
+    tgt = tgt or ("many" if multilingual else None)  # a multilingual model's targets are its tags
     if not src or not tgt:
         raise NmtkError(f"{folder}: the languages are not recorded (tokenizer_config.json source_lang/target_lang); "
                         "give them with --source-lang and --target-lang")
@@ -241,6 +251,15 @@ class ImportResult:
     d_model: int
     parameters: int
 
+    @property
+    def target_hint(self) -> str:
+        """What `translate` needs besides the run: a multilingual model's target."""
+        sources, targets = self.source_lang.split(", "), self.target_lang.split(", ")
+        if len(targets) == 1:
+            return ""
+        target = next(t for t in targets if t != sources[0])
+        return (f" --source-lang {sources[0]}" if len(sources) > 1 else "") + f" --target-lang {target}"
+
 
 def import_marian(folder: Path, out: Path, source_lang: str | None = None, target_lang: str | None = None,
                   force: bool = False) -> ImportResult:
@@ -253,24 +272,26 @@ def import_marian(folder: Path, out: Path, source_lang: str | None = None, targe
     folder, out = Path(folder), Path(out)
     tok_config_path = folder / "tokenizer_config.json"
     tok_config = _read_json(tok_config_path) if tok_config_path.is_file() else {}
-    src_lang, tgt_lang = _languages(folder, tok_config if isinstance(tok_config, dict) else {}, source_lang,
-                                    target_lang)
     check_replaceable(out, force)
     checked = read_marian(folder)
+    tags = marian_tags(checked.src)  # a multilingual model's: the target's tag begins the source
+    src_lang, tgt_lang = _languages(folder, tok_config if isinstance(tok_config, dict) else {}, source_lang,
+                                    target_lang, bool(tags))
     model = nmtk_model(checked)
+    targets = list(tags) or [tgt_lang]
     with built_beside(out) as build:
         tmp = RunDir(build)
-        names = {src_lang: f"{src_lang}{MAPPED_SUFFIX}", tgt_lang: f"{tgt_lang}{MAPPED_SUFFIX}"}
-        for lang, side in ((src_lang, checked.src), (tgt_lang, checked.tgt)):
-            MappedSentencePiece.write(tmp.path / names[lang], side.spm_bytes, side.pieces, side.hf_vocab, side.hf_ids)
+        files = {src_lang: f"{src_lang}{MAPPED_SUFFIX}", "": f"{'target' if tags else tgt_lang}{MAPPED_SUFFIX}"}
+        for key, side in ((src_lang, checked.src), ("", checked.tgt)):
+            MappedSentencePiece.write(tmp.path / files[key], side.spm_bytes, side.pieces, side.hf_vocab, side.hf_ids)
+        names = {src_lang: files[src_lang], **dict.fromkeys(targets, files[""])}
         sha = {name: sha256_file(tmp.path / name) for name in names.values()}
-        recipe = _imported_recipe(out, folder, src_lang, tgt_lang, model)
-        manifest = Manifest(format=1, source_lang=src_lang, target_lang=tgt_lang,
+        recipe = _imported_recipe(out, folder, src_lang, targets, model, bool(tags))
+        sizes = {src_lang: model.cfg.src_vocab, **dict.fromkeys(targets, model.cfg.tgt_vocab)}
+        manifest = Manifest(format=1, source_lang=src_lang, target_lang="+".join(targets),
                             dtype=str(id_dtype(max(model.cfg.src_vocab, model.cfg.tgt_vocab))),
-                            vocab={"joint": False, "models": names,
-                                   "size": {src_lang: model.cfg.src_vocab, tgt_lang: model.cfg.tgt_vocab},
-                                   "sha256": sha},
-                            recipe=recipe.name)
+                            vocab={"joint": False, "models": names, "size": sizes, "sha256": sha},
+                            recipe=recipe.name, pairs=[f"{src_lang}-{t}" for t in tags], tags=tags)
         manifest.write(tmp.path / MANIFEST)
         (tmp.path / RECIPE).write_text(IMPORT_HEADER.format(folder=folder) + recipe_to_toml(recipe), encoding="utf-8")
         Checkpoint(model=model.state_dict(), model_config=model.cfg.to_dict(), vocab=sha,
@@ -278,7 +299,7 @@ def import_marian(folder: Path, out: Path, source_lang: str | None = None, targe
                    state={"update": 0}, imported_from=str(folder)).save(tmp.last)
         mark_written(tmp.path, f"nmtk import {folder}")
     cfg = model.cfg
-    return ImportResult(out, src_lang, tgt_lang, cfg.encoder_layers, cfg.decoder_layers, cfg.d_model,
+    return ImportResult(out, src_lang, ", ".join(targets), cfg.encoder_layers, cfg.decoder_layers, cfg.d_model,
                         sum(p.numel() for p in model.parameters()))
 
 
@@ -290,14 +311,22 @@ IMPORT_HEADER = """\
 """
 
 
-def _imported_recipe(out: Path, folder: Path, src: str, tgt: str, model: Transformer) -> Recipe:
+def _imported_recipe(out: Path, folder: Path, src: str, targets: list[str], model: Transformer,
+                     multilingual: bool) -> Recipe:
+    """The imported run's recipe: the model as it is, placeholder corpora (one pair per target of a
+    multilingual model)."""
     cfg = model.cfg
     name = re.sub(r"[^A-Za-z0-9._-]", "-", out.name).lstrip("._-") or "imported"
+    pairs = [{"source_lang": src, "target_lang": tgt,
+              "train": [{"name": "train", "source": f"train.{src}-{tgt}.{src}", "target": f"train.{src}-{tgt}.{tgt}"}],
+              "valid": {"name": "valid", "source": f"valid.{src}-{tgt}.{src}", "target": f"valid.{src}-{tgt}.{tgt}"}}
+             for tgt in targets]
+    one = {"source_lang": src, "target_lang": targets[0],
+           "train": [{"name": "train", "source": f"train.{src}", "target": f"train.{targets[0]}"}],
+           "valid": {"name": "valid", "source": f"valid.{src}", "target": f"valid.{targets[0]}"}}
     data = {
         "name": name,
-        "data": {"source_lang": src, "target_lang": tgt,
-                 "train": [{"name": "train", "source": f"train.{src}", "target": f"train.{tgt}"}],
-                 "valid": {"name": "valid", "source": f"valid.{src}", "target": f"valid.{tgt}"}},
+        "data": {"pairs": pairs} if multilingual else one,
         "tokenizer": {"reuse": str(out), "vocab_size": cfg.tgt_vocab, "joint": False},
         "model": {"encoder_layers": cfg.encoder_layers, "decoder_layers": cfg.decoder_layers,
                   "layers": cfg.encoder_layers, "d_model": cfg.d_model, "heads": cfg.heads, "d_ff": cfg.d_ff,

@@ -9,6 +9,10 @@ sides keep their real languages (``train.en-de.en.bin``). What is shared:
   large its corpora or however many pairs it is in, takes the vocabulary;
 * **target-language tags** ``>>de<<``: vocabulary items of their own, never produced by segmenting
   text, put by id before every source of a pair (`TextPipeline.prefix`).
+
+With ``tokenizer.reuse`` (fine-tuning an imported multilingual model) the subword model(s) and tags
+are the model's, and so is the way it reads them: an M2M-100 model's sources begin with their own
+language's code and its targets with theirs.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from nmtk.data.fetch import sha256_file
 from nmtk.data.preparer import PAIRS_PER_CHUNK, Preparer, SplitStats, chunked, text_file
 from nmtk.data.stages import Stages
 from nmtk.errors import NmtkError
+from nmtk.manifest import PreparedData
 from nmtk.recipe import Corpus, DataSection, LanguagePair, Recipe, target_tag
 from nmtk.text.pipeline import TextPipeline, moses_for
-from nmtk.text.subword import learn_subwords, model_file_name, sample_lines
+from nmtk.text.subword import learn_subwords, load_subword_model, model_file_name, sample_lines
 
 
 def pair_recipe(recipe: Recipe, pair: LanguagePair) -> Recipe:
@@ -44,9 +49,7 @@ class MultilingualPreparer:
     """Builds one prepared-data folder for a recipe with several pairs, pair by pair (`Preparer`)."""
 
     def __init__(self, recipe: Recipe, root: Path, workers: int | None = None, stages: Stages | None = None) -> None:
-        if recipe.tokenizer.reuse is not None:
-            raise NmtkError("tokenizer.reuse: not available with [[data.pairs]] (the tags are learned with the model)")
-        if not recipe.tokenizer.joint:
+        if not recipe.tokenizer.joint and recipe.tokenizer.reuse is None:
             raise NmtkError("tokenizer.joint = false: [[data.pairs]] learn one subword model for all languages")
         self.recipe, self.root = recipe, root
         self.stages = stages or Stages(show=False)
@@ -69,26 +72,49 @@ class MultilingualPreparer:
                     texts[pair.name] = view.tokenize_training_text(folder, pool, stats[pair.name])
                 if stats[pair.name].pairs_in - stats[pair.name].dropped["empty"] == 0:
                     raise NmtkError(f"data.pairs: {pair.name}: the training corpora have no non-empty sentence pairs")
-            model = self.learn(out, work, texts)
-            pipes, tags = self.pipelines(out / model)
+            if self.recipe.tokenizer.reuse is None:
+                models, style = self.learn(out, work, texts), "opus-mt"
+                tags = self.learned_tags(out / next(iter(models.values())))
+            else:
+                models, tags, style = self.reuse(out, Path(self.recipe.tokenizer.reuse))
+            pipes = self.pipelines(out, models)
             splits = {}
             for pair in self.pairs:
-                splits.update(self.prepare_pair(out, pair, texts[pair.name], stats[pair.name], pipes, tags))
+                splits.update(self.prepare_pair(out, pair, texts[pair.name], stats[pair.name], pipes, tags, style))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        langs = self.recipe.data.languages()
-        size = next(iter(pipes.values())).vocab_size
+        sizes = {lang: pipe.vocab_size for (lang, _), pipe in pipes.items()}
         return {
             "format": 1, "source_lang": "+".join(dict.fromkeys(p.source_lang for p in self.pairs)),
-            "target_lang": "+".join(self.recipe.data.targets()), "dtype": str(id_dtype(size)),
-            "vocab": {"joint": True, "models": dict.fromkeys(langs, model), "size": dict.fromkeys(langs, size),
-                      "sha256": {model: sha256_file(out / model)}},
-            "splits": splits, "pairs": [p.name for p in self.pairs], "tags": tags,
+            "target_lang": "+".join(self.recipe.data.targets()), "dtype": str(id_dtype(max(sizes.values()))),
+            "vocab": {"joint": len(set(models.values())) == 1, "models": models, "size": sizes,
+                      "sha256": {name: sha256_file(out / name) for name in set(models.values())}},
+            "splits": splits, "pairs": [p.name for p in self.pairs], "tags": tags, "tag_style": style,
             "test_sets": [f"{c.name}.{p.name}" for p in self.pairs for c in p.test],
         }
 
-    def learn(self, out: Path, work: Path, texts: dict[str, tuple[Path, Path]]) -> str:
-        """The joint subword model, learned on an equal share of every language's training text."""
+    def reuse(self, out: Path, folder: Path) -> tuple[dict[str, str], dict[str, int], str]:
+        """The subword model(s) and tags of ``folder`` (an imported multilingual model, a run, prepared
+        data): fine-tuning needs its vocabulary and tags, id for id. Every language of the recipe must be
+        one the folder's model has."""
+        manifest = PreparedData(folder).manifest() if folder.is_dir() else None
+        if manifest is None:
+            raise NmtkError(f"tokenizer.reuse: {folder}: not a folder")
+        if not manifest.pairs:
+            raise NmtkError(f"tokenizer.reuse: {folder} is a one-pair model; [[data.pairs]] need a multilingual one")
+        langs = self.recipe.data.languages()
+        tagged = langs if manifest.tag_style == "m2m-100" else self.recipe.data.targets()
+        for lang in langs:
+            if lang not in manifest.vocab.models or (lang in tagged and lang not in manifest.tags):
+                raise NmtkError(f"tokenizer.reuse: {folder} has no {lang!r} (its pairs: {', '.join(manifest.pairs)})")
+        models = {lang: manifest.vocab.models[lang] for lang in langs}
+        for name in set(models.values()):
+            shutil.copyfile(folder / name, out / name)
+        return models, {lang: manifest.tags[lang] for lang in tagged}, manifest.tag_style
+
+    def learn(self, out: Path, work: Path, texts: dict[str, tuple[Path, Path]]) -> dict[str, str]:
+        """The joint subword model, learned on an equal share of every language's training text; returns
+        its file name for every language."""
         tok = self.recipe.tokenizer
         by_lang: dict[str, list[Path]] = {}
         for pair in self.pairs:
@@ -114,26 +140,32 @@ class MultilingualPreparer:
                     child.submit(learn_subwords, samples, out / name, **options).result()
             except ValueError as exc:
                 raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
-        return name
+        return dict.fromkeys(self.recipe.data.languages(), name)
 
-    def pipelines(self, model: Path) -> tuple[dict[tuple[str, str], TextPipeline], dict[str, int]]:
-        """Every (language, side)'s pipeline with the joint model, and each target language's tag id."""
+    def learned_tags(self, model: Path) -> dict[str, int]:
+        """Each target language's tag id in a model learned here."""
+        pieces = load_subword_model(model).pieces()
+        return {lang: pieces.index(target_tag(lang)) for lang in self.recipe.data.targets()}
+
+    def pipelines(self, out: Path, models: dict[str, str]) -> dict[tuple[str, str], TextPipeline]:
+        """Every (language, side)'s pipeline with its subword model."""
         tok, pipes = self.recipe.tokenizer, {}
         for pair in self.pairs:
             for lang, side in ((pair.source_lang, "source"), (pair.target_lang, "target")):
                 if (lang, side) not in pipes:
-                    pipes[lang, side] = TextPipeline(moses_for(tok, lang, side), model)
-        pieces = next(iter(pipes.values())).subwords.pieces()
-        tags = {lang: pieces.index(target_tag(lang)) for lang in self.recipe.data.targets()}
-        return pipes, tags
+                    pipes[lang, side] = TextPipeline(moses_for(tok, lang, side), out / models[lang])
+        return pipes
 
     def prepare_pair(self, out: Path, pair: LanguagePair, text: tuple[Path, Path], train: SplitStats,
-                     pipes: dict[tuple[str, str], TextPipeline], tags: dict[str, int]) -> dict[str, Any]:
-        """One pair's training, validation and test splits, its sources tagged with its target language."""
+                     pipes: dict[tuple[str, str], TextPipeline], tags: dict[str, int], style: str) -> dict[str, Any]:
+        """One pair's training, validation and test splits: its sources begin with the target's tag
+        (opus-mt's and nmtk's way), or with the source's code and its targets with the target's
+        (M2M-100's: the code the search forces first is then what training taught)."""
         view, (src, tgt) = self.views[pair.name], (pair.source_lang, pair.target_lang)
-        source = pipes[src, "source"]
-        tagged = TextPipeline(source.moses, source.model_path, (tags[tgt],))
-        mine = {src: tagged, tgt: pipes[tgt, "target"]}
+        source, target = pipes[src, "source"], pipes[tgt, "target"]
+        m2m = style == "m2m-100"
+        mine = {src: TextPipeline(source.moses, source.model_path, (tags[src if m2m else tgt],)),
+                tgt: TextPipeline(target.moses, target.model_path, (tags[tgt],)) if m2m else target}
 
         def tokenized() -> Iterator[list[tuple[str, str]]]:
             with text_file(text[0], "r") as fs, text_file(text[1], "r") as ft:

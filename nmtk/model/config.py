@@ -26,6 +26,7 @@ class ModelConfig:
     max_positions: int = 1024
     activation: Literal["relu", "swish", "gelu"] = "relu"
     output_bias: bool = False
+    positions: Literal["paper", "fairseq"] = "paper"  # fairseq: M2M-100/NLLB's sinusoids (`sinusoidal_positions`)
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:

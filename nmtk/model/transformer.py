@@ -31,8 +31,23 @@ def _on_meta() -> bool:
     return torch.get_default_device().type == "meta"
 
 
-def sinusoidal_positions(length: int, d_model: int, offset: int = 0) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (paper §3.5), shape (length, d)."""
+#: fairseq's first position: its padding id (1) + 1, where M2M-100 and NLLB count positions from.
+FAIRSEQ_POSITION_OFFSET = 2
+
+
+def sinusoidal_positions(length: int, d_model: int, offset: int = 0, style: str = "paper") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (paper §3.5), shape (length, d).
+
+    ``style="fairseq"``: the table of fairseq and so of M2M-100 and NLLB (imported models): sines in
+    the first half, cosines in the second, frequencies 10000^(-j/(d/2 - 1)), and the first token at
+    position 2 (`FAIRSEQ_POSITION_OFFSET`). It is not the paper's table under any reordering of the
+    dimensions (the frequencies differ), so it is a table of its own."""
+    if style == "fairseq":
+        half = d_model // 2
+        pos = torch.arange(offset, offset + length, dtype=torch.float32).unsqueeze(1) + FAIRSEQ_POSITION_OFFSET
+        angles = pos * torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / (half - 1)))
+        pe = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+        return torch.cat([pe, torch.zeros(length, d_model - 2 * half)], dim=1)
     pos = torch.arange(offset, offset + length, dtype=torch.float32).unsqueeze(1)
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
     pe = torch.zeros(length, d_model)
@@ -44,9 +59,10 @@ def sinusoidal_positions(length: int, d_model: int, offset: int = 0) -> Tensor:
 class Embeddings(nn.Module):
     """Token embedding scaled by √d_model plus sinusoidal position, then dropout (paper §3.4, §3.5, §5.4)."""
 
-    def __init__(self, table: nn.Embedding, d_model: int, dropout: float, max_positions: int) -> None:
+    def __init__(self, table: nn.Embedding, d_model: int, dropout: float, max_positions: int,
+                 style: str = "paper") -> None:
         super().__init__()
-        self.table = table
+        self.table, self.style = table, style
         self.scale = math.sqrt(d_model)
         self.dropout = dropout
         self.max_positions = max_positions
@@ -59,7 +75,7 @@ class Embeddings(nn.Module):
     def fill_positions(self) -> None:
         """Compute the sinusoid table into ``pe``: at construction, and after `Transformer.empty`
         (a state dict does not hold it)."""
-        self.pe.copy_(sinusoidal_positions(self.max_positions, self.pe.size(1)))
+        self.pe.copy_(sinusoidal_positions(self.max_positions, self.pe.size(1), style=self.style))
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         length = tokens.size(1)
@@ -115,8 +131,8 @@ class Transformer(nn.Module):
         self.cfg = cfg
         src_table = self._embedding(cfg.src_vocab)
         tgt_table = src_table if cfg.share_embeddings == "all" else self._embedding(cfg.tgt_vocab)
-        self.src_embed = Embeddings(src_table, cfg.d_model, cfg.dropout, cfg.max_positions)
-        self.tgt_embed = Embeddings(tgt_table, cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.src_embed = Embeddings(src_table, cfg.d_model, cfg.dropout, cfg.max_positions, cfg.positions)
+        self.tgt_embed = Embeddings(tgt_table, cfg.d_model, cfg.dropout, cfg.max_positions, cfg.positions)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         pre = cfg.norm == "pre"

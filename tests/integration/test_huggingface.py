@@ -260,3 +260,106 @@ def test_a_moses_run_is_not_exported_to_hf(copy_run, tmp_path) -> None:
     result = run_nmtk("export", str(run), "-o", str(tmp_path / "hf"), "--format", "hf", cwd=tmp, env=env)
     _refused(result, "Moses", "multi30k-en-de-spm.toml")
     assert not (tmp_path / "hf").exists()
+
+
+# --------------------------------------------------------------------- a multilingual opus-mt model
+
+TAGS = ("fr", "es", "it")
+MANY_SHAPE = dict(layers=2, d_model=256, heads=4, d_ff=512)
+
+
+@pytest.fixture(scope="module")
+def many_marian(tmp_path_factory) -> tuple[Path, Path]:
+    """(transformers folder, imported run): a multilingual MarianMT model (target tags >>fr<<, >>es<<,
+    >>it<< at the start of the source, as opus-mt-en-ROMANCE), random weights, d_model 256."""
+    tmp = tmp_path_factory.mktemp("marian-many")
+    folder = build(tmp / "opus-mt-en-ROMANCE", **MANY_SHAPE, tags=TAGS)
+    result = run_nmtk("import", str(folder), "-o", str(tmp / "run"))
+    assert result.returncode == 0, result.stderr
+    assert "en -> fr, es, it" in result.stderr and "--target-lang fr" in result.stderr
+    return folder, tmp / "run"
+
+
+def _pair(run: Path, lang: str):
+    from nmtk.checkpoint import load_model
+    from nmtk.rundir import RunDir, model_pipelines
+
+    rundir = RunDir(run)
+    pipelines, pairs = model_pipelines(run, rundir.recipe(), rundir.manifest(), lang)
+    assert set(pairs) == {("en", t) for t in TAGS}
+    return load_model(run / "checkpoint_last.pt", torch.device("cpu")), pipelines
+
+
+def test_a_multilingual_model_keeps_its_tags_and_gives_transformers_logits(many_marian) -> None:
+    from nmtk.manifest import Manifest
+
+    folder, run = many_marian
+    manifest = Manifest.read(run / "manifest.json")
+    assert manifest.pairs == [f"en-{t}" for t in TAGS] and list(manifest.tags) == list(TAGS)
+    hf, tok = _transformers(folder)
+    for lang in TAGS:
+        model, (src_pipe, tgt_pipe) = _pair(run, lang)
+        assert src_pipe.prefix == [manifest.tags[lang]]
+        batch = tok([f">>{lang}<< {s}" for s in SENTENCES], return_tensors="pt", padding=True)
+        src_inverse = {h: i for i, h in enumerate(_hf_ids(src_pipe))}
+        tgt_map = _hf_ids(tgt_pipe)
+        tgt_inverse = {h: i for i, h in enumerate(tgt_map)}
+        ours_src = [[src_inverse[int(t)] for t, m in zip(row, mask, strict=True) if m]
+                    for row, mask in zip(batch.input_ids, batch.attention_mask, strict=True)]
+        assert [ids[:-1] for ids in ours_src] == [src_pipe.encode(s) for s in SENTENCES], "the tag is one id, first"
+        hf_tgt = torch.tensor([[hf.config.decoder_start_token_id, 5, 9, 11, 7, 6]] * len(SENTENCES))
+        width = max(map(len, ours_src))
+        with torch.no_grad():
+            expected = hf(**batch, decoder_input_ids=hf_tgt).logits
+            logits = model(torch.tensor([ids + [0] * (width - len(ids)) for ids in ours_src]),
+                           torch.tensor([[tgt_inverse[int(t)] for t in row] for row in hf_tgt]))
+        order = torch.tensor([tgt_inverse[j] for j in range(expected.size(-1))])
+        assert float((logits[..., order] - expected).abs().max()) < 1e-4, lang
+
+
+def test_a_multilingual_model_decodes_greedily_as_transformers_in_every_language(many_marian) -> None:
+    """200 lines per target, greedy, one length limit for all (12 tokens): the same tokens as transformers'."""
+    from helpers import synthetic_pairs
+
+    from nmtk.decode.search.beam import greedy_search
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.vocab import EOS_ID, PAD_ID
+
+    folder, run = many_marian
+    hf, tok = _transformers(folder)
+    lines = [a for a, _ in synthetic_pairs(200, 7)]
+    for lang in TAGS:
+        model, (src_pipe, tgt_pipe) = _pair(run, lang)
+        tgt_map = _hf_ids(tgt_pipe)
+        same = 0
+        for start in range(0, len(lines), 50):
+            chunk = lines[start : start + 50]
+            batch = tok([f">>{lang}<< {s}" for s in chunk], return_tensors="pt", padding=True)
+            with torch.no_grad():
+                generated = hf.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12,
+                                        forced_eos_token_id=None)
+            ids = [src_pipe.encode(s) + [EOS_ID] for s in chunk]
+            width = max(map(len, ids))
+            src = torch.tensor([x + [PAD_ID] * (width - len(x)) for x in ids])
+            ours = greedy_search(model, src, SearchConfig(beam=1, max_len_a=0.0, max_len_b=12))
+            for row, hyps in zip(generated, ours, strict=True):
+                expected = [t for t in row[1:].tolist() if t != hf.config.pad_token_id]
+                mine = [tgt_map[t] for t in hyps[0].tokens]
+                n = min(len(expected), len(mine))
+                same += n > 0 and mine[:n] == expected[:n]
+        assert same >= 0.99 * len(lines), (lang, same)
+
+
+def test_a_multilingual_model_goes_back_to_transformers_bit_for_bit(many_marian, tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    folder, run = many_marian
+    result = run_nmtk("export", str(run), "-o", str(tmp_path / "hf"), "--format", "hf")
+    assert result.returncode == 0, result.stderr
+    original, back = load_file(str(folder / "model.safetensors")), load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert set(back) == set(original) and all(torch.equal(back[k], v) for k, v in original.items())
+    assert json.loads((tmp_path / "hf" / "vocab.json").read_text()) == json.loads((folder / "vocab.json").read_text())
+    translated = run_nmtk("translate", "-m", str(run), "--target-lang", "es", stdin="a man rides.\n")
+    assert translated.returncode == 0 and translated.stdout.strip(), translated.stderr
+    unknown = run_nmtk("translate", "-m", str(run), "--target-lang", "de", stdin="a man rides.\n")
+    assert unknown.returncode == 1 and "en → fr, en → es, en → it" in unknown.stderr

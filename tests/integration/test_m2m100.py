@@ -1,0 +1,188 @@
+"""M2M-100 interop: a random M2M-100 model built locally (no network), imported as a multilingual run,
+compared with transformers (logits, greedy outputs per target language), and exported back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from conftest import run_nmtk  # noqa: E402
+from make_m2m100 import SHAPE, build  # noqa: E402
+
+pytestmark = pytest.mark.slow
+LANGS = ("en", "de", "cs")
+SENTENCES = ["a man rides a green bike.", "two young dogs play in the park near the old house.", "the child sits."]
+
+
+@pytest.fixture(scope="module")
+def m2m(tmp_path_factory) -> tuple[Path, Path]:
+    """(transformers folder, imported run) of a random M2M-100-shaped model, d_model 256, 2+2 layers."""
+    tmp = tmp_path_factory.mktemp("m2m100")
+    folder = build(tmp / "m2m100-toy", **SHAPE)
+    result = run_nmtk("import", str(folder), "-o", str(tmp / "run"), "--languages", ",".join(LANGS))
+    assert result.returncode == 0, result.stderr
+    assert "--source-lang en --target-lang de" in result.stdout + result.stderr
+    return folder, tmp / "run"
+
+
+def _transformers(folder: Path):
+    from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
+
+    return M2M100ForConditionalGeneration.from_pretrained(folder).eval(), M2M100Tokenizer.from_pretrained(folder)
+
+
+def _translator(run: Path, src: str, tgt: str):
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.precision import Precision
+    from nmtk.rundir import resolve_model
+
+    return load_translator(resolve_model(run), LoadOptions(source_lang=src, target_lang=tgt, threads=2,
+                                                           precision=Precision.fp32))
+
+
+def test_the_run_knows_every_pair_and_its_codes(m2m) -> None:
+    from nmtk.manifest import Manifest
+
+    _, run = m2m
+    manifest = Manifest.read(run / "manifest.json")
+    assert manifest.tag_style == "m2m-100" and list(manifest.tags) == list(LANGS)
+    assert manifest.pairs == [f"{a}-{b}" for a in LANGS for b in LANGS if a != b]
+    translator = _translator(run, "en", "de")
+    assert translator.src_pipe.prefix == [manifest.tags["en"]]
+    assert translator.tgt_pipe.starts == (manifest.tags["de"],)
+
+
+@pytest.mark.parametrize(("src", "tgt"), [("en", "de"), ("de", "cs")])
+def test_imported_m2m100_gives_transformers_logits(m2m, src, tgt) -> None:
+    from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
+
+    folder, run = m2m
+    hf, tok = _transformers(folder)
+    tok.src_lang = src
+    translator = _translator(run, src, tgt)
+    model, src_pipe = translator.model, translator.src_pipe
+    hf_ids = list(src_pipe.subwords.hf_ids)
+    inverse = {h: i for i, h in enumerate(hf_ids)}  # HF </s> -> nmtk </s> (nmtk's <s> is its copy)
+    batch = tok(SENTENCES, return_tensors="pt", padding=True)
+    ours = [[inverse[int(t)] for t, m in zip(row, mask, strict=True) if m]
+            for row, mask in zip(batch.input_ids, batch.attention_mask, strict=True)]
+    assert [ids[:-1] for ids in ours] == [src_pipe.encode(s) for s in SENTENCES] and ours[0][-1] == EOS_ID
+    hf_tgt = torch.tensor([[hf.config.decoder_start_token_id, tok.get_lang_id(tgt), 5, 9, 11, 7]] * len(SENTENCES))
+    width = max(map(len, ours))
+    with torch.no_grad():
+        expected = hf(**batch, decoder_input_ids=hf_tgt).logits
+        logits = model(torch.tensor([x + [PAD_ID] * (width - len(x)) for x in ours]),
+                       torch.tensor([[BOS_ID] + [inverse[int(t)] for t in row[1:]] for row in hf_tgt]))
+    order = torch.tensor([inverse[j] for j in range(expected.size(-1))])
+    assert float((logits[..., order] - expected).abs().max()) < 1e-4
+
+
+@pytest.mark.parametrize(("src", "tgt"), [("en", "de"), ("en", "cs"), ("de", "en")])
+def test_imported_m2m100_decodes_greedily_as_transformers(m2m, src, tgt) -> None:
+    """200 lines, greedy, 12 new tokens at most (the target code among them): the same tokens."""
+    from helpers import synthetic_pairs
+
+    from nmtk.decode.search.config import SearchConfig
+
+    folder, run = m2m
+    hf, tok = _transformers(folder)
+    tok.src_lang = src
+    translator = _translator(run, src, tgt)
+    hf_ids = list(translator.tgt_pipe.subwords.hf_ids)
+    lines = [a if src == "en" else b for a, b in synthetic_pairs(200, 11)]
+    ours = translator.hypotheses_of_ids(translator.encode(lines), SearchConfig(beam=1, max_len_a=0.0, max_len_b=11))
+    same = 0
+    for start in range(0, len(lines), 50):
+        batch = tok(lines[start : start + 50], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            generated = hf.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12,
+                                    forced_bos_token_id=tok.get_lang_id(tgt))
+        for row, hyps in zip(generated, ours[start : start + 50], strict=True):
+            expected = [t for t in row[1:].tolist() if t != hf.config.pad_token_id]
+            mine = [hf_ids[t] for t in hyps[0].tokens]
+            n = min(len(expected), len(mine))
+            same += n > 1 and mine[:n] == expected[:n] and mine[0] == tok.get_lang_id(tgt)
+    assert same >= 0.99 * len(lines), same
+    text = translator.detokenize(ours[0][0])
+    assert "__" not in text, "language codes (the forced first one, and any the model repeats) are not text"
+
+
+def test_import_then_export_gives_the_m2m100_files_back(m2m, tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    folder, run = m2m
+    result = run_nmtk("export", str(run), "-o", str(tmp_path / "hf"), "--format", "hf")
+    assert result.returncode == 0, result.stderr
+    original, back = load_file(str(folder / "model.safetensors")), load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert set(back) == set(original)
+    for key, tensor in original.items():
+        assert torch.equal(back[key], tensor), key
+    for name in ("vocab.json", "config.json"):
+        assert json.loads((tmp_path / "hf" / name).read_text()) == json.loads((folder / name).read_text()), name
+    spm = "sentencepiece.bpe.model"
+    assert (tmp_path / "hf" / spm).read_bytes() == (folder / spm).read_bytes()
+    hf, tok = _transformers(tmp_path / "hf")  # transformers reads the folder back
+    assert tok.get_lang_id("de") == _transformers(folder)[1].get_lang_id("de")
+
+
+def test_translate_and_bad_requests_of_an_m2m100_run(m2m) -> None:
+    _, run = m2m
+    ok = run_nmtk("translate", "-m", str(run), "--source-lang", "en", "--target-lang", "cs", stdin="a man rides.\n")
+    assert ok.returncode == 0 and ok.stdout.strip() and "__" not in ok.stdout, ok.stderr
+    cases = [(("--target-lang", "de"), "→ de: this model has it from en, cs: say which with --source-lang"),
+             (("--source-lang", "en", "--target-lang", "fr"), "en → fr: not a pair of this model"),
+             (("--source-lang", "en"), "say which target with --target-lang")]
+    for options, message in cases:
+        result = run_nmtk("translate", "-m", str(run), *options, stdin="a man rides.\n")
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+    languages = run_nmtk("import", str(m2m[0]), "-o", str(run.parent / "other"), "--languages", "en,fr")
+    assert languages.returncode == 1 and "--languages fr: not a language of" in languages.stderr
+    ct2 = run_nmtk("export", str(run), "-o", str(run.parent / "ct2"))
+    assert ct2.returncode == 1 and "CTranslate2's own converter" in ct2.stderr
+
+
+def test_an_imported_m2m100_model_fine_tunes(m2m, tmp_path) -> None:
+    """The imported run's recipe with [data] pointed at toy corpora of two of its pairs: prepare reuses
+    its vocabulary and codes (targets begin with theirs), and training starts from its weights."""
+    import tomli_w
+    import tomllib
+    from helpers import synthetic_pairs, write_lines
+
+    from nmtk.data.binarized import BinarizedSplit
+    from nmtk.manifest import Manifest
+
+    _, run = m2m
+    root = tmp_path / "root"
+    for split, n, seed in (("train", 200, 1), ("valid", 20, 2)):
+        pairs = synthetic_pairs(n, seed)
+        write_lines(root / "toy" / f"{split}.en", [a for a, _ in pairs])
+        write_lines(root / "toy" / f"{split}.de", [b for _, b in pairs])
+    recipe = tomllib.loads((run / "recipe.toml").read_text())
+    recipe["name"] = "m2m-finetune"
+    recipe["data"] = {"pairs": [
+        {"source_lang": a, "target_lang": b,
+         "train": [{"name": "train", "source": f"toy/train.{a}", "target": f"toy/train.{b}"}],
+         "valid": {"name": "valid", "source": f"toy/valid.{a}", "target": f"toy/valid.{b}"}}
+        for a, b in (("en", "de"), ("de", "en"))]}
+    recipe["batching"] = {"batch_tokens": 512}
+    recipe["train"] = {"max_updates": 6, "validate_every_updates": 6, "save_every_updates": 3, "keep_last": 5,
+                       "precision": "fp32"}
+    recipe["average"] = {"last": 1}
+    path = tmp_path / "finetune.toml"
+    path.write_text(tomli_w.dumps(recipe))
+    result = run_nmtk("train", str(path), "--init-from", str(run), "--data", str(tmp_path / "data"),
+                      "--run-dir", str(tmp_path / "tuned"), "--data-root", str(root))
+    assert result.returncode == 0, result.stderr
+    manifest = Manifest.read(tmp_path / "data" / "manifest.json")
+    imported = Manifest.read(run / "manifest.json")
+    assert manifest.tag_style == "m2m-100" and manifest.tags == {k: imported.tags[k] for k in ("en", "de")}
+    split = BinarizedSplit(tmp_path / "data", "train.en-de", "en", "de", manifest.dtype)
+    assert int(split.src[0][0]) == imported.tags["en"] and int(split.tgt[0][0]) == imported.tags["de"]
+    tuned = run_nmtk("translate", "-m", str(tmp_path / "tuned"), "--source-lang", "de", "--target-lang", "en",
+                     stdin="der Hund.\n")
+    assert tuned.returncode == 0 and "__" not in tuned.stdout, tuned.stderr
