@@ -100,7 +100,7 @@ class Worker:
         and the translator that detokenizes them. ``guides``: per line, its prefix, constraints and banned
         phrases, checked here (`NmtkError`). ``pair``: a multilingual model's (source, target); lines of
         different targets are batched together (their tags are in their ids)."""
-        text = self.translator.for_pair(pair)
+        text = self.translator if pair is None else self.translator.for_pair(pair)
         ids = text.encode(lines)  # a reload keeps the run's subword model: these stay valid
         controls = text.controls(guides, ids, search) if guides is not None and any(guides) else None
         job = Job(lines, search, ids, sum(len(x or ()) + 1 for x in ids) * search.rows, controls, text)
