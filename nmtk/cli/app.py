@@ -453,13 +453,15 @@ def serve(
 
 
 @app.command()
-@_panels({"Model": ("model", "checkpoint"), "Sentence": ("input_", "line"),
+@_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang"), "Sentence": ("input_", "line"),
           "Pictures": ("out", "kind", "layer", "head", "style", "format_", "force")})
 def attention(
     sentence: Annotated[str | None, typer.Argument(help="The sentence to translate and draw.")] = None,
     model: Annotated[Path | None, typer.Option("-m", "--model", help="Run directory (default: $NMTK_MODEL, "
                                                "else the newest run under runs/).")] = None,
     checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint (default: as translate).")] = None,
+    target_lang: TargetLangOption = None,
+    source_lang: SourceLangOption = None,
     input_: Annotated[Path | None, typer.Option("-i", "--input", help="Take the sentence from this file...")] = None,
     line: Annotated[int, typer.Option(min=1, help="...at this line (from 1).")] = 1,
     out: Annotated[Path, typer.Option("-o", "--out", help="Folder for the pictures.")] = Path("attention"),
@@ -480,7 +482,7 @@ def attention(
     kinds = tuple(k.value for k in kind) if kind else ("encoder", "cross", "decoder")
     options = AttentionOptions(model=model, sentence=sentence, input=input_, line=line, out=out, kinds=kinds,
                                layer=layer, head=head, style=style.value, format=format_.value, checkpoint=checkpoint,
-                               force=force)
+                               force=force, target_lang=target_lang, source_lang=source_lang)
     for path in draw(options):
         console.print(f"wrote {path}")
 

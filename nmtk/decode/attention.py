@@ -36,6 +36,8 @@ class AttentionOptions:
     format: str
     checkpoint: Path | None = None
     force: bool = False
+    target_lang: str | None = None  # a multilingual model's pair, as translate's --target-lang
+    source_lang: str | None = None
 
 
 def the_sentence(options: AttentionOptions) -> str:
@@ -65,7 +67,7 @@ def draw(options: AttentionOptions) -> list[Path]:
     if source.is_export:
         raise NmtkError(f"{source.path}: an exported CTranslate2 model; draw attention with the run it was exported "
                         "from")
-    translator = load_translator(source, LoadOptions())
+    translator = load_translator(source, LoadOptions(target_lang=options.target_lang, source_lang=options.source_lang))
     assert isinstance(translator, Translator)
     model = translator.first_model
     for kind in options.kinds:  # check --layer and --head before any work

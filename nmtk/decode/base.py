@@ -127,23 +127,18 @@ class TranslatorBase:
         A line longer than the model's input, or far longer than its training data's, is translated in
         pieces (`nmtk.decode.long_input`), with one warning naming its line (``first_line`` is the
         number of ``ids[0]``); its prefix and constraints are asked of its first piece, its banned
-        phrases of every piece.
+        phrases of every piece. Every piece keeps what a multilingual model needs of its line: the
+        source's tag (or code) and the target's forced first token.
         """
         if search.align and not self.can_align:
             raise NmtkError("alignments come from nmtk's own model: use the run directory, not an export")
-        if self.tgt_pipe.starts:  # M2M-100's target code: forced first, as a prefix of every line
-            controls = forced_start(self.tgt_pipe.starts, controls, len(ids))
         todo = [i for i, x in enumerate(ids) if x is not None]
         results: list[list[Hypothesis]] = [[] for _ in ids]
         if not todo:
             return results
-        segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained)
-        pieces_controls = None
-        if controls is not None and any(controls[i] for i in todo):
-            pieces_controls = [c if j == 0 else (LineControls(bans=c.bans) if c else None)
-                               for c, n in zip((controls[i] for i in todo), segments.count, strict=True)
-                               for j in range(n)]
-        decode = partial(self.decode_pieces, search=search, controls=pieces_controls)
+        segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
+                               head=self.src_pipe.prefix)
+        decode = partial(self.decode_pieces, search=search, controls=self._piece_controls(controls, todo, segments))
         for i, hyps, n in zip(todo, segments.decode(decode), segments.count, strict=True):
             results[i] = hyps
             if n > 1:
@@ -151,6 +146,18 @@ class TranslatorBase:
             if controls is not None and controls[i] and controls[i].constraints and hyps:
                 warn_unmet(first_line + i, hyps[0].tokens, controls[i].constraints)
         return results
+
+    def _piece_controls(self, controls: list[LineControls | None] | None, todo: list[int],
+                        segments: Segments) -> list[LineControls | None] | None:
+        """Per piece of the lines ``todo``: its line's prefix and constraints on the first piece, its
+        bans on every piece, and M2M-100's target code forced first on every piece."""
+        pieces = None
+        if controls is not None and any(controls[i] for i in todo):
+            pieces = [c if j == 0 else (LineControls(bans=c.bans) if c else None)
+                      for c, n in zip((controls[i] for i in todo), segments.count, strict=True) for j in range(n)]
+        if self.tgt_pipe.starts:
+            pieces = forced_start(self.tgt_pipe.starts, pieces, len(segments.pieces))
+        return pieces
 
     def controls(self, guides: list[Guidance | None], ids: list[list[int] | None], search: SearchConfig,
                  first_line: int = 1) -> list[LineControls | None]:

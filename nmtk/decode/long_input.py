@@ -79,10 +79,14 @@ class Segments:
 
     @classmethod
     def of(cls, sources: Sequence[Sequence[int]], limit: int, strength: np.ndarray,
-           longest: int | None = None) -> Segments:
-        pieces, count = [], []
+           longest: int | None = None, head: Sequence[int] = ()) -> Segments:
+        """``head``: ids a source begins with that every piece must begin with too (a multilingual
+        model's target tag, M2M-100's source code): the rest is cut, and each piece gets the head."""
+        pieces, count, head = [], [], list(head)
         for ids in sources:
-            parts = split_line(ids, limit, strength, longest)
+            ids = list(ids)
+            start = len(head) if head and ids[: len(head)] == head else 0
+            parts = [ids[:start] + p for p in split_line(ids[start:], limit - start, strength, longest)]
             pieces.extend(parts)
             count.append(len(parts))
         return cls(pieces, count)

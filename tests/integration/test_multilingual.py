@@ -169,6 +169,33 @@ def test_one_model_translates_into_the_language_its_tag_asks_for(many_run, nmtk)
         assert mine > 0.7 * len(said) and theirs < 0.05 * len(said), (lang, said[:20])
 
 
+def test_a_line_translated_in_pieces_keeps_its_target_language_in_every_piece(many_run, nmtk) -> None:
+    """A line far longer than any training source is cut into sentences; each piece must carry the
+    tag, or the pieces after the first come out in whatever language the model guesses."""
+    run, data, _ = many_run
+    line = " ".join((data / "test.en-de.raw.en").read_text().splitlines()[:12])
+    for lang in ("fr", "cs"):
+        result = nmtk("translate", "-m", str(run), "--target-lang", lang, stdin=line + "\n")
+        assert result.returncode == 0 and "translated in 12 pieces" in result.stderr, result.stderr
+        said = result.stdout.replace(".", " ").split()
+        assert sum(w in TARGETS[lang].values() for w in said) > 0.8 * len(said), (lang, said)
+
+
+def test_attention_is_drawn_for_the_pair_asked_for(many_run, nmtk) -> None:
+    """The picture's translation is translate's, into the language asked for."""
+    run, data, tmp = many_run
+    line = (data / "test.en-fr.raw.en").read_text().splitlines()[0]
+    drawn = nmtk("attention", "-m", str(run), "--target-lang", "fr", line, "-o", str(tmp / "attention"),
+                 "--kind", "cross")
+    assert drawn.returncode == 0 and (tmp / "attention" / "cross-layer2.png").is_file(), drawn.stderr
+    said = drawn.stderr.split("translation: ", 1)[1].splitlines()[0]
+    assert said == nmtk("translate", "-m", str(run), "--target-lang", "fr", stdin=line + "\n").stdout.strip()
+    words = said.replace(".", " ").split()
+    assert sum(w in SUFFIXED.values() for w in words) > 0.7 * len(words), said
+    unsaid = nmtk("attention", "-m", str(run), line, "-o", str(tmp / "attention2"))
+    assert unsaid.returncode == 1 and "say which target with --target-lang" in unsaid.stderr, unsaid.stderr
+
+
 def test_bad_multilingual_input_is_one_line_each(many_run, nmtk) -> None:
     run, _, tmp = many_run
     cases = [

@@ -270,6 +270,10 @@ def test_long_sources_are_cut_at_the_strongest_boundary_that_fits() -> None:
     assert joined[0] == hyps[0] and [h.tokens for h in joined[1]] == [[1, 2, 3, 4]]
     assert joined[1][0].score == pytest.approx(-3.0)
     assert np.asarray(strength).dtype == np.int8
+    tag = 8  # a multilingual source's tag: every piece begins with it, and the rest is cut to fit beside it
+    tagged = Segments.of([[tag, w, w], [tag, *ids]], 7, strength, head=[tag])
+    assert tagged.count == [1, 3] and all(p[0] == tag and p.count(tag) == 1 for p in tagged.pieces)
+    assert [p[1:] for p in tagged.pieces[1:]] == split_ids(ids, 6, strength)
 
 
 def test_a_source_longer_than_the_model_is_translated_in_pieces(model) -> None:
