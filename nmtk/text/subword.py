@@ -15,6 +15,7 @@ any text whose characters are in the vocabulary (with ``byte_fallback``, for any
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import random
@@ -162,8 +163,24 @@ class MappedSentencePiece:
 
 def load_subword_model(path: Path) -> SubwordModel:
     """The subword model stored in ``path`` (``.model``: sentencepiece, ``.vocab.json``: sentencepiece
-    with a vocabulary, ``.json``: WordPiece)."""
+    with a vocabulary, ``.json``: WordPiece).
+
+    Loaded once per file as it is on disk: a multilingual model's pipelines (two per pair, and M2M-100
+    has n(n-1) pairs) share one model, which nothing changes after loading."""
     path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return _load_subword_model(path)  # its own error, naming the file
+    return _cached_subword_model(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_subword_model(path: str, mtime_ns: int, size: int) -> SubwordModel:
+    return _load_subword_model(Path(path))
+
+
+def _load_subword_model(path: Path) -> SubwordModel:
     mapped = path.name.endswith(MAPPED_SUFFIX)
     kind = ("sentencepiece + vocabulary (nmtk import)" if mapped else
             "WordPiece (tokenizers JSON)" if path.suffix == ".json" else "sentencepiece")
