@@ -32,6 +32,12 @@ EXPORT_MARKER = "nmtk-export.json"
 #: In every folder an nmtk command writes whole (an export of either format, an imported run): what
 #: `check_replaceable` looks for, the one rule of what ``--force`` may replace.
 WRITTEN_BY = "nmtk-written.json"
+#: Beside a run imported from M2M-100: its original configuration and tokenizer settings, which nmtk's
+#: model has no name for and `export --format hf` writes back. A run started from it with --init-from
+#: keeps a copy, so that the fine-tuned model exports to the same format.
+M2M100_ORIGIN = "m2m100.json"
+#: Beside a run imported from NLLB (an M2M-100 model with NllbTokenizer): its tokenizer.json, as it came.
+M2M100_TOKENIZER = "m2m100-tokenizer.json"
 
 
 NUMBERED = re.compile(r"^checkpoint_(\d+)(\.params)?\.pt$")
@@ -96,6 +102,12 @@ class RunDir:
         manifest.write(self.path / MANIFEST)
         for name in set(manifest.vocab.models.values()):
             copy_atomic(data_dir / name, self.path / name)
+
+    def inherit_origin(self, source: Path) -> None:
+        """The original format's files of the run ``source`` (an imported one), copied into this run."""
+        for name in (M2M100_ORIGIN, M2M100_TOKENIZER):
+            if (source / name).is_file():
+                copy_atomic(source / name, self.path / name)
 
     @property
     def lock_path(self) -> Path:
@@ -233,7 +245,7 @@ def training_pipelines(folder: Path, recipe: Recipe, manifest: Manifest
     """What validation translates with: the pipelines of the pair, or of every pair (multilingual)."""
     if not manifest.pairs:
         return pipelines_in(folder, recipe, manifest)
-    return {pair: pipelines_in(folder, recipe, manifest, *reversed(pair.split("-"))) for pair in manifest.pairs}
+    return {f"{s}-{t}": pipes for (s, t), pipes in model_pipelines(folder, recipe, manifest, any_pair=True)[1].items()}
 
 
 class ExportDir:

@@ -30,6 +30,17 @@ def synthetic_pairs(n: int, seed: int = 0, min_words: int = 2, max_words: int = 
     return pairs
 
 
+def assert_same_tensors(folder: Path, exported: Path) -> None:
+    """Every tensor of ``folder``'s model.safetensors is in ``exported``'s, bit for bit, and no other."""
+    import torch
+    from safetensors.torch import load_file
+
+    original, back = load_file(str(folder / "model.safetensors")), load_file(str(exported / "model.safetensors"))
+    assert set(back) == set(original)
+    for key, tensor in original.items():
+        assert torch.equal(back[key], tensor), key
+
+
 def write_lines(path: Path, lines: list[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(line + "\n" for line in lines).encode()

@@ -16,8 +16,10 @@ An M2M-100 model is the paper's Transformer with four differences, each of which
   from ``</s>``, so nmtk's ``<s>`` row is a copy of that row; a bias of -10,000 on it keeps it out of
   the softmax, where transformers has the one ``</s>``.
 
-Only the M2M100Tokenizer's layout (language codes numbered after ``vocab.json``, in the order of
-``additional_special_tokens``) is read; NLLB's tokenizer numbers its codes otherwise and is refused.
+Two tokenizers' numberings are read. M2M100Tokenizer's: language codes numbered after ``vocab.json``,
+in the order of ``additional_special_tokens``. NLLB's (the same model class, with NllbTokenizer):
+``tokenizer.json`` numbers the pieces and its added tokens hold the codes (``eng_Latn``, which become
+the run's language names). NLLB's tokenizer.json is kept in the run as it came, and written back.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from nmtk.convert.marian import NO_ROW, SideVocab, from_hf, layer_entries, mapped_side, nmtk_order, to_hf, write_json
 from nmtk.errors import NmtkError
+from nmtk.files import copy_atomic
+from nmtk.rundir import M2M100_ORIGIN, M2M100_TOKENIZER
 from nmtk.vocab import BOS_ID
 
 if TYPE_CHECKING:
@@ -38,7 +42,10 @@ if TYPE_CHECKING:
     from nmtk.model import Transformer
 
 SPM_FILE = "sentencepiece.bpe.model"
+TOKENIZER_JSON = "tokenizer.json"
 CODE = re.compile(r"__([A-Za-z][A-Za-z0-9_]*)__")
+#: NLLB's language codes: ISO 639-3 and the script (``eng_Latn``), which nmtk uses as the languages' names.
+NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")
 #: What keeps nmtk's ``<s>`` (a copy of ``</s>``'s row, where decoding starts) out of the softmax.
 START_BIAS = -1e4
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
@@ -67,7 +74,8 @@ class M2M100:
 
 def _read_json(path: Path) -> Any:
     if not path.is_file():
-        raise NmtkError(f"{path}: missing; an M2M-100 folder has config.json, vocab.json and {SPM_FILE}")
+        raise NmtkError(f"{path}: missing; an M2M-100 folder has config.json, vocab.json (NLLB's: tokenizer.json) "
+                       f"and {SPM_FILE}")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -93,9 +101,28 @@ def _check_config(c: dict[str, Any], where: Path) -> None:
                         "positions start after it")
 
 
-def _vocabulary(folder: Path, rows: int, tok_config: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
-    """Every row's piece as M2M100Tokenizer numbers it: ``vocab.json``, the language codes after it,
-    then made-up words up to the embedding's rows; and the codes' languages in order."""
+def is_nllb(folder: Path) -> bool:
+    """NLLB's files: the numbering is in tokenizer.json (NllbTokenizer), there is no vocab.json."""
+    return not (folder / "vocab.json").is_file() and (folder / TOKENIZER_JSON).is_file()
+
+
+def _vocabulary(folder: Path, rows: int, tok_config: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """Every row's piece as the model's tokenizer numbers it (M2M100Tokenizer's or NLLB's), made-up
+    words up to the embedding's rows; and each language's code, in the tokenizer's order."""
+    full, codes = _nllb_vocabulary(folder) if is_nllb(folder) else _m2m100_vocabulary(folder, tok_config)
+    if sorted(full.values()) != list(range(len(full))):
+        raise NmtkError(f"{folder}: the tokenizer's ids are not numbered 0..{len(full) - 1}")
+    pieces = len(full)
+    for k in range(rows - len(full)):
+        full[f"madeupword{k:04d}"] = len(full)
+    if len(full) != rows:
+        raise NmtkError(f"{folder}: the tokenizer numbers {pieces} pieces and language codes, but the weights have "
+                        f"{rows} rows; the tokenizer files are not this model's")
+    return full, codes
+
+
+def _m2m100_vocabulary(folder: Path, tok_config: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """M2M100Tokenizer's numbering: ``vocab.json``, then the language codes (``__en__``) after it."""
     vocab = _read_json(folder / "vocab.json")
     if not isinstance(vocab, dict) or sorted(vocab.values()) != list(range(len(vocab))):
         raise NmtkError(f"{folder / 'vocab.json'}: not a vocabulary numbered 0..{len(vocab) - 1 if vocab else 0}")
@@ -107,12 +134,27 @@ def _vocabulary(folder: Path, rows: int, tok_config: dict[str, Any]) -> tuple[di
     full = dict(vocab)
     for i, lang in enumerate(codes):
         full[f"__{lang}__"] = len(vocab) + i
-    for k in range(rows - len(full)):
-        full[f"madeupword{k:04d}"] = len(full)
-    if len(full) != rows:
-        raise NmtkError(f"{folder}: {len(vocab)} pieces and {len(codes)} language codes make {len(full)} rows, but the "
-                        f"weights have {rows}; the tokenizer files are not this model's")
-    return full, codes
+    return full, {lang: f"__{lang}__" for lang in codes}
+
+
+def _nllb_vocabulary(folder: Path) -> tuple[dict[str, int], dict[str, str]]:
+    """NLLB's numbering, as its tokenizer.json gives it: fairseq's four specials, the sentencepiece
+    pieces one place on, then the language codes (``eng_Latn``) and ``<mask>`` as added tokens."""
+    path = folder / TOKENIZER_JSON
+    data = _read_json(path)
+    model = data.get("model") if isinstance(data, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, list):  # a Unigram model lists [piece, score] in id order
+        vocab = {entry[0]: i for i, entry in enumerate(vocab)}
+    if not isinstance(vocab, dict):
+        raise NmtkError(f"{path}: no model.vocab; nmtk reads the tokenizer.json NllbTokenizer writes")
+    full = dict(vocab)
+    for token in data.get("added_tokens") or []:
+        full[token["content"]] = int(token["id"])
+    codes = [t for t in sorted(full, key=full.__getitem__) if NLLB_CODE.fullmatch(t)]
+    if not codes:
+        raise NmtkError(f"{path}: no language codes (eng_Latn, ...) among its tokens; nmtk reads NLLB's tokenizer")
+    return full, {code: code for code in codes}
 
 
 #: M2M100Tokenizer's short language list, by the name its ``language_codes`` setting gives it (newer
@@ -144,7 +186,8 @@ def read_m2m100(folder: Path) -> M2M100:
     tok_config = _read_json(tok_path) if tok_path.is_file() else {}
     spm = folder / SPM_FILE
     if not spm.is_file():
-        raise NmtkError(f"{spm}: missing; an M2M-100 folder has config.json, vocab.json and {SPM_FILE}")
+        raise NmtkError(f"{spm}: missing; an M2M-100 folder has config.json, vocab.json (NLLB's: tokenizer.json) "
+                       f"and {SPM_FILE}")
     load_subword_model(spm)  # a garbage file is one line here
     weights = _read_weights(folder)
     table = weights.get("model.shared.weight")
@@ -152,9 +195,10 @@ def read_m2m100(folder: Path) -> M2M100:
         raise NmtkError(f"{folder}: the weights have no model.shared.weight")
     full, codes = _vocabulary(folder, table.shape[0], tok_config)
     start = int(config.get("decoder_start_token_id", full["</s>"]))
-    side = mapped_side(full, nmtk_order(full, start, folder / "vocab.json"), spm.read_bytes())
+    side = mapped_side(full, nmtk_order(full, start, folder / (TOKENIZER_JSON if is_nllb(folder) else "vocab.json")),
+                       spm.read_bytes())
     ids = {piece: i for i, piece in enumerate(side.pieces)}
-    return M2M100(config, weights, side, {lang: ids[f"__{lang}__"] for lang in codes}, tok_config)
+    return M2M100(config, weights, side, {lang: ids[code] for lang, code in codes.items()}, tok_config)
 
 
 def nmtk_m2m100(m: M2M100) -> Transformer:
@@ -220,21 +264,45 @@ def m2m100_state_dict(model: Transformer, side: SideVocab, embedding_keys: tuple
     return out
 
 
-def write_m2m100(folder: Path, model: Transformer, side: SideVocab, origin: dict[str, Any]) -> None:
-    """An imported M2M-100 run back as transformers' files: weights, config, vocabulary, tokenizer."""
+def write_m2m100(folder: Path, model: Transformer, side: SideVocab, origin: dict[str, Any],
+                 tokenizer_json: Path | None = None) -> None:
+    """An imported M2M-100 run back as transformers' files: weights, config, vocabulary (``vocab.json``,
+    or NLLB's ``tokenizer_json`` as it came), tokenizer settings."""
     from safetensors.torch import save_file
 
+    warn_dropped_bias(model)
     state = m2m100_state_dict(model, side, tuple(origin.get("embedding_keys") or ("model.shared.weight",)))
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     write_json(folder / "config.json", origin["config"])
     (folder / SPM_FILE).write_bytes(side.spm_bytes)
-    write_json(folder / "vocab.json", {p: i for p, i in side.hf_vocab.items() if i < origin["vocab_size"]})
+    if origin.get("vocab_size") is None:
+        if tokenizer_json is None or not tokenizer_json.is_file():
+            raise NmtkError(f"{tokenizer_json}: missing; an NLLB run keeps the model's tokenizer.json there")
+        copy_atomic(tokenizer_json, folder / TOKENIZER_JSON)
+    else:
+        write_json(folder / "vocab.json", {p: i for p, i in side.hf_vocab.items() if i < origin["vocab_size"]})
     write_json(folder / "tokenizer_config.json", origin["tokenizer_config"])
+    if origin.get("special_tokens_map") is not None:
+        write_json(folder / "special_tokens_map.json", origin["special_tokens_map"])
+
+
+def warn_dropped_bias(model: Transformer) -> None:
+    """M2M-100 has no output bias: nmtk's carries only `START_BIAS` on ``<s>`` after an import, but
+    fine-tuning trains all of it, and what it learnt cannot be written back. Said once, with its size,
+    so that a changed output of the export is not a mystery."""
+    from nmtk.console import console
+
+    learnt = model.output_bias.detach().float().clone()
+    learnt[BOS_ID] = 0.0
+    largest = float(learnt.abs().max())
+    if largest > 0:
+        console.print(f"warning: M2M-100 has no output bias: the one fine-tuning learnt (largest |b| {largest:.3g}) "
+                      "is left out of the export, whose outputs may differ slightly from the run's")
 
 
 #: Beside an imported M2M-100 run's checkpoint: the original configuration and tokenizer settings, and
 #: how many pieces ``vocab.json`` held, which the export writes back.
-ORIGIN = "m2m100.json"
+ORIGIN = M2M100_ORIGIN
 
 
 def choose_languages(codes: dict[str, int], languages: list[str] | None, where: Path) -> list[str]:
@@ -286,10 +354,7 @@ def import_m2m100(folder: Path, out: Path, languages: list[str] | None = None, f
                  recipe=recipe.name, pairs=[f"{a}-{b}" for a, b in pairs], tags={lang: m.codes[lang] for lang in langs},
                  tag_style="m2m-100").write(tmp.path / MANIFEST)
         (tmp.path / RECIPE).write_text(IMPORT_HEADER.format(folder=folder) + recipe_to_toml(recipe), encoding="utf-8")
-        vocab_size = len(_read_json(folder / "vocab.json"))
-        tied = [key for key in TIED_KEYS if key in m.weights]  # the names the original saved the matrix under
-        write_json(tmp.path / ORIGIN, {"config": m.config, "tokenizer_config": m.tokenizer_config,
-                                       "vocab_size": vocab_size, "embedding_keys": tied})
+        _keep_origin(folder, tmp.path, m)
         Checkpoint(model=model.state_dict(), model_config=model.cfg.to_dict(), vocab=sha,
                    recipe=recipe.model_dump(mode="json"), recipe_hash=recipe.hash(), nmtk=__version__,
                    state={"update": 0}, imported_from=str(folder)).save(tmp.last)
@@ -297,6 +362,20 @@ def import_m2m100(folder: Path, out: Path, languages: list[str] | None = None, f
     cfg = model.cfg
     return ImportResult(out, ", ".join(langs), ", ".join(langs), cfg.encoder_layers, cfg.decoder_layers, cfg.d_model,
                         sum(p.numel() for p in model.parameters()))
+
+
+def _keep_origin(folder: Path, run: Path, m: M2M100) -> None:
+    """What the export needs to write the original's files back: `ORIGIN` (configuration, tokenizer
+    settings, how many pieces ``vocab.json`` held, the tied matrix's names), and NLLB's tokenizer.json."""
+    special = folder / "special_tokens_map.json"
+    nllb = is_nllb(folder)
+    if nllb:
+        copy_atomic(folder / TOKENIZER_JSON, run / M2M100_TOKENIZER)
+    write_json(run / ORIGIN, {
+        "config": m.config, "tokenizer_config": m.tokenizer_config,
+        "special_tokens_map": _read_json(special) if special.is_file() else None,
+        "vocab_size": None if nllb else len(_read_json(folder / "vocab.json")),
+        "embedding_keys": [key for key in TIED_KEYS if key in m.weights]})  # the names the original saved it under
 
 
 def _recipe(out: Path, folder: Path, pairs: list[tuple[str, str]], model: Transformer) -> Any:
@@ -326,4 +405,4 @@ def export_m2m100(run_path: Path, model: Transformer, folder: Path) -> None:
     origin = _read_json(run_path / ORIGIN)
     manifest = Manifest.read(run_path / "manifest.json")
     side = side_vocab_of_run(next(iter(manifest.model_paths(run_path).values())))
-    write_m2m100(folder, model, side, origin)
+    write_m2m100(folder, model, side, origin, run_path / M2M100_TOKENIZER)

@@ -167,7 +167,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
                 console.print(f"update {s.update} is the last full training state; the parameter-only snapshots after "
                               f"it (to update {newest}) are for averaging and are written again as training goes on")
     elif init_from:
-        _init_weights(trainer, Path(init_from), info)
+        _init_weights(trainer, Path(init_from), info, run)
     if info.is_main:
         console.print(size)
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
@@ -188,9 +188,11 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
             "run_dir": str(run.path), "tgt_tokens_per_s": round(trainer.session_tokens_per_s)}
 
 
-def _init_weights(trainer: Trainer, init_from: Path, info: DistInfo) -> None:
+def _init_weights(trainer: Trainer, init_from: Path, info: DistInfo, run: RunDir) -> None:
     """``--init-from``: a checkpoint file, or a run directory (an imported one, say), whose checkpoint
-    is the one translate would use."""
+    is the one translate would use. What an imported run keeps of its original format comes along."""
+    if info.is_main:
+        run.inherit_origin(init_from if init_from.is_dir() else init_from.parent)
     if init_from.is_dir():
         source = resolve_model(RunDir(init_from).require().path)
         if source.checkpoint is None:

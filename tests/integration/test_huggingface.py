@@ -123,15 +123,12 @@ def test_repetition_limits_decode_greedily_as_transformers(marian, controls) -> 
 
 
 def test_import_then_export_gives_the_same_tensors_back(marian, tmp_path) -> None:
-    from safetensors.torch import load_file
+    from helpers import assert_same_tensors
 
     folder, run = marian
     result = run_nmtk("export", str(run), "-o", str(tmp_path / "hf"), "--format", "hf")
     assert result.returncode == 0, result.stderr
-    original, back = load_file(str(folder / "model.safetensors")), load_file(str(tmp_path / "hf" / "model.safetensors"))
-    assert set(back) == set(original)
-    for key, tensor in original.items():
-        assert torch.equal(back[key], tensor), key
+    assert_same_tensors(folder, tmp_path / "hf")
     for name in ("vocab.json", "target_vocab.json"):
         if (folder / name).is_file():
             assert json.loads((tmp_path / "hf" / name).read_text()) == json.loads((folder / name).read_text())
@@ -351,13 +348,12 @@ def test_a_multilingual_model_decodes_greedily_as_transformers_in_every_language
 
 
 def test_a_multilingual_model_goes_back_to_transformers_bit_for_bit(many_marian, tmp_path) -> None:
-    from safetensors.torch import load_file
+    from helpers import assert_same_tensors
 
     folder, run = many_marian
     result = run_nmtk("export", str(run), "-o", str(tmp_path / "hf"), "--format", "hf")
     assert result.returncode == 0, result.stderr
-    original, back = load_file(str(folder / "model.safetensors")), load_file(str(tmp_path / "hf" / "model.safetensors"))
-    assert set(back) == set(original) and all(torch.equal(back[k], v) for k, v in original.items())
+    assert_same_tensors(folder, tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "vocab.json").read_text()) == json.loads((folder / "vocab.json").read_text())
     translated = run_nmtk("translate", "-m", str(run), "--target-lang", "es", stdin="a man rides.\n")
     assert translated.returncode == 0 and translated.stdout.strip(), translated.stderr
