@@ -15,10 +15,7 @@ from nmtk.convert.marian import SideVocab, layer_entries, residual_order, side_v
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe
-from nmtk.rundir import (
-    ModelSource,
-    RunDir,
-)
+from nmtk.rundir import M2M100_ORIGIN, ModelSource, RunDir
 from nmtk.vocab import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
 
 if TYPE_CHECKING:
@@ -136,7 +133,7 @@ def export_hf(source: ModelSource, out: Path, force: bool, decode: dict[str, Any
     from nmtk.checkpoint import load_model
 
     run = export_source(source, out, force)
-    if (run.run.path / m2m100.ORIGIN).is_file():  # an imported M2M-100 model goes back to its own format
+    if (run.run.path / M2M100_ORIGIN).is_file():  # an imported M2M-100 model goes back to its own format
         model = load_model(run.checkpoint, torch.device("cpu"), run.manifest.vocab.sha256)
         return write_export(out, "hf", run, lambda folder: m2m100.export_m2m100(run.run.path, model, folder), {},
                             lambda meta: f"# {run.recipe.name}: an M2M-100 model, from {meta['checkpoint']}\n")

@@ -70,6 +70,7 @@ class M2M100:
     side: SideVocab
     codes: dict[str, int]  # language -> nmtk id of its code
     tokenizer_config: dict[str, Any]
+    nllb: bool  # NLLB's files (tokenizer.json numbers the pieces), else M2M100Tokenizer's (vocab.json)
 
 
 def _read_json(path: Path) -> Any:
@@ -106,10 +107,11 @@ def is_nllb(folder: Path) -> bool:
     return not (folder / "vocab.json").is_file() and (folder / TOKENIZER_JSON).is_file()
 
 
-def _vocabulary(folder: Path, rows: int, tok_config: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+def _vocabulary(folder: Path, rows: int, tok_config: dict[str, Any], nllb: bool) -> tuple[dict[str, int],
+                                                                                        dict[str, str]]:
     """Every row's piece as the model's tokenizer numbers it (M2M100Tokenizer's or NLLB's), made-up
     words up to the embedding's rows; and each language's code, in the tokenizer's order."""
-    full, codes = _nllb_vocabulary(folder) if is_nllb(folder) else _m2m100_vocabulary(folder, tok_config)
+    full, codes = _nllb_vocabulary(folder) if nllb else _m2m100_vocabulary(folder, tok_config)
     if sorted(full.values()) != list(range(len(full))):
         raise NmtkError(f"{folder}: the tokenizer's ids are not numbered 0..{len(full) - 1}")
     pieces = len(full)
@@ -193,12 +195,13 @@ def read_m2m100(folder: Path) -> M2M100:
     table = weights.get("model.shared.weight")
     if table is None:
         raise NmtkError(f"{folder}: the weights have no model.shared.weight")
-    full, codes = _vocabulary(folder, table.shape[0], tok_config)
+    nllb = is_nllb(folder)
+    full, codes = _vocabulary(folder, table.shape[0], tok_config, nllb)
     start = int(config.get("decoder_start_token_id", full["</s>"]))
-    side = mapped_side(full, nmtk_order(full, start, folder / (TOKENIZER_JSON if is_nllb(folder) else "vocab.json")),
+    side = mapped_side(full, nmtk_order(full, start, folder / (TOKENIZER_JSON if nllb else "vocab.json")),
                        spm.read_bytes())
     ids = {piece: i for i, piece in enumerate(side.pieces)}
-    return M2M100(config, weights, side, {lang: ids[code] for lang, code in codes.items()}, tok_config)
+    return M2M100(config, weights, side, {lang: ids[code] for lang, code in codes.items()}, tok_config, nllb)
 
 
 def nmtk_m2m100(m: M2M100) -> Transformer:
@@ -300,11 +303,6 @@ def warn_dropped_bias(model: Transformer) -> None:
                       "is left out of the export, whose outputs may differ slightly from the run's")
 
 
-#: Beside an imported M2M-100 run's checkpoint: the original configuration and tokenizer settings, and
-#: how many pieces ``vocab.json`` held, which the export writes back.
-ORIGIN = M2M100_ORIGIN
-
-
 def choose_languages(codes: dict[str, int], languages: list[str] | None, where: Path) -> list[str]:
     """The languages the run is to translate between: those asked for (each one the model's), else all
     of the model's when they are few; M2M-100's 100 make 9,900 pairs, so those are asked for."""
@@ -365,16 +363,16 @@ def import_m2m100(folder: Path, out: Path, languages: list[str] | None = None, f
 
 
 def _keep_origin(folder: Path, run: Path, m: M2M100) -> None:
-    """What the export needs to write the original's files back: `ORIGIN` (configuration, tokenizer
-    settings, how many pieces ``vocab.json`` held, the tied matrix's names), and NLLB's tokenizer.json."""
+    """What the export needs to write the original's files back: `M2M100_ORIGIN` (configuration,
+    tokenizer settings, how many pieces ``vocab.json`` held, the tied matrix's names), and NLLB's
+    tokenizer.json."""
     special = folder / "special_tokens_map.json"
-    nllb = is_nllb(folder)
-    if nllb:
+    if m.nllb:
         copy_atomic(folder / TOKENIZER_JSON, run / M2M100_TOKENIZER)
-    write_json(run / ORIGIN, {
+    write_json(run / M2M100_ORIGIN, {
         "config": m.config, "tokenizer_config": m.tokenizer_config,
         "special_tokens_map": _read_json(special) if special.is_file() else None,
-        "vocab_size": None if nllb else len(_read_json(folder / "vocab.json")),
+        "vocab_size": None if m.nllb else len(_read_json(folder / "vocab.json")),
         "embedding_keys": [key for key in TIED_KEYS if key in m.weights]})  # the names the original saved it under
 
 
@@ -402,7 +400,7 @@ def export_m2m100(run_path: Path, model: Transformer, folder: Path) -> None:
     from nmtk.convert.marian import side_vocab_of_run
     from nmtk.manifest import Manifest
 
-    origin = _read_json(run_path / ORIGIN)
+    origin = _read_json(run_path / M2M100_ORIGIN)
     manifest = Manifest.read(run_path / "manifest.json")
     side = side_vocab_of_run(next(iter(manifest.model_paths(run_path).values())))
     write_m2m100(folder, model, side, origin, run_path / M2M100_TOKENIZER)
