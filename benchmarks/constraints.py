@@ -16,7 +16,8 @@ On the `make demo` run (default runs/multi30k-en-de), in one process, one JSON l
   and outputs equal between torch and CTranslate2.
 - ``plain``: decoding without controls, sentences/s (to compare with a run of the previous version).
 
-Usage: python benchmarks/constraints.py [--run DIR] [--repeat 3] [--threads 2]
+Usage: python benchmarks/constraints.py [--run DIR] [--repeat 3] [--threads 2] [--device cuda]
+       [--parts terminology,glossary,prefix,repetition]  (plain and terminology always run)
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _util import ROOT, data_root
 from translate import test_lines
 
 WORD = re.compile(r"^\w[\w-]*$")
+PARTS = ("terminology", "glossary", "prefix", "repetition")
 
 
 def timed(call, repeat: int) -> tuple[object, float]:
@@ -136,12 +140,16 @@ def main() -> None:
     parser.add_argument("--run", type=Path, default=ROOT / "runs" / "multi30k-en-de")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU's figures")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated, of {', '.join(PARTS)} (plain and terminology always run)")
     args = parser.parse_args()
+    parts = set(args.parts.split(",")) | {"terminology"}
+    if parts - set(PARTS):
+        parser.error(f"unknown part(s): {', '.join(sorted(parts - set(PARTS)))}")
 
     import torch
-    from sacrebleu.metrics import BLEU
 
-    from nmtk.decode.guide import Glossary, Guidance
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
     from nmtk.precision import Precision
@@ -149,96 +157,149 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     source = resolve_model(args.run)
-    torch_engine = load_translator(source, LoadOptions(precision=Precision.fp32, threads=args.threads))
-    search = SearchConfig.from_recipe(source.recipe.decode, beam=4)
-    sources, refs = test_lines("en"), test_lines("de")
-    detok = torch_engine.detokenize
+    engine = load_translator(source, LoadOptions(precision=Precision.fp32, threads=args.threads, device=args.device))
+    bench = Bench(args, source, engine, SearchConfig.from_recipe(source.recipe.decode, beam=4),
+                  test_lines("en"), test_lines("de"))
+    report: dict[str, object] = {"benchmark": "constraints", "run": str(args.run), "sentences": len(bench.sources),
+                                 "beam": 4, "threads": args.threads, "device": args.device}
+    report |= terminology(bench)
+    if "glossary" in parts:
+        report["glossary"] = glossary(bench)
+    if "prefix" in parts or "repetition" in parts:
+        ct2 = exported(bench)
+        if "prefix" in parts:
+            report["prefix"] = prefix(bench, ct2)
+        if "repetition" in parts:
+            report["repetition"] = repetition(bench, ct2)
+    print(json.dumps(report))
 
-    def texts(engine, lines, cfg, guides=None) -> list[str]:
-        return [detok(h[0]) if h else "" for h in engine.hypotheses(lines, cfg, guides=guides)]
 
-    texts(torch_engine, sources[:50], search)  # warm-up
-    plain, plain_s = timed(lambda: texts(torch_engine, sources, search), args.repeat)
-    bleu = BLEU()
-    report: dict[str, object] = {"benchmark": "constraints", "run": str(args.run), "sentences": len(sources),
-                                 "beam": 4, "threads": args.threads,
-                                 "plain": {"sentences_per_s": round(len(sources) / plain_s, 1)}}
+@dataclass
+class Bench:
+    """What every part measures with: the run, its torch engine, beam 4 and the test set."""
 
-    terms = reference_terms(refs, plain)
+    args: argparse.Namespace
+    source: Any  # nmtk.rundir.ModelSource
+    engine: Any  # the torch translator
+    search: Any  # SearchConfig, beam 4
+    sources: list[str]
+    refs: list[str]
+
+    def texts(self, lines: list[str], cfg: Any = None, guides: list | None = None, engine: Any = None) -> list[str]:
+        hyps = (engine or self.engine).hypotheses(lines, cfg or self.search, guides=guides)
+        return [self.engine.detokenize(h[0]) if h else "" for h in hyps]
+
+    def bleu(self, outputs: list[str]) -> float:
+        from sacrebleu.metrics import BLEU
+
+        return round(BLEU().corpus_score(outputs, [self.refs]).score, 2)
+
+    def config(self, **overrides: Any) -> Any:
+        from nmtk.decode.search.config import SearchConfig
+
+        return SearchConfig.from_recipe(self.source.recipe.decode, **overrides)
+
+
+def terminology(bench: Bench) -> dict[str, object]:
+    """Plain decoding's speed, then the papers' protocol: constraints from the references."""
+    from nmtk.decode.guide import Guidance
+
+    sources, engine, repeat = bench.sources, bench.engine, bench.args.repeat
+    bench.texts(sources[:50])  # warm-up
+    plain, plain_s = timed(lambda: bench.texts(sources), repeat)
+    terms = reference_terms(bench.refs, plain)
     guides = [Guidance(constraints=t) if t else None for t in terms]
-    limits = [int(search.max_len_a * len(torch_engine.src_pipe.encode(s)) + search.max_len_b) for s in sources]
-
-    def constrained():
-        return torch_engine.hypotheses(sources, search, guides=guides)
-
-    hyps, cons_s = timed(constrained, args.repeat)
-    outs = [detok(h[0]) for h in hyps]
+    search = bench.search
+    limits = [int(search.max_len_a * len(engine.src_pipe.encode(s)) + search.max_len_b) for s in sources]
+    hyps, cons_s = timed(lambda: engine.hypotheses(sources, search, guides=guides), repeat)
+    outs = [engine.detokenize(h[0]) for h in hyps]
     asked = [i for i, t in enumerate(terms) if t]
     within = [i for i in asked if len(hyps[i][0].tokens) < limits[i]]
     met = {i for i in asked if all(has(outs[i], p) for p in terms[i])}
-    report["terminology"] = {
+    return {"plain": {"sentences_per_s": round(len(sources) / plain_s, 1)}, "terminology": {
         "lines_with_terms": len(asked), "terms": sum(len(t) for t in terms),
         "recall_within_limit_pct": round(100 * len(met & set(within)) / max(len(within), 1), 2),
         "lines_within_limit": len(within),
         "recall_all_lines_pct": round(100 * sum(has(outs[i], p) for i in asked for p in terms[i])
                                       / max(sum(len(terms[i]) for i in asked), 1), 2),
-        "bleu_without": round(bleu.corpus_score(plain, [refs]).score, 2),
-        "bleu_with": round(bleu.corpus_score(outs, [refs]).score, 2),
+        "bleu_without": bench.bleu(plain), "bleu_with": bench.bleu(outs),
         "sentences_per_s_without": round(len(sources) / plain_s, 1),
         "sentences_per_s_with": round(len(sources) / cons_s, 1),
-        "speed_ratio": round(plain_s / cons_s, 3)}
+        "speed_ratio": round(plain_s / cons_s, 3)}}
 
+
+def glossary(bench: Bench) -> dict[str, object]:
+    """50 Dice-chosen term pairs as a glossary, through `translate`'s code and through the server."""
+    from nmtk.decode.guide import Glossary, Guidance
+
+    sources = bench.sources
     pairs = glossary_pairs()
-    glossary = Glossary(tuple(pairs))
-    tokenize = torch_engine.src_pipe.moses.tokenize
-    g_guides = [glossary.guide(s, Guidance(), tokenize) or None for s in sources]
-    g_outs = texts(torch_engine, sources, search, g_guides)
-    wanted = [(i, t) for i, g in enumerate(g_guides) if g for t in g.constraints]
-    report["glossary"] = {"pairs": len(pairs), "lines_with_a_term": sum(1 for g in g_guides if g),
-                          "term_recall_pct": round(100 * sum(has(g_outs[i], t) for i, t in wanted)
-                                                   / max(len(wanted), 1), 2),
-                          "bleu": round(bleu.corpus_score(g_outs, [refs]).score, 2), "examples": pairs[:5]}
+    tokenize = bench.engine.src_pipe.moses.tokenize
+    guides = [Glossary(tuple(pairs)).guide(s, Guidance(), tokenize) or None for s in sources]
+    outs = bench.texts(sources, guides=guides)
+    wanted = [(i, t) for i, g in enumerate(guides) if g for t in g.constraints]
+    served = glossary_served(bench.args, pairs, sources)
 
-    served = glossary_served(args, pairs, sources)
-    report["glossary"]["served_term_recall_pct"] = round(100 * sum(has(served[i], t) for i, t in wanted)
-                                                         / max(len(wanted), 1), 2)
-    report["glossary"]["served_equals_translate_pct"] = round(100 * sum(a == b for a, b in zip(served, g_outs,
-                                                                                                 strict=True))
-                                                              / len(served), 2)
+    def recall(outputs: list[str]) -> float:
+        return round(100 * sum(has(outputs[i], t) for i, t in wanted) / max(len(wanted), 1), 2)
 
-    export = args.run / "export-float32"
+    return {"pairs": len(pairs), "lines_with_a_term": sum(1 for g in guides if g),
+            "term_recall_pct": recall(outs), "bleu": bench.bleu(outs), "examples": pairs[:5],
+            "served_term_recall_pct": recall(served),
+            "served_equals_translate_pct": round(100 * sum(a == b for a, b in zip(served, outs, strict=True))
+                                                 / len(served), 2)}
+
+
+def exported(bench: Bench) -> Any:
+    """The run's CTranslate2 export (made once), loaded."""
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.rundir import resolve_model
+
+    export = bench.args.run / "export-float32"
     if not (export / "model.bin").is_file():
-        subprocess.run([sys.executable, "-m", "nmtk", "export", str(args.run), "-o", str(export), "--force"],
+        subprocess.run([sys.executable, "-m", "nmtk", "export", str(bench.args.run), "-o", str(export), "--force"],
                        check=True, cwd=ROOT, capture_output=True)
-    ct2 = load_translator(resolve_model(export), LoadOptions(threads=args.threads))
-    prefixes = [" ".join(r.split()[:2]) for r in refs]
-    p_guides = [Guidance(prefix=p) for p in prefixes]
-    prefix_report: dict[str, object] = {}
-    for name, beam, alpha in (("beam1", 1, None), ("beam4", 4, None), ("beam4_alpha0", 4, 0.0)):
-        cfg = SearchConfig.from_recipe(source.recipe.decode, beam=beam, length_penalty=alpha)
-        ours, theirs = texts(torch_engine, sources, cfg, p_guides), texts(ct2, sources, cfg, p_guides)
-        prefix_report[name] = {
-            "starts_with_prefix_pct": round(100 * sum(o.startswith(p) for o, p in zip(ours, prefixes, strict=True))
-                                            / len(ours), 2),
-            "torch_equals_ctranslate2_pct": round(100 * sum(a == b for a, b in zip(ours, theirs, strict=True))
-                                                  / len(ours), 2)}
-    report["prefix"] = prefix_report
+    return load_translator(resolve_model(export), LoadOptions(threads=bench.args.threads))
 
-    cfg = SearchConfig.from_recipe(source.recipe.decode, beam=4, no_repeat_ngram_size=3)
-    ours_h = torch_engine.hypotheses(sources, cfg)
-    ours = [detok(h[0]) for h in ours_h]
-    repetition: dict[str, object] = {
-        "no_repeat_ngram_size": 3, "repeated_trigrams": sum(repeated_trigrams(h[0].tokens) for h in ours_h),
+
+SETTINGS = (("beam1", 1, None), ("beam4", 4, None), ("beam4_alpha0", 4, 0.0))
+
+
+def same_pct(ours: list[str], theirs: list[str]) -> float:
+    return round(100 * sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(ours), 2)
+
+
+def prefix(bench: Bench, ct2: Any) -> dict[str, object]:
+    """Each line's first two reference words as its prefix, torch against CTranslate2."""
+    from nmtk.decode.guide import Guidance
+
+    prefixes = [" ".join(r.split()[:2]) for r in bench.refs]
+    guides = [Guidance(prefix=p) for p in prefixes]
+    report: dict[str, object] = {}
+    for name, beam, alpha in SETTINGS:
+        cfg = bench.config(beam=beam, length_penalty=alpha)
+        ours = bench.texts(bench.sources, cfg, guides)
+        theirs = bench.texts(bench.sources, cfg, guides, engine=ct2)
+        report[name] = {"starts_with_prefix_pct": round(100 * sum(o.startswith(p) for o, p in
+                                                                  zip(ours, prefixes, strict=True)) / len(ours), 2),
+                        "torch_equals_ctranslate2_pct": same_pct(ours, theirs)}
+    return report
+
+
+def repetition(bench: Bench, ct2: Any) -> dict[str, object]:
+    """``no_repeat_ngram_size = 3``: repeated trigrams with and without, torch against CTranslate2."""
+    sources = bench.sources
+    hyps = bench.engine.hypotheses(sources, bench.config(beam=4, no_repeat_ngram_size=3))
+    report: dict[str, object] = {
+        "no_repeat_ngram_size": 3, "repeated_trigrams": sum(repeated_trigrams(h[0].tokens) for h in hyps),
         "repeated_trigrams_without": sum(repeated_trigrams(h[0].tokens)
-                                         for h in torch_engine.hypotheses(sources, search)),
-        "bleu": round(bleu.corpus_score(ours, [refs]).score, 2)}
-    for name, beam, alpha in (("beam1", 1, None), ("beam4", 4, None), ("beam4_alpha0", 4, 0.0)):
-        cfg = SearchConfig.from_recipe(source.recipe.decode, beam=beam, length_penalty=alpha, no_repeat_ngram_size=3)
-        ours, theirs = texts(torch_engine, sources, cfg), texts(ct2, sources, cfg)
-        same = sum(a == b for a, b in zip(ours, theirs, strict=True))
-        repetition[f"torch_equals_ctranslate2_pct_{name}"] = round(100 * same / len(ours), 2)
-    report["repetition"] = repetition
-    print(json.dumps(report))
+                                         for h in bench.engine.hypotheses(sources, bench.search)),
+        "bleu": bench.bleu([bench.engine.detokenize(h[0]) for h in hyps])}
+    for name, beam, alpha in SETTINGS:
+        cfg = bench.config(beam=beam, length_penalty=alpha, no_repeat_ngram_size=3)
+        report[f"torch_equals_ctranslate2_pct_{name}"] = same_pct(bench.texts(sources, cfg),
+                                                                  bench.texts(sources, cfg, engine=ct2))
+    return report
 
 
 if __name__ == "__main__":

@@ -32,10 +32,20 @@ KEPT: ContextVar[dict[nn.Module, Tensor] | None] = ContextVar("nmtk_kept_attenti
 Per thread, so that a server decoding on two threads can align on one while the other searches."""
 
 
-def _cpu_math_kernel(q: Tensor) -> AbstractContextManager:
-    """On CPU, SDPA's "math" kernel (batched matmuls + softmax): for translation-length sequences its
-    backward is ~10x faster than the CPU flash kernel (measured: d_model 256, 4 heads, ~25 tokens)."""
-    return sdpa_kernel(SDPBackend.MATH) if q.device.type == "cpu" else nullcontext()
+CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""SDPA's kernels on a GPU: all but cuDNN's. PyTorch 2.11 picks cuDNN first on an H100, and cuDNN
+builds an execution plan for every new shape: 92–135 ms each (`benchmarks/sdpa.py`, base model),
+where token-bucket batches and every decoding step bring new shapes. Once built it is no faster than
+flash (causal) or memory-efficient (masked): 0.25–0.29 against 0.22–0.32 ms per call."""
+
+
+def _kernels(q: Tensor) -> AbstractContextManager:
+    """The SDPA kernels allowed for ``q``'s device. On CPU, the "math" kernel (batched matmuls +
+    softmax): for translation-length sequences its backward is ~10x faster than the CPU flash kernel
+    (measured: d_model 256, 4 heads, ~25 tokens). On CUDA, `CUDA_KERNELS`."""
+    if q.device.type == "cpu":
+        return sdpa_kernel(SDPBackend.MATH)
+    return sdpa_kernel(CUDA_KERNELS) if q.device.type == "cuda" else nullcontext()
 
 
 def _plain_on_cpu(q: Tensor, dropout: float) -> bool:
@@ -55,7 +65,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causa
     if causal and mask is not None:  # SDPA takes one or the other: fold the causal mask into ``mask``
         mask = mask & torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         causal = False
-    with _cpu_math_kernel(q):
+    with _kernels(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 
 

@@ -3,6 +3,9 @@ synchronize each, a host sync inside a timed update reported, tokens counted fro
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -50,3 +53,20 @@ def test_the_update_clock_times_windows_and_reports_a_sync_inside_an_update(monk
     assert clock.tokens() == (24 * 2 * gpu.WINDOW, 28 * 2 * gpu.WINDOW)
     assert clock.mean_length() == pytest.approx((24 + 28) / 8)
     assert len(clock.window_rates(world_size=2)) == 2
+
+
+def test_the_sdpa_benchmark_measures_every_call_and_kernel_on_a_cpu() -> None:
+    """benchmarks/sdpa.py, sized for a CPU: each of the three calls gets nmtk's own row and every
+    kernel's (timed, or the reason PyTorch gives for not running it), and the model every choice."""
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, str(root / "benchmarks" / "sdpa.py"), "--device", "cpu"],
+                            capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                            check=True)
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(report["calls"]) == {"encoder", "decoder", "cross"}
+    for row in report["calls"].values():
+        assert row["nmtk"]["host_ms"] > 0 and row["picked"]
+        for kernel in ("pytorch", "flash", "efficient", "cudnn", "math"):
+            assert isinstance(row[kernel], dict) or row[kernel].startswith("unsupported: ")
+    assert set(report["model"]) == {"nmtk", "pytorch", "efficient", "cudnn", "math"}
+    assert all(r["target_tokens_per_s"] > 0 for r in report["model"].values())

@@ -227,6 +227,20 @@ def test_attention_is_the_papers_formula(causal: bool, padded: bool, grad: bool)
     torch.testing.assert_close(got, reference_attention(q, k, v, mask, causal), atol=1e-5, rtol=1e-5)
 
 
+def test_attention_on_a_gpu_leaves_cudnn_out() -> None:
+    """On CUDA, SDPA may not pick cuDNN's kernel (PyTorch's first pick on an H100): it builds a plan
+    for every new shape, ~100 ms each (benchmarks/sdpa.py). The choice holds inside the call only."""
+    from types import SimpleNamespace
+
+    from nmtk.model.attention import _kernels
+
+    flags = torch.backends.cuda
+    with _kernels(SimpleNamespace(device=torch.device("cuda"))):  # the flags are the same on a CPU build
+        assert not flags.cudnn_sdp_enabled()
+        assert flags.flash_sdp_enabled() and flags.mem_efficient_sdp_enabled() and flags.math_sdp_enabled()
+    assert flags.cudnn_sdp_enabled()
+
+
 def test_kept_attention_weights_are_per_thread() -> None:
     """One thread keeps weights (an alignment) while another runs plain forwards (a search), as the
     server's two decoding threads do: each gets its own results, never the other's."""
