@@ -11,7 +11,8 @@ On the `make demo` run (default runs/multi30k-en-de), in one process, one JSON l
   term on the lines whose source holds the source term, by `translate`'s code and through `nmtk
   serve`'s app (the glossary sent with each request of 50 lines).
 - ``prefix``: each line's first two reference words as its prefix: share of outputs that start with
-  it, and outputs equal between the torch engine and the CTranslate2 export (greedy and beam 4).
+  it, and outputs equal between the torch engine and the CTranslate2 export (greedy, beam 4 with the
+  recipe's GNMT length penalty, with α = 0, and with ``length_penalty_form = "power"``).
 - ``repetition``: ``no_repeat_ngram_size = 3``: repeated subword trigrams in the output (must be 0),
   and outputs equal between torch and CTranslate2.
 - ``plain``: decoding without controls, sentences/s (to compare with a run of the previous version).
@@ -262,7 +263,9 @@ def exported(bench: Bench) -> Any:
     return load_translator(resolve_model(export), LoadOptions(threads=bench.args.threads))
 
 
-SETTINGS = (("beam1", 1, None), ("beam4", 4, None), ("beam4_alpha0", 4, 0.0))
+#: (name, beam, α, length penalty form): None keeps the recipe's; "power" is CTranslate2's own search
+SETTINGS = (("beam1", 1, None, None), ("beam4", 4, None, None), ("beam4_alpha0", 4, 0.0, None),
+            ("beam4_power", 4, None, "power"))
 
 
 def same_pct(ours: list[str], theirs: list[str]) -> float:
@@ -276,8 +279,8 @@ def prefix(bench: Bench, ct2: Any) -> dict[str, object]:
     prefixes = [" ".join(r.split()[:2]) for r in bench.refs]
     guides = [Guidance(prefix=p) for p in prefixes]
     report: dict[str, object] = {}
-    for name, beam, alpha in SETTINGS:
-        cfg = bench.config(beam=beam, length_penalty=alpha)
+    for name, beam, alpha, form in SETTINGS:
+        cfg = bench.config(beam=beam, length_penalty=alpha, length_penalty_form=form)
         ours = bench.texts(bench.sources, cfg, guides)
         theirs = bench.texts(bench.sources, cfg, guides, engine=ct2)
         report[name] = {"starts_with_prefix_pct": round(100 * sum(o.startswith(p) for o, p in
@@ -295,8 +298,8 @@ def repetition(bench: Bench, ct2: Any) -> dict[str, object]:
         "repeated_trigrams_without": sum(repeated_trigrams(h[0].tokens)
                                          for h in bench.engine.hypotheses(sources, bench.search)),
         "bleu": bench.bleu([bench.engine.detokenize(h[0]) for h in hyps])}
-    for name, beam, alpha in SETTINGS:
-        cfg = bench.config(beam=beam, length_penalty=alpha, no_repeat_ngram_size=3)
+    for name, beam, alpha, form in SETTINGS:
+        cfg = bench.config(beam=beam, length_penalty=alpha, length_penalty_form=form, no_repeat_ngram_size=3)
         report[f"torch_equals_ctranslate2_pct_{name}"] = same_pct(bench.texts(sources, cfg),
                                                                   bench.texts(sources, cfg, engine=ct2))
     return report

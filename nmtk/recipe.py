@@ -475,7 +475,12 @@ class DecodeSection(Section):
     beam: int = Field(4, ge=1)
     """Beam size (paper: 4); 1 is greedy search."""
     length_penalty: float = Field(0.6, ge=0.0)
-    """α of the GNMT length penalty ((5 + |Y|) / 6)^α (paper: 0.6)."""
+    """α of the length penalty (paper: 0.6), in the form ``length_penalty_form`` names."""
+    length_penalty_form: Literal["gnmt", "power"] = "gnmt"
+    """``gnmt``: log P(Y|X) / ((5 + |Y|) / 6)^α, |Y| counting EOS (the paper's, from GNMT), and a
+    search that ends once no live beam can beat the finished ones. ``power``: log P(Y|X) / |Y|^α, |Y|
+    counting EOS too, and a search that ends once ``beam`` hypotheses have finished: what CTranslate2
+    and fairseq do, so that a CTranslate2 export translates as the run does."""
     max_len_a: float = Field(1.0, ge=0.0)
     """Output length is at most max_len_a · |x| + max_len_b (paper: |x| + 50)."""
     max_len_b: int = Field(50, ge=0)

@@ -27,10 +27,12 @@ from .options import (
     ConstraintOrder,
     ExportFormat,
     InvalidUtf8,
+    LengthPenaltyForm,
     PictureFormat,
     PlotAxis,
     Precision,
     Quantization,
+    form_value,
 )
 
 
@@ -219,7 +221,12 @@ TargetLangOption = Annotated[str | None, typer.Option("--target-lang", help="A m
                                                      "language (its tag, >>xx<<, is put before each source).")]
 SourceLangOption = Annotated[str | None, typer.Option("--source-lang", help="A multilingual model's source "
                                                      "language, where it has the target from several.")]
-LenpenOption = Annotated[float | None, typer.Option(min=0.0, help="GNMT length penalty α (default: the recipe's).")]
+LenpenOption = Annotated[float | None, typer.Option(min=0.0, help="Length penalty α (default: the recipe's).")]
+TranslateBeamOption = Annotated[int | None, typer.Option(min=1, help="Beam size (default: the recipe's, at least "
+                                                                 "--nbest); 1 = greedy.")]
+LenpenFormOption = Annotated[LengthPenaltyForm | None, typer.Option(
+    help="gnmt: ((5+|Y|)/6)^α, the paper's; power: |Y|^α and CTranslate2's search, so that its export "
+         "translates alike (default: the recipe's decode.length_penalty_form).")]
 GlossaryOption = Annotated[Path | None, typer.Option(help="TSV of 'source term<TAB>target term': a line whose "
                                                      "source has a term gets its target term (default: the "
                                                      "recipe's decode.glossary).")]
@@ -264,7 +271,7 @@ def _refuse_batch_size(batch_size: str | None) -> None:
 @app.command()
 @_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision"),
           "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size"),
-          "Search": ("beam", "nbest", "lenpen", "max_len_a", "max_len_b", "beam_tokens"),
+          "Search": ("beam", "nbest", "lenpen", "lenpen_form", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
           "Prefix and terms": ("prefix", "constraints"),
           "Glossary, bans, repetition": ("glossary", "glossary_ignore_case", "ban", "no_repeat_ngram_size",
@@ -278,10 +285,10 @@ def translate(
     input_: Annotated[Path | None, typer.Option("-i", "--input", help="Input text (default: stdin).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Output file (default: stdout).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output.")] = False,
-    beam: Annotated[int | None, typer.Option(min=1, help="Beam size (default: the recipe's, at least --nbest); "
-                                             "1 = greedy.")] = None,
+    beam: TranslateBeamOption = None,
     nbest: Annotated[int, typer.Option(min=1, help="Print the K best: 'LINE<TAB>SCORE<TAB>TEXT' lines.")] = 1,
     lenpen: LenpenOption = None,
+    lenpen_form: LenpenFormOption = None,
     max_len_a: Annotated[float | None, typer.Option(min=0.0, help="Output length ≤ a·|x| + b.")] = None,
     max_len_b: Annotated[int | None, typer.Option(min=0, help="See --max-len-a.")] = None,
     beam_tokens: BeamTokensOption = None,
@@ -317,8 +324,8 @@ def translate(
     from nmtk.decode.stream import GuideOptions, TranslateOptions
     from nmtk.decode.stream import translate as run_translate
 
-    search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
-                  beam_tokens=beam_tokens, align=print_alignment,
+    search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
+                  max_len_a=max_len_a, max_len_b=max_len_b, beam_tokens=beam_tokens, align=print_alignment,
                   sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None,
                   no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   ordered_constraints=constraints == ConstraintOrder.ordered if constraints else None)
@@ -402,7 +409,7 @@ def import_(
 @_panels({"Model": ("model", "checkpoint", "device", "threads", "precision"),
           "Server": ("host", "port", "api_key", "workers"),
           "Batching and limits": ("gather_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
-          "Search": ("beam", "lenpen", "no_repeat_ngram_size", "repetition_penalty"),
+          "Search": ("beam", "lenpen", "lenpen_form", "no_repeat_ngram_size", "repetition_penalty"),
           "Control": ("glossary", "glossary_ignore_case", "ban")})
 def serve(
     model: ModelOption = None,
@@ -412,6 +419,7 @@ def serve(
     checkpoint: CheckpointOption = None,
     beam: Annotated[int | None, typer.Option(min=1, help="Default beam (default: the recipe's).")] = None,
     lenpen: LenpenOption = None,
+    lenpen_form: LenpenFormOption = None,
     gather_tokens: Annotated[int | None, typer.Option(min=1, help="A batch gathers requests up to this many "
                                                       "source tokens × beam (default: the decoding budget).")] = None,
     max_wait_ms: Annotated[float, typer.Option(min=0.0, help="...or until no request has come for this long "
@@ -442,7 +450,8 @@ def serve(
     from nmtk.serve.server import serve as run_server
 
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision)
-    search = dict(beam=beam, length_penalty=lenpen, no_repeat_ngram_size=no_repeat_ngram_size,
+    search = dict(beam=beam, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
+                  no_repeat_ngram_size=no_repeat_ngram_size,
                   repetition_penalty=repetition_penalty)
     run_server(ServeOptions(load=load, search=search, host=host, port=port, glossary=glossary,
                             glossary_ignore_case=glossary_ignore_case or None, bans=ban,

@@ -19,6 +19,17 @@ class ExportFormat(str, Enum):
     hf = "hf"
 
 
+class LengthPenaltyForm(str, Enum):
+    """``--lenpen-form``: the recipe's ``decode.length_penalty_form``."""
+
+    gnmt = "gnmt"
+    power = "power"
+
+
+def form_value(form: LengthPenaltyForm | None) -> str | None:
+    return form.value if form is not None else None
+
+
 class ConstraintOrder(str, Enum):
     """``translate --constraints``: whether a line's terms may appear in any order (fairseq's choices)."""
 

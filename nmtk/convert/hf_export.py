@@ -97,10 +97,13 @@ def generation_config(recipe: Recipe, config: dict[str, Any], target_mean_len: f
     length, α/(5 + |y|) against α'/g: equal at the training data's mean target length L (g = L) when
     α' = α·L/(L + 6). Without that length (a run with no training data, an imported model), α' = α.
     On the Multi30k spm model (L 14.8, α 0.6 → 0.43) the mapping raised beam-4 outputs identical to
-    nmtk's from 934 to 971 of 1,000 (before empty translations were barred; with that too, 992)."""
+    nmtk's from 934 to 971 of 1,000 (before empty translations were barred; with that too, 992).
+    With ``length_penalty_form = "power"`` nmtk divides by |y|^α: α/(g + 1) against α'/g gives
+    α' = α·L/(L + 1)."""
     d = recipe.decode
+    offset = 1 if d.length_penalty_form == "power" else 6
     alpha = d.length_penalty if not target_mean_len else round(d.length_penalty * target_mean_len
-                                                                  / (target_mean_len + 6), 4)
+                                                                  / (target_mean_len + offset), 4)
     banned = sorted({config["pad_token_id"], config["decoder_start_token_id"]})  # nmtk's search never emits them
     generation = {"decoder_start_token_id": config["decoder_start_token_id"], "eos_token_id": config["eos_token_id"],
                   "pad_token_id": config["pad_token_id"], "forced_eos_token_id": config["eos_token_id"],
@@ -220,7 +223,8 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
 `generation_config.json` holds the recipe's beam ({recipe.decode.beam}) and length penalty
-({recipe.decode.length_penalty}; nmtk's is GNMT's ((5+|y|)/6)^α, transformers' |y|^α). nmtk limits each
+({recipe.decode.length_penalty}, in nmtk's form {recipe.decode.length_penalty_form!r}: GNMT's ((5+|y|)/6)^α or
+|y|^α; transformers' is |y|^α over the tokens before EOS, α mapped to it). nmtk limits each
 output to {recipe.decode.max_len_a}·|source| + {recipe.decode.max_len_b} tokens; transformers has one limit for all.
 `nmtk import THIS_FOLDER -o RUN` turns the folder back into an nmtk run.
 """

@@ -4,10 +4,10 @@ A deployment pays neither torch's memory (~200 MB) nor its import time: `load_tr
 this module, never torch, for an exported folder. The converter that writes such a folder is
 `nmtk.convert.ctranslate2`.
 
-Scoring differs in one place. CTranslate2 normalises a hypothesis' log-probability by |Y|^α, nmtk
-by GNMT's ((5 + |Y|) / 6)^α; with α = 0 both rank by the raw log-probability. The search's
-``length_penalty`` is passed on as CTranslate2's α (docs/decoding.md, "Deploying", measures what that
-changes).
+Scoring: CTranslate2 normalises a hypothesis' log-probability by |Y|^α and ends a sentence's search
+once its beam has finished: nmtk's ``length_penalty_form = "power"``, with which both engines
+translate alike. The recipes' default, GNMT's ((5 + |Y|) / 6)^α, CTranslate2 cannot do: such a
+search is run as ``power`` with the same α, and said once (docs/decoding.md, "Length penalty").
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from nmtk.console import console
 from nmtk.data.batching import length_batches
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
@@ -51,6 +52,7 @@ class Ct2Translator(TranslatorBase):
     quantization: str = ""
     device: str = "cpu"
     _seeded: set[int] = field(default_factory=set, init=False, repr=False)
+    _said_form: bool = field(default=False, init=False, repr=False)
 
     @classmethod
     def load(cls, source: ModelSource, device: str = "cpu", threads: int = 0, compute_type: str | None = None,
@@ -104,6 +106,7 @@ class Ct2Translator(TranslatorBase):
         controls = controls or [None] * len(pieces)
         if any(c and c.constraints for c in controls):
             raise NmtkError("constraints need nmtk's own engine: CTranslate2 has no constrained search")
+        self._say_form(search)
         lengths = np.fromiter((len(s) + 1 for s in pieces), dtype=np.int64, count=len(pieces))
         limits = [search.output_limit(len(s), self.max_positions, len(c.prefix) if c else 0)
                   for s, c in zip(pieces, controls, strict=True)]
@@ -121,6 +124,16 @@ class Ct2Translator(TranslatorBase):
                 for limit in sorted({limits[i] for i in todo}):
                     self._decode_into(out, pieces, [i for i in todo if limits[i] == limit], limit, search, controls)
         return out
+
+    def _say_form(self, search: SearchConfig) -> None:
+        """The one line that says a GNMT-normalised beam search runs here as CTranslate2's own."""
+        if self._said_form or search.length_penalty_form != "gnmt" or not search.length_penalty:
+            return
+        if search.sampling is None and search.beam > 1:
+            self._said_form = True
+            console.print(f"notice: CTranslate2 normalises by |Y|^α, not GNMT's ((5+|Y|)/6)^α: beam search runs "
+                          f"with α {search.length_penalty} in its form (length_penalty_form = power; "
+                          "a run translates alike with --lenpen-form power)")
 
     def _decode_into(self, out: list[list[Hypothesis]], pieces: list[list[int]], group: list[int], limit: int,
                      search: SearchConfig, controls: list[LineControls | None]) -> None:

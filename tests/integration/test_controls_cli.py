@@ -108,3 +108,27 @@ def test_each_bad_term_names_its_line_before_any_search(copy_run) -> None:
             ([None, Guidance(bans=(" ",))], short, "line 2: the banned phrase ' ' is empty")):
         with pytest.raises(NmtkError, match=message):
             translator.controls(guides, ids, search, first_line=1)
+
+
+def test_the_power_length_penalty_searches_as_ctranslate2_does(copy_run, exported) -> None:
+    """``length_penalty_form = "power"``: |Y|^α and a search that ends once the beam has finished, so
+    the torch engine's n-best lists and scores are CTranslate2's, line for line, at any α."""
+    import random
+
+    from helpers import WORDS
+
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.precision import Precision
+    from nmtk.rundir import resolve_model
+
+    tmp, _, _ = copy_run
+    ours = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))
+    theirs = load_translator(resolve_model(exported), LoadOptions(threads=1))
+    rng = random.Random(5)
+    lines = LINES + [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 14))) for _ in range(60)]
+    for alpha in (0.6, 1.0, 2.0):
+        search = SearchConfig(beam=4, nbest=4, length_penalty=alpha, length_penalty_form="power")
+        for a, b in zip(ours.hypotheses(lines, search), theirs.hypotheses(lines, search), strict=True):
+            assert [h.tokens for h in a] == [h.tokens for h in b]
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)

@@ -253,6 +253,23 @@ def test_search_stops_exactly_when_no_live_beam_can_win() -> None:
     assert (best.tokens, model.steps) == ([B, B], 15)
 
 
+def test_the_power_form_divides_by_the_length_and_stops_once_the_beam_has_finished() -> None:
+    """``length_penalty_form = "power"`` (CTranslate2's, fairseq's search), beam 2, α = 1: step 2 finishes
+    "a </s>"; step 3 finishes "b b </s>" and "a a </s>" (or "a b </s>"), and with two finished the search
+    stops, where GNMT's rule above ran 15 steps. Ranked by log P / |Y|: "b b" -1.3626/3, "a" -1.2040/2."""
+    model = TableModel()
+    power = beam_search(model, SRC, SearchConfig(beam=2, nbest=2, length_penalty=1.0, length_penalty_form="power"))[0]
+    assert [h.tokens for h in power] == [[B, B], [A]] and model.steps == 3
+    assert [h.score for h in power] == pytest.approx([math.log(0.256) / 3, math.log(0.3) / 2], abs=1e-6)
+    assert length_penalty(3.0, 1.0, "power") == 3.0 and length_penalty(3.0, 1.0) == pytest.approx(8 / 6)
+    # α = 0: both forms are the raw log-probability and one stopping rule
+    model = TableModel()
+    best = beam_search(model, SRC, SearchConfig(beam=2, length_penalty=0.0, length_penalty_form="power"))[0][0]
+    assert (best.tokens, model.steps) == ([A], 3)
+    greedy = beam_search(TableModel(), SRC, SearchConfig(beam=1, length_penalty=1.0, length_penalty_form="power"))[0][0]
+    assert (greedy.tokens, greedy.score) == ([A], pytest.approx(math.log(0.3) / 2, abs=1e-6))
+
+
 def test_long_sources_are_cut_at_the_strongest_boundary_that_fits() -> None:
     from nmtk.decode.long_input import Segments, boundary_strengths, split_ids
 

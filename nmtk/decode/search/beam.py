@@ -8,7 +8,10 @@ its finished hypotheses, and the batch shrinks to the sentences still running. T
 step is the check whether any sentence finished; a step where some did copies their hypotheses to
 the host in one transfer per tensor (never one read per sentence).
 
-Scores are GNMT-normalised: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting EOS.
+Scores are length-normalised: log P(Y|X) / lp(Y). By default lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting
+EOS (GNMT's, the paper's). With ``length_penalty_form = "power"``, lp(Y) = |Y|^α (|Y| counting EOS
+too) and a sentence stops once K hypotheses have finished, its best then chosen among them:
+CTranslate2's (and fairseq's) search, so that the two engines translate alike.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from nmtk.decode.search.step import (
     start_beams,
     steer_at,
     step_log_probs,
+    stops_at_beam_finished,
 )
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -61,7 +65,7 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         done = tokens.eq(EOS_ID)
         step += 1
         if bool(done.any()):  # the step's one host read; then one batched copy of what finished
-            scores = raw / length_penalty(float(step), cfg.length_penalty)
+            scores = raw / length_penalty(float(step), cfg.length_penalty, cfg.length_penalty_form)
             finished = done.nonzero().flatten()
             for row, seq, score in zip(rows[finished].tolist(), history[finished, :-1].tolist(),
                                        scores[finished].tolist(), strict=True):
@@ -74,16 +78,36 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig,
 
 @torch.inference_mode()
 def _merge_finished(fin_scores: Tensor, fin_tokens: Tensor, cand_scores: Tensor, cand_tokens: Tensor,
-                    parents: Tensor, step: int, alpha: float) -> tuple[Tensor, Tensor]:
-    """Each sentence's K best finished hypotheses after this step: the EOS among its first K candidates
-    (``parents``: their histories, (B·K, step)), length-normalised, merged with the earlier finished."""
-    b, k, max_steps = fin_tokens.shape
-    normalised = cand_scores / length_penalty(float(step + 1), alpha)
+                    parents: Tensor, step: int, cfg: SearchConfig) -> tuple[Tensor, Tensor]:
+    """Each sentence's best finished hypotheses after this step, as many as ``fin_scores`` holds: the
+    EOS among its first K candidates (``parents``: their histories, (B·K, step)), length-normalised,
+    merged with the earlier finished."""
+    b, width, max_steps = fin_tokens.shape
+    k = cand_scores.size(1)
+    normalised = cand_scores / length_penalty(float(step + 1), cfg.length_penalty, cfg.length_penalty_form)
     new_fin = torch.where(cand_tokens.eq(EOS_ID), normalised, torch.full_like(normalised, NEG_INF))
     new_seqs = torch.full((b, k, max_steps), PAD_ID, dtype=torch.long, device=fin_tokens.device)
     new_seqs[:, :, :step] = parents.view(b, k, step)
-    merged_scores, pick = torch.cat([fin_scores, new_fin], dim=1).topk(k, dim=1)
+    merged_scores, pick = torch.cat([fin_scores, new_fin], dim=1).topk(width, dim=1)
     return merged_scores, torch.cat([fin_tokens, new_seqs], dim=1).gather(1, pick[..., None].expand(-1, -1, max_steps))
+
+
+def _no_finished(n: int, cfg: SearchConfig, max_steps: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Empty (n, width) scores and (n, width, max_steps) tokens of the finished hypotheses kept: the K
+    best; or, where a sentence stops once K have finished, all of them (fewer than K before a step, at
+    most K more in it)."""
+    width = 2 * cfg.beam if stops_at_beam_finished(cfg) else cfg.beam
+    return (torch.full((n, width), NEG_INF, device=device),
+            torch.full((n, width, max_steps), PAD_ID, dtype=torch.long, device=device))
+
+
+def _ready(fin_scores: Tensor, scores: Tensor, limit: Tensor, cfg: SearchConfig) -> Tensor:
+    """Per running sentence: whether its nbest-th finished score beats any live beam's best reachable
+    one (``scores``: the live beams', best first; ``limit``: its length limit); or, where a sentence
+    stops once K have finished, whether K have."""
+    if stops_at_beam_finished(cfg):
+        return fin_scores[:, cfg.beam - 1].isfinite()
+    return fin_scores[:, cfg.nbest - 1] >= scores[:, 0] / length_penalty(limit.float() + 1, cfg.length_penalty)
 
 
 def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
@@ -103,8 +127,7 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     max_steps, first_limit = int(limit.max()) + 1, int(limit.min())
 
     sent, scores, tokens, history = start_beams(n, k, device)
-    fin_scores = torch.full((n, k), NEG_INF, device=device)
-    fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
+    fin_scores, fin_tokens = _no_finished(n, cfg, max_steps, device)
     out = Results(n, k)
 
     for step in range(max_steps):
@@ -121,7 +144,7 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
 
         fin_scores, fin_tokens = _merge_finished(fin_scores, fin_tokens, cand_scores[:, :k], cand_tokens[:, :k],
                                                  history.index_select(0, flat_origin[:, :k].reshape(-1)), step,
-                                                 cfg.length_penalty)
+                                                 cfg)
 
         # Live: the K best candidates that are not EOS.
         live_scores = torch.where(cand_tokens.eq(EOS_ID), torch.full_like(cand_scores, NEG_INF), cand_scores)
@@ -131,11 +154,9 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
         cache.reorder(rows, memory=False)
 
-        # A sentence is done when its nbest-th finished score beats any live beam's best reachable one.
-        bound = scores[:, 0] / length_penalty(limit[sent].float() + 1, cfg.length_penalty)
-        done = (fin_scores[:, cfg.nbest - 1] >= bound) | (limit[sent] <= step) | scores[:, 0].isneginf()
+        done = _ready(fin_scores, scores, limit[sent], cfg) | (limit[sent] <= step) | scores[:, 0].isneginf()
         if bool(done.any()):  # the step's one host read; then one batched copy of what finished
-            keep = out.collect(done, sent, fin_tokens, fin_scores)
+            keep = out.collect(done, sent, fin_tokens[:, :k], fin_scores[:, :k])
             if keep.numel() == 0:
                 break
             keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)

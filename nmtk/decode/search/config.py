@@ -57,7 +57,7 @@ class LineControls:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """One search, whole: beam (1 = greedy), GNMT length penalty α, output length ≤ a·|x| + b, the n
+    """One search, whole: beam (1 = greedy), length penalty α and its form, output length ≤ a·|x| + b, the n
     best kept, the batch budget ``beam_tokens`` in source tokens × beam (× 1 for sampling; None: by
     device), sampling instead of beam search, and whether hypotheses carry word alignments.
 
@@ -69,6 +69,7 @@ class SearchConfig:
 
     beam: int = _DEFAULTS.beam
     length_penalty: float = _DEFAULTS.length_penalty
+    length_penalty_form: str = _DEFAULTS.length_penalty_form  # "gnmt" or "power" (`DecodeSection`)
     max_len_a: float = _DEFAULTS.max_len_a
     max_len_b: int = _DEFAULTS.max_len_b
     nbest: int = 1
@@ -87,6 +88,8 @@ class SearchConfig:
                             "hypotheses; raise the beam or leave it out (it then follows the n-best)")
         if self.sampling is not None and self.nbest > 1:
             raise NmtkError(f"n-best {self.nbest} with sampling: a sample is one hypothesis per line")
+        if self.length_penalty_form not in ("gnmt", "power"):
+            raise NmtkError(f"length penalty form {self.length_penalty_form!r}: gnmt or power")
         if self.no_repeat_ngram_size < 0 or self.repetition_penalty <= 0:
             raise NmtkError(f"no_repeat_ngram_size {self.no_repeat_ngram_size}, repetition_penalty "
                             f"{self.repetition_penalty}: the first must be 0 or more, the second above 0")
@@ -115,7 +118,8 @@ class SearchConfig:
     @classmethod
     def from_recipe(cls, decode: DecodeSection, **choices: Any) -> SearchConfig:
         """The search a command asks for, the recipe's ``[decode]`` filling what it leaves open (None)."""
-        base = cls(beam=decode.beam, length_penalty=decode.length_penalty, max_len_a=decode.max_len_a,
+        base = cls(beam=decode.beam, length_penalty=decode.length_penalty,
+                   length_penalty_form=decode.length_penalty_form, max_len_a=decode.max_len_a,
                    max_len_b=decode.max_len_b, beam_tokens=decode.beam_tokens,
                    no_repeat_ngram_size=decode.no_repeat_ngram_size, repetition_penalty=decode.repetition_penalty)
         return base.choose(**choices)

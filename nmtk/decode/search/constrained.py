@@ -240,7 +240,8 @@ def constrained_beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         met, progress, bank, met_tokens = terms.after(history, flat, cand_tokens.view(-1), row_cons, row_len)
         valid, is_eos = cand_scores.gt(NEG_INF), cand_tokens.eq(EOS_ID)
         # Finished: EOS candidates, merged into each sentence's K best by (constraint tokens, score).
-        ending = torch.where(is_eos & valid, cand_scores / length_penalty(float(step + 1), cfg.length_penalty),
+        ending = torch.where(is_eos & valid, cand_scores / length_penalty(float(step + 1), cfg.length_penalty,
+                                                                                cfg.length_penalty_form),
                              NEG_INF)
         finished.merge(ending, met_tokens.view(b, m), history.index_select(0, flat).view(b, m, step))
         # Live: K candidates round-robin across banks, fullest first.
@@ -254,7 +255,7 @@ def constrained_beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         cache.reorder(rows, memory=False)
         # Done: its n best finished meet every constraint and no live beam can beat them; or the limit.
         best_live = scores.max(dim=1).values
-        bound = best_live / length_penalty(limit[sent].float() + 1, cfg.length_penalty)
+        bound = best_live / length_penalty(limit[sent].float() + 1, cfg.length_penalty, cfg.length_penalty_form)
         full = finished.banks[:, : cfg.nbest].eq(total[sent][:, None]).all(dim=1)
         done = (full & (finished.scores[:, cfg.nbest - 1] >= bound)) | (limit[sent] <= step) | best_live.isneginf()
         if bool(done.any()):  # the step's one host read

@@ -75,6 +75,6 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, controls: Sequ
         if bool(finished.all()):
             break
     rows = torch.stack(steps, dim=1).tolist()
-    scores = (raw / length_penalty(length, cfg.length_penalty)).tolist()
+    scores = (raw / length_penalty(length, cfg.length_penalty, cfg.length_penalty_form)).tolist()
     return [[Hypothesis(row[: row.index(EOS_ID)] if EOS_ID in row else row, score)]
             for row, score in zip(rows, scores, strict=True)]

@@ -19,8 +19,18 @@ from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 NEG_INF = float("-inf")
 
 
-def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
+def length_penalty(length: Tensor | float, alpha: float, form: str = "gnmt") -> Tensor | float:
+    """What a hypothesis' log-probability is divided by; |Y| = ``length`` counts its EOS. ``gnmt``:
+    ((5 + |Y|) / 6)^α. ``power``: |Y|^α (CTranslate2's and fairseq's)."""
+    if form == "power":
+        return length**alpha
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def stops_at_beam_finished(cfg: SearchConfig) -> bool:
+    """Whether a beam search ends once ``beam`` hypotheses have finished (the ``power`` form's rule, as
+    CTranslate2 and fairseq; with α = 0 both rules are one: the best finished beats every live beam)."""
+    return cfg.length_penalty_form == "power" and cfg.length_penalty != 0
 
 
 def max_lengths(src: Tensor, cfg: SearchConfig, model: Decoder, steering: Steering | None = None) -> Tensor:
