@@ -139,3 +139,18 @@ def test_input_lines_and_glossaries_parse_or_name_their_line(tmp_path: Path) -> 
         bad.write_text(text, encoding="utf-8")
         with pytest.raises(NmtkError, match=message):
             Glossary.read(bad)
+
+
+@pytest.mark.parametrize(("form", "alpha"), [("gnmt", round(0.6 * 14.8 / 20.8, 4)),
+                                             ("power", round(0.6 * 14.8 / 15.8, 4))])
+def test_the_hugging_face_export_maps_alpha_for_each_length_penalty_form(form: str, alpha: float) -> None:
+    """transformers divides by g^α' (g: tokens before EOS); α' grows as nmtk's penalty does at the mean
+    target length L = 14.8: α·L/(L + 6) for GNMT's ((5 + |Y|)/6)^α, α·L/(L + 1) for |Y|^α."""
+    from nmtk.convert.hf_export import generation_config
+    from nmtk.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "multi30k-en-de.toml")
+    recipe = recipe.model_copy(update={"decode": recipe.decode.model_copy(update={"length_penalty_form": form})})
+    config = {"pad_token_id": 1, "decoder_start_token_id": 1, "eos_token_id": 0, "max_position_embeddings": 512}
+    assert generation_config(recipe, config, 14.8)["length_penalty"] == alpha
+    assert generation_config(recipe, config)["length_penalty"] == 0.6  # no training data: α as it is
