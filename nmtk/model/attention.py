@@ -34,9 +34,9 @@ Per thread, so that a server decoding on two threads can align on one while the 
 
 CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 """SDPA's kernels on a GPU: all but cuDNN's. PyTorch 2.11 picks cuDNN first on an H100, and cuDNN
-builds an execution plan for every new shape: 92–135 ms each (`benchmarks/sdpa.py`, base model),
-where token-bucket batches and every decoding step bring new shapes. Once built it is no faster than
-flash (causal) or memory-efficient (masked): 0.25–0.29 against 0.22–0.32 ms per call."""
+builds an execution plan for every new shape: 90–135 ms each over two runs (`benchmarks/sdpa.py`,
+base model), where token-bucket batches and every decoding step bring new shapes. Once built it is no
+faster than flash (causal) or memory-efficient (masked): 0.24–0.31 against 0.22–0.36 ms per call."""
 
 
 def _kernels(q: Tensor) -> AbstractContextManager:
