@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import collections
 import time
+from functools import partial
 
 import torch
-import torch.nn.functional as F
+from sdpa import forward_backward
 from torch.profiler import ProfilerActivity, profile
 
 from nmtk.model.config import ModelConfig
@@ -33,14 +34,7 @@ def main() -> None:
         model = Transformer(cfg).to(device).train()
         if mode == "compiled":
             model.compile_layers()
-
-        def step(model: Transformer = model) -> None:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                logits = model(src, tgt[:, :-1], src_padded=True)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0)
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-
+        step = partial(forward_backward, model, src, tgt, torch.bfloat16)
         start = time.perf_counter()
         for _ in range(3):
             step()

@@ -145,6 +145,17 @@ def measure_calls(args: argparse.Namespace, device: torch.device, dtype: torch.d
     return report
 
 
+def forward_backward(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, dtype: torch.dtype) -> None:
+    """One teacher-forced forward + backward of ``model`` (the loss over full logits; autocast to
+    ``dtype`` unless fp32), its gradients then dropped: the unit both GPU model benchmarks time."""
+    autocast = torch.autocast(src.device.type, dtype=dtype) if dtype != torch.float32 else nullcontext()
+    with autocast:
+        logits = model(src, tgt[:, :-1], src_padded=True)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0)
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
 def measure_model(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
     """The eager model, forward + backward (loss over full logits), under each kernel choice."""
     import nmtk.model.attention as nmtk_attention
@@ -161,26 +172,18 @@ def measure_model(args: argparse.Namespace, device: torch.device, dtype: torch.d
         tgt = torch.randint(4, args.vocab, (b, t + 1), device=device)
         batches.append((src, tgt))
     target_tokens = sum(tgt[:, 1:].numel() for _, tgt in batches)
-    autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else nullcontext()
     report = {}
     kernels = {"nmtk": list(nmtk_attention.CUDA_KERNELS),
                "pytorch": [b for name in ("flash", "efficient", "cudnn", "math") for b in BACKENDS[name]],
                **{name: [*BACKENDS[name], SDPBackend.FLASH_ATTENTION] for name in ("efficient", "cudnn", "math")}}
     for name, choice in kernels.items():  # flash stays for the causal call
-        def step(src: torch.Tensor, tgt: torch.Tensor) -> None:
-            with autocast:
-                logits = model(src, tgt[:, :-1], src_padded=True)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0)
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-
         if name == "nmtk":  # the device's first use (cuBLAS, allocator) out of every row's first pass
-            step(*batches[0])
+            forward_backward(model, *batches[0], dtype)
         nmtk_attention.CUDA_KERNELS = choice  # what `attention` allows on a GPU, for this row
         try:
             first = time.perf_counter()
             for src, tgt in batches:  # every shape once: what a kernel pays for shapes it has not seen
-                step(src, tgt)
+                forward_backward(model, src, tgt, dtype)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             first = time.perf_counter() - first
@@ -190,7 +193,7 @@ def measure_model(args: argparse.Namespace, device: torch.device, dtype: torch.d
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 for src, tgt in batches:
-                    step(src, tgt)
+                    forward_backward(model, src, tgt, dtype)
                 queued.append(time.perf_counter() - t0)
                 if device.type == "cuda":
                     torch.cuda.synchronize()

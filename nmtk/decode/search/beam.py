@@ -107,7 +107,8 @@ def _ready(fin_scores: Tensor, scores: Tensor, limit: Tensor, cfg: SearchConfig)
     stops once K have finished, whether K have."""
     if stops_at_beam_finished(cfg):
         return fin_scores[:, cfg.beam - 1].isfinite()
-    return fin_scores[:, cfg.nbest - 1] >= scores[:, 0] / length_penalty(limit.float() + 1, cfg.length_penalty)
+    bound = scores[:, 0] / length_penalty(limit.float() + 1, cfg.length_penalty, cfg.length_penalty_form)
+    return fin_scores[:, cfg.nbest - 1] >= bound
 
 
 def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
