@@ -149,8 +149,6 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     trainer = Trainer(recipe, data_dir, manifest, training_pipelines(data_dir, recipe, manifest), run, device, info)
     if checkpoint is not None:
         trainer.resume(checkpoint)
-        if info.is_main:  # lines of updates after the resumed one would be repeated: the log restarts there
-            truncate_log(run.log_path, trainer.state.update)
         finished = trainer.stopping.limit(trainer.state)
         if finished:  # the same on every rank: the state comes from one checkpoint
             if info.is_main:
@@ -222,5 +220,8 @@ def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: Manifest, i
     barrier(info)
     if info.is_main:
         run.freeze(recipe, data_dir, manifest)
+        if checkpoint is not None:  # lines of updates after the resumed one would be repeated: the log restarts
+            # there, before the Trainer opens it to append (a later atomic rewrite would orphan its handle)
+            truncate_log(run.log_path, checkpoint.state["update"])
     barrier(info)
     return checkpoint

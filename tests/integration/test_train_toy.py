@@ -96,6 +96,12 @@ def test_sigkill_then_resume_is_bitwise_identical(toy) -> None:
     resumed = train(tmp, recipe, env, "killed", *common, "--set", f"train.max_updates={n}")
     assert f"resuming {tmp / 'killed'} from update {last}" in resumed.stderr.replace("\n", "")
     assert_bitwise_equal(tmp / "straight" / "checkpoint_last.pt", tmp / "killed" / "checkpoint_last.pt")
+    # The log, cut back to the resumed update, goes on: the uninterrupted run's lines (the first window
+    # after the resume averages fewer updates; the windows after it are the same updates)
+    logged = [[(r["update"], r["loss"]) for r in map(json.loads, (tmp / run / "train.jsonl").read_text().splitlines())
+               if "validation" not in r] for run in ("straight", "killed")]
+    assert [u for u, _ in logged[0]] == [u for u, _ in logged[1]] and logged[0][-1][0] == n, logged
+    assert logged[0][-1] == logged[1][-1], logged
 
 
 def test_sigterm_saves_and_exits_zero(toy) -> None:
