@@ -7,7 +7,8 @@ number of pairs) trained ``--pair-minutes`` (10), then the multilingual model tr
 (30), one after the other, on this machine. Each run is averaged (its recipe's last 5 checkpoints),
 then translates the pair's test_2016_flickr (beam 4, the recipe's decoding settings; with
 ``--lenpen``, the length penalty its own valid set scores best with) and is scored with sacreBLEU.
-Prints one JSON line: per direction both BLEU figures and both update counts.
+Prints one JSON line: per direction both BLEU figures, update counts and parameter counts (the layers are
+the same; the multilingual vocabulary is larger).
 
 Nothing else may run meanwhile: the comparison is one of training speed as much as of quality.
 A run already trained for its minutes is not trained again (`nmtk train` finds it finished), so a
@@ -32,7 +33,8 @@ from pathlib import Path
 from _util import ROOT, data_root
 
 from nmtk.data.multilingual import pair_recipe
-from nmtk.recipe import LanguagePair, Recipe, load_recipe, recipe_to_toml
+from nmtk.model.transformer import parameter_count
+from nmtk.recipe import LanguagePair, Recipe, load_recipe, model_config, recipe_to_toml
 
 RECIPE = ROOT / "recipes" / "multi30k-en-many.toml"
 ONE_PAIR = ROOT / "recipes" / "multi30k-en-de.toml"
@@ -74,10 +76,13 @@ def evaluate(run: Path, files: Callable[[str], tuple[Path, Path]], alphas: list[
 
 
 def alone_recipe(many: Recipe, pair: LanguagePair, one_pair: Recipe) -> Recipe:
-    """``pair`` of ``many`` alone, with the one-pair demo's optimiser, schedule and checkpoint spacing."""
+    """``pair`` of ``many`` alone, with the one-pair demo's vocabulary size, optimiser, schedule and
+    checkpoint spacing: the multilingual recipe's vocabulary is sized for its four languages."""
     one = pair_recipe(many, pair)
     train = one.train.model_copy(update={"save_every_updates": one_pair.train.save_every_updates})
-    return one.model_copy(update={"name": f"multi30k-{pair.name}-alone", "optim": one_pair.optim, "train": train})
+    tokenizer = one.tokenizer.model_copy(update={"vocab_size": one_pair.tokenizer.vocab_size})
+    return one.model_copy(update={"name": f"multi30k-{pair.name}-alone", "optim": one_pair.optim, "train": train,
+                                  "tokenizer": tokenizer})
 
 
 def main() -> None:
@@ -101,14 +106,15 @@ def main() -> None:
         updates = train(path, run, data, args.pair_minutes)
         files = partial(lambda d, p, split: (d / f"{split}.raw.{p.source_lang}", d / f"{split}.raw.{p.target_lang}"),
                         data, pair)
-        report["pairs"][pair.name] = {"alone": {"updates": updates, **evaluate(run, files, alphas)}}
+        report["pairs"][pair.name] = {"alone": {"updates": updates, "parameters": parameter_count(model_config(one)),
+                                                **evaluate(run, files, alphas)}}
     run = args.out / "many"
     report["many_updates"] = train(RECIPE, run, many_data, args.many_minutes)
     for pair in many.data.language_pairs():
         files = partial(lambda p, split: (many_data / f"{split}.{p.name}.raw.{p.source_lang}",
                                           many_data / f"{split}.{p.name}.raw.{p.target_lang}"), pair)
         entry = report["pairs"][pair.name]
-        entry["many"] = {"updates": report["many_updates"],
+        entry["many"] = {"updates": report["many_updates"], "parameters": parameter_count(model_config(many)),
                          **evaluate(run, files, alphas, "--target-lang", pair.target_lang)}
         entry["many_at_least_alone"] = entry["many"]["bleu"] >= entry["alone"]["bleu"]
     print(json.dumps(report))
