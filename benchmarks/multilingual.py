@@ -77,12 +77,14 @@ def evaluate(run: Path, files: Callable[[str], tuple[Path, Path]], alphas: list[
 
 def alone_recipe(many: Recipe, pair: LanguagePair, one_pair: Recipe) -> Recipe:
     """``pair`` of ``many`` alone, with the one-pair demo's vocabulary size, optimiser, schedule and
-    checkpoint spacing: the multilingual recipe's vocabulary is sized for its four languages."""
+    checkpoint spacing (the multilingual recipe's vocabulary is sized for its four languages), and one
+    softmax over its whole vocabulary, as the demo's."""
     one = pair_recipe(many, pair)
     train = one.train.model_copy(update={"save_every_updates": one_pair.train.save_every_updates})
     tokenizer = one.tokenizer.model_copy(update={"vocab_size": one_pair.tokenizer.vocab_size})
+    model = one.model.model_copy(update={"output_vocab": "all"})
     return one.model_copy(update={"name": f"multi30k-{pair.name}-alone", "optim": one_pair.optim, "train": train,
-                                  "tokenizer": tokenizer})
+                                  "tokenizer": tokenizer, "model": model})
 
 
 def main() -> None:
@@ -110,11 +112,12 @@ def main() -> None:
                                                 **evaluate(run, files, alphas)}}
     run = args.out / "many"
     report["many_updates"] = train(RECIPE, run, many_data, args.many_minutes)
+    many_parameters = parameter_count(model_config(many))
     for pair in many.data.language_pairs():
         files = partial(lambda p, split: (many_data / f"{split}.{p.name}.raw.{p.source_lang}",
                                           many_data / f"{split}.{p.name}.raw.{p.target_lang}"), pair)
         entry = report["pairs"][pair.name]
-        entry["many"] = {"updates": report["many_updates"], "parameters": parameter_count(model_config(many)),
+        entry["many"] = {"updates": report["many_updates"], "parameters": many_parameters,
                          **evaluate(run, files, alphas, "--target-lang", pair.target_lang)}
         entry["many_at_least_alone"] = entry["many"]["bleu"] >= entry["alone"]["bleu"]
     print(json.dumps(report))

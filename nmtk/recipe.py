@@ -339,6 +339,11 @@ class ModelSection(Section):
     positions: Literal["paper", "fairseq"] | None = None
     """The sinusoid table: the paper's (unset), or ``fairseq``'s, which M2M-100 and NLLB models use
     (`nmtk import` writes it for them)."""
+    output_vocab: Literal["all", "per-target"] = "all"
+    """The softmax's pieces: ``all`` of the vocabulary; ``per-target`` (a recipe with
+    ``[[data.pairs]]``): for each target language only the pieces its training targets hold, a third
+    of a four-language vocabulary, so the output projection costs what a one-pair model's does
+    (docs/multilingual.md). The Hugging Face export needs ``all``."""
 
     @property
     def n_encoder_layers(self) -> int:
@@ -541,6 +546,8 @@ class Recipe(Section):
                 'model.share_embeddings = "all" needs tokenizer.joint = true '
                 "(one vocabulary for both languages)"
             )
+        if self.model.output_vocab == "per-target" and not self.data.multilingual:
+            raise ValueError('model.output_vocab = "per-target" needs several target languages ([[data.pairs]])')
         if self.average.last > self.train.keep_last:
             raise ValueError(
                 f"average.last ({self.average.last}) exceeds train.keep_last ({self.train.keep_last}): "
@@ -758,6 +765,7 @@ def model_config(recipe: Recipe, src_vocab: int | None = None, tgt_vocab: int | 
         activation=m.activation,
         output_bias=m.output_bias,
         positions=m.positions or "paper",
+        output_languages=len(recipe.data.targets()) if m.output_vocab == "per-target" else 0,
     )
 
 

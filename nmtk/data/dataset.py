@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from nmtk.data.binarized import BinarizedSplit, PairSplits
+from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -90,6 +91,20 @@ def training_split(data_dir: Path, manifest: Manifest) -> tuple[BinarizedSplit |
         split = PairSplits(data_dir, "train", manifest.pairs, manifest.dtype)
         return split, split.pair_ids
     return BinarizedSplit(data_dir, "train", manifest.source_lang, manifest.target_lang, manifest.dtype), None
+
+
+def target_pieces(data_dir: Path, manifest: Manifest, targets: list[str]) -> tuple[list[int], list[np.ndarray]]:
+    """Per target language: its tag's id and the ids its training targets hold (what a model with
+    per-language output vocabularies may produce, `nmtk.model.languages`)."""
+    if manifest.tag_style != "opus-mt" or not all(t in manifest.tags for t in targets):
+        raise NmtkError('model.output_vocab = "per-target" needs the target\'s tag before each source '
+                        f"(this data: {manifest.tag_style} tags for {sorted(manifest.tags)})")
+    produced = []
+    for target in targets:
+        pairs = [p for p in manifest.pairs if p.split("-")[1] == target]
+        splits = [BinarizedSplit(data_dir, f"train.{p}", *p.split("-"), manifest.dtype) for p in pairs]
+        produced.append(np.unique(np.concatenate([np.unique(s.tgt.ids) for s in splits])))
+    return [manifest.tags[t] for t in targets], produced
 
 
 def split_lengths(split: BinarizedSplit) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ class ModelConfig:
     activation: Literal["relu", "swish", "gelu"] = "relu"
     output_bias: bool = False
     positions: Literal["paper", "fairseq"] = "paper"  # fairseq: M2M-100/NLLB's sinusoids (`sinusoidal_positions`)
+    output_languages: int = 0  # > 0: each target language's softmax over its own pieces (`languages.py`)
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:
@@ -35,4 +36,9 @@ class ModelConfig:
             raise ValueError('share_embeddings="all" needs one vocabulary for both sides')
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As checkpoints store it; without ``output_languages`` when unused, so that a checkpoint of a
+        model without them reads as before."""
+        fields = asdict(self)
+        if not self.output_languages:
+            del fields["output_languages"]
+        return fields

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from nmtk.model.attention import KEPT, LayerCache
 from nmtk.model.config import ModelConfig
+from nmtk.model.languages import LanguageTable, OutputGroup
 from nmtk.model.layers import DecoderLayer, EncoderLayer
 
 T = TypeVar("T")
@@ -90,14 +91,16 @@ class Encoded(NamedTuple):
 
     memory: Tensor  # (B, S, d_model)
     mask: Tensor | None  # (B, 1, 1, S), True at real tokens; None when nothing is padded
+    allowed: Tensor | None = None  # (B, V) the pieces each sentence's target may hold (`output_languages`)
 
 
 class DecoderCache:
     """Incremental-decoding state for a batch: one `LayerCache` per decoder layer plus the source mask."""
 
-    def __init__(self, layers: list[LayerCache], memory_mask: Tensor | None) -> None:
+    def __init__(self, layers: list[LayerCache], memory_mask: Tensor | None, allowed: Tensor | None = None) -> None:
         self.layers = layers
         self.memory_mask = memory_mask
+        self.allowed = allowed  # (sentences, V) or None: see `Transformer.decode_step`
         self.length = 0  # target positions decoded so far
         self.beams = 1  # rows per source sentence, all attending to its one copy of the encoder output
 
@@ -121,6 +124,8 @@ class DecoderCache:
             layer.reorder(index, sentences)
         if sentences is not None and self.memory_mask is not None:
             self.memory_mask = self.memory_mask.index_select(0, sentences)
+        if sentences is not None and self.allowed is not None:
+            self.allowed = self.allowed.index_select(0, sentences)
 
 
 class Transformer(nn.Module):
@@ -148,6 +153,10 @@ class Transformer(nn.Module):
         self.output_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab)) if cfg.output_bias else None
         self._compiled: dict[str, list[Callable[..., Tensor]]] = {}  # see `compile_layers`
         self._output_columns: tuple[tuple[int, int, torch.dtype], Tensor] | None = None  # see `project`
+        if cfg.output_languages:  # buffers, so that checkpoints carry them (`set_output_languages`)
+            self.register_buffer("output_tags", torch.zeros(cfg.output_languages, dtype=torch.long))
+            self.register_buffer("output_allowed", torch.ones(cfg.output_languages, cfg.tgt_vocab, dtype=torch.bool))
+        self._languages: tuple[tuple[int, ...], LanguageTable] | None = None  # see `language_table`
 
     @classmethod
     def empty(cls, cfg: ModelConfig, device: torch.device) -> Transformer:
@@ -212,12 +221,39 @@ class Transformer(nn.Module):
         return real[:, None, None, :]
 
     def encode(self, src: Tensor, padded: bool | None = None) -> Encoded:
-        """Encoder output (B, S, d) and the source mask used by every attention over it."""
+        """Encoder output (B, S, d), the source mask used by every attention over it, and (with
+        `output_languages`) the pieces each sentence's target may hold."""
         mask = self.source_mask(src, padded)
         x = self.src_embed(src)
         for layer in self._layers("encoder"):
             x = layer(x, mask)
-        return Encoded(self.encoder_norm(x), mask)
+        table = self.language_table
+        allowed = None if table is None else table.allowed[table.language(src)]
+        return Encoded(self.encoder_norm(x), mask, allowed)
+
+    # ------------------------------------------------- per-language output vocabularies
+
+    def set_output_languages(self, tags: Tensor, allowed: Tensor) -> None:
+        """Each target language's tag id (L,) and the pieces it may produce (L, V) bool."""
+        with torch.no_grad():
+            self.output_tags.copy_(tags)
+            self.output_allowed.copy_(allowed)
+
+    @property
+    def language_table(self) -> LanguageTable | None:
+        """`LanguageTable` of the buffers (None without `output_languages`), remade when they change."""
+        if not self.cfg.output_languages:
+            return None
+        key = tuple(t.data_ptr() for t in (self.output_tags, self.output_allowed)) + tuple(
+            t._version for t in (self.output_tags, self.output_allowed))
+        if self._languages is None or self._languages[0] != key:
+            self._languages = (key, LanguageTable(self.output_tags, self.output_allowed))
+        return self._languages[1]
+
+    def output_groups(self, src: Tensor) -> list[OutputGroup] | None:
+        """The batch's sentences by target language, for training's loss head (None: one softmax)."""
+        table = self.language_table
+        return None if table is None else table.groups(src)
 
     # ------------------------------------------------------------------ decoder
 
@@ -270,17 +306,20 @@ class Transformer(nn.Module):
         """Teacher-forced logits (B, T, V): position t predicts target token t+1.
 
         With ``head``, the decoder states (B, T, d) and `output_weight` go to ``head(states, weight)``
-        (``head(states, weight, bias=output_bias)`` for a model with an output bias) instead, and its
+        (``head(states, weight, bias=output_bias)`` for a model with an output bias; ``groups=`` the
+        batch's `output_groups` for a model with `output_languages`) instead, and its
         result is returned: training's chunked loss projects a few positions at a
         time, so the logits of a whole batch never exist at once. ``src_padded``: see `source_mask`.
         """
-        memory, mask = self.encode(src, src_padded)
+        memory, mask, allowed = self.encode(src, src_padded)
         states = self.decode(tgt_in, memory, mask)
         if head is None:
-            return self.project(states)
-        if self.output_bias is None:
-            return head(states, self.output_weight)
-        return head(states, self.output_weight, bias=self.output_bias)
+            logits = self.project(states)
+            return logits if allowed is None else logits.masked_fill(~allowed[:, None, :], float("-inf"))
+        extra = {} if self.output_bias is None else {"bias": self.output_bias}
+        if allowed is not None:
+            extra["groups"] = self.output_groups(src)
+        return head(states, self.output_weight, **extra)
 
     @contextmanager
     def attention_weights(self) -> Iterator[dict[str, list[Tensor]]]:
@@ -318,7 +357,7 @@ class Transformer(nn.Module):
         attention products would otherwise copy again (per layer, per step)."""
         layers = [LayerCache(*(t.contiguous() for t in layer.cross_attn.project_memory(encoded.memory)))
                   for layer in self.decoder]
-        return DecoderCache(layers, encoded.mask)
+        return DecoderCache(layers, encoded.mask, encoded.allowed)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """Logits (B, V) for the next position, given the last tokens (B,); advances the cache."""
@@ -326,7 +365,12 @@ class Transformer(nn.Module):
         for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
             y = layer(y, None, cache.memory_mask, cache=layer_cache, beams=cache.beams)
         cache.length += 1
-        return self.project(self.decoder_norm(y))[:, 0]
+        logits = self.project(self.decoder_norm(y))[:, 0]
+        if cache.allowed is None:
+            return logits
+        # a language's foreign pieces do not exist for it, as in CTranslate2's vocabulary map
+        rows = logits.view(-1, cache.beams, logits.size(-1))
+        return rows.masked_fill(~cache.allowed[:, None, :], float("-inf")).view_as(logits)
 
 
 def parameter_count(model: nn.Module | ModelConfig) -> int:

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmtk.model.languages import OutputGroup
+
 #: Target positions per chunk of `ProjectedLoss` on a CPU: 512 × 8,000 types × 4 bytes = 16 MiB of fp32
 #: logits (the d256 benchmark's 1.32 GiB peak). On a GPU the trainer passes the whole micro-batch
 #: (``train.loss_chunk_tokens``): one large product keeps the tensor cores busy, many small ones do not.
@@ -130,16 +132,26 @@ class ProjectedLoss(torch.autograd.Function):
 
 def projected_label_smoothed_loss(h: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
                                   chunk: int | None = CHUNK_POSITIONS, bias: Tensor | None = None,
-                                  body: LossBody | None = None) -> tuple[Tensor, Tensor]:
+                                  body: LossBody | None = None, groups: list[OutputGroup] | None = None
+                                  ) -> tuple[Tensor, Tensor]:
     """`label_smoothed_loss` of ``h @ weight.T`` without holding the logits of more than ``chunk``
     positions at once (None: all of them, one product).
 
-    ``h`` (..., d) are decoder states, ``weight`` (V, d) the output projection, ``bias`` (V,) its
+    ``h`` (B, T, d) are decoder states, ``weight`` (V, d) the output projection, ``bias`` (V,) its
     bias where the model has one. Under autocast the
     products run in its dtype, as ``F.linear`` would. ``body``: the chunk body when training
-    (`loss_head_chunk`, or its compiled form `fused_loss_head`). Returns (summed loss, summed NLL,
+    (`loss_head_chunk`, or its compiled form `fused_loss_head`). ``groups``: a model with
+    per-language output vocabularies (`Transformer.output_groups`): each group's sentences are scored
+    over its language's columns only, smoothing spread over those. Returns (summed loss, summed NLL,
     detached).
     """
+    if groups is not None:
+        loss = nll = torch.zeros((), dtype=torch.float32, device=h.device)
+        for rows, columns, local in groups:  # gathers: autograd scatters their gradients back
+            part = projected_label_smoothed_loss(h[rows], weight[columns], local[target[rows]], epsilon, pad_id,
+                                                 chunk, None if bias is None else bias[columns], body)
+            loss, nll = loss + part[0], nll + part[1]
+        return loss, nll
     device = h.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
     h, target = h.reshape(-1, h.size(-1)), target.reshape(-1)

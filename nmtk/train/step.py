@@ -21,6 +21,7 @@ from nmtk.data.dataset import Batch
 from nmtk.device import autocast_for
 from nmtk.errors import NmtkError
 from nmtk.model import Transformer
+from nmtk.model.languages import LANGUAGE_BUFFERS, merge_allowed
 from nmtk.precision import Precision
 from nmtk.recipe import Recipe
 from nmtk.train.distributed import DistInfo
@@ -208,8 +209,10 @@ class UpdateStep:
         if checkpoint.vocab not in (None, vocab_hash):
             raise NmtkError(f"--init-from {path}: its model was trained with another vocabulary than this data's; "
                             "set tokenizer.reuse to its run directory so that prepare uses that vocabulary")
-        state = checkpoint.model
-        own = self.model.state_dict()
+        # per-language output vocabularies are this recipe's choice, from this data (`Trainer`): the
+        # original's, if it had them, add their pieces to each target's (`merge_allowed`)
+        state = {k: v for k, v in checkpoint.model.items() if k not in LANGUAGE_BUFFERS}
+        own = {k: v for k, v in self.model.state_dict().items() if k not in LANGUAGE_BUFFERS}
         for name, tensor in state.items():
             if name in own and own[name].shape != tensor.shape:
                 raise NmtkError(f"--init-from {path}: {name} has shape {tuple(tensor.shape)}, "
@@ -217,4 +220,8 @@ class UpdateStep:
         missing = set(own) - set(state)
         if missing:
             raise NmtkError(f"--init-from {path}: checkpoint lacks {sorted(missing)[0]} (a different model?)")
-        self.model.load_state_dict(state)
+        self.model.load_state_dict(state, strict=False)
+        if self.model.language_table is not None and LANGUAGE_BUFFERS[0] in checkpoint.model:
+            tags = self.model.output_tags.clone()
+            merged = merge_allowed(tags, self.model.output_allowed, *(checkpoint.model[k] for k in LANGUAGE_BUFFERS))
+            self.model.set_output_languages(tags, merged)

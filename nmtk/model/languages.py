@@ -1,0 +1,87 @@
+"""Per-language output vocabularies: a multilingual model whose softmax for each target language runs
+over that language's pieces only (`ModelConfig.output_languages`).
+
+A joint vocabulary for four languages has ~16,000 pieces, of which each target language uses ~6,000
+(Multi30k: de 5,735, fr 5,446, cs 6,502). Over all 16,000, the output projection was the largest cost
+of a training step on a CPU (316 against 207 ms per update at the demo's shape); over the target's own
+pieces it costs what a one-pair model's does, and no probability goes to another language's pieces.
+
+The model holds, as buffers (so checkpoints carry them), each target language's tag id (the first
+token of its sources, ``>>de<<``) and the pieces it may produce. A source that begins with no known
+tag may produce every piece. Pieces that a language never produced in training are unknown to it:
+a reference that holds one is scored as ``<unk>`` there, and no search produces one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID
+
+#: The model's buffers that hold them (`Transformer.set_output_languages`).
+LANGUAGE_BUFFERS = ("output_tags", "output_allowed")
+
+#: Every language may produce the special symbols (``<pad>`` keeps local id 0, so padding is padding).
+ALWAYS_ALLOWED = tuple(range(len(SPECIAL_SYMBOLS)))
+
+
+class OutputGroup(NamedTuple):
+    """The sentences of a batch that share a target language, and that language's output columns."""
+
+    rows: Tensor  # (b,) sentence indices in the batch
+    columns: Tensor  # (V_l,) vocabulary ids, ascending, starting with the special symbols
+    local: Tensor  # (V,) each vocabulary id's column in ``columns`` (<unk>'s where it has none)
+
+
+class LanguageTable:
+    """Tags and allowed pieces as tensors for lookups: made from the model's buffers, remade when
+    they change (`Transformer.language_table`)."""
+
+    def __init__(self, tags: Tensor, allowed: Tensor) -> None:
+        vocab = allowed.size(1)
+        self.tags = tags
+        # one row more than there are languages: a source without a tag may produce every piece
+        self.allowed = torch.cat([allowed, torch.ones(1, vocab, dtype=torch.bool, device=allowed.device)])
+        self.columns = [row.nonzero().flatten() for row in self.allowed]
+        self.local = []
+        for columns in self.columns:
+            local = torch.full((vocab,), int(torch.searchsorted(columns, UNK_ID)), dtype=torch.long,
+                               device=allowed.device)
+            local[columns] = torch.arange(columns.numel(), device=allowed.device)
+            self.local.append(local)
+
+    def language(self, src: Tensor) -> Tensor:
+        """(B,) each source's target language: its index in the tags, or len(tags) for none."""
+        match = src[:, :1].eq(self.tags)  # (B, L)
+        untagged = torch.full_like(src[:, 0], self.tags.numel())
+        return torch.where(match.any(1), match.long().argmax(1), untagged)
+
+    def groups(self, src: Tensor) -> list[OutputGroup]:
+        """The batch's sentences by target language. Finding which languages a batch holds reads the
+        language ids on the host: one wait per batch on a GPU, none on a CPU, where the batch is."""
+        language = self.language(src)
+        present = torch.unique(language).tolist()
+        return [OutputGroup(language.eq(i).nonzero().flatten(), self.columns[i], self.local[i]) for i in present]
+
+
+def allowed_pieces(vocab: int, produced: list[Tensor]) -> Tensor:
+    """(L, V) bool: per target language, the ids its training targets hold, and the special symbols."""
+    allowed = torch.zeros(len(produced), vocab, dtype=torch.bool)
+    for row, ids in zip(allowed, produced, strict=True):
+        row[ids.long()] = True
+        row[list(ALWAYS_ALLOWED)] = True
+    return allowed
+
+
+def merge_allowed(tags: Tensor, allowed: Tensor, other_tags: Tensor, other_allowed: Tensor) -> Tensor:
+    """``allowed`` with, for each tag that ``other_tags`` has too, the other model's pieces added:
+    fine-tuning data may lack pieces that the original model produced, and should not take them away."""
+    merged = allowed.clone()
+    for row, tag in enumerate(tags.tolist()):
+        match = (other_tags == tag).nonzero().flatten().tolist()
+        if match:
+            merged[row] |= other_allowed[match[0]].to(merged.device)
+    return merged
