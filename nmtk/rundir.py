@@ -29,6 +29,8 @@ RECIPE = "recipe.toml"
 TRAIN_LOG = "train.jsonl"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
 EXPORT_MARKER = "nmtk-export.json"
+#: CTranslate2's vocabulary map in an export of a model with per-target output vocabularies.
+CT2_VOCAB_MAP = "vmap.txt"
 #: In every folder an nmtk command writes whole (an export of either format, an imported run): what
 #: `check_replaceable` looks for, the one rule of what ``--force`` may replace.
 WRITTEN_BY = "nmtk-written.json"
@@ -267,6 +269,11 @@ class ExportDir:
 
     def recipe(self) -> Recipe:
         return load_recipe(self.path / RECIPE)
+
+    @property
+    def vocab_map(self) -> Path:
+        """CTranslate2's vocabulary map: each target tag's pieces (`nmtk.convert.ctranslate2.vocab_map`)."""
+        return self.path / CT2_VOCAB_MAP
 
     def manifest(self) -> Manifest | None:
         """The run's manifest, copied beside the model (None in an export that has none)."""

@@ -23,9 +23,10 @@ import numpy as np
 
 from nmtk.convert.export import export_source, write_export
 from nmtk.errors import NmtkError
+from nmtk.files import write_text_atomic
 from nmtk.precision import Quantization
 from nmtk.recipe import Recipe
-from nmtk.rundir import EXPORT_MARKER, ModelSource, model_pipelines
+from nmtk.rundir import EXPORT_MARKER, ExportDir, ModelSource, model_pipelines
 from nmtk.vocab import BOS, EOS, UNK
 
 if TYPE_CHECKING:
@@ -115,16 +116,32 @@ def export_run(source: ModelSource, out: Path, quantization: str, force: bool) -
     if model.cfg.positions != "paper":
         raise NmtkError(f"{source.path}: an imported M2M-100 model (fairseq's positions): nmtk's CTranslate2 export "
                         "does not write those; convert the original folder with CTranslate2's own converter")
-    spec = model_spec(model, src_pipe.subwords.pieces(), tgt_pipe.subwords.pieces())
+    source_pieces, target_pieces = src_pipe.subwords.pieces(), tgt_pipe.subwords.pieces()
+    spec = model_spec(model, source_pieces, target_pieces)
 
     def fill(folder: Path) -> None:
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(str(folder))
+        if model.language_table is not None:
+            write_text_atomic(ExportDir(folder).vocab_map, vocab_map(model, source_pieces, target_pieces))
 
     return write_export(out, "ctranslate2", run, fill, {"quantization": quantization,
-                                                         "max_positions": model.cfg.max_positions},
+                                                         "max_positions": model.cfg.max_positions,
+                                                         "vocab_map": model.language_table is not None},
                         lambda meta: _readme(run.recipe, meta))
+
+
+def vocab_map(model: Transformer, source_pieces: list[str], target_pieces: list[str]) -> str:
+    """CTranslate2's vocabulary map of a model with per-target output vocabularies: one line per target,
+    its tag's piece, a tab, the pieces it may produce. Translated with ``use_vmap``, a batch of one
+    target's sources searches over that target's pieces, as nmtk does; a batch that mixes targets,
+    over the union of theirs (`nmtk.decode.ct2` never makes one)."""
+    lines = []
+    for tag, allowed in zip(model.output_tags.tolist(), model.output_allowed, strict=True):
+        pieces = " ".join(target_pieces[i] for i in allowed.nonzero().flatten().tolist())
+        lines.append(f"{source_pieces[tag]}\t{pieces}\n")
+    return "".join(lines)
 
 
 def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:
@@ -133,6 +150,9 @@ def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:
     tags = "" if not recipe.data.multilingual else (
         " Each source begins with its target language's tag (`>>de<<`, a vocabulary item): `nmtk translate "
         "--target-lang` puts it there; with CTranslate2 alone, put the tag's piece first.")
+    if meta.get("vocab_map"):
+        tags += (" Each target language produces only its own pieces (`vmap.txt`): with CTranslate2 alone, "
+                 "translate with `use_vmap=True` and one target language per call.")
     return f"""# {recipe.name}: a CTranslate2 model exported by nmtk {meta["nmtk"]}
 
 {", ".join(f"{p.source_lang} → {p.target_lang}" for p in pairs)}.{tags}

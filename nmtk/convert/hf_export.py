@@ -34,6 +34,10 @@ def check_exportable(recipe: Recipe) -> None:
                         "(recipes/multi30k-en-de-spm.toml) for Hugging Face")
     if recipe.model.norm != "post":
         raise NmtkError(f'{recipe.name}: model.norm = "pre"; MarianMT is post-norm (export with --format ctranslate2)')
+    if recipe.model.output_vocab != "all":
+        raise NmtkError(f'{recipe.name}: model.output_vocab = "per-target"; MarianMT has one softmax over the whole '
+                        "vocabulary for every target (export with --format ctranslate2, whose vocabulary map keeps "
+                        'each target\'s pieces, or train with model.output_vocab = "all")')
 
 
 def hf_state_dict(model: Transformer, src: SideVocab, tgt: SideVocab, shared: bool) -> dict[str, torch.Tensor]:

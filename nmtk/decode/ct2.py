@@ -88,6 +88,9 @@ class Ct2Translator(TranslatorBase):
         self.source_pieces = self.src_pipe.subwords.pieces()
         self.target_pieces = self.tgt_pipe.subwords.pieces()
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
+        # per-target output vocabularies (`nmtk.convert.ctranslate2.vocab_map`): CTranslate2 searches a
+        # call's union of its sources' targets, so each call holds one target (its tag, the first piece)
+        self.vocab_map = ExportDir(self.directory).vocab_map.is_file()
 
     def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
                       controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
@@ -112,10 +115,12 @@ class Ct2Translator(TranslatorBase):
                   for s, c in zip(pieces, controls, strict=True)]
         out: list[list[Hypothesis]] = [[] for _ in pieces]
         for batch in length_batches(lengths, search.budget(self.device), search.rows):
-            # CTranslate2 takes banned phrases per call: lines banning different ones are decoded apart
+            # CTranslate2 takes banned phrases (and, with a vocabulary map, the target's pieces) per
+            # call: lines that differ in them are decoded apart
             by_bans: dict[tuple, list[int]] = {}
             for i in batch:
-                by_bans.setdefault(controls[i].bans if controls[i] else (), []).append(int(i))
+                key = (controls[i].bans if controls[i] else (), pieces[i][0] if self.vocab_map and pieces[i] else None)
+                by_bans.setdefault(key, []).append(int(i))
             for todo in by_bans.values():
                 if search.sampling is None:
                     top = max(limits[i] for i in todo)
@@ -150,7 +155,7 @@ class Ct2Translator(TranslatorBase):
         options: dict[str, Any] = dict(max_decoding_length=max(limit, 1), min_decoding_length=1, max_input_length=0,
                                        return_scores=True, length_penalty=search.length_penalty,
                                        no_repeat_ngram_size=search.no_repeat_ngram_size,
-                                       repetition_penalty=search.repetition_penalty)
+                                       repetition_penalty=search.repetition_penalty, use_vmap=self.vocab_map)
         if sampling is None:
             options.update(beam_size=search.beam, num_hypotheses=search.nbest)
         else:

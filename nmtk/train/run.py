@@ -9,16 +9,19 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from nmtk.checkpoint import Checkpoint
 from nmtk.console import console
+from nmtk.data.dataset import target_pieces
 from nmtk.data.fetch import default_data_root
 from nmtk.data.prepare import default_out_dir, prepare
 from nmtk.device import keep_freed_memory, pick_device
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest, PreparedData
-from nmtk.model import parameter_count
+from nmtk.model import Transformer, parameter_count
+from nmtk.model.languages import allowed_pieces
 from nmtk.recipe import Recipe, differences, with_current_names
 from nmtk.rundir import RunDir, resolve_model, training_pipelines
 from nmtk.train.distributed import (
@@ -147,6 +150,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
     checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
     trainer = Trainer(recipe, data_dir, manifest, training_pipelines(data_dir, recipe, manifest), run, device, info)
+    _restrict_outputs(trainer.model, data_dir, manifest, recipe)
     if checkpoint is not None:
         trainer.resume(checkpoint)
         finished = trainer.stopping.limit(trainer.state)
@@ -184,6 +188,15 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
             console.print(f"torch.compile: {compile_report()}")
     return {"update": state.update, "reason": state.stop_reason, "best_bleu": state.best_bleu,
             "run_dir": str(run.path), "tgt_tokens_per_s": round(trainer.session_tokens_per_s)}
+
+
+def _restrict_outputs(model: Transformer, data_dir: Path, manifest: Manifest, recipe: Recipe) -> None:
+    """``model.output_vocab = "per-target"``: each target's tag and the pieces its training targets hold,
+    into the model (`nmtk.model.languages`), before a resume or ``--init-from`` loads weights over them."""
+    if model.cfg.output_languages:
+        tags, produced = target_pieces(data_dir, manifest, recipe.data.targets())
+        allowed = allowed_pieces(model.cfg.tgt_vocab, [torch.from_numpy(p.astype(np.int64)) for p in produced])
+        model.set_output_languages(torch.tensor(tags), allowed)
 
 
 def _init_weights(trainer: Trainer, init_from: Path, info: DistInfo, run: RunDir) -> None:

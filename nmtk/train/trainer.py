@@ -23,11 +23,10 @@ from nmtk.bf16_probe import Shapes
 from nmtk.checkpoint import BackgroundWriter, Checkpoint, SnapshotBuffers, rng_state, set_rng_state
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
-from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths, target_pieces, training_split
+from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths, training_split
 from nmtk.device import resolve_precision, use_tf32
 from nmtk.manifest import Manifest
 from nmtk.model import Transformer
-from nmtk.model.languages import allowed_pieces
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
 from nmtk.train.distributed import DistInfo, FlagSum, all_reduce_sum, barrier, per_process_update_freq
@@ -76,10 +75,6 @@ class Trainer:
         self.cfg = model_config(recipe, *manifest.vocab_sizes())
         torch.manual_seed(t.seed)
         self.model = Transformer(self.cfg).to(device)
-        if self.cfg.output_languages:  # each target's softmax over its own pieces (`nmtk.model.languages`)
-            tags, produced = target_pieces(data_dir, manifest, recipe.data.targets())
-            allowed = allowed_pieces(self.cfg.tgt_vocab, [torch.from_numpy(p.astype(np.int64)) for p in produced])
-            self.model.set_output_languages(torch.tensor(tags), allowed)
         shapes = Shapes(self.cfg.d_model, self.cfg.d_ff, self.cfg.tgt_vocab, rows=b.batch_tokens)
         self.precision, self.precision_reason = resolve_precision(t.precision, device, shapes)
         use_tf32(device, self.precision)

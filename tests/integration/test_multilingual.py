@@ -315,6 +315,76 @@ def test_one_server_routes_every_target_and_batches_them_together(many_run) -> N
         worker.stop()
 
 
+@pytest.fixture(scope="module")
+def per_target_run(many_run) -> tuple[Path, Path, Path]:
+    """The same data and model trained with per-target output vocabularies, 300 updates."""
+    from conftest import run_nmtk
+
+    _, data, tmp = many_run
+    run = tmp / "per-target"
+    result = run_nmtk("train", str(tmp / "toy-many.toml"), "--run-dir", str(run), "--data", str(data), "--threads", "1",
+                      "--set", "model.output_vocab=per-target", "--set", "train.max_updates=300")
+    assert result.returncode == 0, result.stderr
+    return run, data, tmp
+
+
+def test_per_target_vocabularies_are_each_targets_training_pieces(per_target_run, nmtk) -> None:
+    """Each target's pieces are those its training targets hold (and the special symbols), found by its
+    tag; the model learns and translates into the language asked for."""
+    import torch
+
+    from nmtk.checkpoint import load_model
+    from nmtk.data.binarized import BinarizedSplit
+    from nmtk.manifest import PreparedData
+
+    run, data, _ = per_target_run
+    manifest = PreparedData(data).manifest()
+    model = load_model(run / "checkpoint_last.pt", torch.device("cpu"))
+    assert model.output_tags.tolist() == [manifest.tags[lang] for lang in ("de", "fr", "cs")]
+    for row, lang in enumerate(("de", "fr", "cs")):
+        side = BinarizedSplit(data, f"train.en-{lang}", "en", lang, manifest.dtype).tgt
+        expected = set(np.unique(side.ids).tolist()) | {0, 1, 2, 3}
+        assert set(model.output_allowed[row].nonzero().flatten().tolist()) == expected
+        assert len(expected) < model.cfg.tgt_vocab
+    source = data / "test.en-de.raw.en"
+    for lang in TARGETS:
+        result = nmtk("translate", "-m", str(run), "--target-lang", lang, "-i", str(source))
+        assert result.returncode == 0, result.stderr
+        said = " ".join(result.stdout.splitlines()).replace(".", " ").split()
+        assert sum(w in TARGETS[lang].values() for w in said) > 0.7 * len(said), (lang, said[:20])
+
+
+def test_per_target_exports_to_ctranslate2_with_a_vocabulary_map_and_not_to_marianmt(per_target_run, nmtk) -> None:
+    run, data, tmp = per_target_run
+    export = tmp / "per-target-ct2"
+    result = nmtk("export", str(run), "-o", str(export))
+    assert result.returncode == 0, result.stderr
+    vmap = (export / "vmap.txt").read_text().splitlines()
+    assert [line.split("\t")[0] for line in vmap] == [">>de<<", ">>fr<<", ">>cs<<"]
+    assert "use_vmap=True" in (export / "README.md").read_text()
+    lines = (data / "test.en-de.raw.en").read_text().splitlines()
+    for lang in TARGETS:
+        for beam in ("1", "4"):
+            outputs = [nmtk("translate", "-m", str(model), "--target-lang", lang, "--beam", beam, "--precision", "fp32",
+                            "--lenpen-form", "power", stdin="\n".join(lines) + "\n").stdout.splitlines()
+                       for model in (run, export)]
+            same = sum(a == b for a, b in zip(*outputs, strict=True))
+            assert len(outputs[0]) == len(lines) and same >= 0.9 * len(lines), (lang, beam, same)
+    refused = nmtk("export", str(run), "-o", str(tmp / "per-target-hf"), "--format", "hf")
+    assert refused.returncode == 1 and 'model.output_vocab = "per-target"' in refused.stderr, refused.stderr
+    assert 'output_vocab' in refused.stderr.strip().splitlines()[-1] and not (tmp / "per-target-hf").exists()
+
+
+def test_a_one_softmax_model_fine_tunes_into_per_target_vocabularies(many_run, nmtk) -> None:
+    run, data, tmp = many_run
+    tuned = tmp / "tuned-per-target"
+    result = nmtk("train", str(tmp / "toy-many.toml"), "--run-dir", str(tuned), "--data", str(data), "--threads", "1",
+                  "--set", "model.output_vocab=per-target", "--set", "train.max_updates=20", "--init-from", str(run))
+    assert result.returncode == 0, result.stderr
+    translated = nmtk("translate", "-m", str(tuned), "--target-lang", "fr", stdin="the dog runs.\n")
+    assert translated.returncode == 0 and translated.stdout.strip(), translated.stderr
+
+
 def test_the_joint_subword_model_learns_on_an_equal_share_of_each_language(tmp_path: Path) -> None:
     """English is in both pairs (twice the lines) and French has a tenth of German's: each language
     still gives the learner at most input_sentence_size / languages lines, and French all it has."""

@@ -61,7 +61,7 @@ def naive_greedy(model: Transformer, src: torch.Tensor, cfg: SearchConfig) -> li
     out = []
     for row in src:
         row = row[row.ne(PAD_ID)][None]
-        memory, mask = model.encode(row)
+        memory, mask, _ = model.encode(row)
         prefix, limit = [BOS_ID], int(cfg.max_len_a * (row.size(1) - 1) + cfg.max_len_b)
         for _ in range(limit):
             logits = model.project(model.decode(torch.tensor([prefix]), memory, mask))[0, -1]

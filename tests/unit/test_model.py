@@ -32,7 +32,7 @@ def test_output_shapes(share: str, norm: str) -> None:
     model = tiny(share, norm)
     logits = model(tokens(3, 7), tokens(3, 5))
     assert logits.shape == (3, 5, model.cfg.tgt_vocab)
-    memory, _ = model.encode(tokens(3, 7))
+    memory = model.encode(tokens(3, 7)).memory
     assert memory.shape == (3, 7, 32)
 
 
