@@ -91,7 +91,7 @@ class Encoded(NamedTuple):
 
     memory: Tensor  # (B, S, d_model)
     mask: Tensor | None  # (B, 1, 1, S), True at real tokens; None when nothing is padded
-    allowed: Tensor | None = None  # (B, V) the pieces each sentence's target may hold (`output_languages`)
+    language: Tensor | None = None  # (B,) each sentence's target language (`output_languages`; `LanguageTable`)
 
 
 class DecoderCache:
@@ -222,14 +222,13 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, padded: bool | None = None) -> Encoded:
         """Encoder output (B, S, d), the source mask used by every attention over it, and (with
-        `output_languages`) the pieces each sentence's target may hold."""
+        `output_languages`) each sentence's target language."""
         mask = self.source_mask(src, padded)
         x = self.src_embed(src)
         for layer in self._layers("encoder"):
             x = layer(x, mask)
         table = self.language_table
-        allowed = None if table is None else table.allowed[table.language(src)]
-        return Encoded(self.encoder_norm(x), mask, allowed)
+        return Encoded(self.encoder_norm(x), mask, None if table is None else table.language(src))
 
     # ------------------------------------------------- per-language output vocabularies
 
@@ -250,10 +249,9 @@ class Transformer(nn.Module):
             self._languages = (key, LanguageTable(self.output_tags, self.output_allowed))
         return self._languages[1]
 
-    def output_groups(self, src: Tensor) -> list[OutputGroup] | None:
-        """The batch's sentences by target language, for training's loss head (None: one softmax)."""
-        table = self.language_table
-        return None if table is None else table.groups(src)
+    def output_groups(self, language: Tensor) -> list[OutputGroup]:
+        """The batch's sentences by target language (`Encoded.language`), for training's loss head."""
+        return self.language_table.groups(language)
 
     # ------------------------------------------------------------------ decoder
 
@@ -311,14 +309,16 @@ class Transformer(nn.Module):
         result is returned: training's chunked loss projects a few positions at a
         time, so the logits of a whole batch never exist at once. ``src_padded``: see `source_mask`.
         """
-        memory, mask, allowed = self.encode(src, src_padded)
+        memory, mask, language = self.encode(src, src_padded)
         states = self.decode(tgt_in, memory, mask)
         if head is None:
             logits = self.project(states)
-            return logits if allowed is None else logits.masked_fill(~allowed[:, None, :], float("-inf"))
+            if language is None:
+                return logits
+            return logits.masked_fill(~self.language_table.allowed[language][:, None, :], float("-inf"))
         extra = {} if self.output_bias is None else {"bias": self.output_bias}
-        if allowed is not None:
-            extra["groups"] = self.output_groups(src)
+        if language is not None:
+            extra["groups"] = self.output_groups(language)
         return head(states, self.output_weight, **extra)
 
     @contextmanager
@@ -357,7 +357,8 @@ class Transformer(nn.Module):
         attention products would otherwise copy again (per layer, per step)."""
         layers = [LayerCache(*(t.contiguous() for t in layer.cross_attn.project_memory(encoded.memory)))
                   for layer in self.decoder]
-        return DecoderCache(layers, encoded.mask, encoded.allowed)
+        allowed = None if encoded.language is None else self.language_table.allowed[encoded.language]
+        return DecoderCache(layers, encoded.mask, allowed)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """Logits (B, V) for the next position, given the last tokens (B,); advances the cache."""

@@ -209,7 +209,7 @@ class UpdateStep:
         if checkpoint.vocab not in (None, vocab_hash):
             raise NmtkError(f"--init-from {path}: its model was trained with another vocabulary than this data's; "
                             "set tokenizer.reuse to its run directory so that prepare uses that vocabulary")
-        # per-language output vocabularies are this recipe's choice, from this data (`Trainer`): the
+        # per-language output vocabularies are this recipe's choice, from this data (`run._restrict_outputs`): the
         # original's, if it had them, add their pieces to each target's (`merge_allowed`)
         state = {k: v for k, v in checkpoint.model.items() if k not in LANGUAGE_BUFFERS}
         own = {k: v for k, v in self.model.state_dict().items() if k not in LANGUAGE_BUFFERS}
@@ -220,6 +220,10 @@ class UpdateStep:
         missing = set(own) - set(state)
         if missing:
             raise NmtkError(f"--init-from {path}: checkpoint lacks {sorted(missing)[0]} (a different model?)")
+        extra = set(state) - set(own)
+        if extra:
+            raise NmtkError(f"--init-from {path}: checkpoint has {sorted(extra)[0]}, which this recipe's model lacks "
+                            "(a different model?)")
         self.model.load_state_dict(state, strict=False)
         if self.model.language_table is not None and LANGUAGE_BUFFERS[0] in checkpoint.model:
             tags = self.model.output_tags.clone()
