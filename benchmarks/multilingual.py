@@ -6,7 +6,8 @@ optimiser and schedule (``recipes/multi30k-en-de.toml``: the multilingual recipe
 number of pairs) trained ``--pair-minutes`` (10), then the multilingual model trained ``--many-minutes``
 (30), one after the other, on this machine. Each run is averaged (its recipe's last 5 checkpoints),
 then translates the pair's test_2016_flickr (beam 4, the recipe's decoding settings; with
-``--lenpen``, the length penalty its own valid set scores best with) and is scored with sacreBLEU.
+``--lenpen``, also with the length penalty its own valid set scores best with, and with ``--average``,
+with the number of averaged checkpoints and length penalty it does) and is scored with sacreBLEU.
 Prints one JSON line: per direction both BLEU figures, update counts and parameter counts (the layers are
 the same; the multilingual vocabulary is larger).
 
@@ -15,7 +16,7 @@ A run already trained for its minutes is not trained again (`nmtk train` finds i
 benchmark that stopped part-way goes on where it stopped.
 
 Usage: python benchmarks/multilingual.py [--pair-minutes 10] [--many-minutes 30] [--out runs/bench-multilingual]
-       [--lenpen 0.6,0.8,1.0]
+       [--lenpen 0.6,0.8,1.0] [--average 5,10]
 """
 
 from __future__ import annotations
@@ -48,11 +49,13 @@ def nmtk(*args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def train(recipe: Path, run: Path, data: Path, minutes: float) -> int:
-    """Train ``recipe`` into ``run`` for ``minutes``, average its last checkpoints; returns the updates."""
+def train(recipe: Path, run: Path, data: Path, minutes: float, windows: list[int]) -> int:
+    """Train ``recipe`` into ``run`` for ``minutes``, average its last N checkpoints for each N of
+    ``windows`` (``checkpoint_avg_last<N>.pt``); returns the updates."""
     nmtk("train", str(recipe), "--run-dir", str(run), "--data", str(data), "--set", f"train.max_minutes={minutes}")
-    if len(list(run.glob("checkpoint_[0-9]*.pt"))) >= 5:  # a smoke run (--pair-minutes 0.2) has fewer
-        nmtk("average", str(run), "--force")
+    for last in windows:
+        if len(list(run.glob("checkpoint_[0-9]*.pt"))) >= last:  # a smoke run (--pair-minutes 0.2) has fewer
+            nmtk("average", str(run), "--last", str(last), "--force")
     lines = (run / "train.jsonl").read_text().splitlines()
     return max(json.loads(line)["update"] for line in lines)
 
@@ -64,15 +67,26 @@ def bleu(run: Path, source: Path, reference: Path, *options: str) -> float:
     return round(json.loads(score.stdout)["bleu"]["score"], 2)
 
 
-def evaluate(run: Path, files: Callable[[str], tuple[Path, Path]], alphas: list[float], *options: str) -> dict:
-    """Test BLEU of ``run`` (``files(split)``: its source and reference), with the length penalty α of
-    ``alphas`` that scores best on the valid set (one α: the recipe's, no valid pass)."""
-    if len(alphas) == 1:
-        return {"bleu": bleu(run, *files("test_2016_flickr"), *options)}
-    valid = {a: bleu(run, *files("valid"), "--lenpen", str(a), *options) for a in alphas}
-    chosen = max(alphas, key=lambda a: valid[a])  # the first of equals
-    return {"bleu": bleu(run, *files("test_2016_flickr"), "--lenpen", str(chosen), *options), "lenpen": chosen,
-            "valid_bleu": valid}
+def evaluate(run: Path, files: Callable[[str], tuple[Path, Path]], alphas: list[float], windows: list[int],
+             *options: str) -> dict:
+    """Test BLEU of ``run`` (``files(split)``: its source and reference) with the recipe's averaging
+    (its first window: ``windows[0]``) and α (``alphas[0]``); then, where there is a choice, with the α
+    that scores best on the valid set for that averaging, and with the (window, α) that does."""
+    def settings(last: int, alpha: float) -> list[str]:
+        average = run / f"checkpoint_avg_last{last}.pt"  # absent after a smoke run: translate's default
+        return [*(["--checkpoint", str(average)] if average.exists() else []), "--lenpen", str(alpha), *options]
+
+    test = partial(bleu, run, *files("test_2016_flickr"))
+    result: dict = {"bleu": test(*settings(windows[0], alphas[0]))}
+    if len(alphas) == 1 and len(windows) == 1:
+        return result
+    valid = {(n, a): bleu(run, *files("valid"), *settings(n, a)) for n in windows for a in alphas}
+    result["valid_bleu"] = {f"last{n}/{a}": score for (n, a), score in valid.items()}
+    alpha = max(alphas, key=lambda a: valid[windows[0], a])  # the first of equals
+    result["lenpen"] = {"lenpen": alpha, "bleu": test(*settings(windows[0], alpha))}
+    last, alpha2 = max(valid, key=lambda k: valid[k])
+    result["window_lenpen"] = {"last": last, "lenpen": alpha2, "bleu": test(*settings(last, alpha2))}
+    return result
 
 
 def alone_recipe(many: Recipe, pair: LanguagePair, one_pair: Recipe) -> Recipe:
@@ -94,9 +108,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-multilingual")
     parser.add_argument("--lenpen", default=None, help="length penalties α to choose from on each run's valid "
                         "set, e.g. 0.6,0.8,1.0 (default: the recipes' α, no choice)")
+    parser.add_argument("--average", default=None, help="numbers of last checkpoints to average to choose from on "
+                        "each run's valid set, e.g. 5,10 (default: the recipes' average.last, no choice)")
     args = parser.parse_args()
-    alphas = [float(a) for a in args.lenpen.split(",")] if args.lenpen else [None]
     many, one_pair = load_recipe(RECIPE), load_recipe(ONE_PAIR)
+    alphas = [float(a) for a in args.lenpen.split(",")] if args.lenpen else [many.decode.length_penalty]
+    windows = [int(n) for n in args.average.split(",")] if args.average else [many.average.last]
+    if alphas[0] != many.decode.length_penalty or windows[0] != many.average.last:
+        sys.exit(f"--lenpen and --average begin with the recipes' own ({many.decode.length_penalty}, "
+                 f"{many.average.last}): the first figure of each run is the recipe's")
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"benchmark": "multilingual", "date": time.strftime("%Y-%m-%d"), "pairs": {}}
     many_data = ROOT / "data-bin" / many.name
@@ -105,21 +125,23 @@ def main() -> None:
         path = args.out / f"{one.name}.toml"
         path.write_text(recipe_to_toml(one), encoding="utf-8")
         run, data = args.out / pair.name, args.out / f"data-{pair.name}"
-        updates = train(path, run, data, args.pair_minutes)
+        updates = train(path, run, data, args.pair_minutes, windows)
         files = partial(lambda d, p, split: (d / f"{split}.raw.{p.source_lang}", d / f"{split}.raw.{p.target_lang}"),
                         data, pair)
         report["pairs"][pair.name] = {"alone": {"updates": updates, "parameters": parameter_count(model_config(one)),
-                                                **evaluate(run, files, alphas)}}
+                                                **evaluate(run, files, alphas, windows)}}
     run = args.out / "many"
-    report["many_updates"] = train(RECIPE, run, many_data, args.many_minutes)
+    report["many_updates"] = train(RECIPE, run, many_data, args.many_minutes, windows)
     many_parameters = parameter_count(model_config(many))
     for pair in many.data.language_pairs():
         files = partial(lambda p, split: (many_data / f"{split}.{p.name}.raw.{p.source_lang}",
                                           many_data / f"{split}.{p.name}.raw.{p.target_lang}"), pair)
         entry = report["pairs"][pair.name]
         entry["many"] = {"updates": report["many_updates"], "parameters": many_parameters,
-                         **evaluate(run, files, alphas, "--target-lang", pair.target_lang)}
-        entry["many_at_least_alone"] = entry["many"]["bleu"] >= entry["alone"]["bleu"]
+                         **evaluate(run, files, alphas, windows, "--target-lang", pair.target_lang)}
+        entry["many_at_least_alone"] = {key: entry["many"][key]["bleu"] >= entry["alone"][key]["bleu"]
+                                        for key in ("lenpen", "window_lenpen") if key in entry["many"]}
+        entry["many_at_least_alone"]["recipe"] = entry["many"]["bleu"] >= entry["alone"]["bleu"]
     print(json.dumps(report))
 
 

@@ -24,8 +24,10 @@ class Batch:
     """Source ``x </s>``, decoder input ``<s> y``, decoder target ``y </s>``; all padded with 0.
 
     What the training step needs to know about the batch is known here, on the CPU, from the
-    lengths: whether any source is padded (the encoder then needs a mask) and how many target tokens
-    it holds. Asking the device tensors instead would make the host wait for the GPU every step.
+    lengths: whether any source is padded (the encoder then needs a mask), how many target tokens
+    it holds, and (kept by `to`) each source's first token: a multilingual model's target-language tag,
+    by which the loss head groups the batch. Asking the device tensors instead would make the host wait
+    for the GPU every step.
     """
 
     src: Tensor
@@ -33,6 +35,7 @@ class Batch:
     tgt_out: Tensor
     src_padded: bool | None = None  # None: not known (ask the tensor)
     target_count: int | None = None
+    src_first: np.ndarray | None = None  # (B,) each source's first token (a target-language tag), on the host
 
     @property
     def target_tokens(self) -> int:
@@ -45,8 +48,9 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"  # asynchronous from pinned memory; a plain copy otherwise
+        first = self.src.numpy()[:, 0] if self.src_first is None and self.src.device.type == "cpu" else self.src_first
         return replace(self, src=self.src.to(device, non_blocking=nb), tgt_in=self.tgt_in.to(device, non_blocking=nb),
-                       tgt_out=self.tgt_out.to(device, non_blocking=nb))
+                       tgt_out=self.tgt_out.to(device, non_blocking=nb), src_first=first)
 
 
 def pad_multiple(device: torch.device) -> int:

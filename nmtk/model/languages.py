@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -44,6 +45,7 @@ class LanguageTable:
     def __init__(self, tags: Tensor, allowed: Tensor) -> None:
         vocab = allowed.size(1)
         self.tags = tags
+        self.host_tags = np.array(tags.tolist(), dtype=np.int64)  # read from the device once per table
         # one row more than there are languages: a source without a tag may produce every piece
         self.allowed = torch.cat([allowed, torch.ones(1, vocab, dtype=torch.bool, device=allowed.device)])
         self.columns = [row.nonzero().flatten() for row in self.allowed]
@@ -60,9 +62,22 @@ class LanguageTable:
         untagged = torch.full_like(src[:, 0], self.tags.numel())
         return torch.where(match.any(1), match.long().argmax(1), untagged)
 
-    def groups(self, language: Tensor) -> list[OutputGroup]:
-        """The batch's sentences by target language (`language`'s index per sentence). Finding which
-        languages a batch holds reads them on the host: one wait per batch on a GPU, none on a CPU."""
+    def host_language(self, first: np.ndarray) -> np.ndarray:
+        """`language` from each source's first token (B,) held on the host: what training's batches know
+        before their copy to the device (`Batch.src_first`). numpy, not tensors, so that nothing here is
+        a device op (nor moved to one by DDP, which moves every tensor argument)."""
+        match = first[:, None] == self.host_tags[None, :]
+        return np.where(match.any(1), match.argmax(1), len(self.host_tags))
+
+    def groups(self, language: Tensor | np.ndarray) -> list[OutputGroup]:
+        """The batch's sentences by target language (its index per sentence). From a host ``language``
+        (`host_language`) they are found on the host and their rows copied to the device without
+        waiting; from a device one (`Encoded.language`), finding which languages the batch holds reads
+        them back: one wait per batch on a GPU."""
+        if isinstance(language, np.ndarray):
+            device = self.allowed.device
+            return [OutputGroup(torch.from_numpy(np.flatnonzero(language == i)).to(device, non_blocking=True),
+                                self.columns[i], self.local[i]) for i in np.unique(language).tolist()]
         present = torch.unique(language).tolist()
         return [OutputGroup(language.eq(i).nonzero().flatten(), self.columns[i], self.local[i]) for i in present]
 

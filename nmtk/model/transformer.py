@@ -10,7 +10,7 @@ import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,9 @@ from nmtk.model.attention import KEPT, LayerCache
 from nmtk.model.config import ModelConfig
 from nmtk.model.languages import LanguageTable, OutputGroup
 from nmtk.model.layers import DecoderLayer, EncoderLayer
+
+if TYPE_CHECKING:
+    import numpy as np
 
 T = TypeVar("T")
 _KEEPING = threading.Lock()  # guards the modules' keep_weights counts (threads enter and leave attention_weights)
@@ -237,6 +240,7 @@ class Transformer(nn.Module):
         with torch.no_grad():
             self.output_tags.copy_(tags)
             self.output_allowed.copy_(allowed)
+        self.language_table  # made now, not inside the first training step  # noqa: B018
 
     @property
     def language_table(self) -> LanguageTable | None:
@@ -249,9 +253,11 @@ class Transformer(nn.Module):
             self._languages = (key, LanguageTable(self.output_tags, self.output_allowed))
         return self._languages[1]
 
-    def output_groups(self, language: Tensor) -> list[OutputGroup]:
-        """The batch's sentences by target language (`Encoded.language`), for training's loss head."""
-        return self.language_table.groups(language)
+    def output_groups(self, language: Tensor, src_first: np.ndarray | None = None) -> list[OutputGroup]:
+        """The batch's sentences by target language (`Encoded.language`), for training's loss head; from
+        ``src_first``, each source's first token on the host, where the caller has it (no device read)."""
+        table = self.language_table
+        return table.groups(language if src_first is None else table.host_language(src_first))
 
     # ------------------------------------------------------------------ decoder
 
@@ -300,14 +306,15 @@ class Transformer(nn.Module):
         return self.output.weight if self.output is not None else self.tgt_embed.table.weight
 
     def forward(self, src: Tensor, tgt_in: Tensor, head: Callable[[Tensor, Tensor], T] | None = None,
-                src_padded: bool | None = None) -> Tensor | T:
+                src_padded: bool | None = None, src_first: np.ndarray | None = None) -> Tensor | T:
         """Teacher-forced logits (B, T, V): position t predicts target token t+1.
 
         With ``head``, the decoder states (B, T, d) and `output_weight` go to ``head(states, weight)``
         (``head(states, weight, bias=output_bias)`` for a model with an output bias; ``groups=`` the
         batch's `output_groups` for a model with `output_languages`) instead, and its
         result is returned: training's chunked loss projects a few positions at a
-        time, so the logits of a whole batch never exist at once. ``src_padded``: see `source_mask`.
+        time, so the logits of a whole batch never exist at once. ``src_padded``: see `source_mask`;
+        ``src_first``: see `output_groups` (training's batches hold both on the host).
         """
         memory, mask, language = self.encode(src, src_padded)
         states = self.decode(tgt_in, memory, mask)
@@ -318,7 +325,7 @@ class Transformer(nn.Module):
             return logits.masked_fill(~self.language_table.allowed[language][:, None, :], float("-inf"))
         extra = {} if self.output_bias is None else {"bias": self.output_bias}
         if language is not None:
-            extra["groups"] = self.output_groups(language)
+            extra["groups"] = self.output_groups(language, src_first)
         return head(states, self.output_weight, **extra)
 
     @contextmanager

@@ -68,7 +68,8 @@ class UpdateStep:
                        epsilon=self.recipe.optim.label_smoothing, pad_id=PAD_ID, chunk=self.loss_chunk,
                        body=self.loss_body)
         with autocast_for(self.device, self.precision):
-            return self.module(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded)
+            return self.module(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded,
+                               src_first=batch.src_first)
 
     def run(self, batches: list[Batch], total_tokens: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One update over ``batches`` (the rank's ``update_freq``), ``total_tokens`` the update's target

@@ -94,7 +94,8 @@ class Validator:
             head = partial(projected_label_smoothed_loss, target=batch.tgt_out, epsilon=self.label_smoothing,
                            pad_id=PAD_ID)
             with autocast_for(self.device, precision):
-                loss, nll = model(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded)
+                loss, nll = model(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded,
+                                  src_first=batch.src_first)
             loss_sum += loss
             nll_sum += nll
             tokens += batch.target_tokens

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -373,6 +374,46 @@ def test_per_target_exports_to_ctranslate2_with_a_vocabulary_map_and_not_to_mari
     refused = nmtk("export", str(run), "-o", str(tmp / "per-target-hf"), "--format", "hf")
     assert refused.returncode == 1 and 'model.output_vocab = "per-target"' in refused.stderr, refused.stderr
     assert 'output_vocab' in refused.stderr.strip().splitlines()[-1] and not (tmp / "per-target-hf").exists()
+
+
+def test_per_target_updates_group_the_batch_on_the_host(per_target_run, tmp_path: Path) -> None:
+    """The loss head groups each batch by target language from its sources' first tokens on the host
+    (`Batch.src_first`): no read of a device value between two log lines (counted as in
+    test_train_parts), and the same loss as grouping by the device's tensor."""
+    import torch
+
+    from nmtk.data.dataset import collate
+    from nmtk.manifest import PreparedData
+    from nmtk.rundir import RunDir, training_pipelines
+    from nmtk.train.distributed import DistInfo
+    from nmtk.train.loss import projected_label_smoothed_loss
+    from nmtk.train.probe import update_costs
+    from nmtk.train.run import _restrict_outputs
+    from nmtk.train.trainer import Trainer
+
+    _, data, tmp = per_target_run
+    recipe = load_recipe(tmp / "toy-many.toml", ["model.output_vocab=per-target", "train.max_updates=9",
+                                                 "train.log_every_updates=4", "train.save_every_minutes=0",
+                                                 "train.validate_every_updates=1000"])
+    manifest = PreparedData(data).manifest()
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    trainer = Trainer(recipe, data, manifest, training_pipelines(data, recipe, manifest), run, torch.device("cpu"),
+                      DistInfo())
+    _restrict_outputs(trainer.model, data, manifest, recipe)
+    costs, sites = update_costs(trainer)
+    between = [c for c in costs if c.update % 4 and c.update != 9]
+    assert between and all(c.syncs == 0 for c in between), (costs, sites)
+    trainer.metrics.close()
+
+    model, split = trainer.model.eval(), trainer.train_split
+    batch = collate(split, np.arange(0, len(split), max(1, len(split) // 24))[:24]).to(torch.device("cpu"))
+    assert len(set(batch.src_first.tolist())) == 3  # the three targets' tags
+    head = partial(projected_label_smoothed_loss, target=batch.tgt_out, epsilon=0.1, pad_id=0)
+    with torch.no_grad():
+        host = model(batch.src, batch.tgt_in, head=head, src_first=batch.src_first)
+        device = model(batch.src, batch.tgt_in, head=head)
+    assert torch.equal(host[0], device[0]) and torch.equal(host[1], device[1])
 
 
 def test_a_one_softmax_model_fine_tunes_into_per_target_vocabularies(many_run, nmtk) -> None:
