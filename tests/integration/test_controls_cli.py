@@ -131,4 +131,5 @@ def test_the_power_length_penalty_searches_as_ctranslate2_does(copy_run, exporte
         search = SearchConfig(beam=4, nbest=4, length_penalty=alpha, length_penalty_form="power")
         for a, b in zip(ours.hypotheses(lines, search), theirs.hypotheses(lines, search), strict=True):
             assert [h.tokens for h in a] == [h.tokens for h in b]
-            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+            # the engines' GEMMs sum in different orders: 1.3e-4 apart on an Intel Xeon (Emerald Rapids)
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-3)
