@@ -8,7 +8,7 @@ number of pairs) trained ``--pair-minutes`` (10), then the multilingual model tr
 then translates the pair's test_2016_flickr (beam 4, the recipe's decoding settings; with
 ``--lenpen``, also with the length penalty its own valid set scores best with, and with ``--average``,
 with the number of averaged checkpoints and length penalty it does) and is scored with sacreBLEU.
-Prints one JSON line: per direction both BLEU figures, update counts and parameter counts (the layers are
+Prints one JSON line: per direction its BLEU figures, update counts and parameter counts (the layers are
 the same; the multilingual vocabulary is larger).
 
 Nothing else may run meanwhile: the comparison is one of training speed as much as of quality.
@@ -16,7 +16,7 @@ A run already trained for its minutes is not trained again (`nmtk train` finds i
 benchmark that stopped part-way goes on where it stopped.
 
 Usage: python benchmarks/multilingual.py [--pair-minutes 10] [--many-minutes 30] [--out runs/bench-multilingual]
-       [--lenpen 0.6,0.8,1.0] [--average 5,10]
+       [--lenpen 0.6,0.8,1.0] [--average 5,10] [--seed 2] [--alone-vocab 16000]
 """
 
 from __future__ import annotations
@@ -49,10 +49,11 @@ def nmtk(*args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def train(recipe: Path, run: Path, data: Path, minutes: float, windows: list[int]) -> int:
-    """Train ``recipe`` into ``run`` for ``minutes``, average its last N checkpoints for each N of
-    ``windows`` (``checkpoint_avg_last<N>.pt``); returns the updates."""
-    nmtk("train", str(recipe), "--run-dir", str(run), "--data", str(data), "--set", f"train.max_minutes={minutes}")
+def train(recipe: Path, run: Path, data: Path, minutes: float, windows: list[int], seed: int) -> int:
+    """Train ``recipe`` into ``run`` for ``minutes`` from ``seed``, average its last N checkpoints for
+    each N of ``windows`` (``checkpoint_avg_last<N>.pt``); returns the updates."""
+    nmtk("train", str(recipe), "--run-dir", str(run), "--data", str(data), "--set", f"train.max_minutes={minutes}",
+         "--set", f"train.seed={seed}")
     for last in windows:
         if len(list(run.glob("checkpoint_[0-9]*.pt"))) >= last:  # a smoke run (--pair-minutes 0.2) has fewer
             nmtk("average", str(run), "--last", str(last), "--force")
@@ -89,13 +90,13 @@ def evaluate(run: Path, files: Callable[[str], tuple[Path, Path]], alphas: list[
     return result
 
 
-def alone_recipe(many: Recipe, pair: LanguagePair, one_pair: Recipe) -> Recipe:
-    """``pair`` of ``many`` alone, with the one-pair demo's vocabulary size, optimiser, schedule and
-    checkpoint spacing (the multilingual recipe's vocabulary is sized for its four languages), and one
-    softmax over its whole vocabulary, as the demo's."""
+def alone_recipe(many: Recipe, pair: LanguagePair, one_pair: Recipe, vocab_size: int | None = None) -> Recipe:
+    """``pair`` of ``many`` alone, with the one-pair demo's vocabulary size (or ``vocab_size``: the
+    multilingual recipe's gives both models the same parameter count), optimiser, schedule and
+    checkpoint spacing, and one softmax over its whole vocabulary, as the demo's."""
     one = pair_recipe(many, pair)
     train = one.train.model_copy(update={"save_every_updates": one_pair.train.save_every_updates})
-    tokenizer = one.tokenizer.model_copy(update={"vocab_size": one_pair.tokenizer.vocab_size})
+    tokenizer = one.tokenizer.model_copy(update={"vocab_size": vocab_size or one_pair.tokenizer.vocab_size})
     model = one.model.model_copy(update={"output_vocab": "all"})
     return one.model_copy(update={"name": f"multi30k-{pair.name}-alone", "optim": one_pair.optim, "train": train,
                                   "tokenizer": tokenizer, "model": model})
@@ -110,6 +111,11 @@ def main() -> None:
                         "set, e.g. 0.6,0.8,1.0 (default: the recipes' α, no choice)")
     parser.add_argument("--average", default=None, help="numbers of last checkpoints to average to choose from on "
                         "each run's valid set, e.g. 5,10 (default: the recipes' average.last, no choice)")
+    parser.add_argument("--seed", type=int, default=None, help="training seed of every run (default: the "
+                        "multilingual recipe's); a second sitting with another seed measures the spread")
+    parser.add_argument("--alone-vocab", type=int, default=None, help="vocabulary size of the one-pair models "
+                        "(default: the one-pair demo's, 8,000; the multilingual recipe's, 16,000, gives every model "
+                        "the same number of parameters)")
     args = parser.parse_args()
     many, one_pair = load_recipe(RECIPE), load_recipe(ONE_PAIR)
     alphas = [float(a) for a in args.lenpen.split(",")] if args.lenpen else [many.decode.length_penalty]
@@ -117,21 +123,22 @@ def main() -> None:
     if alphas[0] != many.decode.length_penalty or windows[0] != many.average.last:
         sys.exit(f"--lenpen and --average begin with the recipes' own ({many.decode.length_penalty}, "
                  f"{many.average.last}): the first figure of each run is the recipe's")
+    seed = many.train.seed if args.seed is None else args.seed
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"benchmark": "multilingual", "date": time.strftime("%Y-%m-%d"), "pairs": {}}
+    report: dict = {"benchmark": "multilingual", "date": time.strftime("%Y-%m-%d"), "seed": seed, "pairs": {}}
     many_data = ROOT / "data-bin" / many.name
     for pair in many.data.language_pairs():
-        one = alone_recipe(many, pair, one_pair)
+        one = alone_recipe(many, pair, one_pair, args.alone_vocab)
         path = args.out / f"{one.name}.toml"
         path.write_text(recipe_to_toml(one), encoding="utf-8")
         run, data = args.out / pair.name, args.out / f"data-{pair.name}"
-        updates = train(path, run, data, args.pair_minutes, windows)
+        updates = train(path, run, data, args.pair_minutes, windows, seed)
         files = partial(lambda d, p, split: (d / f"{split}.raw.{p.source_lang}", d / f"{split}.raw.{p.target_lang}"),
                         data, pair)
         report["pairs"][pair.name] = {"alone": {"updates": updates, "parameters": parameter_count(model_config(one)),
                                                 **evaluate(run, files, alphas, windows)}}
     run = args.out / "many"
-    report["many_updates"] = train(RECIPE, run, many_data, args.many_minutes, windows)
+    report["many_updates"] = train(RECIPE, run, many_data, args.many_minutes, windows, seed)
     many_parameters = parameter_count(model_config(many))
     for pair in many.data.language_pairs():
         files = partial(lambda p, split: (many_data / f"{split}.{p.name}.raw.{p.source_lang}",
