@@ -17,6 +17,7 @@ benchmark that stopped part-way goes on where it stopped.
 
 Usage: python benchmarks/multilingual.py [--pair-minutes 10] [--many-minutes 30] [--out runs/bench-multilingual]
        [--lenpen 0.6,0.8,1.0] [--average 5,10] [--seed 2] [--alone-vocab 16000]
+       [--many-report runs/bench.json]
 """
 
 from __future__ import annotations
@@ -102,6 +103,29 @@ def alone_recipe(many: Recipe, pair: LanguagePair, one_pair: Recipe, vocab_size:
                                   "tokenizer": tokenizer, "model": model})
 
 
+def train_many(many: Recipe, run: Path, minutes: float, windows: list[int], seed: int,
+               alphas: list[float]) -> dict[str, dict]:
+    """Train the multilingual recipe into ``run`` and evaluate it on each of its pairs."""
+    data = ROOT / "data-bin" / many.name
+    updates = train(RECIPE, run, data, minutes, windows, seed)
+    figures = {}
+    for pair in many.data.language_pairs():
+        files = partial(lambda p, split: (data / f"{split}.{p.name}.raw.{p.source_lang}",
+                                          data / f"{split}.{p.name}.raw.{p.target_lang}"), pair)
+        figures[pair.name] = {"updates": updates, "parameters": parameter_count(model_config(many)),
+                              **evaluate(run, files, alphas, windows, "--target-lang", pair.target_lang)}
+    return figures
+
+
+def earlier_many(report: Path, seed: int) -> dict[str, dict]:
+    """The multilingual model's figures from an earlier report of this seed: one-pair models of another
+    vocabulary size are compared with the same multilingual run, not a retrained one."""
+    earlier = json.loads(report.read_text(encoding="utf-8"))
+    if earlier.get("seed", 1) != seed:
+        sys.exit(f"{report}: its runs were trained from seed {earlier.get('seed', 1)}, not {seed}")
+    return {name: entry["many"] for name, entry in earlier["pairs"].items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair-minutes", type=float, default=10.0)
@@ -116,6 +140,8 @@ def main() -> None:
     parser.add_argument("--alone-vocab", type=int, default=None, help="vocabulary size of the one-pair models "
                         "(default: the one-pair demo's, 8,000; the multilingual recipe's, 16,000, gives every model "
                         "the same number of parameters)")
+    parser.add_argument("--many-report", type=Path, default=None, help="an earlier report of this seed whose "
+                        "multilingual figures to compare with (its run is neither trained nor evaluated again)")
     args = parser.parse_args()
     many, one_pair = load_recipe(RECIPE), load_recipe(ONE_PAIR)
     alphas = [float(a) for a in args.lenpen.split(",")] if args.lenpen else [many.decode.length_penalty]
@@ -125,8 +151,8 @@ def main() -> None:
                  f"{many.average.last}): the first figure of each run is the recipe's")
     seed = many.train.seed if args.seed is None else args.seed
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"benchmark": "multilingual", "date": time.strftime("%Y-%m-%d"), "seed": seed, "pairs": {}}
-    many_data = ROOT / "data-bin" / many.name
+    report: dict = {"benchmark": "multilingual", "date": time.strftime("%Y-%m-%d"), "seed": seed,
+                    "alone_vocab": args.alone_vocab or one_pair.tokenizer.vocab_size, "pairs": {}}
     for pair in many.data.language_pairs():
         one = alone_recipe(many, pair, one_pair, args.alone_vocab)
         path = args.out / f"{one.name}.toml"
@@ -137,15 +163,12 @@ def main() -> None:
                         data, pair)
         report["pairs"][pair.name] = {"alone": {"updates": updates, "parameters": parameter_count(model_config(one)),
                                                 **evaluate(run, files, alphas, windows)}}
-    run = args.out / "many"
-    report["many_updates"] = train(RECIPE, run, many_data, args.many_minutes, windows, seed)
-    many_parameters = parameter_count(model_config(many))
+    many_figures = earlier_many(args.many_report, seed) if args.many_report else train_many(
+        many, args.out / "many", args.many_minutes, windows, seed, alphas)
+    report["many_updates"] = next(iter(many_figures.values()))["updates"]
     for pair in many.data.language_pairs():
-        files = partial(lambda p, split: (many_data / f"{split}.{p.name}.raw.{p.source_lang}",
-                                          many_data / f"{split}.{p.name}.raw.{p.target_lang}"), pair)
         entry = report["pairs"][pair.name]
-        entry["many"] = {"updates": report["many_updates"], "parameters": many_parameters,
-                         **evaluate(run, files, alphas, windows, "--target-lang", pair.target_lang)}
+        entry["many"] = many_figures[pair.name]
         entry["many_at_least_alone"] = {key: entry["many"][key]["bleu"] >= entry["alone"][key]["bleu"]
                                         for key in ("lenpen", "window_lenpen") if key in entry["many"]}
         entry["many_at_least_alone"]["recipe"] = entry["many"]["bleu"] >= entry["alone"]["bleu"]
