@@ -91,13 +91,13 @@ def evaluate(run: Path, files: Callable[[str], tuple[Path, Path]], alphas: list[
     return result
 
 
-def alone_recipe(many: Recipe, pair: LanguagePair, one_pair: Recipe, vocab_size: int | None = None) -> Recipe:
-    """``pair`` of ``many`` alone, with the one-pair demo's vocabulary size (or ``vocab_size``: the
-    multilingual recipe's gives both models the same parameter count), optimiser, schedule and
-    checkpoint spacing, and one softmax over its whole vocabulary, as the demo's."""
+def alone_recipe(many: Recipe, pair: LanguagePair, one_pair: Recipe, vocab_size: int) -> Recipe:
+    """``pair`` of ``many`` alone, with ``vocab_size`` pieces (the one-pair demo's, or the multilingual
+    recipe's, which gives both models the same parameter count), the one-pair demo's optimiser, schedule
+    and checkpoint spacing, and one softmax over its whole vocabulary, as the demo's."""
     one = pair_recipe(many, pair)
     train = one.train.model_copy(update={"save_every_updates": one_pair.train.save_every_updates})
-    tokenizer = one.tokenizer.model_copy(update={"vocab_size": vocab_size or one_pair.tokenizer.vocab_size})
+    tokenizer = one.tokenizer.model_copy(update={"vocab_size": vocab_size})
     model = one.model.model_copy(update={"output_vocab": "all"})
     return one.model_copy(update={"name": f"multi30k-{pair.name}-alone", "optim": one_pair.optim, "train": train,
                                   "tokenizer": tokenizer, "model": model})
@@ -108,21 +108,23 @@ def train_many(many: Recipe, run: Path, minutes: float, windows: list[int], seed
     """Train the multilingual recipe into ``run`` and evaluate it on each of its pairs."""
     data = ROOT / "data-bin" / many.name
     updates = train(RECIPE, run, data, minutes, windows, seed)
+    parameters = parameter_count(model_config(many))
     figures = {}
     for pair in many.data.language_pairs():
         files = partial(lambda p, split: (data / f"{split}.{p.name}.raw.{p.source_lang}",
                                           data / f"{split}.{p.name}.raw.{p.target_lang}"), pair)
-        figures[pair.name] = {"updates": updates, "parameters": parameter_count(model_config(many)),
+        figures[pair.name] = {"updates": updates, "parameters": parameters,
                               **evaluate(run, files, alphas, windows, "--target-lang", pair.target_lang)}
     return figures
 
 
-def earlier_many(report: Path, seed: int) -> dict[str, dict]:
+def earlier_many(report: Path, seed: int, recipe_seed: int) -> dict[str, dict]:
     """The multilingual model's figures from an earlier report of this seed: one-pair models of another
-    vocabulary size are compared with the same multilingual run, not a retrained one."""
+    vocabulary size are compared with the same multilingual run, not a retrained one. A report without
+    a seed was trained from the recipe's (``recipe_seed``)."""
     earlier = json.loads(report.read_text(encoding="utf-8"))
-    if earlier.get("seed", 1) != seed:
-        sys.exit(f"{report}: its runs were trained from seed {earlier.get('seed', 1)}, not {seed}")
+    if (trained := earlier.get("seed", recipe_seed)) != seed:
+        sys.exit(f"{report}: its runs were trained from seed {trained}, not {seed}")
     return {name: entry["many"] for name, entry in earlier["pairs"].items()}
 
 
@@ -150,11 +152,12 @@ def main() -> None:
         sys.exit(f"--lenpen and --average begin with the recipes' own ({many.decode.length_penalty}, "
                  f"{many.average.last}): the first figure of each run is the recipe's")
     seed = many.train.seed if args.seed is None else args.seed
+    alone_vocab = args.alone_vocab or one_pair.tokenizer.vocab_size
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"benchmark": "multilingual", "date": time.strftime("%Y-%m-%d"), "seed": seed,
-                    "alone_vocab": args.alone_vocab or one_pair.tokenizer.vocab_size, "pairs": {}}
+                    "alone_vocab": alone_vocab, "pairs": {}}
     for pair in many.data.language_pairs():
-        one = alone_recipe(many, pair, one_pair, args.alone_vocab)
+        one = alone_recipe(many, pair, one_pair, alone_vocab)
         path = args.out / f"{one.name}.toml"
         path.write_text(recipe_to_toml(one), encoding="utf-8")
         run, data = args.out / pair.name, args.out / f"data-{pair.name}"
@@ -163,7 +166,7 @@ def main() -> None:
                         data, pair)
         report["pairs"][pair.name] = {"alone": {"updates": updates, "parameters": parameter_count(model_config(one)),
                                                 **evaluate(run, files, alphas, windows)}}
-    many_figures = earlier_many(args.many_report, seed) if args.many_report else train_many(
+    many_figures = earlier_many(args.many_report, seed, many.train.seed) if args.many_report else train_many(
         many, args.out / "many", args.many_minutes, windows, seed, alphas)
     report["many_updates"] = next(iter(many_figures.values()))["updates"]
     for pair in many.data.language_pairs():
