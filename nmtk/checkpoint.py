@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from nmtk import interrupts
 from nmtk.errors import NmtkError
 from nmtk.files import atomic_write, fsync_dir, temp_path
 
@@ -253,7 +254,7 @@ class BackgroundWriter:
 
     def wait(self) -> None:
         if self._thread is not None:
-            self._thread.join()
+            interrupts.join(self._thread)  # (a Ctrl-C meanwhile is recorded: training stops after the write)
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None

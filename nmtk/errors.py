@@ -8,6 +8,11 @@ class NmtkError(Exception):
 
 
 class Interrupted(NmtkError):
-    """Ctrl-C, with what was kept and how to go on: one line, exit code 130 (128 + SIGINT)."""
+    """Ctrl-C or SIGTERM, with what was kept and how to go on: one line, exit code 130 (128 + SIGINT) or
+    143 (128 + SIGTERM)."""
 
     exit_code = 130
+
+    def __init__(self, message: str, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

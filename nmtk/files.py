@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from nmtk.errors import NmtkError
+from nmtk.interrupts import wait_readable
 
 
 class InvalidUtf8(str, Enum):
@@ -218,6 +219,7 @@ class ReadyLines:
         return self.lines.popleft()
 
     def _read(self) -> None:
+        wait_readable(self.fd)  # not os.read alone: a Ctrl-C handled on another thread must end the wait too
         data = os.read(self.fd, self.BLOCK)
         if not data:
             self.eof = True

@@ -665,9 +665,11 @@ def main() -> None:
             raise
         error_line(str(exc))
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from nmtk.interrupts import exit_code
+
         error_line("interrupted")
-        sys.exit(130)
+        sys.exit(exit_code(exc))
     except Exception as exc:  # a command-line mistake, or a bug: still one line unless --debug
         if _is_click_error(exc, "NoArgsIsHelpError"):  # `nmtk recipe` alone: its help, as click shows it
             exc.show()

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nmtk import interrupts
 from nmtk.data.binarized import BinarizedSplit, PairSplits
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest
@@ -158,9 +159,9 @@ class Prefetcher:
     def __iter__(self) -> Iterator[tuple[int, list[np.ndarray], list[Batch]]]:
         if self.ahead == 0:
             for k, group in self.groups:
-                yield k, group, [collate(self.split, indices, self.multiple) for indices in group]
+                yield k, group, [collate(self.split, indices, self.multiple) for indices in self.cut(group)]
             return
-        while (item := self.queue.get()) is not None:
+        while (item := interrupts.get(self.queue)) is not None:  # a signal's handler runs while it waits
             if isinstance(item, BaseException):
                 raise item
             yield item
@@ -168,4 +169,4 @@ class Prefetcher:
     def close(self) -> None:
         self.stopped.set()
         if self.thread.is_alive():
-            self.thread.join()
+            interrupts.join(self.thread)

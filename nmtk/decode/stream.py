@@ -8,12 +8,9 @@ load (`nmtk.decode.load.LoadOptions`), the search it chose (the recipe's ``[deco
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -28,6 +25,7 @@ from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, input_path, output_path
+from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.rundir import resolve_model
 
 
@@ -114,19 +112,21 @@ def translate(options: TranslateOptions) -> None:
     source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
     done = [0]
     try:
-        if options.output is None:
-            _stream(engine, options, source, sys.stdout, done)
-        else:
-            _to_partial(engine, options, source, partial, resume, done)
-            os.replace(partial, options.output)
-    except KeyboardInterrupt:
+        with interruptible():  # Ctrl-C and SIGTERM end a wait for input wherever the kernel delivers them
+            if options.output is None:
+                _stream(engine, options, source, sys.stdout, done)
+            else:
+                _to_partial(engine, options, source, partial, resume, done)
+                os.replace(partial, options.output)
+    except KeyboardInterrupt as exc:
+        code = exit_code(exc)
         if partial is not None and not partial.exists():
             raise Interrupted("interrupted before a line was finished: nothing was written to "
-                              f"{options.output}") from None
+                              f"{options.output}", code) from None
         where = "written to stdout" if options.output is None else f"in {partial}"
         finished = options.skip + done[0]
         raise Interrupted(f"interrupted: the first {finished:,} input lines are translated ({where}); go on "
-                          f"with the same command and --skip {finished}") from None
+                          f"with the same command and --skip {finished}", code) from None
     finally:
         if options.input:
             source.close()
@@ -248,21 +248,6 @@ def time_left(done: int, total: int | None, seconds: float) -> str:
     return (f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}") + " left"
 
 
-@contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Ctrl-C arriving inside is delivered on leaving (POSIX signal mask): the count of lines written
-    that the interrupt message gives is then exactly what the output holds."""
-    mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    mask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        mask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:
     """Translate ``--buffer-size`` lines at a time, writing and flushing each buffer's lines as soon as
     it is done; ``done[0]`` counts the input lines written so far.
@@ -288,7 +273,7 @@ def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: T
             sources, guides = engine.guides(chunk, first)
             hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first, guides=guides)
             out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
-            with _sigint_deferred():  # a buffer is in the output whole, and counted, or not at all
+            with deferred():  # a buffer is in the output whole, and counted, or not at all
                 sink.write("".join(f"{line}\n" for line in out))
                 sink.flush()
                 done[0] += len(chunk)

@@ -32,6 +32,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from nmtk import interrupts
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Guidance
@@ -120,7 +121,7 @@ class Worker:
             self.queue.put(None)
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            interrupts.join(thread, None if deadline is None else max(0.0, deadline - time.monotonic()))
         for child in self._fresh:
             if child is not None:
                 child.close()

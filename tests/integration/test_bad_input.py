@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import copy_pairs
 
 pytestmark = pytest.mark.slow
 
@@ -151,49 +150,6 @@ def test_a_stray_average_never_becomes_the_model(copy_run, tmp_path: Path) -> No
 
 
 # ----------------------------------------------------------------------------------------- translate
-
-
-def test_ctrl_c_keeps_the_finished_lines_and_says_how_to_go_on(copy_run, tmp_path: Path) -> None:
-    """Ctrl-C while translate waits for more input: the test holds its stdin open after 100 lines, so
-    translate can neither finish nor be caught mid-buffer, however fast or slow the machine is."""
-    tmp, _, env = copy_run
-    source = tmp_path / "big.en"
-    lines = [a for a, _ in copy_pairs(150, 21)]
-    source.write_text("".join(f"{line}\n" for line in lines))
-    out = tmp_path / "out.de"
-    out.write_text("an earlier translation\n")
-    partial = tmp_path / "out.de.partial"
-    proc = subprocess.Popen([sys.executable, "-m", "nmtk", "translate", "-m", str(tmp / "run"), "-o", str(out),
-                             "--force", "--buffer-size", "50", "--beam", "1"],
-                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env=env)
-    proc.stdin.write("".join(f"{line}\n" for line in lines[:100]))
-    proc.stdin.flush()
-    deadline = time.monotonic() + 300  # a hang, not a speed: the lines are there long before
-    while not (partial.is_file() and partial.read_text().count("\n") == 100):
-        assert proc.poll() is None and time.monotonic() < deadline, "translate ended while its input was open"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)  # translate is blocked reading line 101
-    proc.wait(timeout=120)
-    err = proc.stderr.read()
-    proc.stdin.close()
-    assert proc.returncode == 130 and "Traceback" not in err, err
-    assert out.read_text() == "an earlier translation\n"  # the earlier file is intact
-    done = partial.read_text().splitlines()
-    assert len(done) == 100 and "the first 100 input lines are translated" in err
-    assert "--skip 100" in err and str(partial) in err
-    whole = nmtk("translate", "-m", str(tmp / "run"), "--beam", "1", cwd=tmp, env=env,
-                 stdin="".join(f"{line}\n" for line in lines))
-    assert done == whole.stdout.splitlines()[:100]
-    # Going on as the message says (the same command, --force included, and --skip 100) appends to the
-    # 100 finished lines instead of starting over; a wrong --skip is refused and keeps them.
-    again = ["translate", "-m", str(tmp / "run"), "-o", str(out), "--force", "--buffer-size", "50", "--beam", "1"]
-    wrong = nmtk(*again, "--skip", "90", cwd=tmp, env=env, stdin="".join(f"{line}\n" for line in lines))
-    assert wrong.returncode == 1 and "--skip 100" in wrong.stderr and partial.read_text().splitlines() == done
-    fresh = nmtk(*again[:5], "--beam", "1", cwd=tmp, env=env, stdin="x\n")  # no --force, no --skip
-    assert fresh.returncode == 1 and "--skip 100" in fresh.stderr and partial.read_text().splitlines() == done
-    went_on = nmtk(*again, "--skip", "100", cwd=tmp, env=env, stdin="".join(f"{line}\n" for line in lines))
-    assert went_on.returncode == 0 and "going on from" in went_on.stderr, went_on.stderr
-    assert out.read_text() == whole.stdout and not partial.exists()
 
 
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
