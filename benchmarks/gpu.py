@@ -2,23 +2,27 @@
 
 On a CUDA machine: WMT-shaped synthetic data (newstest-like subword lengths, a 37,000-type joint
 vocabulary; no corpus or subword model needed) is binarised into a temporary folder, and the real
-`Trainer` update (batching plan, prefetcher, chunked loss, optimizer, DDP where there are several GPUs)
-runs on it for base and big in bf16, eager and compiled. Per row: target tokens/s (the median of
-windows of ``WINDOW`` updates, the clock read after one synchronize per window, so updates overlap as
-in training; the updates run under ``torch.cuda.set_sync_debug_mode("error")``: a host sync inside one
-is reported), model FLOPs utilisation from the batches' real source and target tokens and lengths
-against the detected GPU's dense 16-bit peak (`_util.DENSE_PEAK_FLOPS`), peak memory, CUDA kernels per
-update (torch profiler, memcpy and memset left out, no checkpoint in the window: what compilation
-changes), and the eager update's ATen ops and host syncs (`nmtk.train.probe`; under its
-dispatch mode dynamo runs eagerly, so those two describe the eager update). Then beam-4 decoding of
-1,000 sentences with the same (untrained) model: a random model writes to its length limit, so
-sentences/s is a lower bound and target tokens/s is the figure to compare. With several GPUs the
-training rows are repeated on all of them through torchrun. One JSON line.
+`Trainer` update (batching plan, micro-batches, prefetcher, chunked loss, optimizer, DDP where there
+are several GPUs) runs on it in bf16, by default as users run it: each WMT14 recipe as written (8
+batches of 3,125 tokens an update, run as the micro-batches nmtk chooses for the GPU), the paper's
+8-GPU shape per GPU (one 3,125-token micro-batch an update) and the best shape (one of 25,000).
+
+Per row: target tokens/s (the median of windows of ``WINDOW`` updates, the clock read after one
+synchronize per window, so updates overlap as in training; the updates run under
+``torch.cuda.set_sync_debug_mode("error")``: a host sync inside one is reported), model FLOPs
+utilisation from the batches' real source and target tokens and lengths against the detected GPU's
+dense 16-bit peak (`_util.DENSE_PEAK_FLOPS`), peak memory, CUDA kernels per update (torch profiler,
+memcpy and memset left out, no checkpoint in the window: what compilation changes), and the eager
+update's ATen ops and host syncs (`nmtk.train.probe`; under its dispatch mode dynamo runs eagerly,
+so those two describe the eager update). Then beam-4 decoding of 1,000 sentences with the same
+(untrained) model: a random model writes to its length limit, so sentences/s is a lower bound and
+target tokens/s is the figure to compare. With several GPUs the training rows are repeated on all
+of them through torchrun. One JSON line.
 
 On a machine without CUDA it says so and prints the CPU proxies instead (ATen ops and host syncs per
 update for base and big, eager, fp32, small batches), then exits 0.
 
-Usage: python benchmarks/gpu.py [--updates 30] [--tokens 25000] [--rows base:eager,base:compiled,...]
+Usage: python benchmarks/gpu.py [--updates 30] [--rows base:compiled:recipe,base:eager:1x3125,...]
        make gpu-bench
 """
 
@@ -38,7 +42,14 @@ import numpy as np
 from _util import ROOT, dense_peak, flops_per_update
 
 VOCAB = 37_000
-DEFAULT_ROWS = "base:eager,base:compiled,big:eager,big:compiled"
+#: What users run: each WMT14 recipe as written on one GPU (its micro-batches nmtk's choice), the per-GPU
+#: shape of the paper's 8-GPU setup (one 3,125-token micro-batch per update) on one GPU, and the best
+#: shape (one 25,000-token micro-batch) as the reference. A row is MODEL:MODE:SHAPE, MODE eager,
+#: compiled (`compile_layers`), graphs (the same with CUDA graphs, ``reduce-overhead``) or model (the
+#: whole forward compiled: `compile_for_training`), SHAPE
+#: ``recipe`` or ``NxT`` (N micro-batches of ≤ T tokens per update).
+DEFAULT_ROWS = ("base:compiled:recipe,big:compiled:recipe,base:compiled:1x3125,base:compiled:1x25000,"
+                "big:compiled:1x25000")
 
 
 def synthetic_data(folder: Path, pairs: int, seed: int = 1) -> Any:
@@ -81,11 +92,24 @@ def trainer_for(name: str, work: Path, overrides: list[str], device: Any, info: 
     return Trainer(recipe, work / "data", PreparedData(work / "data").manifest(), None, run, device, info)
 
 
+#: Whether each row also counts the eager update's ATen ops and host syncs (``--no-costs``: not).
+COUNT_OPS = True
+
 #: Updates per timed window: the clock is read after one synchronize per window.
 WINDOW = 5
 
 
-def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, info: Any) -> dict[str, Any]:
+def shape_overrides(shape: str, world_size: int) -> list[str]:
+    """The recipe settings of a row's SHAPE: ``recipe`` (as written: its update and nmtk's micro-batches),
+    or ``NxT`` (an update of N batches of ≤ T tokens per GPU, run as they are)."""
+    if shape == "recipe":
+        return []
+    count, tokens = (int(x) for x in shape.split("x"))
+    return [f"batching.batch_tokens={tokens}", f"train.update_freq={count * world_size}",
+            f"train.micro_batch_tokens={tokens}"]
+
+
+def train_row(name: str, mode: str, shape: str, updates: int, work: Path, info: Any) -> dict[str, Any]:
     """Target tokens/s of the real update loop after warm-up (compilation included in warm-up), then ops
     and syncs counted over 3 more updates (counting slows the host, so it is not timed)."""
     import torch
@@ -93,42 +117,56 @@ def train_row(name: str, compiled: bool, updates: int, tokens: int, work: Path, 
     from nmtk.train.probe import update_costs
 
     device = torch.device("cuda", info.local_rank if info.enabled else 0)
-    per_gpu = max(tokens // (info.world_size * 8), 1)  # 8 batches per update on one GPU, as the recipes
-    freq = max(8 // info.world_size, 1)  # batches per GPU; train.update_freq is the whole update's
-    overrides = [f"batching.batch_tokens={per_gpu * 8 // freq}", f"train.update_freq={freq * info.world_size}",
-                 "train.precision=bf16",
+    compiled = mode != "eager"
+    overrides = [*shape_overrides(shape, info.world_size), "train.precision=bf16",
                  f"train.compile={'true' if compiled else 'false'}"]
+    if mode == "graphs":  # compile_layers with CUDA graphs
+        os.environ["NMTK_COMPILE_MODE"] = "reduce-overhead"
+    if mode == "model":  # the whole forward compiled, loss head included
+        os.environ["NMTK_COMPILE_SCOPE"] = "model"
     warm = 8 if compiled else 3
     updates = max(WINDOW, updates // WINDOW * WINDOW)
     trainer = trainer_for(name, work, [*overrides, f"train.max_updates={warm + updates}"], device, info)
     trainer.step.wrap()
+    micro = trainer.plan_micro_batches()
+    for variable in ("NMTK_COMPILE_MODE", "NMTK_COMPILE_SCOPE"):
+        os.environ.pop(variable, None)
     clock = UpdateClock(trainer, warm, device)
     torch.cuda.reset_peak_memory_stats(device)
     trainer.train()
     trainer.train_step = clock.original
     kernels = cuda_kernels_per_update(trainer, 3)
-    trainer.recipe.train.max_updates += 3
-    costs, sites = update_costs(trainer)  # a Python dispatch mode makes dynamo run eagerly: ops and syncs
-    # of the eager update; the compiled launches are `cuda_kernels_per_update`
+    row = {"model": name, "mode": mode, "shape": shape, "micro_batches": micro,
+           **timings(trainer, clock, updates, info), "cuda_kernels_per_update": kernels}
+    if COUNT_OPS:  # a Python dispatch mode makes dynamo run eagerly: ops and syncs of the eager update (the
+        trainer.recipe.train.max_updates += 3  # compiled launches are `cuda_kernels_per_update`)
+        costs, sites = update_costs(trainer)
+        steady = costs[:-1] or costs  # the last of the run saves its checkpoint
+        row.update({"eager_aten_ops_per_update": int(np.median([c.ops for c in steady])),
+                    "of_which_optimizer": int(np.median([c.optimizer_ops for c in steady])),
+                    "host_syncs_per_update": float(np.mean([c.syncs for c in steady])), "sync_sites": sites})
+    trainer.close()
+    return row
+
+
+def timings(trainer: Any, clock: UpdateClock, updates: int, info: Any) -> dict[str, Any]:
+    """What the timed updates measured: tokens/s, MFU, peak memory, a host sync inside an update."""
+    import torch
+
+    device = clock.device
     rates = clock.window_rates(info.world_size)
     src, tgt = (v * info.world_size for v in clock.tokens())
     length = clock.mean_length()
     flops = flops_per_update(trainer.cfg, src / updates, tgt / updates, round(length))
     gpu = torch.cuda.get_device_name(device)
     peak, seconds = dense_peak(gpu), clock.seconds()
-    steady = costs[:-1] or costs  # the last of the run saves its checkpoint
-    row = {"model": name, "compiled": compiled, "gpus": info.world_size, "gpu": gpu,
-           "tgt_tokens_per_update": round(tgt / updates), "src_tokens_per_update": round(src / updates),
-           "updates": updates, "tgt_tokens_per_s": round(float(np.median(rates))),
-           "tgt_tokens_per_s_windows": [round(r) for r in rates], "step_s": round(seconds / updates, 4),
-           "mfu_percent": round(100 * flops * updates / seconds / (peak * info.world_size), 1) if peak else None,
-           "peak_flops": peak, "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
-           "sync_in_update": clock.sync_error, "cuda_kernels_per_update": kernels,
-           "eager_aten_ops_per_update": int(np.median([c.ops for c in steady])),
-           "of_which_optimizer": int(np.median([c.optimizer_ops for c in steady])),
-           "host_syncs_per_update": float(np.mean([c.syncs for c in steady])), "sync_sites": sites}
-    trainer.close()
-    return row
+    return {"gpus": info.world_size, "gpu": gpu, "tgt_tokens_per_update": round(tgt / updates),
+            "src_tokens_per_update": round(src / updates), "updates": updates,
+            "tgt_tokens_per_s": round(float(np.median(rates))), "tgt_tokens_per_s_windows": [round(r) for r in rates],
+            "step_s": round(seconds / updates, 4),
+            "mfu_percent": round(100 * flops * updates / seconds / (peak * info.world_size), 1) if peak else None,
+            "peak_flops": peak, "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+            "sync_in_update": clock.sync_error}
 
 
 class UpdateClock:
@@ -268,14 +306,17 @@ def cpu_proxies(work: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--updates", type=int, default=30, help="timed updates per row (after warm-up)")
-    parser.add_argument("--tokens", type=int, default=25_000, help="target tokens per update (paper: 25,000)")
     parser.add_argument("--rows", default=DEFAULT_ROWS)
     parser.add_argument("--pairs", type=int, default=400_000, help="synthetic training pairs")
+    parser.add_argument("--no-decode", action="store_true", help="training rows only")
+    parser.add_argument("--no-costs", action="store_true", help="no ATen op and host sync counts (quicker)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # a torchrun rank
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     import torch
 
+    global COUNT_OPS
+    COUNT_OPS = not args.no_costs
     if not torch.cuda.is_available():
         with tempfile.TemporaryDirectory() as tmp:
             synthetic_data(Path(tmp) / "data", 4_000)
@@ -288,7 +329,7 @@ def main() -> None:
         from nmtk.train.distributed import init_distributed
 
         info = init_distributed("cuda")
-        rows = [train_row(*_row(r), args.updates, args.tokens, args.work, info) for r in args.rows.split(",")]
+        rows = [train_row(*r.split(":"), args.updates, args.work, info) for r in args.rows.split(",")]
         if info.is_main:
             print("ROWS " + json.dumps(rows), flush=True)
         return
@@ -299,24 +340,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         synthetic_data(work / "data", args.pairs)
-        report["train_1gpu"] = [train_row(*_row(r), args.updates, args.tokens, work, DistInfo())
-                                for r in args.rows.split(",")]
+        report["train_1gpu"] = [guarded(r, args.updates, work, DistInfo()) for r in args.rows.split(",")]
         if torch.cuda.device_count() > 1:
             report["train_all_gpus"] = _torchrun(args, work)
-        report["decode"] = [decode_row(name, work) for name in ("base", "big")]
+        if not args.no_decode:
+            report["decode"] = [decode_row(name, work) for name in ("base", "big")]
     print(json.dumps(report))
 
 
-def _row(row: str) -> tuple[str, bool]:
-    name, mode = row.split(":")
-    return name, mode == "compiled"
+def guarded(row: str, updates: int, work: Path, info: Any) -> dict[str, Any]:
+    """`train_row` of ``row``; a row that fails (a mode this torch cannot run) is reported, not fatal."""
+    try:
+        return train_row(*row.split(":"), updates, work, info)
+    except Exception as exc:  # noqa: BLE001 - the other rows still run
+        import torch
+
+        torch.cuda.empty_cache()
+        return {"row": row, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
 
 
 def _torchrun(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={__import__('torch').cuda.device_count()}", str(Path(__file__).resolve()),
-           "--worker", "--work", str(work), "--rows", args.rows, "--updates", str(args.updates),
-           "--tokens", str(args.tokens)]
+           "--worker", "--work", str(work), "--rows", args.rows, "--updates", str(args.updates)]
     result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     line = next((line for line in result.stdout.splitlines() if line.startswith("ROWS ")), None)
     if result.returncode or line is None:

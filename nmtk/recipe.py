@@ -441,6 +441,12 @@ class TrainSection(Section):
     """Batches per update over all processes: an update is ``update_freq`` batches of at most
     ``batching.batch_tokens`` tokens whatever the launcher. One process accumulates them all; N
     processes (``--nproc``, torchrun, several nodes) take ``update_freq / N`` each, which must divide."""
+    micro_batch_tokens: int | None = Field(None, ge=1)
+    """How a process runs its share of an update: micro-batches of at most this many tokens a side, cut
+    from the update's sentences sorted by length (the same sentences and the same update: only the
+    order of additions differs). Unset: on a GPU the largest that its memory holds (up to the whole
+    share: a probe at start, halved on running out of memory later); on a CPU the plan's batches.
+    Free to change on resume: the data position is the plan's (docs/distributed.md)."""
     seed: int = 1
     """Seed of parameters, dropout and batch order."""
     save_every_updates: int | None = Field(None, ge=1)

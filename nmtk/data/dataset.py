@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -127,18 +127,31 @@ class Prefetcher:
     """
 
     def __init__(self, split: BinarizedSplit, groups: Iterator[tuple[int, list[np.ndarray]]], ahead: int = 2,
-                 pin: bool = False, multiple: int = 1) -> None:
+                 pin: bool = False, multiple: int = 1,
+                 cut: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> None:
+        """``cut``: an update's plan batches as the micro-batches to collate (`MicroBatches.split`;
+        None: as they are). The group yielded is the plan's, for the data position."""
         self.split, self.groups, self.pin, self.ahead, self.multiple = split, groups, pin, ahead, multiple
+        self.cut = cut or (lambda group: group)
         self.queue: queue.Queue = queue.Queue(maxsize=max(ahead, 1))
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._fill, name="nmtk-prefetch", daemon=True)
         if ahead > 0:  # 0: collated in the training loop itself, when asked (no thread)
             self.thread.start()
 
+    @classmethod
+    def on(cls, device: torch.device, split: BinarizedSplit, groups: Iterator[tuple[int, list[np.ndarray]]],
+           ahead: int | None, cut: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> Prefetcher:
+        """The prefetcher training on ``device`` uses: ``ahead`` updates collated in advance (None: 2 on a
+        GPU, in pinned memory; 0 on a CPU, where a thread would take a core from the computation)."""
+        cuda = device.type == "cuda"
+        return cls(split, groups, (2 if cuda else 0) if ahead is None else ahead, pin=cuda,
+                   multiple=pad_multiple(device), cut=cut)
+
     def _fill(self) -> None:
         try:
             for k, group in self.groups:
-                batches = [collate(self.split, indices, self.multiple) for indices in group]
+                batches = [collate(self.split, indices, self.multiple) for indices in self.cut(group)]
                 if self.pin:
                     batches = [b.pin_memory() for b in batches]
                 if not self._put((k, group, batches)):

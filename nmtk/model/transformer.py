@@ -178,8 +178,9 @@ class Transformer(nn.Module):
 
     @property
     def layers_compiled(self) -> bool:
-        """Whether `compile_layers` has run (training's passes then go through the compiled layers)."""
-        return bool(self._compiled)
+        """Whether `compile_layers` has run (training's passes then go through the compiled layers), or
+        the whole forward was compiled (`nmtk.train.step.compile_for_training`)."""
+        return bool(self._compiled) or getattr(self, "_compiled_whole", False)
 
     def compile_layers(self, **options: object) -> None:
         """``torch.compile`` each encoder and decoder layer for training (teacher-forced passes).

@@ -41,14 +41,15 @@ class MetricsWindow:
 
 
 def training_record(update: int, epoch: int, sums: tuple[float, float, float], seconds: float, lr: float,
-                    minutes: float, skipped: int) -> dict[str, Any]:
-    """One `train.jsonl` line from the window's sums over all ranks (loss, nll, target tokens)."""
+                    minutes: float, skipped: int, micro_batch_tokens: int | None = None) -> dict[str, Any]:
+    """One `train.jsonl` line from the window's sums over all ranks (loss, nll, target tokens), and the
+    micro-batch size the updates ran at (`nmtk.train.micro`)."""
     loss, nll, tokens = sums
     return {
         "update": update, "epoch": epoch, "loss": round(loss / tokens, 4), "nll": round(nll / tokens, 4),
         "ppl": round(math.exp(min(nll / tokens, 50)), 2), "lr": lr,
         "tgt_tokens_per_s": round(tokens / max(seconds, 1e-9)), "minutes": round(minutes, 3),
-        "skipped_updates": skipped,
+        "skipped_updates": skipped, "micro_batch_tokens": micro_batch_tokens,
     }
 
 

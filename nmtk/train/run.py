@@ -170,12 +170,12 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
                               f"it (to update {newest}) are for averaging and are written again as training goes on")
     elif init_from:
         _init_weights(trainer, Path(init_from), info, run)
+    trainer.step.wrap()
+    micro = trainer.plan_micro_batches()  # after DDP and with Adam's moments: what the run will hold
     if info.is_main:
-        console.print(size)
+        console.print(f"{size}, {micro}")
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
                       f"{info.world_size} process(es) | precision {trainer.precision} ({trainer.precision_reason})")
-    trainer.step.wrap()
-    trainer.check_memory()  # after DDP and with Adam's moments: what the run will hold
     state = trainer.train()
     trainer.close()
     if info.is_main:

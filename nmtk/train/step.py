@@ -33,6 +33,21 @@ from nmtk.vocab import PAD_ID
 MIN_LOSS_SCALE = 2.0**-14
 
 
+def compile_for_training(model: Transformer) -> None:
+    """``torch.compile`` for training, with dynamic shapes (batch and length vary; the length buckets bound
+    the variety): each layer (`Transformer.compile_layers`). For tests and benchmarks, environment
+    variables choose otherwise: ``NMTK_COMPILE_BACKEND`` (aot_eager: tracing without code generation),
+    ``NMTK_COMPILE_MODE`` (reduce-overhead: CUDA graphs) and ``NMTK_COMPILE_SCOPE=model`` (the model's
+    whole forward, loss head included, as one graph where it can be)."""
+    options = {key: os.environ.get(f"NMTK_COMPILE_{key.upper()}") for key in ("backend", "mode")}
+    options = {key: value for key, value in options.items() if value}
+    if os.environ.get("NMTK_COMPILE_SCOPE") == "model":
+        model.compile(dynamic=True, **options)
+        model._compiled_whole = True  # `layers_compiled` says so: the loss head is fused as for layers
+    else:
+        model.compile_layers(dynamic=True, **options)
+
+
 class UpdateStep:
     """The model and its optimisation. ``state`` is the trainer's (the update counter and the count of
     skipped fp16 updates move here); ``loss_chunk``: target positions projected at a time (None: all)."""
@@ -168,33 +183,44 @@ class UpdateStep:
 
             self.ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
 
-    def check_memory(self, batch: Batch) -> None:
-        """Forward and backward once on ``batch`` (the largest), with Adam's two moments allocated, so
-        that an out-of-memory error shows at once rather than hours later.
-
-        Runs after DDP wrapping (its gradient buckets count) and inside ``fork_rng``, and zeroes the
-        gradients afterwards: it leaves no trace on parameters, optimizer or random state (exact
-        resume is unaffected). Adam's state does not exist before the first step, so tensors of its
-        size stand in for it (on a resumed run they exist already and count as they are).
-        """
-        devices = [self.device] if self.device.type == "cuda" else []
+    def fits(self, batch: Batch, share: float = 0.9) -> bool:
+        """Whether a forward and backward of ``batch``, with Adam's two moments allocated, runs within
+        ``share`` of the device's memory (a CPU: always). Leaves no trace: parameters, optimizer and
+        random state are as they were, gradients zero (exact resume is unaffected). Under DDP the
+        gradients are not all-reduced (``no_sync``): ranks may probe different sizes without waiting
+        for each other. Adam's state does not exist before the first step, so tensors of its size stand
+        in for it (on a resumed run they exist already and count as they are)."""
+        cuda = self.device.type == "cuda"
+        devices = [self.device] if cuda else []
         params = [p for p in self.model.parameters() if p.requires_grad and p not in self.optimizer.state]
-        moments = []
+        moments: list[torch.Tensor] = []
         try:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(self.device)
             moments = [torch.empty_like(p, dtype=torch.float32) for p in params for _ in range(2)]
-            with torch.random.fork_rng(devices=devices):
+            with torch.random.fork_rng(devices=devices), self.ddp.no_sync() if self.ddp else nullcontext():
                 self.loss(batch.to(self.device))[0].backward()
+            if cuda:
+                total = torch.cuda.get_device_properties(self.device).total_memory
+                return torch.cuda.max_memory_allocated(self.device) <= share * total
+            return True
         except torch.OutOfMemoryError:
-            raise NmtkError(
-                f"out of memory on the largest batch ({batch.src.shape[0]} sentences, batching.batch_tokens = "
-                f"{self.recipe.batching.batch_tokens}): lower batching.batch_tokens and raise train.update_freq "
-                "to keep the same tokens per update"
-            ) from None
+            return False
         finally:
             del moments
             self.model.zero_grad(set_to_none=True)
-            if self.device.type == "cuda":
+            if cuda:
                 torch.cuda.empty_cache()
+
+    def check_memory(self, batch: Batch) -> None:
+        """`fits` on ``batch`` (the largest an update runs), so that an out-of-memory error shows at once
+        rather than hours later."""
+        if not self.fits(batch, share=1.0):
+            raise NmtkError(
+                f"out of memory on the largest batch ({batch.src.shape[0]} sentences, batching.batch_tokens = "
+                f"{self.recipe.batching.batch_tokens}): lower batching.batch_tokens and raise train.update_freq "
+                "to keep the same tokens per update (or set train.micro_batch_tokens lower)"
+            )
 
     def load(self, checkpoint: Checkpoint) -> None:
         """A resume: parameters, optimizer moments and loss scale as they were."""

@@ -8,7 +8,6 @@ and resumed therefore reproduces the uninterrupted run bit for bit on CPU in fp3
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict
 from functools import partial
@@ -23,7 +22,7 @@ from nmtk.bf16_probe import Shapes
 from nmtk.checkpoint import BackgroundWriter, Checkpoint, SnapshotBuffers, rng_state, set_rng_state
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
-from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths, training_split
+from nmtk.data.dataset import Batch, Prefetcher, pad_multiple, split_lengths, training_split
 from nmtk.device import resolve_precision, use_tf32
 from nmtk.manifest import Manifest
 from nmtk.model import Transformer
@@ -33,8 +32,9 @@ from nmtk.train.distributed import DistInfo, FlagSum, all_reduce_sum, barrier, p
 from nmtk.train.keeper import CheckpointKeeper
 from nmtk.train.loss import CHUNK_POSITIONS
 from nmtk.train.metrics import CurvesDrawer, MetricsLog, MetricsWindow, Progress, training_record
+from nmtk.train.micro import MicroBatches, plan, run_update
 from nmtk.train.state import TrainState
-from nmtk.train.step import UpdateStep
+from nmtk.train.step import UpdateStep, compile_for_training
 from nmtk.train.stopping import StopPolicy, StopSignal
 from nmtk.train.validate import PairValidators, Pipelines, Validator, validator_for
 
@@ -72,6 +72,7 @@ class Trainer:
         self.plan = BatchingPlan(src_len, self.tgt_lengths, b.batch_tokens, b.bucket_width, b.max_sentences, t.seed,
                                  pair_ids, recipe.data.temperature or 1.0)
         self.update_freq = per_process_update_freq(t.update_freq, info.world_size)  # this rank's batches
+        self.micro = MicroBatches(src_len, self.tgt_lengths, b.batch_tokens, self.update_freq, pad_multiple(device))
         self.cfg = model_config(recipe, *manifest.vocab_sizes())
         torch.manual_seed(t.seed)
         self.model = Transformer(self.cfg).to(device)
@@ -79,9 +80,8 @@ class Trainer:
         self.precision, self.precision_reason = resolve_precision(t.precision, device, shapes)
         use_tf32(device, self.precision)
         self.compiled = t.compile is True or (t.compile == "auto" and device.type == "cuda")
-        if self.compiled:  # dynamic shapes: batch and length vary; the length buckets bound the variety
-            backend = os.environ.get("NMTK_COMPILE_BACKEND")  # e.g. aot_eager: tracing without codegen (tests)
-            self.model.compile_layers(dynamic=True, **({"backend": backend} if backend else {}))
+        if self.compiled:
+            compile_for_training(self.model)
         self.state = TrainState()
         # the loss head sized for the device: bounded memory on a CPU, one large product on a GPU
         chunk = t.loss_chunk_tokens or (CHUNK_POSITIONS if device.type == "cpu" else None)
@@ -112,10 +112,9 @@ class Trainer:
         rngs = checkpoint.rng or []
         set_rng_state(rngs[self.info.rank] if self.info.rank < len(rngs) else rngs[0])
 
-    def check_memory(self) -> None:
-        """`UpdateStep.check_memory` on the plan's largest batch."""
-        largest = max(self.plan.epoch_batches(0), key=lambda b: len(b) * int(self.tgt_lengths[b].max()))
-        self.step.check_memory(collate(self.train_split, largest, pad_multiple(self.device)))
+    def plan_micro_batches(self) -> str:
+        """`nmtk.train.micro.plan`: how this process runs its share of an update, for the ``update:`` line."""
+        return plan(self.micro, self.step, self.train_split, self.plan, self.recipe.train.micro_batch_tokens, self.info)
 
     def train_step(self, group: list[np.ndarray], total_tokens: float | None = None,
                    batches: list[Batch] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -125,8 +124,7 @@ class Trainer:
         local = int(sum(int(self.tgt_lengths[b].sum()) for b in group))
         if total_tokens is None:
             (total_tokens,) = all_reduce_sum([float(local)], self.device, self.info)
-        batches = batches or [collate(self.train_split, indices, pad_multiple(self.device)) for indices in group]
-        return (*self.step.run(batches, total_tokens), local)
+        return (*run_update(self.micro, self.step, self.train_split, group, total_tokens, batches), local)
 
     # --------------------------------------------------------------- checkpoints
 
@@ -195,9 +193,7 @@ class Trainer:
         """Train on the rest of the current epoch; the reason to stop, or None to go on with the next."""
         t, epoch, world, freq = self.recipe.train, self.state.epoch, self.info.world_size, self.update_freq
         groups = self.plan.iterate(epoch, self.state.batch, self.info.rank, world, freq)
-        cuda = self.device.type == "cuda"
-        ahead = (2 if cuda else 0) if t.prefetch_updates is None else t.prefetch_updates
-        prefetch = Prefetcher(self.train_split, groups, ahead, pin=cuda, multiple=pad_multiple(self.device))
+        prefetch = Prefetcher.on(self.device, self.train_split, groups, t.prefetch_updates, self.micro.split)
         try:
             for k, group, batches in prefetch:
                 before = self.state.update
@@ -294,7 +290,8 @@ class Trainer:
         w = self.window  # its loss sums are device tensors: read here, once per log interval
         sums = all_reduce_sum([float(w.loss), float(w.nll), float(w.tokens)], self.device, self.info)
         record = training_record(self.state.update, self.state.epoch + 1, tuple(sums), time.monotonic() - w.started,
-                                 self.step.lr(self.state.update), self.state.seconds / 60, self.state.skipped_updates)
+                                 self.step.lr(self.state.update), self.state.seconds / 60, self.state.skipped_updates,
+                                 self.micro.tokens)
         self.metrics.write(record, "train", TRAIN_KEYS)
         self.session_tokens += sums[2]
         if progress is not None:

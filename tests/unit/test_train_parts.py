@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -664,3 +666,61 @@ def test_validation_sizes_its_decoding_budget_from_the_free_gpu_memory() -> None
     assert beam_tokens_for(60 * 2**30, big, search, 2) > 4 * after_training  # an 80 GB card with room
     assert beam_tokens_for(60 * 2**30, big, search, 4) < beam_tokens_for(60 * 2**30, big, search, 2)  # fp32 caches
     assert beam_tokens_for(0, big, search, 2) == MIN_BEAM_TOKENS
+
+
+def test_an_update_run_as_other_micro_batches_is_the_same_update_and_resumes_in_place(tmp_path: Path) -> None:
+    """The update is the recipe's: 4 batches of ≤ 256 tokens run as they are, or as one micro-batch of
+    ≤ 1,024, give the same losses (fp32, no dropout: only the order of additions differs) on the same
+    sentences; a run resumed at another micro-batch size trains the sentences the uninterrupted run does."""
+    from helpers import toy_prepared, toy_recipe
+
+    from nmtk.recipe import load_recipe
+    from nmtk.rundir import RunDir
+    from nmtk.train.distributed import DistInfo
+    from nmtk.train.trainer import Trainer
+
+    common = ["batching.batch_tokens=256", "train.update_freq=4", "train.validate_every_updates=1000",
+              "train.validate_at_end=false",
+              "train.save_every_updates=5", "model.dropout=0.0", "train.precision=fp32"]
+    _, out, pipelines = toy_prepared(tmp_path / "prep", *common)
+
+    def trainer(name: str, *extra: str) -> Trainer:
+        recipe = load_recipe(toy_recipe(tmp_path / "prep"), [*common, *extra])
+        run = RunDir(tmp_path / name)
+        run.path.mkdir()
+        made = Trainer(recipe, out.out_dir, out.manifest, pipelines, run, torch.device("cpu"), DistInfo())
+        made.step.wrap()
+        made.plan_micro_batches()
+        return made
+
+    def recording(made: Trainer) -> list[tuple[list[int], float]]:
+        seen, step = [], made.train_step
+
+        def train_step(group, *args):
+            result = step(group, *args)
+            seen.append((sorted(np.concatenate(group).tolist()), float(result[0]) / result[2]))
+            return result
+
+        made.train_step = train_step
+        return seen
+
+    straight = trainer("straight", "train.max_updates=10")
+    assert straight.micro.as_planned and straight.micro.per_update == 4
+    planned = recording(straight)
+    straight.train()
+    micro = trainer("micro", "train.max_updates=5", "train.micro_batch_tokens=1024")
+    assert micro.micro.tokens == 1024 and micro.micro.per_update == 1
+    cut = recording(micro)
+    micro.train()
+    assert [g for g, _ in cut] == [g for g, _ in planned[:5]]  # the same sentences in the same updates
+    torch.testing.assert_close([x for _, x in cut], [x for _, x in planned[:5]], rtol=1e-3, atol=0)
+    resumed = trainer("resumed", "train.max_updates=10", "train.micro_batch_tokens=512")
+    resumed.resume(Checkpoint.read(micro.run.last))
+    after = recording(resumed)
+    resumed.train()
+    assert [g for g, _ in after] == [g for g, _ in planned[5:]] and resumed.state.batch == straight.state.batch
+    torch.testing.assert_close([x for _, x in after], [x for _, x in planned[5:]], rtol=1e-3, atol=0)
+    logged = [json.loads(line) for line in resumed.run.log_path.read_text().splitlines()]
+    assert {r["micro_batch_tokens"] for r in logged if "loss" in r and "validation" not in r} == {512}
+    for made in (straight, micro, resumed):
+        made.metrics.close()
