@@ -127,8 +127,8 @@ def train_row(name: str, mode: str, shape: str, updates: int, work: Path, info: 
     warm = 8 if compiled else 3
     updates = max(WINDOW, updates // WINDOW * WINDOW)
     trainer = trainer_for(name, work, [*overrides, f"train.max_updates={warm + updates}"], device, info)
-    trainer.step.wrap()
     micro = trainer.plan_micro_batches()
+    trainer.step.wrap()
     for variable in ("NMTK_COMPILE_MODE", "NMTK_COMPILE_SCOPE"):
         os.environ.pop(variable, None)
     clock = UpdateClock(trainer, warm, device)
@@ -349,14 +349,19 @@ def main() -> None:
 
 
 def guarded(row: str, updates: int, work: Path, info: Any) -> dict[str, Any]:
-    """`train_row` of ``row``; a row that fails (a mode this torch cannot run) is reported, not fatal."""
+    """`train_row` of ``row``; a row that fails (a mode this torch cannot run) is reported, not fatal. Each
+    row is also printed to stderr as it finishes (``ROW {...}``): a run cut short by a time limit keeps
+    the rows it measured (the second GPU call of issue 63 lost all of its rows to that)."""
     try:
-        return train_row(*row.split(":"), updates, work, info)
+        result = train_row(*row.split(":"), updates, work, info)
     except Exception as exc:  # noqa: BLE001 - the other rows still run
         import torch
 
         torch.cuda.empty_cache()
-        return {"row": row, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
+        result = {"row": row, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
+    if info.is_main:
+        print("ROW " + json.dumps(result), file=sys.stderr, flush=True)
+    return result
 
 
 def _torchrun(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:

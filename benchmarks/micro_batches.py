@@ -28,8 +28,8 @@ def losses(model: str, work: Path, overrides: list[str], device: str) -> tuple[l
     from nmtk.train.distributed import DistInfo
 
     trainer = trainer_for(model, work, overrides, torch.device(device), DistInfo())
-    trainer.step.wrap()
     line = trainer.plan_micro_batches()
+    trainer.step.wrap()
     out: list[float] = []
     step = trainer.train_step
 

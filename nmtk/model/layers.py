@@ -84,8 +84,11 @@ class DecoderLayer(nn.Module):
         self, y: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: LayerCache | None = None,
         beams: int = 1,
     ) -> Tensor:
-        """Full sequence (cache None, causal mask) or one new position (cache holds the past)."""
-        causal = cache is None and y.size(1) > 1
+        """Full sequence (cache None, causal mask) or one new position (cache holds the past). Without a
+        cache the pass is causal whatever its length (a one-token sequence's mask allows everything): a
+        test of the length would be a symbolic bool under `torch.compile`'s dynamic shapes, which SDPA
+        refuses, breaking each compiled decoder layer's graph in two."""
+        causal = cache is None
         y = self.res_self(y, lambda h: self.self_attn(h, causal=causal, cache=cache))
         if cache is not None:
             k, v = cache.memory_k, cache.memory_v

@@ -142,12 +142,11 @@ def candidates(share: int, longest: int) -> list[int]:
     return sizes or [longest]
 
 
-def plan(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, batching: BatchingPlan, pinned: int | None,
-         info: DistInfo) -> str:
+def plan(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, pinned: int | None, info: DistInfo) -> str:
     """Choose how this process runs its share of an update (`MicroBatches.choose`: on a GPU, a probe of
-    the longest pairs at each size), the same on every rank (the smallest chosen), then check that the
-    largest micro-batch fits (the plan's largest batch, where its batches run as they are). Returns how
-    an update runs, for the ``update:`` line."""
+    the longest pairs at each size), the same on every rank (the smallest chosen). Before DDP wraps the
+    model: a probe's backward then waits for no other rank. Returns how an update runs, for the
+    ``update:`` line."""
     device = step.device.type
 
     def fits(tokens: int) -> bool:
@@ -155,10 +154,14 @@ def plan(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, batching:
 
     micro.choose(pinned, device, fits)
     micro.set(min(all_gather_object(micro.tokens, info)), micro.why)
-    largest = (max(batching.epoch_batches(0), key=lambda b: len(b) * int(micro.tgt_lengths[b].max()))
-               if micro.as_planned else micro.longest_pairs(micro.tokens))
-    step.check_memory(collate(split, largest, micro.multiple))
     return micro.line("GPU" if device == "cuda" else device.upper())
+
+
+def largest(micro: MicroBatches, batching: BatchingPlan) -> np.ndarray:
+    """The largest micro-batch an update runs: the plan's largest batch, or the longest pairs at the size."""
+    if micro.as_planned:
+        return max(batching.epoch_batches(0), key=lambda b: len(b) * int(micro.tgt_lengths[b].max()))
+    return micro.longest_pairs(micro.tokens)
 
 
 def run_update(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, group: list[np.ndarray],

@@ -170,8 +170,9 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
                               f"it (to update {newest}) are for averaging and are written again as training goes on")
     elif init_from:
         _init_weights(trainer, Path(init_from), info, run)
+    micro = trainer.plan_micro_batches()  # probes before DDP: no rank waits for another's
     trainer.step.wrap()
-    micro = trainer.plan_micro_batches()  # after DDP and with Adam's moments: what the run will hold
+    trainer.check_memory()  # after DDP and with Adam's moments: what the run will hold
     if info.is_main:
         console.print(f"{size}, {micro}")
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "

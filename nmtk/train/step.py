@@ -33,12 +33,15 @@ from nmtk.vocab import PAD_ID
 MIN_LOSS_SCALE = 2.0**-14
 
 
-def compile_for_training(model: Transformer) -> None:
-    """``torch.compile`` for training, with dynamic shapes (batch and length vary; the length buckets bound
-    the variety): each layer (`Transformer.compile_layers`). For tests and benchmarks, environment
-    variables choose otherwise: ``NMTK_COMPILE_BACKEND`` (aot_eager: tracing without code generation),
-    ``NMTK_COMPILE_MODE`` (reduce-overhead: CUDA graphs) and ``NMTK_COMPILE_SCOPE=model`` (the model's
-    whole forward, loss head included, as one graph where it can be)."""
+def compile_for_training(model: Transformer, setting: bool | str, device: torch.device) -> bool:
+    """``train.compile`` (``auto``: on a GPU): ``torch.compile`` for training with dynamic shapes (batch and
+    length vary; the length buckets bound the variety), each layer (`Transformer.compile_layers`).
+    Whether it compiled. For tests and benchmarks, environment variables choose otherwise:
+    ``NMTK_COMPILE_BACKEND`` (aot_eager: tracing without code generation), ``NMTK_COMPILE_MODE``
+    (reduce-overhead: CUDA graphs) and ``NMTK_COMPILE_SCOPE=model`` (the model's whole forward, loss
+    head included, as one graph)."""
+    if not (setting is True or (setting == "auto" and device.type == "cuda")):
+        return False
     options = {key: os.environ.get(f"NMTK_COMPILE_{key.upper()}") for key in ("backend", "mode")}
     options = {key: value for key, value in options.items() if value}
     if os.environ.get("NMTK_COMPILE_SCOPE") == "model":
@@ -46,6 +49,7 @@ def compile_for_training(model: Transformer) -> None:
         model._compiled_whole = True  # `layers_compiled` says so: the loss head is fused as for layers
     else:
         model.compile_layers(dynamic=True, **options)
+    return True
 
 
 class UpdateStep:
@@ -186,10 +190,11 @@ class UpdateStep:
     def fits(self, batch: Batch, share: float = 0.9) -> bool:
         """Whether a forward and backward of ``batch``, with Adam's two moments allocated, runs within
         ``share`` of the device's memory (a CPU: always). Leaves no trace: parameters, optimizer and
-        random state are as they were, gradients zero (exact resume is unaffected). Under DDP the
-        gradients are not all-reduced (``no_sync``): ranks may probe different sizes without waiting
-        for each other. Adam's state does not exist before the first step, so tensors of its size stand
-        in for it (on a resumed run they exist already and count as they are)."""
+        random state are as they were, gradients zero (exact resume is unaffected). Under DDP (after
+        `wrap`) the backward all-reduces, as the training's first one does (a first backward under
+        ``no_sync`` trips DDP's static graph, pytorch#143580): every rank must call it alike. Adam's
+        state does not exist before the first step, so tensors of its size stand in for it (on a resumed
+        run they exist already and count as they are)."""
         cuda = self.device.type == "cuda"
         devices = [self.device] if cuda else []
         params = [p for p in self.model.parameters() if p.requires_grad and p not in self.optimizer.state]
@@ -198,7 +203,7 @@ class UpdateStep:
             if cuda:
                 torch.cuda.reset_peak_memory_stats(self.device)
             moments = [torch.empty_like(p, dtype=torch.float32) for p in params for _ in range(2)]
-            with torch.random.fork_rng(devices=devices), self.ddp.no_sync() if self.ddp else nullcontext():
+            with torch.random.fork_rng(devices=devices):
                 self.loss(batch.to(self.device))[0].backward()
             if cuda:
                 total = torch.cuda.get_device_properties(self.device).total_memory

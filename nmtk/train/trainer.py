@@ -22,7 +22,7 @@ from nmtk.bf16_probe import Shapes
 from nmtk.checkpoint import BackgroundWriter, Checkpoint, SnapshotBuffers, rng_state, set_rng_state
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
-from nmtk.data.dataset import Batch, Prefetcher, pad_multiple, split_lengths, training_split
+from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths, training_split
 from nmtk.device import resolve_precision, use_tf32
 from nmtk.manifest import Manifest
 from nmtk.model import Transformer
@@ -32,7 +32,7 @@ from nmtk.train.distributed import DistInfo, FlagSum, all_reduce_sum, barrier, p
 from nmtk.train.keeper import CheckpointKeeper
 from nmtk.train.loss import CHUNK_POSITIONS
 from nmtk.train.metrics import CurvesDrawer, MetricsLog, MetricsWindow, Progress, training_record
-from nmtk.train.micro import MicroBatches, plan, run_update
+from nmtk.train.micro import MicroBatches, largest, plan, run_update
 from nmtk.train.state import TrainState
 from nmtk.train.step import UpdateStep, compile_for_training
 from nmtk.train.stopping import StopPolicy, StopSignal
@@ -79,9 +79,7 @@ class Trainer:
         shapes = Shapes(self.cfg.d_model, self.cfg.d_ff, self.cfg.tgt_vocab, rows=b.batch_tokens)
         self.precision, self.precision_reason = resolve_precision(t.precision, device, shapes)
         use_tf32(device, self.precision)
-        self.compiled = t.compile is True or (t.compile == "auto" and device.type == "cuda")
-        if self.compiled:
-            compile_for_training(self.model)
+        self.compiled = compile_for_training(self.model, t.compile, device)
         self.state = TrainState()
         # the loss head sized for the device: bounded memory on a CPU, one large product on a GPU
         chunk = t.loss_chunk_tokens or (CHUNK_POSITIONS if device.type == "cpu" else None)
@@ -113,8 +111,12 @@ class Trainer:
         set_rng_state(rngs[self.info.rank] if self.info.rank < len(rngs) else rngs[0])
 
     def plan_micro_batches(self) -> str:
-        """`nmtk.train.micro.plan`: how this process runs its share of an update, for the ``update:`` line."""
-        return plan(self.micro, self.step, self.train_split, self.plan, self.recipe.train.micro_batch_tokens, self.info)
+        """`nmtk.train.micro.plan` (before DDP wraps the model): how an update runs, for the ``update:`` line."""
+        return plan(self.micro, self.step, self.train_split, self.recipe.train.micro_batch_tokens, self.info)
+
+    def check_memory(self) -> None:
+        """`UpdateStep.check_memory` on the largest micro-batch, after DDP wrapping (its buckets count)."""
+        self.step.check_memory(collate(self.train_split, largest(self.micro, self.plan), self.micro.multiple))
 
     def train_step(self, group: list[np.ndarray], total_tokens: float | None = None,
                    batches: list[Batch] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -689,8 +689,9 @@ def test_an_update_run_as_other_micro_batches_is_the_same_update_and_resumes_in_
         run = RunDir(tmp_path / name)
         run.path.mkdir()
         made = Trainer(recipe, out.out_dir, out.manifest, pipelines, run, torch.device("cpu"), DistInfo())
-        made.step.wrap()
         made.plan_micro_batches()
+        made.step.wrap()
+        made.check_memory()
         return made
 
     def recording(made: Trainer) -> list[tuple[list[int], float]]:
