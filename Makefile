@@ -28,8 +28,9 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# --durations: where the suite's time goes, printed at the end of every run (the next slow test shows itself)
 test: install browser
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 # nmtk serve's page is tested in a real headless browser: Debian's Chromium package, driven by playwright
 # (its own browser download is not used). Installed here when missing, where apt-get can run as root.

@@ -33,13 +33,13 @@ def pytest_report_header() -> str:
 
 
 def run_nmtk(*args: str, stdin: str | None = None, cwd: Path | None = None,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m nmtk ARGS` in a subprocess, as a user would, capturing stdout and stderr."""
-    return subprocess.run(
-        [sys.executable, "-m", "nmtk", *args],
-        input=stdin, capture_output=True, text=True, cwd=cwd or ROOT,
-        env={**os.environ, **(env or {})}, timeout=600,
-    )
+             env: dict[str, str] | None = None, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`nmtk ARGS` as a user runs it, stdout and stderr captured: in this process (`cli_runner`: the real
+    command line without a new interpreter's start-up), or in one of its own where ``process`` asks or
+    the command needs one (a server, torchrun)."""
+    from cli_runner import run_nmtk as run
+
+    return run(*args, stdin=stdin, cwd=cwd or ROOT, env={**os.environ, **(env or {})}, process=process)
 
 
 @pytest.fixture

@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import run_nmtk
 
 pytestmark = pytest.mark.slow
 
 
 def nmtk(*args: str, cwd: Path, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmtk", *args], input=stdin, capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+    """`nmtk ARGS` (in this process: `cli_runner`)."""
+    return run_nmtk(*args, stdin=stdin, cwd=cwd, env=env)
 
 
 def one_line(result: subprocess.CompletedProcess, code: int, *expected: str) -> str:
@@ -208,12 +209,11 @@ def test_a_run_that_fails_before_its_first_line_leaves_no_partial_file(copy_run,
     tmp, _, env = copy_run
     (tmp_path / "bad.en").write_bytes(b"the cat\n\xff\xfe\n")
     out = tmp_path / "out.de"
-    cmd = [sys.executable, "-m", "nmtk", "translate", "-m", str(tmp / "run"), "-i", str(tmp_path / "bad.en"), "-o",
-           str(out)]
-    failed = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=env)
+    cmd = ["translate", "-m", str(tmp / "run"), "-i", str(tmp_path / "bad.en"), "-o", str(out)]
+    failed = nmtk(*cmd, cwd=tmp, env=env)
     one_line(failed, 1, "invalid UTF-8", "--errors replace")
     assert list(tmp_path.iterdir()) == [tmp_path / "bad.en"]
-    replaced = subprocess.run([*cmd, "--errors", "replace"], capture_output=True, text=True, cwd=tmp, env=env)
+    replaced = nmtk(*cmd, "--errors", "replace", cwd=tmp, env=env)
     assert replaced.returncode == 0 and out.read_text().count("\n") == 2, replaced.stderr
 
 

@@ -5,10 +5,10 @@ line with nothing written."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_nmtk
 
 pytestmark = pytest.mark.slow
 
@@ -16,8 +16,8 @@ LINES = ["the red cat runs in the park", "a small dog plays with a ball", "the o
 
 
 def nmtk(*args: str, cwd: Path, env: dict, stdin: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmtk", "translate", *args, "--precision", "fp32"], input=stdin,
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+    """`nmtk translate ARGS --precision fp32` (in this process: `cli_runner`)."""
+    return run_nmtk("translate", *args, "--precision", "fp32", stdin=stdin, cwd=cwd, env=env)
 
 
 def ok(result: subprocess.CompletedProcess) -> list[str]:

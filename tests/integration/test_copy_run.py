@@ -14,14 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_runner import run_nmtk
 from helpers import copy_pairs, toy_data
 
 pytestmark = pytest.mark.slow
 
 
 def nmtk(*args: str, cwd: Path, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmtk", *args], input=stdin, capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+    """`nmtk ARGS` (in this process: `cli_runner`)."""
+    return run_nmtk(*args, stdin=stdin, cwd=cwd, env=env)
 
 
 # ------------------------------------------------------------------------- learning, averaging

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
@@ -34,12 +35,40 @@ def runnable_commands() -> list[tuple[str, str]]:
     return found
 
 
+def as_nmtk_call(command: str) -> tuple[list[str], str | None, dict[str, str]] | None:
+    """``[VAR=value ...] nmtk ARGS``, optionally after ``echo TEXT |``, as (ARGS, stdin, environment), for
+    `cli_runner` to run in this process; None for anything else (run by bash)."""
+    stdin, parts = None, command.split(" | ")
+    if len(parts) == 2 and parts[0].startswith("echo "):
+        stdin, command = shlex.split(parts[0])[1] + "\n", parts[1]
+    elif len(parts) > 1 or re.search(r"[<>;&$`|]", command):
+        return None
+    words, env = shlex.split(command), {}
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    if not words or words[0] != "nmtk":
+        return None
+    args = [found for word in words[1:] for found in (sorted(glob.glob(word, root_dir=ROOT)) or [word])
+            if "*" not in word or found]  # the shell's globbing: recipes/*.toml
+    return args, stdin, env
+
+
 @pytest.mark.parametrize(("doc", "command"), runnable_commands())
 def test_runnable_commands_run_as_written(doc: str, command: str) -> None:
+    """Each command as a user runs it: an `nmtk` command line in this process (`cli_runner`, the real
+    command line without a new interpreter's start-up), anything else through bash."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, env=env,
-                            timeout=120)
+    call = as_nmtk_call(command)
+    if call is not None:
+        from cli_runner import run_in_process
+
+        args, stdin, extra = call
+        result = run_in_process(*args, stdin=stdin, cwd=ROOT, env={**env, **extra})
+    else:
+        result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, env=env,
+                                timeout=120)
     assert result.returncode == 0, f"{doc}: `{command}` failed:\n{result.stderr}"
 
 
