@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import ClassVar
 
-from nmtk.decode.guide import Guidance
+from nmtk.decode.guide import Glossary, Guidance
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.precision import Precision
 from nmtk.text import TextPipeline
+from nmtk.text.spellings import Speller
 from nmtk.text.subword import word_starts
 from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID
 
@@ -48,6 +49,10 @@ def forced_start(starts: tuple[int, ...], controls: list[LineControls | None] | 
     return [replace(c, prefix=starts + c.prefix) if c else LineControls(prefix=starts)
             for c in (controls or [None] * lines)]
 
+
+#: What a translator computes from its target pipeline once (cached properties): a `for_pair` view of
+#: another target computes its own.
+TARGET_DERIVED = ("glue", "speller", "_bans")
 
 #: A target-language tag (``>>de<<``) at the start of a line of text.
 TAG_IN_TEXT = re.compile(r"\s*>>[^<>\s]+<<")
@@ -86,6 +91,8 @@ class TranslatorBase:
         view = copy.copy(self)
         view.pipelines = self.pairs[pair]
         view.src_pipe, view.tgt_pipe = view.pipelines
+        for derived in TARGET_DERIVED:  # computed from the target pipeline: the view's own, when asked
+            view.__dict__.pop(derived, None)
         return view
 
     @property
@@ -98,6 +105,16 @@ class TranslatorBase:
         """Hypotheses for each source (ids without EOS, at most ``max_positions - 1``), in input order;
         ``controls``: per source, its prefix, constraints and banned phrases (None: none)."""
         raise NotImplementedError
+
+    @property
+    def arithmetic(self) -> str:
+        """What the search computes in, as ``/models`` reports it: the precision (an export: the compute type)."""
+        return str(self.precision.value)
+
+    def output_pieces(self) -> frozenset[int] | None:
+        """The target ids this translator's target language may produce (a multilingual model with
+        per-target output vocabularies: `nmtk.model.languages`); None: every one."""
+        return None
 
     def encode(self, sentences: list[str], first_line: int = 1) -> list[list[int] | None]:
         """Source ids per sentence (None for an empty or blank one), as `hypotheses` takes them. A
@@ -132,6 +149,17 @@ class TranslatorBase:
         """
         if search.align and not self.can_align:
             raise NmtkError("alignments come from nmtk's own model: use the run directory, not an export")
+        results = self._searched(ids, search, first_line, controls)
+        for i, hyps in enumerate(results):
+            if controls is not None and controls[i] and ids[i] is not None and self._empty(hyps):
+                results[i] = hyps = self._rescued(ids[i], search, first_line + i, controls[i])
+            if controls is not None and controls[i] and controls[i].constraints and hyps:
+                warn_unmet(first_line + i, hyps[0].tokens, controls[i].constraints)
+        return results
+
+    def _searched(self, ids: list[list[int] | None], search: SearchConfig, first_line: int,
+                  controls: list[LineControls | None] | None) -> list[list[Hypothesis]]:
+        """The search of `hypotheses_of_ids`, each line as its controls ask, long lines in pieces."""
         todo = [i for i, x in enumerate(ids) if x is not None]
         results: list[list[Hypothesis]] = [[] for _ in ids]
         if not todo:
@@ -143,9 +171,36 @@ class TranslatorBase:
             results[i] = hyps
             if n > 1:
                 warn_split(first_line + i, len(ids[i]), self.max_positions, n, self.longest_trained)
-            if controls is not None and controls[i] and controls[i].constraints and hyps:
-                warn_unmet(first_line + i, hyps[0].tokens, controls[i].constraints)
         return results
+
+    def _empty(self, hyps: list[Hypothesis]) -> bool:
+        """Whether a line's search found no translation that writes anything."""
+        return not hyps or all(t in self.tgt_pipe.hidden for t in hyps[0].tokens)
+
+    def _rescued(self, source: list[int], search: SearchConfig, line: int, controls: LineControls
+                 ) -> list[Hypothesis]:
+        """A line whose controls no translation could meet all together (its search found none, e.g. a
+        term the repetition limit bars a second time): searched again with the weakest of them dropped,
+        one warning naming the line and what was dropped: first its terms, then its banned phrases and
+        the repetition limits. Its prefix is kept (it is forced, so it always can be). A non-empty line
+        never translates to nothing."""
+        from nmtk.console import console
+
+        steps = [("its terms", replace(controls, constraints=()), search),
+                 ("its banned phrases and repetition limits", LineControls(prefix=controls.prefix),
+                  replace(search, no_repeat_ngram_size=0, repetition_penalty=1.0))]
+        dropped: list[str] = []
+        hyps: list[Hypothesis] = []
+        for what, fewer, easier in steps:
+            if fewer == controls and easier == search:
+                continue
+            dropped.append(what)
+            hyps = self._searched([source], easier, line, [fewer or None])[0]
+            if not self._empty(hyps):
+                break
+        console.print(f"warning: line {line}: no translation meets all its controls together; translated without "
+                      f"{' and '.join(dropped)}")
+        return hyps
 
     def _piece_controls(self, controls: list[LineControls | None] | None, todo: list[int],
                         segments: Segments) -> list[LineControls | None] | None:
@@ -178,10 +233,55 @@ class TranslatorBase:
             limit = search.output_limit(len(src), self.max_positions)
             prefix = self._phrase(guide.prefix, "prefix", line, self.max_positions - 2) if guide.prefix else ()
             constraints = tuple(self._phrase(c, "constraint", line, limit) for c in guide.constraints)
-            bans = tuple(self._phrase(b, "banned phrase", line, None) for b in guide.bans)
+            bans = tuple(spelling for b in guide.bans for spelling in self._ban(b, line))
+            self._check_together(line, guide, prefix, constraints, search)
             out.append(LineControls(prefix=prefix, constraints=constraints, bans=bans,
                                     glue=self.glue if constraints else frozenset()))
         return out
+
+    def check_guides(self, glossary: Glossary | None, bans: tuple[str, ...], constraints: bool,
+                     search: SearchConfig, bans_from: str = "--ban") -> None:
+        """What the options of a run (`translate`'s, a server's) ask, checked once the model is loaded and
+        before any line is read: constraints and glossaries on an engine or search that cannot honour
+        them, a glossary target or banned phrase the target vocabulary cannot write; each one line
+        naming the option, or the glossary's file and line."""
+        if (constraints or glossary is not None) and not self.can_constrain:
+            what = "--constraints" if glossary is None else f"the glossary {glossary.where_each()[0].split(': ')[0]}"
+            raise NmtkError(f"{what}: constraints (and glossaries) need nmtk's own engine: the {self.engine} "
+                            "engine has no constrained search; translate with the run directory instead")
+        if (constraints or glossary is not None) and search.sampling is not None:
+            raise NmtkError("constraints (and glossaries) need beam search; leave out --sampling")
+        for (_, target), where in zip(glossary.pairs if glossary else (), glossary.where_each() if glossary else (),
+                                      strict=True):
+            self._checked(target, f"{where}: the target term", None)
+        for ban in bans:
+            self._ban(ban, where=f"{bans_from}: the")
+
+    def _check_together(self, line: int, guide: Guidance, prefix: tuple[int, ...],
+                        constraints: tuple[tuple[int, ...], ...], search: SearchConfig) -> None:
+        """One error naming the line for controls that no translation can meet: a prefix or term its
+        target language never produces (per-target vocabularies hold for forced pieces too), a term
+        holding a banned phrase, or a term the repetition limit forbids (a repeated n-gram in it, or
+        the same term asked for twice). What only the search can find out, it does (`_rescued`)."""
+        allowed = self.output_pieces()
+        for text, ids, what in [(guide.prefix, prefix, "prefix"),
+                                *((t, c, "term") for t, c in zip(guide.constraints, constraints, strict=True))]:
+            if allowed is not None and not allowed.issuperset(ids):
+                raise NmtkError(f"line {line}: the {what} {text!r} has pieces this model never writes in "
+                                f"{self.language_pair[1] if self.language_pair else 'this target'}: it cannot be "
+                                "part of such a translation")
+        for text, ids in zip(guide.constraints, constraints, strict=True):
+            for ban in guide.bans:
+                if any(contains(list(ids), spelling) for spelling in self._bans.get(ban, ())):
+                    raise NmtkError(f"line {line}: the term {text!r} holds the banned phrase {ban!r}: no translation "
+                                    "can have both")
+        n = search.no_repeat_ngram_size
+        for text, ids in zip(guide.constraints, constraints, strict=True):
+            grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)] if n else []
+            if len(set(grams)) < len(grams) or (grams and constraints.count(ids) > 1):
+                raise NmtkError(f"line {line}: the term {text!r} repeats a {n}-gram of subwords"
+                                f"{'' if len(set(grams)) < len(grams) else ' (it is asked for twice)'}, which "
+                                f"no_repeat_ngram_size {n} forbids: drop the repetition limit or the repetition")
 
     @cached_property
     def glue(self) -> frozenset[int]:
@@ -189,14 +289,43 @@ class TranslatorBase:
         starts = word_starts(self.tgt_pipe.subwords.pieces())
         return frozenset(int(i) for i in range(len(starts)) if i >= len(SPECIAL_SYMBOLS) and not starts[i])
 
+    @cached_property
+    def speller(self) -> Speller:
+        """The target vocabulary's pieces by the text they write (`nmtk.text.spellings`)."""
+        return Speller(self.tgt_pipe.subwords.pieces(), first_id=len(SPECIAL_SYMBOLS))
+
+    def _ban(self, text: str, line: int | None = None, where: str = "") -> tuple[tuple[int, ...], ...]:
+        """A banned phrase as every piece sequence that writes it (`Speller.spellings`: its case forms,
+        starting a word or glued to the one before), the target encoder's own first; cached per
+        translator, since every line of a run has the same bans. A form the vocabulary cannot write
+        ("CAT" in a lower-case vocabulary) is banned trivially: only its other forms are searched for.
+        One error (naming ``line``, or starting with ``where``) for a phrase that is empty as text."""
+        cached = self._bans.get(text)
+        if cached is None:
+            own = tuple(self.tgt_pipe.encode(text))
+            if not own:
+                raise NmtkError(f"{where or f'line {line}: the'} banned phrase {text!r} is empty after tokenisation")
+            spelt = self.speller.spellings(self.tgt_pipe.moses.tokenize(text))
+            cached = self._bans[text] = tuple(dict.fromkeys([own] * (UNK_ID not in own) + spelt))
+        return cached
+
+    @cached_property
+    def _bans(self) -> dict[str, tuple[tuple[int, ...], ...]]:
+        return {}
+
     def _phrase(self, text: str, what: str, line: int, limit: int | None) -> tuple[int, ...]:
+        return self._checked(text, f"line {line}: the {what}", limit)
+
+    def _checked(self, text: str, what: str, limit: int | None) -> tuple[int, ...]:
+        """``text`` as target ids; one error starting with ``what`` where it encodes to nothing, to
+        unknown pieces, or to more than ``limit`` (the line's output limit)."""
         ids = tuple(self.tgt_pipe.encode(text))
         if not ids:
-            raise NmtkError(f"line {line}: the {what} {text!r} is empty after tokenisation")
+            raise NmtkError(f"{what} {text!r} is empty after tokenisation")
         if UNK_ID in ids:
-            raise NmtkError(f"line {line}: the {what} {text!r} has characters the target vocabulary cannot write")
+            raise NmtkError(f"{what} {text!r} has characters the target vocabulary cannot write")
         if limit is not None and len(ids) > limit:
-            raise NmtkError(f"line {line}: the {what} {text!r} is {len(ids)} subwords, longer than the line's "
+            raise NmtkError(f"{what} {text!r} is {len(ids)} subwords, longer than the line's "
                             f"output limit of {limit} (max_len_a·|source| + max_len_b)")
         return ids
 

@@ -90,7 +90,22 @@ class Ct2Translator(TranslatorBase):
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
         # per-target output vocabularies (`nmtk.convert.ctranslate2.vocab_map`): CTranslate2 searches a
         # call's union of its sources' targets, so each call holds one target (its tag, the first piece)
-        self.vocab_map = ExportDir(self.directory).vocab_map.is_file()
+        vmap = ExportDir(self.directory).vocab_map
+        self.vocab_map = vmap.is_file()
+        self.pieces_by_tag: dict[int, frozenset[int]] = {}
+        if self.vocab_map:  # one line per target: its tag's piece, a tab, the pieces it may produce
+            source_ids = {piece: i for i, piece in enumerate(self.source_pieces)}
+            for row in vmap.read_text(encoding="utf-8").splitlines():
+                tag, _, allowed = row.partition("\t")
+                self.pieces_by_tag[source_ids[tag]] = frozenset(self.target_ids[p] for p in allowed.split())
+
+    @property
+    def arithmetic(self) -> str:
+        """CTranslate2's compute type (int8 for an int8 export on a CPU), not nmtk's precision setting."""
+        return str(getattr(self.ct2, "compute_type", None) or self.quantization or "default")
+
+    def output_pieces(self) -> frozenset[int] | None:
+        return self.pieces_by_tag.get(self.src_pipe.prefix[0]) if self.src_pipe.prefix else None
 
     def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
                       controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:

@@ -71,28 +71,39 @@ class Glossary:
 
     pairs: tuple[tuple[str, str], ...] = ()
     ignore_case: bool = False
+    origins: tuple[str, ...] = field(default=(), compare=False)  # where each pair was read ("FILE: line N")
     _index: dict[str, list[tuple[tuple[str, ...], str]]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def read(cls, path: Path, ignore_case: bool = False) -> Glossary:
         """A TSV file, one ``source term<TAB>target term`` a line; blank lines and ``#`` comments are
         skipped. A bad line is one error naming the file and line."""
-        pairs = []
+        pairs, origins = [], []
         for number, line in enumerate(read_lines(Path(path), "glossary"), start=1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            pairs.append(_pair(line.split("\t"), f"{path}: line {number}"))
+            origins.append(f"{path}: line {number}")
+            pairs.append(_pair(line.split("\t"), origins[-1]))
         if not pairs:
             raise NmtkError(f"{path}: holds no term pairs (one 'source term<TAB>target term' a line)")
-        return cls(tuple(pairs), ignore_case)
+        return cls(tuple(pairs), ignore_case, tuple(origins))
 
     @classmethod
     def of(cls, pairs: Iterable[Sequence[str]], ignore_case: bool = False, where: str = "glossary") -> Glossary:
         """Pairs given as lists (a server request's ``glossary``)."""
-        return cls(tuple(_pair(list(p), f"{where}[{i}]") for i, p in enumerate(pairs)), ignore_case)
+        pairs = list(pairs)
+        origins = tuple(f"{where}[{i}]" for i in range(len(pairs)))
+        return cls(tuple(_pair(list(p), origin) for p, origin in zip(pairs, origins, strict=True)), ignore_case,
+                   origins)
 
     def __add__(self, other: Glossary) -> Glossary:
-        return Glossary(self.pairs + other.pairs, self.ignore_case or other.ignore_case)
+        return Glossary(self.pairs + other.pairs, self.ignore_case or other.ignore_case,
+                        self.where_each() + other.where_each())
+
+    def where_each(self) -> tuple[str, ...]:
+        """Where each pair was read, for errors about it (``glossary[i]`` where nothing was said)."""
+        return self.origins if len(self.origins) == len(self.pairs) else tuple(
+            f"glossary[{i}]" for i in range(len(self.pairs)))
 
     def terms(self, source: str, tokenize: Callable[[str], str]) -> tuple[str, ...]:
         """Target terms of the pairs whose source term occurs in ``source`` (``tokenize``: the source

@@ -109,6 +109,7 @@ def translate(options: TranslateOptions) -> None:
                         "alignments come from nmtk's own model: pass the run directory")
     glossary, bans = read_guides(options.guide, model.recipe)
     engine = Engine(load_translator(model, options.load), search, options.guide.format, glossary, bans)
+    engine.translator.check_guides(glossary, bans, options.guide.format.constraints, search)
     source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
     done = [0]
     try:

@@ -39,6 +39,13 @@ class Translator(TranslatorBase):
         self.max_positions = self.model.cfg.max_positions
         super().__post_init__()
         self.word_starts = tuple(word_starts(p.subwords.pieces()) for p in (self.src_pipe, self.tgt_pipe))
+        model = self.first_model  # per-target output vocabularies, read while the weights are here
+        self.pieces_by_tag = {} if model.language_table is None else {
+            int(tag): frozenset(allowed.nonzero().flatten().tolist())
+            for tag, allowed in zip(model.output_tags, model.output_allowed, strict=True)}
+
+    def output_pieces(self) -> frozenset[int] | None:
+        return self.pieces_by_tag.get(self.src_pipe.prefix[0]) if self.src_pipe.prefix else None
 
     def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
                       controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:

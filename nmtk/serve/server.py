@@ -73,6 +73,7 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     load = replace(options.load, threads=max(1, threads // workers), searches=workers, any_pair=True)
     translator = load_translator(source, load)
     default = SearchConfig.from_recipe(source.recipe.decode, **options.search)
+    translator.check_guides(glossary, bans, False, default)  # before serving: never a 422 for the server's own
     budget = options.gather_tokens or default.budget("cuda" if on_gpu else "cpu")
     child_loader = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
     worker = Worker(translator, gather_tokens=budget, max_wait_ms=options.max_wait_ms, max_queue=options.max_queue,
@@ -81,7 +82,7 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     info = ModelInfo(source=source.recipe.data.source_lang or "+".join(dict.fromkeys(s for s, _ in pairs)),
                      target=source.recipe.data.target_lang or "+".join(dict.fromkeys(t for _, t in pairs)),
                      recipe=source.recipe.name, checkpoint=source.checkpoint_name, engine=translator.engine,
-                     precision=str(translator.precision.value), beam=default.beam, pairs=pairs)
+                     precision=translator.arithmetic, beam=default.beam, pairs=pairs)
     reload = None if source.is_export else (lambda: _reload(worker, info, source, load))
     api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(worker, info, default, options.limits, api_key=api_key, reload=reload,

@@ -133,3 +133,106 @@ def test_the_power_length_penalty_searches_as_ctranslate2_does(copy_run, exporte
             assert [h.tokens for h in a] == [h.tokens for h in b]
             # the engines' GEMMs sum in different orders: 1.3e-4 apart on an Intel Xeon (Emerald Rapids)
             assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-3)
+
+
+def test_controls_no_translation_can_meet_together_are_an_error_or_dropped_with_a_warning(copy_run, monkeypatch,
+                                                                                        capsys) -> None:
+    """A term holding a banned phrase, or one the repetition limit forbids, is one error naming the line
+    (before any search); a line whose search still finds no translation is searched again without its
+    terms, with one warning naming it: a non-empty line never translates to an empty one (issue 62)."""
+    from dataclasses import replace
+
+    from nmtk.decode.guide import Guidance
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.errors import NmtkError
+    from nmtk.precision import Precision
+    from nmtk.rundir import resolve_model
+
+    tmp, _, _ = copy_run
+    translator = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))
+    ids = translator.encode(["the red cat runs", "a dog plays"])
+    beam, no_repeat = SearchConfig(beam=4), SearchConfig(beam=4, no_repeat_ngram_size=1)
+    for guides, search, message in (
+            ([Guidance(constraints=("red cat",), bans=("Cat",)), None], beam,
+             "line 1: the term 'red cat' holds the banned phrase 'Cat'"),
+            ([None, Guidance(constraints=("dog", "dog"))], no_repeat,
+             r"line 2: the term 'dog' repeats a 1-gram .*twice"),
+            ([None, Guidance(constraints=("dog red dog",))], no_repeat, r"line 2: the term 'dog red dog' repeats")):
+        with pytest.raises(NmtkError, match=message):
+            translator.controls(guides, ids, search, first_line=1)
+    searched = translator.decode_pieces
+
+    def nothing_with_terms(pieces, search, controls=None):  # a search that finds no hypothesis with its terms
+        found = searched(pieces, search, controls)
+        return [[] if c and c.constraints else h for h, c in zip(found, controls or [None] * len(found), strict=True)]
+
+    monkeypatch.setattr(translator, "decode_pieces", nothing_with_terms)
+    capsys.readouterr()
+    hyps = translator.hypotheses(["the red cat runs", "a dog plays"], replace(beam, nbest=2), first_line=7,
+                                 guides=[Guidance(constraints=("bike",)), None])
+    assert all(h and h[0].tokens for h in hyps)
+    assert translator.detokenize(hyps[0][0]) == "the red cat runs"
+    assert "line 7: no translation meets all its controls together; translated without its terms" in \
+        capsys.readouterr().err
+
+
+def test_more_terms_than_fit_and_a_term_twice_on_the_command_line(copy_run) -> None:
+    tmp, _, env = copy_run
+    from helpers import WORDS
+
+    many = "\t".join((WORDS * 2)[:53])  # 53 one-word terms, more than a 3-word line's limit of 53 tokens holds
+    result = nmtk("-m", str(tmp / "run"), "--constraints", "unordered", cwd=tmp, env=env,
+                  stdin=f"the cat sits\t{many}\nthe dog runs\tdog\tdog\n")
+    lines = ok(result)
+    assert len(lines) == 2 and all(line.strip() for line in lines), lines
+    assert "line 1:" in result.stderr and "did not fit in its length limit" in result.stderr
+    assert lines[1].split().count("dog") == 2, lines  # a term asked for twice is there twice
+
+
+def test_a_ban_covers_the_words_case_forms_and_glued_spellings(copy_run, tmp_path: Path) -> None:
+    """A banned word is banned in every spelling the vocabulary has (`Speller`): "CAT" bans "cat" too,
+    as "Bank" bans "einerbank" (issue 62)."""
+    tmp, _, env = copy_run
+    bans = tmp_path / "bans.txt"
+    bans.write_text("CAT\n", encoding="utf-8")
+    got = ok(nmtk("-m", str(tmp / "run"), "--ban", str(bans), "--beam", "4", cwd=tmp, env=env, stdin=LINES[0] + "\n"))
+    assert "cat" not in got[0].lower(), got
+
+
+def test_what_the_options_ask_is_refused_before_the_first_line(copy_run, exported, tmp_path: Path) -> None:
+    """A glossary (or --constraints) for the CTranslate2 engine, or a glossary term the target vocabulary
+    cannot write, is one line naming the option or the glossary's file and line, before anything is read
+    or written: even when no input line holds a term (issue 62)."""
+    tmp, _, env = copy_run
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("cat\tbike\n", encoding="utf-8")
+    out = tmp_path / "out.de"
+    refused = nmtk("-m", str(exported), "--glossary", str(glossary), "-o", str(out), cwd=tmp, env=env,
+                   stdin="a dog plays\n" * 3)
+    assert refused.returncode == 1 and f"the glossary {glossary}" in refused.stderr, refused.stderr
+    assert "nmtk's own engine" in refused.stderr and not out.exists() and not out.with_suffix(".de.partial").exists()
+    refused = nmtk("-m", str(exported), "--constraints", "unordered", cwd=tmp, env=env, stdin="a dog\n")
+    assert refused.returncode == 1 and "--constraints: constraints (and glossaries) need" in refused.stderr
+    glossary.write_text("cat\tbike\ndog\t\u2603\n", encoding="utf-8")
+    refused = nmtk("-m", str(tmp / "run"), "--glossary", str(glossary), cwd=tmp, env=env, stdin="a cat\n")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert f"{glossary}: line 2: the target term '\u2603' has characters" in refused.stderr, refused.stderr
+
+
+def test_a_server_refuses_at_start_what_it_could_only_refuse_per_request(copy_run, exported, tmp_path: Path) -> None:
+    from nmtk.decode.load import LoadOptions
+    from nmtk.errors import NmtkError
+    from nmtk.serve.server import ServeOptions, build
+
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("cat\tbike\n", encoding="utf-8")
+    with pytest.raises(NmtkError, match="need nmtk's own engine"):
+        build(ServeOptions(load=LoadOptions(model=exported, threads=1), glossary=glossary, workers=1))
+
+
+def test_a_repetition_penalty_of_zero_names_itself(copy_run) -> None:
+    tmp, _, env = copy_run
+    refused = nmtk("-m", str(tmp / "run"), "--repetition-penalty", "0", cwd=tmp, env=env, stdin="the cat\n")
+    assert refused.returncode == 1 and "repetition_penalty 0: must be above 0" in refused.stderr
+    assert "no_repeat" not in refused.stderr

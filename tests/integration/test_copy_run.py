@@ -238,6 +238,11 @@ def test_a_quantised_export_still_translates(copy_run) -> None:
     assert len(lines) == 20 and all(lines)
     # int8 weights: nearly the same output (tests/measure_spread.py copy-run, 20 trainings: worst 18/20)
     assert sum(a == b for a, b in zip(lines, reference, strict=True)) >= 16
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.rundir import resolve_model
+
+    # what /models says of it: CTranslate2's compute type, not nmtk's precision setting (issue 62: "fp32")
+    assert load_translator(resolve_model(tmp / "ct2-int8"), LoadOptions(threads=1)).arithmetic.startswith("int8")
 
 
 def test_export_of_separate_vocabularies(copy_run, tmp_path: Path) -> None:

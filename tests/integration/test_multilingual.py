@@ -372,6 +372,12 @@ def test_per_target_exports_to_ctranslate2_with_a_vocabulary_map_and_not_to_mari
                        for model in (run, export)]
             same = sum(a == b for a, b in zip(*outputs, strict=True))
             assert len(outputs[0]) == len(lines) and same >= 0.9 * len(lines), (lang, beam, same)
+    for model, option, line in ((run, "--constraints", "the cat\tKatze"), (run, "--prefix", "the cat\tKatze"),
+                                (export, "--prefix", "the cat\tKatze")):  # a German word, French output
+        refused = nmtk("translate", "-m", str(model), "--target-lang", "fr", option, *(
+            ["unordered"] if option == "--constraints" else []), stdin=line + "\n")
+        assert refused.returncode == 1 and refused.stdout == "", refused.stderr
+        assert "line 1:" in refused.stderr and "never writes in fr" in refused.stderr.strip().splitlines()[-1]
     refused = nmtk("export", str(run), "-o", str(tmp / "per-target-hf"), "--format", "hf")
     assert refused.returncode == 1 and 'model.output_vocab = "per-target"' in refused.stderr, refused.stderr
     assert 'output_vocab' in refused.stderr.strip().splitlines()[-1] and not (tmp / "per-target-hf").exists()

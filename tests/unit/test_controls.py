@@ -154,3 +154,19 @@ def test_the_hugging_face_export_maps_alpha_for_each_length_penalty_form(form: s
     config = {"pad_token_id": 1, "decoder_start_token_id": 1, "eos_token_id": 0, "max_position_embeddings": 512}
     assert generation_config(recipe, config, 14.8)["length_penalty"] == alpha
     assert generation_config(recipe, config)["length_penalty"] == 0.6  # no training data: α as it is
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_more_terms_than_fit_give_a_translation_with_as_many_as_fit(model, sources, beam: int) -> None:
+    """20 one-piece terms, room for 10: every line still has a translation, holding 10 of them (issue 62:
+    candidates that met more terms but never ended used to take every finished place, leaving none)."""
+    terms = tuple((4 + i,) for i in range(20))
+    cfg = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=10)
+    for hyps in beam_search(model, sources, cfg, [LineControls(constraints=terms)] * len(sources)):
+        assert hyps and len(hyps[0].tokens) == 10 and sum(has(hyps[0].tokens, t) for t in terms) == 10, hyps
+
+
+def test_a_term_asked_for_twice_is_produced_twice(model, sources) -> None:
+    twice = [LineControls(constraints=((9,), (9,)))] * len(sources)
+    for hyps in beam_search(model, sources, SearchConfig(beam=4), twice):
+        assert hyps[0].tokens.count(9) >= 2, hyps[0].tokens

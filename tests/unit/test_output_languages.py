@@ -141,20 +141,3 @@ def test_per_target_needs_several_pairs(tmp_path: Path) -> None:
         load_recipe(path)
 
 
-@pytest.mark.parametrize("beam", [1, 4])
-def test_a_prefix_or_constraint_piece_the_target_never_produced_is_still_placed(beam: int) -> None:
-    """Forced (prefix) or required (constraint), a foreign piece gets the row's lowest finite score: the
-    line's search ends with a finite score and holds it, and is otherwise kept to its target's pieces."""
-    from nmtk.decode.search.config import LineControls
-
-    model = model_of(seed=5).eval()
-    src = sources()[:2]
-    cfg = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=12)
-    allowed = allowed_pieces(VOCAB, PRODUCED)[0]
-    for controls in (LineControls(prefix=(45, 8)), LineControls(constraints=((50,),))):
-        found = beam_search(model, src, cfg, [controls, None])
-        best = found[0][0]
-        assert 45 in best.tokens[:1] or 50 in best.tokens, best.tokens
-        assert best.score > float("-inf") and found[1][0].score > float("-inf")
-        assert all(allowed[t] for t in best.tokens if t not in (45, 50)), best.tokens
-        assert all(allowed[t] for t in found[1][0].tokens)

@@ -90,9 +90,11 @@ class SearchConfig:
             raise NmtkError(f"n-best {self.nbest} with sampling: a sample is one hypothesis per line")
         if self.length_penalty_form not in ("gnmt", "power"):
             raise NmtkError(f"length penalty form {self.length_penalty_form!r}: gnmt or power")
-        if self.no_repeat_ngram_size < 0 or self.repetition_penalty <= 0:
-            raise NmtkError(f"no_repeat_ngram_size {self.no_repeat_ngram_size}, repetition_penalty "
-                            f"{self.repetition_penalty}: the first must be 0 or more, the second above 0")
+        if self.no_repeat_ngram_size < 0:
+            raise NmtkError(f"no_repeat_ngram_size {self.no_repeat_ngram_size}: must be 0 (no limit) or more")
+        if self.repetition_penalty <= 0:
+            raise NmtkError(f"repetition_penalty {self.repetition_penalty:g}: must be above 0 (1: no penalty; above "
+                            "1 discourages repeating)")
 
     @property
     def steers(self) -> bool:

@@ -49,18 +49,29 @@ from nmtk.decode.search.step import (
 from nmtk.vocab import EOS_ID, PAD_ID
 
 
-def advance(window: Tensor, cons: Tensor, cons_len: Tensor, met: Tensor,
-            ordered: bool) -> tuple[Tensor, Tensor, Tensor]:
+def earlier_twins(cons: Tensor, cons_len: Tensor) -> Tensor:
+    """(n, C, C): ``[s, i, j]`` whether constraint j of sentence s is the same phrase as constraint i and
+    comes before it. A term asked for twice must appear twice: one occurrence meets one of them."""
+    same = cons[:, :, None, :].eq(cons[:, None, :, :]).all(dim=-1) & cons_len[:, :, None].eq(cons_len[:, None, :])
+    count = cons.size(1)
+    return same & cons_len.gt(0)[:, :, None] & _earlier(count, cons.device)
+
+
+def advance(window: Tensor, cons: Tensor, cons_len: Tensor, met: Tensor, ordered: bool,
+            twins: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The constraint state after a token: ``window`` (R, L) holds each candidate's last L tokens, the
     new one last; ``cons`` (R, C, L) and ``cons_len`` (R, C) its line's constraints; ``met`` (R, C)
-    those met before. Returns the constraints met now, each one's progress (the longest start of it
-    that the history ends with) and the bank (constraint tokens produced)."""
+    those met before; ``twins`` (R, C, C) its `earlier_twins`. Returns the constraints met now, each
+    one's progress (the longest start of it that the history ends with) and the bank (constraint
+    tokens produced)."""
     width = cons.size(2)
     progress = torch.zeros_like(cons_len)
     for j in range(1, width + 1):
         ends_with = window[:, None, width - j :].eq(cons[:, :, :j]).all(dim=-1) & cons_len.ge(j)
         progress = torch.where(ends_with, j, progress)
     complete = progress.eq(cons_len) & cons_len.gt(0)
+    if twins is not None:  # of identical terms, an occurrence meets the first one still unmet
+        complete &= ~(twins & ~met[:, None, :]).any(dim=-1)
     if ordered:  # only the first unmet constraint may be completed
         complete &= _first_open(met)
     met = met | complete
@@ -109,7 +120,11 @@ def _rank_in_bank(scores: Tensor, bank: Tensor, live: Tensor) -> Tensor:
 
 
 def _first_by(scores: Tensor, banks: Tensor, k: int) -> Tensor:
-    """Indices of the ``k`` best per row, by bank (more constraint tokens met) first, score second."""
+    """Indices of the ``k`` best per row, by bank (more constraint tokens met) first, score second; an
+    entry of score -∞ (a candidate that did not end there) last whatever its bank: ranked by its bank,
+    candidates that met more terms but never finished took every place of a line whose terms do not all
+    fit its length limit, and the line came back with no translation (issue 62: 53 one-piece terms)."""
+    banks = banks.masked_fill(scores.isneginf(), -1)
     by_score = scores.argsort(dim=1, descending=True, stable=True)
     by_bank = banks.gather(1, by_score).argsort(dim=1, descending=True, stable=True)
     return by_score.gather(1, by_bank)[:, :k]
@@ -153,6 +168,7 @@ class Terms:
     met: Tensor  # (rows, C) constraints met (absent ones count as met)
     progress: Tensor  # (rows, C) the longest start of each constraint the row's history ends with
     ended: Tensor  # (rows,) the row's last token completed a constraint
+    twins: Tensor | None = None  # (n, C, C) `earlier_twins` (None: no line asks for a term twice)
 
     @classmethod
     def of(cls, controls: Sequence[LineControls | None], k: int, vocab: int, ordered: bool,
@@ -165,8 +181,10 @@ class Terms:
             no_glue[list(glue)] = True
             no_glue = no_glue.to(device)
         met = lengths.eq(0).repeat_interleave(k, dim=0)
+        twins = earlier_twins(cons, lengths)
         return cls(cons, lengths, ordered, no_glue, met, torch.zeros_like(met, dtype=torch.long),
-                   torch.zeros(met.size(0), dtype=torch.bool, device=device))
+                   torch.zeros(met.size(0), dtype=torch.bool, device=device),
+                   twins if any(len(set(c.constraints)) < len(c.constraints) for c in controls if c) else None)
 
     def bar(self, lprobs: Tensor, reached: Tensor) -> Tensor:
         """EOS barred while a row has an unmet constraint (unless at its limit: step 4), and a word
@@ -176,13 +194,15 @@ class Terms:
             lprobs = lprobs.masked_fill(self.ended[:, None] & self.no_glue, NEG_INF)
         return lprobs
 
-    def after(self, history: Tensor, flat: Tensor, tokens: Tensor, row_cons: Tensor, row_len: Tensor
-              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def after(self, history: Tensor, flat: Tensor, tokens: Tensor, row_sent: Tensor, row_cons: Tensor,
+              row_len: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Per candidate (its row ``flat``, its token): constraints met, progress, bank (with progress)
-        and constraint tokens met (without); ``row_cons``, ``row_len``: each live row's constraints."""
+        and constraint tokens met (without); ``row_sent``, ``row_cons``, ``row_len``: each live row's
+        sentence and constraints."""
         cons, lengths = row_cons.index_select(0, flat), row_len.index_select(0, flat)
+        twins = None if self.twins is None else self.twins[row_sent.index_select(0, flat)]
         window = torch.cat([last_tokens(history, cons.size(2) - 1).index_select(0, flat), tokens[:, None]], dim=1)
-        met, progress, bank = advance(window, cons, lengths, self.met.index_select(0, flat), self.ordered)
+        met, progress, bank = advance(window, cons, lengths, self.met.index_select(0, flat), self.ordered, twins)
         return met, progress, bank, (lengths * met).sum(dim=1)
 
     def choose(self, rows: Tensor, met: Tensor, progress: Tensor) -> None:
@@ -237,7 +257,7 @@ def constrained_beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         cand_scores = cand.gather(1, index).masked_fill(_unique(index), NEG_INF)
         origin = index // vocab + torch.arange(b, device=device)[:, None] * k  # row of each candidate
         cand_tokens, flat = index % vocab, origin.view(-1)
-        met, progress, bank, met_tokens = terms.after(history, flat, cand_tokens.view(-1), row_cons, row_len)
+        met, progress, bank, met_tokens = terms.after(history, flat, cand_tokens.view(-1), row_sent, row_cons, row_len)
         valid, is_eos = cand_scores.gt(NEG_INF), cand_tokens.eq(EOS_ID)
         # Finished: EOS candidates, merged into each sentence's K best by (constraint tokens, score).
         ending = torch.where(is_eos & valid, cand_scores / length_penalty(float(step + 1), cfg.length_penalty,

@@ -8,9 +8,8 @@ so it is produced with log-probability 0 and adds nothing to the score: as CTran
 ``target_prefix``, the hypotheses of one line are ranked by what follows the prefix.
 
 A model with per-target output vocabularies gives a piece its target never produced -∞ (`nmtk.model.
-languages`). Where a line's prefix or constraints hold such a piece, it is given the row's lowest
-finite score instead: forced or placed where the line asks for it, never chosen freely (CTranslate2
-likewise adds ``target_prefix`` pieces to its vocabulary map's candidates).
+languages`), forced or not: a prefix or term holding one is refused before the search, naming its line
+(`TranslatorBase.controls`).
 
 Each line's phrases are padded into one tensor per kind (lines × phrases × pieces). Banned phrases
 are matched against the end of each row's history by one comparison, the equivalent of walking
@@ -70,7 +69,6 @@ class Steering:
     prefix_len: Tensor  # (lines,)
     bans: Tensor  # (lines, B, L) banned phrases, NOTHING-padded
     ban_len: Tensor  # (lines, B)
-    needed: Tensor  # (lines, N) the pieces of each line's prefix and constraints, NOTHING-padded
     no_repeat: int = 0
     penalty: float = 1.0
 
@@ -83,11 +81,9 @@ class Steering:
             return None
         prefix, prefix_len = padded([[c.prefix] if c and c.prefix else [] for c in controls], device)
         bans, ban_len = padded([list(c.bans) if c else [] for c in controls], device)
-        needed, _ = padded([[c.prefix + sum(c.constraints, ())] if c else [] for c in controls], device)
         return cls(prefix[:, 0] if prefix.size(1) else prefix.new_zeros((lines, 0)),
                    prefix_len[:, 0] if prefix_len.size(1) else prefix_len.new_zeros(lines),
-                   bans, ban_len, needed[:, 0] if needed.size(1) else needed.new_zeros((lines, 0)),
-                   cfg.no_repeat_ngram_size, cfg.repetition_penalty)
+                   bans, ban_len, cfg.no_repeat_ngram_size, cfg.repetition_penalty)
 
     def limits(self, limit: Tensor) -> Tensor:
         """Each line's length limit, raised where needed to hold its prefix and one token more."""
@@ -96,7 +92,6 @@ class Steering:
     def logits(self, logits: Tensor, history: Tensor, sent: Tensor, step: int) -> Tensor:
         """``logits`` (rows, V) of the next token after each row's ``history`` (rows, step); row r
         belongs to line ``sent[r]``."""
-        logits = self._reachable(logits, sent)
         if self.penalty != 1.0 and history.size(1):
             seen = logits.gather(1, history)
             logits = logits.scatter(1, history, torch.where(seen < 0, seen * self.penalty, seen / self.penalty))
@@ -110,16 +105,6 @@ class Steering:
             others = (torch.arange(vocab, device=logits.device) != self.prefix[sent, step][:, None]) & forcing
             blocked = others if blocked is None else torch.where(forcing, others, blocked)
         return logits if blocked is None else logits.masked_fill(blocked, NEG_INF)
-
-    def _reachable(self, logits: Tensor, sent: Tensor) -> Tensor:
-        """The pieces each row's line asks for, at the row's lowest finite score where the model gave
-        them -∞ (a per-target model's foreign pieces; see the module's docstring)."""
-        if not self.needed.size(1):
-            return logits
-        needed = self.needed[sent]
-        unreachable = hit(needed, needed.ne(NOTHING), logits.size(1)) & logits.isneginf()
-        floor = logits.masked_fill(logits.isneginf(), float("inf")).amin(dim=1, keepdim=True)
-        return torch.where(unreachable, floor, logits)
 
     def _repeats(self, history: Tensor, vocab: int) -> Tensor:
         """Tokens that would repeat an n-gram (n = ``no_repeat``) already in the row's history."""
