@@ -212,7 +212,10 @@ def pick_pair(manifest: Manifest, target_lang: str | None, source_lang: str | No
     known = ", ".join(f"{s} → {t}" for s, t in pairs)
     if manifest.pairs and target_lang is None:
         raise NmtkError(f"this model translates {known}: say which target with --target-lang")
-    fits = [(s, t) for s, t in pairs if (target_lang in (None, t)) and (source_lang in (None, s))]
+    def same(asked: str | None, code: str) -> bool:  # codes in any case (``FR``), as the server takes them
+        return asked is None or asked.lower() == code.lower()
+
+    fits = [(s, t) for s, t in pairs if same(target_lang, t) and same(source_lang, s)]
     if not fits:
         asked = f"{source_lang + ' ' if source_lang else ''}→ {target_lang or '?'}"
         raise NmtkError(f"{asked}: not a pair of this model, which translates {known}")
@@ -379,26 +382,82 @@ def _export_source(export: ExportDir, checkpoint: Path | None) -> ModelSource:
                        export_meta=meta)
 
 
-def check_replaceable(out: Path, force: bool) -> None:
-    """``out`` may be written by a command that builds a whole folder (`nmtk export`, `nmtk import`): it
-    does not exist, or nmtk wrote it (`WRITTEN_BY`; folders from before the marker: an export's
-    ``nmtk-export.json``) and ``force`` is given. ``--force`` never deletes a folder nmtk did not write."""
+#: The commands that write a whole folder `check_replaceable` may let ``--force`` replace, by kind.
+WRITERS = {"export": "nmtk export", "import": "nmtk import"}
+#: A folder marked by an nmtk that did not list its files: what is no newer than its marker by this many
+#: seconds is what that nmtk wrote (its README came a moment after the marker).
+UNLISTED_SLACK_S = 60.0
+
+
+def check_replaceable(out: Path, force: bool, kind: Literal["export", "import"]) -> None:
+    """``out`` may be written by the command that builds a whole folder of ``kind`` (`nmtk export`, `nmtk
+    import`): it does not exist, or is an empty folder, or (with ``force``) it is a folder of that kind
+    which nmtk wrote whole and which holds nothing else: every file and folder in it is one its marker
+    (`WRITTEN_BY`) lists, at the size it was written (a marker of an older nmtk lists none: then
+    nothing in it may be newer than the marker). Anything else is one line naming the first thing in
+    the way: ``--force`` never deletes what nmtk did not write."""
     if not out.exists():
         return
-    if not ((out / WRITTEN_BY).is_file() or (out / EXPORT_MARKER).is_file() or _imported_before_the_marker(out)):
+    writer = WRITERS[kind]
+    if not out.is_dir():
+        raise NmtkError(f"{out}: is a file; {writer} writes a folder: choose another -o")
+    if not any(out.iterdir()):
+        return
+    marker, meta = _marker(out)
+    if marker is None:
         raise NmtkError(f"{out}: exists and nmtk did not write it (no {WRITTEN_BY}); --force replaces only a "
-                        "folder nmtk export or nmtk import wrote: choose another -o")
+                        f"folder {writer} wrote: choose another -o")
+    theirs = meta.get("kind") or ("export" if str(meta.get("command", "")).startswith("nmtk export") else "import")
+    if theirs != kind:
+        raise NmtkError(f"{out}: written by {WRITERS[theirs]}, not {writer}; --force replaces only a folder {writer} "
+                        "wrote: choose another -o")
+    written = meta.get("files")
+    foreign = (_first_foreign(out, written) if isinstance(written, dict)
+               else _first_newer(out, marker.stat().st_mtime + UNLISTED_SLACK_S))
+    if foreign is not None:
+        raise NmtkError(f"{out / foreign}: {writer} did not write it (or it changed since); --force replaces only "
+                        f"what {writer} wrote: move it, or choose another -o")
     if not force:
         raise NmtkError(f"{out}: exists; use --force to replace it")
 
 
-def _imported_before_the_marker(out: Path) -> bool:
-    recipe = out / RECIPE
-    return recipe.is_file() and recipe.read_text(encoding="utf-8").startswith("# Written by `nmtk import")
+def _marker(out: Path) -> tuple[Path | None, dict[str, Any]]:
+    """The folder's marker and what it says: `WRITTEN_BY`, or an older export's `EXPORT_MARKER`."""
+    for name in (WRITTEN_BY, EXPORT_MARKER):
+        path = out / name
+        if path.is_file():
+            try:
+                meta = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                meta = {}
+            return path, meta if name == WRITTEN_BY else {"kind": "export", **(meta if isinstance(meta, dict) else {})}
+    return None, {}
 
 
-def mark_written(folder: Path, command: str) -> None:
-    """Mark ``folder`` (being built) as written by nmtk's ``command`` (`check_replaceable`)."""
+def _first_foreign(out: Path, written: dict[str, int]) -> str | None:
+    """The first path under ``out`` (sorted) that is not one of the ``written`` files at its size, nor a
+    folder holding one of them."""
+    folders = {str(Path(name).parent) for name in written}
+    for path in sorted(out.rglob("*")):
+        name = str(path.relative_to(out))
+        if path.is_dir() and not path.is_symlink():
+            if not any(f == name or f.startswith(name + "/") for f in folders):
+                return name
+        elif name != WRITTEN_BY and written.get(name) != path.lstat().st_size:
+            return name
+    return None
+
+
+def _first_newer(out: Path, limit: float) -> str | None:
+    """The first path under ``out`` (sorted) changed after ``limit`` (a time)."""
+    return next((str(p.relative_to(out)) for p in sorted(out.rglob("*")) if p.lstat().st_mtime > limit), None)
+
+
+def mark_written(folder: Path, command: str, kind: Literal["export", "import"]) -> None:
+    """Mark ``folder`` (built, complete) as written whole by nmtk's ``command``: every file in it, listed
+    with its size (`check_replaceable`). Called last, once nothing more is written into it."""
     from nmtk import __version__
 
-    write_text_atomic(folder / WRITTEN_BY, json.dumps({"command": command, "nmtk": __version__}, indent=2))
+    files = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+    write_text_atomic(folder / WRITTEN_BY, json.dumps({"command": command, "kind": kind, "nmtk": __version__,
+                                                       "files": files}, indent=2))

@@ -30,7 +30,7 @@ class ExportSource:
 def export_source(source: ModelSource, out: Path, force: bool) -> ExportSource:
     """``source`` as something to export to ``out``: refused (one line) when ``out`` holds anything but an
     earlier nmtk export and ``force`` is not given, or when ``source`` is an export itself."""
-    check_replaceable(out, force)
+    check_replaceable(out, force, "export")
     if source.is_export or source.checkpoint is None or source.manifest is None:
         raise NmtkError(f"{source.path}: an export already; export the run directory it was made from")
     return ExportSource(RunDir(source.path), source.checkpoint, source.recipe, source.manifest)
@@ -48,6 +48,6 @@ def write_export(out: Path, fmt: str, source: ExportSource, fill: Callable[[Path
         fill(tmp.path)
         tmp.write_text_pipeline(run, source.recipe, source.manifest)
         tmp.write_meta(meta)
-        mark_written(tmp.path, f"nmtk export {run.path} --format {fmt}")
         (tmp.path / "README.md").write_text(readme(meta), encoding="utf-8")
+        mark_written(tmp.path, f"nmtk export {run.path} --format {fmt}", "export")
     return meta

@@ -272,7 +272,7 @@ def import_marian(folder: Path, out: Path, source_lang: str | None = None, targe
     folder, out = Path(folder), Path(out)
     tok_config_path = folder / "tokenizer_config.json"
     tok_config = _read_json(tok_config_path) if tok_config_path.is_file() else {}
-    check_replaceable(out, force)
+    check_replaceable(out, force, "import")
     checked = read_marian(folder)
     tags = marian_tags(checked.src)  # a multilingual model's: the target's tag begins the source
     src_lang, tgt_lang = _languages(folder, tok_config if isinstance(tok_config, dict) else {}, source_lang,
@@ -297,7 +297,7 @@ def import_marian(folder: Path, out: Path, source_lang: str | None = None, targe
         Checkpoint(model=model.state_dict(), model_config=model.cfg.to_dict(), vocab=sha,
                    recipe=recipe.model_dump(mode="json"), recipe_hash=recipe.hash(), nmtk=__version__,
                    state={"update": 0}, imported_from=str(folder)).save(tmp.last)
-        mark_written(tmp.path, f"nmtk import {folder}")
+        mark_written(tmp.path, f"nmtk import {folder}", "import")
     cfg = model.cfg
     return ImportResult(out, src_lang, ", ".join(targets), cfg.encoder_layers, cfg.decoder_layers, cfg.d_model,
                         sum(p.numel() for p in model.parameters()))

@@ -332,7 +332,7 @@ def import_m2m100(folder: Path, out: Path, languages: list[str] | None = None, f
     from nmtk.text.subword import MAPPED_SUFFIX, MappedSentencePiece
 
     folder, out = Path(folder), Path(out)
-    check_replaceable(out, force)
+    check_replaceable(out, force, "import")
     m = read_m2m100(folder)
     langs = choose_languages(m.codes, languages, folder)
     if len(langs) < 2:
@@ -356,7 +356,7 @@ def import_m2m100(folder: Path, out: Path, languages: list[str] | None = None, f
         Checkpoint(model=model.state_dict(), model_config=model.cfg.to_dict(), vocab=sha,
                    recipe=recipe.model_dump(mode="json"), recipe_hash=recipe.hash(), nmtk=__version__,
                    state={"update": 0}, imported_from=str(folder)).save(tmp.last)
-        mark_written(tmp.path, f"nmtk import {folder}")
+        mark_written(tmp.path, f"nmtk import {folder}", "import")
     cfg = model.cfg
     return ImportResult(out, ", ".join(langs), ", ".join(langs), cfg.encoder_layers, cfg.decoder_layers, cfg.d_model,
                         sum(p.numel() for p in model.parameters()))

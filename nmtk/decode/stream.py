@@ -101,6 +101,8 @@ def translate(options: TranslateOptions) -> None:
     """
     if options.input is not None:  # the user's paths are checked before any model loads
         input_path(options.input)
+        if options.skip and (lines := count_lines(options.input)) < options.skip:
+            raise NmtkError(_skip_beyond(options, lines))
     partial, resume = _check_output(options) if options.output is not None else (None, False)
     model = resolve_model(options.load.model, options.load.checkpoint)
     search = SearchConfig.from_recipe(model.recipe.decode, **options.search)
@@ -167,6 +169,9 @@ def _check_output(options: TranslateOptions) -> tuple[Path, bool]:
             raise NmtkError(f"{partial}: holds the first {finished:,} input lines of an interrupted run: go on "
                             f"with --skip {finished}, or start over with --force")
         resume = bool(options.skip)
+    elif options.skip:
+        raise NmtkError(f"--skip {options.skip}: {partial} does not exist; --skip goes on from the partial file an "
+                        "interrupted run left (without it, the output would lack those lines)")
     if options.output.exists() and not options.force:
         raise NmtkError(f"{options.output}: exists; use --force to overwrite it")
     if resume:
@@ -203,6 +208,21 @@ def finished_inputs(partial: Path, nbest: int = 1) -> int:
         return int(last.split(b"\t", 1)[0]) if last.strip() else 0
     except ValueError:
         raise NmtkError(f"{partial}: not an n-best output of nmtk translate (no line number in its last row)") from None
+
+
+def _skip_beyond(options: TranslateOptions, lines: int) -> str:
+    return (f"--skip {options.skip}: {options.input or 'the standard input'} has only {lines:,} lines; nothing "
+            "to go on with")
+
+
+def _skipped(options: TranslateOptions, lines: Iterator[str]) -> Iterator[str]:
+    """``lines`` after the first ``--skip``; one error (nothing written) where the input has fewer."""
+    read = 0
+    for read, _ in enumerate(islice(lines, options.skip), start=1):  # noqa: B007 - the count is what counts
+        pass
+    if read < options.skip:
+        raise NmtkError(_skip_beyond(options, read))
+    yield from lines
 
 
 def _input_lines(options: TranslateOptions, source: Iterable[bytes]) -> Iterator[str]:
@@ -265,7 +285,7 @@ def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: T
     if ReadyLines.applies(source):
         raw = ReadyLines(source)
         waiting = raw.waiting
-    lines = islice(_input_lines(options, raw), options.skip, None)
+    lines = _skipped(options, _input_lines(options, raw))
     with progress:
         task = progress.add_task("translate", total=total, rate="", left="")
         start = time.perf_counter()

@@ -68,6 +68,37 @@ def test_export_force_replaces_only_an_earlier_export(copy_run, tmp_path: Path) 
     again = nmtk("export", str(tmp / "run"), "-o", str(out), "--force", cwd=tmp, env=env)
     assert again.returncode == 0 and (out / "nmtk-export.json").is_file(), again.stderr
     assert json.loads((out / "nmtk-written.json").read_text())["command"].startswith("nmtk export")  # the one rule
+    # --force replaces a folder nmtk wrote whole and that holds nothing else: what a user put into it, or
+    # changed, stops it, named (issue 62: MY_NOTES.txt and a sub-folder were deleted silently)
+    for put, named in (("MY_NOTES.txt", "MY_NOTES.txt"), ("sub/", "sub"), ("README.md", "README.md")):
+        if put.endswith("/"):
+            (out / put).mkdir()
+        else:
+            (out / put).write_text("the user's")
+        refused = nmtk("export", str(tmp / "run"), "-o", str(out), "--force", cwd=tmp, env=env)
+        one_line(refused, 1, str(out / named), "nmtk export did not write it")
+        assert (out / named).exists()
+        (out / named).rmdir() if put.endswith("/") else (out / named).unlink()
+    empty = tmp_path / "empty"
+    empty.mkdir()  # an empty folder holds nothing to lose: no --force needed
+    written = nmtk("export", str(tmp / "run"), "-o", str(empty), cwd=tmp, env=env)
+    assert written.returncode == 0 and (empty / "model.bin").is_file(), written.stderr
+
+
+def test_skip_goes_on_from_its_partial_file_and_within_the_input(copy_run, tmp_path: Path) -> None:
+    """--skip N leaves out lines that an interrupted run put in OUT.partial: without that file, or past
+    the input's end, it is one line and nothing is written (issue 62: an OUT without its first lines)."""
+    tmp, _, env = copy_run
+    source = tmp_path / "in.en"
+    source.write_text("the cat\nthe dog\n")
+    out = tmp_path / "out.de"
+    run = ["translate", "-m", str(tmp / "run")]
+    one_line(nmtk(*run, "-i", str(source), "-o", str(out), "--skip", "1", cwd=tmp, env=env), 1,
+             "--skip 1:", str(out) + ".partial", "does not exist")
+    one_line(nmtk(*run, "-i", str(source), "--skip", "5", cwd=tmp, env=env), 1, f"--skip 5: {source} has only 2 lines")
+    piped = nmtk(*run, "--skip", "5", cwd=tmp, env=env, stdin="the cat\nthe dog\n")
+    one_line(piped, 1, "--skip 5: the standard input has only 2 lines")
+    assert piped.stdout == "" and list(tmp_path.iterdir()) == [source]
 
 
 # --------------------------------------------------------------------------------------------- train

@@ -210,6 +210,10 @@ def test_bad_multilingual_input_is_one_line_each(many_run, nmtk) -> None:
         result = nmtk("translate", "-m", str(run), *options, stdin=text + "\n")
         assert result.returncode == 1 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()[-1]) < 200
+    # codes in any case, as the server takes them (issue 62: "FR" was "not a pair" on the command line)
+    upper, lower = (nmtk("translate", "-m", str(run), "--target-lang", code, stdin="the dog runs.\n")
+                    for code in ("FR", "fr"))
+    assert upper.returncode == 0 and upper.stdout == lower.stdout, upper.stderr
 
 
 def test_the_hugging_face_export_is_a_multilingual_marianmt(many_run, nmtk) -> None:
