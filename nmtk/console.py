@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 #: Messages, tables and progress go to stderr so that stdout can carry translations and JSON.
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -24,15 +23,6 @@ def error_line(message: str) -> None:
     """One plain line on stderr: no markup, no wrapping, so scripts and people read it alike."""
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
-
-
-def key_value_table(title: str, rows: dict[str, Any]) -> Table:
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column(style="cyan")
-    table.add_column()
-    for key, value in rows.items():
-        table.add_row(key, f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value))
-    return table
 
 
 class JsonlWriter:

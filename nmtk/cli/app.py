@@ -6,6 +6,7 @@ anything else is a bug and is shown as one line too, with the traceback only und
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from nmtk import __version__
-from nmtk.console import console, error_line, key_value_table
+from nmtk.console import console, error_line
 from nmtk.errors import NmtkError
 
 from .options import (
@@ -34,6 +35,17 @@ from .options import (
     Quantization,
     form_value,
 )
+
+#: Wider choice lists than this (``<float32|int8|…>``) are shown with spaces, so that they wrap between choices.
+CHOICES_WIDTH = 24
+
+
+def _paragraphs(doc: str | None) -> str | None:
+    """A docstring's paragraphs, each on one line: typer keeps the source's line breaks, which cut a
+    command's description in `nmtk --help` mid-phrase."""
+    if not doc:
+        return doc
+    return "\n\n".join(" ".join(part.split()) for part in inspect.cleandoc(doc).split("\n\n"))
 
 
 def _readable_help() -> None:
@@ -54,7 +66,11 @@ def _readable_help() -> None:
             if getattr(self, "is_flag", False) and not getattr(self, "count", False):
                 return None
             shown = display(self, ctx)  # "<int range>" as "<int>"
-            return shown.replace(" range>", ">") if isinstance(shown, str) else shown
+            if not isinstance(shown, str):
+                return shown
+            shown = shown.replace(" range>", ">")
+            # a long choice list wraps between choices, never inside one ("fl / oat16")
+            return shown.replace("|", " | ") if len(shown) > CHOICES_WIDTH else shown
 
         display_type_rich._nmtk = True  # type: ignore[attr-defined]
         option.display_type_rich = display_type_rich
@@ -81,6 +97,10 @@ def _readable_help() -> None:
 
         folded._nmtk = True  # type: ignore[attr-defined]
         typer.rich_utils._make_rich_text = folded
+    for typer_app in (app, recipe_app):
+        for info in typer_app.registered_commands:
+            if info.help is None and info.callback is not None:
+                info.help = _paragraphs(info.callback.__doc__)
 
 
 app = typer.Typer(
@@ -587,7 +607,7 @@ def recipe_show(
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """Show the fully resolved recipe and derived figures (parameter count, peak learning rate...)."""
+    """Show the fully resolved recipe (valid TOML) and derived figures (parameter count, peak learning rate...)."""
     from nmtk.recipe import derived_figures, load_recipe, recipe_to_toml
 
     recipe = load_recipe(file, set_ or [])
@@ -596,10 +616,15 @@ def recipe_show(
         print(json.dumps({"parameters": derived["parameters"], "derived": derived,
                           "recipe": recipe.model_dump(mode="json")}))
         return
-    stdout = Console(highlight=False)
-    stdout.print(f"# {recipe.name}: resolved from {file}")
-    stdout.print(Syntax(recipe_to_toml(recipe), "toml", theme="ansi_dark", background_color="default"))
-    stdout.print(key_value_table("derived figures", derived))
+    figures = "".join(f"# {key}: {value:,}\n" if isinstance(value, int) else f"# {key}: {value}\n"
+                      for key, value in derived.items())
+    text = (f"# {recipe.name}: resolved from {file}\n{recipe_to_toml(recipe)}\n"
+            f"# derived figures (not recipe fields)\n{figures}")
+    if sys.stdout.isatty():  # colours on a terminal; never cut or wrapped, so what is copied is the recipe
+        Console(highlight=False, soft_wrap=True).print(
+            Syntax(text, "toml", theme="ansi_dark", background_color="default", word_wrap=False), crop=False)
+    else:  # a file or a pipe gets the TOML as it is: `nmtk recipe show R > r.toml` is a recipe
+        sys.stdout.write(text)
 
 
 @recipe_app.command("docs")

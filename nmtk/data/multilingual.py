@@ -54,7 +54,7 @@ class MultilingualPreparer:
         self.recipe, self.root = recipe, root
         self.stages = stages or Stages(show=False)
         self.pairs = recipe.data.language_pairs()
-        self.views = {p.name: Preparer(pair_recipe(recipe, p), root, workers, self.stages) for p in self.pairs}
+        self.views = {p.name: Preparer(pair_recipe(recipe, p), root, workers, self.stages, p.name) for p in self.pairs}
 
     def corpus_paths(self, corpus: Corpus) -> tuple[Path, Path]:
         return next(iter(self.views.values())).corpus_paths(corpus)

@@ -98,8 +98,10 @@ class _Pool:
 class Preparer:
     """Builds one prepared-data folder for a recipe."""
 
-    def __init__(self, recipe: Recipe, root: Path, workers: int | None = None, stages: Stages | None = None) -> None:
-        self.recipe = recipe
+    def __init__(self, recipe: Recipe, root: Path, workers: int | None = None, stages: Stages | None = None,
+                 label: str = "") -> None:
+        """``label``: the pair this preparer's stages name (a multilingual recipe prepares one per pair)."""
+        self.recipe, self.label = recipe, label
         self.stages = stages or Stages(show=False)
         self.root = root
         self.src_lang, self.tgt_lang = recipe.data.source_lang, recipe.data.target_lang
@@ -141,7 +143,7 @@ class Preparer:
         words = [0, 0]
         steps = "Moses-tokenise" if any(m.enabled for m in self.moses.values()) else "read"
         with (text_file(paths[0], "w") as fs, text_file(paths[1], "w") as ft,
-              self.stages.stage(f"{steps} the training pairs") as advance):
+              self.stages.stage(f"{steps} the {self.label + ' ' if self.label else ''}training pairs") as advance):
             for chunk in pool.map(chunked(self._pairs(self.recipe.data.train, stats, True), PAIRS_PER_CHUNK)):
                 advance(len(chunk))
                 for a, b in chunk:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from rich.console import Console
 from rich.table import Table
 
 from nmtk.console import console
 from nmtk.manifest import Manifest
+
+#: Columns a table is drawn in where the output is not a terminal (a log): wide enough for every figure.
+LOG_WIDTH = 160
 
 
 def render_manifest(manifest: Manifest) -> None:
@@ -13,9 +17,11 @@ def render_manifest(manifest: Manifest) -> None:
     vocab = f"{src_size:,} joint" if manifest.vocab.joint else f"{src_size:,} / {tgt_size:,}"
     langs = f"{manifest.source_lang} → {manifest.target_lang}"
     table = Table(title=f"prepared data ({langs}, vocabulary {vocab}, ids as {manifest.dtype})", title_justify="left")
-    for column in ("split", "pairs", "kept", "dropped\nempty/long/ratio", "tokens\nsource / target",
+    longest = max((len(name) for name in manifest.splits), default=5)
+    table.add_column("split", no_wrap=True, min_width=longest)  # a multilingual split's whole name: train.en-de
+    for column in ("pairs", "kept", "dropped\nempty/long/ratio", "tokens\nsource / target",
                    "subwords\nper word", "max len", "time"):
-        table.add_column(column, justify="left" if column == "split" else "right")
+        table.add_column(column, justify="right")
     for name, split in manifest.splits.items():
         d = split["dropped"]
         sides, words = split["sides"], split.get("words") or {}
@@ -26,4 +32,5 @@ def render_manifest(manifest: Manifest) -> None:
                       f"{d['empty']:,}/{d['too_long']:,}/{d['ratio']:,}",
                       f"{sides[src]['tokens']:,} / {sides[tgt]['tokens']:,}", ratio,
                       f"{sides[src]['max_len']} / {sides[tgt]['max_len']}", f"{split['seconds']:.1f} s")
-    console.print(table)
+    # a log file has no width to fit: there, every figure whole (a console's print can only narrow)
+    (console if console.is_terminal else Console(stderr=True, highlight=False, width=LOG_WIDTH)).print(table)

@@ -99,9 +99,11 @@ class LibreRequest(BaseModel):
 
 
 class OnmtSegment(BaseModel):
-    """OpenNMT-py's segment, and nmtk's controls (as `LibreRequest`'s, for this one segment)."""
+    """OpenNMT-py's segment, and nmtk's controls (as `LibreRequest`'s, for this one segment); any other
+    field is an error naming it, as in `LibreRequest` (OpenNMT-py's beam and n-best are its server's
+    settings, not a request's: nmtk's are ``serve --beam``)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
     src: str
     id: int | str | None = None
     prefix: str | None = None

@@ -309,6 +309,13 @@ def test_help_shows_no_value_after_flags_and_folds_long_words(copy_run) -> None:
     for command in ("serve", "score", "attention"):
         shown = nmtk(command, "--help", cwd=tmp, env={**env, "COLUMNS": "80"}).stdout
         assert shown.count("╭─") >= 3, command
+    # a long choice list wraps between choices, and each command's description between words only (issue 62:
+    # "fl / oat16", and the source's line breaks cut serve's mid-phrase)
+    exported = nmtk("export", "--help", cwd=tmp, env={**env, "COLUMNS": "80"}).stdout
+    assert "float16>" in exported and "int8_bfloat16" in exported, exported
+    commands = nmtk("--help", cwd=tmp, env={**env, "COLUMNS": "80"}).stdout
+    text = " ".join(word for line in commands.splitlines() for word in line.strip("│ ").split())
+    assert "request formats, batching across requests, a page at / to try it. SIGTERM finishes" in text, commands
 
 
 # ------------------------------------------------------------------------------------ training reports

@@ -121,6 +121,8 @@ def test_both_request_formats_and_options(served) -> None:
     status, body = server.post("/translator/translate", [{"id": 7, "src": line}])
     assert status == 200 and set(body[0][0]) == {"src", "tgt", "n_best", "pred_score", "align"}
     assert body[0][0]["src"] == line and body[0][0]["tgt"]
+    status, body = server.post("/translator/translate", [{"id": 7, "src": line, "beam": 8}])
+    assert status == 422 and "beam: unknown field" in body["error"]  # as LibreTranslate's shape (issue 62)
     models = server.get("/models")
     assert models[0]["source"] == "en" and models[0]["engine"] == "torch"
 

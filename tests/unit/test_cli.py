@@ -27,10 +27,21 @@ def test_recipe_show_json_is_one_object(nmtk) -> None:
     assert payload["parameters"] > 0 and payload["derived"]["recipe_hash"]
 
 
-def test_recipe_show_human(nmtk) -> None:
-    result = nmtk("recipe", "show", "recipes/multi30k-en-de.toml")
+def test_recipe_show_to_a_file_is_the_recipe_in_toml(nmtk, tmp_path) -> None:
+    """Redirected, `recipe show` writes the whole resolved recipe as TOML (no line cut at 80 columns: the
+    WMT recipes' corpus URLs are longer), the derived figures as comments: the file is a recipe again."""
+    import tomllib
+
+    from nmtk.recipe import load_recipe
+
+    result = nmtk("recipe", "show", "recipes/wmt14-en-de-big.toml", "--set", "model.dropout=0.3")
     assert result.returncode == 0, result.stderr
-    assert "[model]" in result.stdout and "parameters" in result.stdout
+    data = tomllib.loads(result.stdout)
+    assert data["model"]["dropout"] == 0.3 and "# parameters: 214,245,376" in result.stdout
+    shown = tmp_path / "shown.toml"
+    shown.write_text(result.stdout)
+    original = load_recipe("recipes/wmt14-en-de-big.toml", ["model.dropout=0.3"])
+    assert load_recipe(shown) == original  # every field, the long URLs and the name included
 
 
 def test_recipe_schema_is_json(nmtk) -> None:

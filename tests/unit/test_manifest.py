@@ -60,3 +60,19 @@ def test_unreadable_manifests_make_prepare_rebuild(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{not json")
     assert PreparedData(tmp_path).manifest_or_none() is None
     assert PreparedData(tmp_path / "nowhere").manifest_or_none() is None
+
+
+def test_prepares_table_names_each_split_whole(capsys) -> None:
+    """A multilingual recipe's split names (``train.en-de``) are shown whole, however narrow the output
+    (issue 62: ``train.e…`` in an 80-column log)."""
+    from nmtk.data.report import render_manifest
+
+    split = {"pairs_in": 29_000, "kept": 28_990, "dropped": {"empty": 1, "too_long": 2, "ratio": 7},
+             "sides": {"en": {"tokens": 400_123, "max_len": 80}, "de": {"tokens": 410_456, "max_len": 90}},
+             "words": {"en": 350_000, "de": 360_000}, "seconds": 3.2}
+    manifest = Manifest.model_validate({**GOOD, "splits": {name: split for name in ("train.en-de", "valid.en-de",
+                                                                                     "test_2016_flickr.en-de")}})
+    render_manifest(manifest)
+    shown = capsys.readouterr().err
+    assert all(name in shown for name in manifest.splits) and "…" not in shown, shown  # no name or figure cut
+    assert "400,123 / 410,456" in shown
