@@ -6,6 +6,7 @@ anything else is a bug and is shown as one line too, with the traceback only und
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -62,6 +63,7 @@ def _readable_help() -> None:
     option = getattr(typer.core, "TyperOption", None)
     display = getattr(option, "display_type_rich", None)
     if display is not None and not getattr(display, "_nmtk", False):
+        @functools.wraps(display)  # (``__wrapped__``: tests/unit/test_cli.py checks typer's own signature)
         def display_type_rich(self: object, ctx: object) -> str | None:
             if getattr(self, "is_flag", False) and not getattr(self, "count", False):
                 return None
@@ -74,10 +76,12 @@ def _readable_help() -> None:
 
         display_type_rich._nmtk = True  # type: ignore[attr-defined]
         option.display_type_rich = display_type_rich
-        option._get_number_range_help_str = lambda self: None  # still enforced: a value out of range is refused
+        # still enforced: a value out of range is refused
+        option._get_number_range_help_str = functools.wraps(option._get_number_range_help_str)(lambda self: None)
     command = getattr(typer.core, "TyperCommand", None)
     format_help = getattr(command, "format_help", None)
     if format_help is not None and not getattr(format_help, "_nmtk", False):
+        @functools.wraps(format_help)
         def grouped(self: object, ctx: object, formatter: object) -> None:
             panels = getattr(getattr(self, "callback", None), "_nmtk_panels", {})
             for param in getattr(self, "params", ()):
@@ -89,6 +93,7 @@ def _readable_help() -> None:
         command.format_help = grouped
     make_text = getattr(typer.rich_utils, "_make_rich_text", None)
     if make_text is not None and not getattr(make_text, "_nmtk", False):
+        @functools.wraps(make_text)
         def folded(**kwargs: object) -> object:
             text = make_text(**kwargs)
             if isinstance(text, Text):
