@@ -153,8 +153,8 @@ def main() -> None:
 
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
-    from nmtk.rundir import resolve_model
 
     torch.set_num_threads(args.threads)
     source = resolve_model(args.run)
@@ -254,7 +254,7 @@ def glossary(bench: Bench) -> dict[str, object]:
 def exported(bench: Bench) -> Any:
     """The run's CTranslate2 export (made once), loaded."""
     from nmtk.decode.load import LoadOptions, load_translator
-    from nmtk.rundir import resolve_model
+    from nmtk.model_source import resolve_model
 
     export = bench.args.run / "export-float32"
     if not (export / "model.bin").is_file():

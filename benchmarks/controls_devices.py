@@ -63,8 +63,8 @@ def main() -> None:
 
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
-    from nmtk.rundir import resolve_model
 
     run = resolve_model(args.run)
     first, second = args.devices.split(",")

@@ -89,7 +89,7 @@ def trainer_for(name: str, work: Path, overrides: list[str], device: Any, info: 
                           *overrides])
     run = RunDir(work / f"run-{name}-{time.monotonic_ns()}")
     run.path.mkdir(parents=True, exist_ok=True)
-    return Trainer(recipe, work / "data", PreparedData(work / "data").manifest(), None, run, device, info)
+    return Trainer(recipe, PreparedData(work / "data"), None, run, device, info)
 
 
 #: Whether each row also counts the eager update's ATen ops and host syncs (``--no-costs``: not).

@@ -36,13 +36,14 @@ import gc, json, sys
 from pathlib import Path
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.binarized import BinarizedSplit
+from nmtk.manifest import PreparedData
+from nmtk.pair import Pair
 from nmtk.data.dataset import split_lengths
 def rss():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
 data = Path(sys.argv[1])
-manifest = json.loads((data / "manifest.json").read_text())
 before = rss()
-split = BinarizedSplit(data, "train", "en", "de", manifest["dtype"])
+split = BinarizedSplit(PreparedData(data), "train", Pair("en", "de"))
 src, tgt = split_lengths(split)
 plan = BatchingPlan(src, tgt, 3125, 1, None, 1)
 batches = plan.epoch_batches(0, 0, 1, 8)

@@ -209,7 +209,7 @@ def in_process(model: Path, lines: list[str], batch: int, threads: int = 2) -> t
 
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
-    from nmtk.rundir import resolve_model
+    from nmtk.model_source import resolve_model
     from nmtk.serve.process import SearchProcess
 
     source = resolve_model(model)

@@ -47,8 +47,8 @@ def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> tuple
     and the search: the recipe's with this beam."""
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
-    from nmtk.rundir import resolve_model
 
     engine, precision = row.split(":", 1)
     if engine == "nmtk":

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nmtk.errors import NmtkError
 from nmtk.files import write_text_atomic
+from nmtk.pair import Pair
 
 MANIFEST = "manifest.json"
 #: Version 1 is the first typed manifest; manifests written before it carried no version and are the same.
@@ -62,23 +63,41 @@ class Manifest(BaseModel):
     """How a multilingual model reads its tags: ``opus-mt`` (and nmtk's): the target's tag before the
     source; ``m2m-100`` (M2M-100, NLLB): the source's code before it, the target's forced first."""
 
+    def language_pairs(self) -> list[Pair]:
+        """The directions the data (and a model trained on it) translates: a multilingual model's pairs,
+        or its one pair."""
+        return [Pair.parse(name) for name in self.pairs] or [Pair(self.source_lang, self.target_lang)]
+
+    def training_split(self, pair: Pair) -> str:
+        """The name of ``pair``'s training split: ``train``, or a multilingual model's ``train.en-de``."""
+        return f"train.{pair.name}" if self.pairs else "train"
+
     @property
     def longest_training_source(self) -> int | None:
         """Subwords of the longest source line training kept (None where the manifest does not say: an
         imported model's): what the model has seen, so what `translate` splits longer lines towards."""
-        if self.pairs:
-            sides = [self.splits.get(f"train.{p}", {}).get("sides", {}).get(p.split("-")[0], {}) for p in self.pairs]
-        else:
-            sides = [self.splits.get("train", {}).get("sides", {}).get(self.source_lang, {})]
+        sides = [self.splits.get(self.training_split(p), {}).get("sides", {}).get(p.source, {})
+                 for p in self.language_pairs()]
         longest = max((side.get("max_len") or 0 for side in sides), default=0)
         return int(longest) if longest else None
 
     def vocab_sizes(self) -> tuple[int, int]:
         """Source and target vocabulary sizes (a multilingual model's vocabulary is joint)."""
-        if self.pairs:
-            src, tgt = self.pairs[0].split("-")
-            return self.vocab.size[src], self.vocab.size[tgt]
-        return self.vocab.size[self.source_lang], self.vocab.size[self.target_lang]
+        first = self.language_pairs()[0]
+        return self.vocab.size[first.source], self.vocab.size[first.target]
+
+    @classmethod
+    def in_folder(cls, folder: Path) -> Manifest:
+        """The manifest of a folder that holds one (prepared data, a run, an export)."""
+        return cls.read(Path(folder) / MANIFEST)
+
+    @classmethod
+    def in_folder_or_none(cls, folder: Path) -> Manifest | None:
+        """`in_folder`, or None where there is none yet or it cannot be read (prepare rebuilds then)."""
+        try:
+            return cls.in_folder(folder)
+        except NmtkError:
+            return None
 
     @classmethod
     def read(cls, path: Path) -> Manifest:
@@ -111,11 +130,24 @@ class Manifest(BaseModel):
         return {lang: Path(folder) / name for lang, name in self.vocab.models.items()}
 
 
-class PreparedData:
-    """A folder `nmtk prepare` wrote: the one place that knows its file names."""
+def raw_text(folder: Path, split: str, lang: str) -> Path:
+    """A split's raw text: references for validation and scoring."""
+    return Path(folder) / f"{split}.raw.{lang}"
 
-    def __init__(self, path: str | Path) -> None:
+
+def split_prefix(folder: Path, split: str, lang: str) -> Path:
+    """A binarised side's prefix: ``<prefix>.bin`` and ``<prefix>.idx`` (`nmtk.data.binarized`)."""
+    return Path(folder) / f"{split}.{lang}"
+
+
+class PreparedData:
+    """A folder `nmtk prepare` wrote, and its manifest: the one handle of prepared data (train, validation
+    and the data readers take it whole), and the one place that knows the folder's file names. The
+    manifest is read once, on first use (or given, by `prepare`, which wrote it)."""
+
+    def __init__(self, path: str | Path, manifest: Manifest | None = None) -> None:
         self.path = Path(path)
+        self._manifest = manifest
 
     def __str__(self) -> str:
         return str(self.path)
@@ -125,19 +157,12 @@ class PreparedData:
         return self.path / MANIFEST
 
     def manifest(self) -> Manifest:
-        return Manifest.read(self.manifest_path)
-
-    def manifest_or_none(self) -> Manifest | None:
-        """The manifest, or None where there is none yet or it cannot be read (prepare rebuilds then)."""
-        try:
-            return self.manifest()
-        except NmtkError:
-            return None
+        if self._manifest is None:
+            self._manifest = Manifest.read(self.manifest_path)
+        return self._manifest
 
     def raw(self, split: str, lang: str) -> Path:
-        """A split's raw text: references for validation and scoring."""
-        return self.path / f"{split}.raw.{lang}"
+        return raw_text(self.path, split, lang)
 
     def prefix(self, split: str, lang: str) -> Path:
-        """The binarised side's prefix: ``<prefix>.bin`` and ``<prefix>.idx`` (`nmtk.data.binarized`)."""
-        return self.path / f"{split}.{lang}"
+        return split_prefix(self.path, split, lang)

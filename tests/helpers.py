@@ -215,7 +215,7 @@ def toy_trainer(tmp: Path, *overrides: str, info: Any = None) -> Any:
     recipe, out, pipelines = toy_prepared(tmp, *overrides)
     run = RunDir(tmp / "run")
     run.path.mkdir()
-    return Trainer(recipe, out.out_dir, out.manifest, pipelines, run, torch.device("cpu"), info or DistInfo())
+    return Trainer(recipe, out.data, pipelines, run, torch.device("cpu"), info or DistInfo())
 
 
 def copy_pairs(n: int, seed: int) -> list[tuple[str, str]]:

@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import synthetic_pairs  # noqa: E402
 
 SHAPE = dict(layers=2, d_model=256, heads=4, d_ff=512)
-CODES = ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"]  # M2M100Tokenizer's "wmt21" list, in its order
 MADEUP = 8
 
 
@@ -60,21 +59,25 @@ def write_model(out: Path, vocab_size: int, *, layers: int, d_model: int, heads:
     return out
 
 
-def build(out: Path, *, layers: int, d_model: int, heads: int, d_ff: int, seed: int = 0) -> Path:
+def build(out: Path, *, layers: int, d_model: int, heads: int, d_ff: int, seed: int = 0,
+          language_codes: str = "wmt21") -> Path:
     """An M2M-100 folder in ``out``: config.json, model.safetensors, vocab.json, sentencepiece.bpe.model,
-    tokenizer_config.json (and what M2M100Tokenizer.save_pretrained writes beside it)."""
+    tokenizer_config.json (and what M2M100Tokenizer.save_pretrained writes beside it), with the codes of
+    M2M100Tokenizer's ``language_codes`` list ("wmt21": 8 languages; "m2m100": 100)."""
     import sentencepiece as spm
     from transformers import M2M100Tokenizer
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
     stream = toy_spm(out, seed)
     sp = spm.SentencePieceProcessor(model_proto=stream.getvalue())
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
     vocab = {piece: i for i, piece in enumerate(["<s>", "<pad>", "</s>", "<unk>", *pieces])}
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
-    tokenizer = M2M100Tokenizer(str(out / "vocab.json"), str(out / "sentencepiece.bpe.model"), language_codes="wmt21",
-                                src_lang="en", tgt_lang="de", num_madeup_words=MADEUP)
+    tokenizer = M2M100Tokenizer(str(out / "vocab.json"), str(out / "sentencepiece.bpe.model"),
+                                language_codes=language_codes, src_lang="en", tgt_lang="de", num_madeup_words=MADEUP)
     tokenizer.save_pretrained(out)
-    return write_model(out, len(vocab) + len(CODES) + MADEUP, layers=layers, d_model=d_model, heads=heads, d_ff=d_ff,
+    codes = FAIRSEQ_LANGUAGE_CODES[language_codes]
+    return write_model(out, len(vocab) + len(codes) + MADEUP, layers=layers, d_model=d_model, heads=heads, d_ff=d_ff,
                        seed=seed)
 
 

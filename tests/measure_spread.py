@@ -49,7 +49,9 @@ def copy_run() -> None:
 
     from nmtk.checkpoint import load_model
     from nmtk.decode.search.alignment import cross_attention
+    from nmtk.model_source import default_checkpoint
     from nmtk.rundir import RunDir
+    from nmtk.text.pairs import model_pipelines
 
     for seed, threads, precision in itertools.product(SEEDS, THREADS, PRECISIONS):
         with tempfile.TemporaryDirectory() as name:
@@ -70,8 +72,8 @@ def copy_run() -> None:
             losses = [r["loss"] for r in records if "validation" not in r]
             bleu = [r["bleu"] for r in records if r.get("validation")]
             run = RunDir(tmp / "run")
-            model = load_model(run.default_checkpoint()[0], torch.device("cpu"), run.manifest().vocab.sha256)
-            src_pipe = run.pipelines(run.recipe())[0]
+            model = load_model(default_checkpoint(run)[0], torch.device("cpu"), run.manifest().vocab.sha256)
+            src_pipe = model_pipelines(run.path, run.recipe(), run.manifest())[0][0]
             sources = [src_pipe.encode(a) for a, _ in copy_pairs(30, 9)]
             matrices = cross_attention(model, sources, sources, -1, torch.device("cpu"))
             diagonal = sum(int((m.argmax(axis=1) == np.arange(len(m))).sum()) for m in matrices)

@@ -384,27 +384,20 @@ def export(
 ) -> None:
     """Export a run's model: to CTranslate2 (a self-contained folder for `translate -m` or CTranslate2 itself), or
     to Hugging Face transformers (MarianMTModel + MarianTokenizer)."""
-    from nmtk.convert.ctranslate2 import export_run
-    from nmtk.convert.hf_export import export_hf
-    from nmtk.rundir import RunDir, resolve_model
+    from nmtk.convert.formats import export_model
+    from nmtk.model_source import resolve_model
+    from nmtk.rundir import RunDir
 
-    if format_ is ExportFormat.hf and quantization is not Quantization.float32:
-        raise NmtkError(f"--quantization {quantization.value}: --format hf writes float32 weights")
-    if format_ is not ExportFormat.hf and (no_repeat_ngram_size is not None or repetition_penalty is not None):
-        raise NmtkError("--no-repeat-ngram-size, --repetition-penalty: written only by --format hf (CTranslate2 "
-                        "takes them per call: nmtk translate -m EXPORT --no-repeat-ngram-size N)")
     source = resolve_model(RunDir(run_dir).require().path, checkpoint)
-    chosen = source.checkpoint
-    console.print(f"checkpoint: {chosen} ({source.why})")
-    if format_ is ExportFormat.hf:
-        export_hf(source, out, force, dict(no_repeat_ngram_size=no_repeat_ngram_size,
-                                           repetition_penalty=repetition_penalty))
-        console.print(f"exported {chosen} -> {out} (transformers MarianMT); load with "
-                      f"MarianMTModel.from_pretrained({str(out)!r}), or nmtk import {out} -o RUN")
-        return
-    export_run(source, out, quantization.value, force)
-    console.print(f"exported {chosen} -> {out} (CTranslate2, {quantization.value}); translate with: "
-                  f"nmtk translate -m {out}")
+    console.print(f"checkpoint: {source.checkpoint} ({source.why})")
+    result = export_model(source, out, format_.value, quantization.value, force,
+                          dict(no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty))
+    loads = {"ctranslate2": f"CTranslate2, {result.quantization}); translate with: nmtk translate -m {out}",
+             "marian": f"transformers MarianMT); load with MarianMTModel.from_pretrained({str(out)!r}), "
+                       f"or nmtk import {out} -o RUN",
+             "m2m100": f"transformers M2M-100); load with M2M100ForConditionalGeneration.from_pretrained("
+                       f"{str(out)!r}), or nmtk import {out} -o RUN"}
+    console.print(f"exported {result.checkpoint} -> {out} ({loads[result.kind]}")
 
 
 @app.command("import")
@@ -421,10 +414,10 @@ def import_(
     force: Annotated[bool, typer.Option("--force", help="Replace a run an earlier import wrote.")] = False,
 ) -> None:
     """Make a Hugging Face MarianMT (opus-mt) or M2M-100 model an nmtk run: translate, fine-tune, export it."""
-    from nmtk.convert.importing import import_model
+    from nmtk.convert.formats import import_model
 
     result = import_model(folder, out, source_lang, target_lang, languages.split(",") if languages else None, force)
-    console.print(f"imported {folder} -> {out}: {result.source_lang} -> {result.target_lang}, "
+    console.print(f"imported {folder} -> {out}: {result.source} -> {result.target}, "
                   f"{result.encoder_layers}+{result.decoder_layers} layers, d_model {result.d_model}, "
                   f"{result.parameters:,} parameters; translate with: "
                   f"nmtk translate -m {out}{result.target_hint}")

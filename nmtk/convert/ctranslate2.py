@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nmtk.convert.export import export_source, write_export
+from nmtk.convert.exporting import ExportResult, export_source, write_export
 from nmtk.errors import NmtkError
 from nmtk.files import write_text_atomic
-from nmtk.precision import Quantization
+from nmtk.model_source import ModelSource
 from nmtk.recipe import Recipe
-from nmtk.rundir import EXPORT_MARKER, ExportDir, ModelSource, model_pipelines
+from nmtk.rundir import EXPORT_MARKER, ExportDir
+from nmtk.text.pairs import model_pipelines
 from nmtk.vocab import BOS, EOS, UNK
 
 if TYPE_CHECKING:
@@ -100,16 +101,14 @@ def model_spec(model: Transformer, source_pieces: list[str], target_pieces: list
     return spec
 
 
-def export_run(source: ModelSource, out: Path, quantization: str, force: bool) -> dict[str, Any]:
-    """Write the run's model ``source`` names (`nmtk.rundir.resolve_model`) to ``out`` as a CTranslate2
-    model with its text pipeline (`nmtk.convert.export`: built beside ``out``, an existing ``out`` kept
+def export_ctranslate2(source: ModelSource, out: Path, quantization: str, force: bool) -> ExportResult:
+    """Write the run's model ``source`` names (`nmtk.model_source.resolve_model`) to ``out`` as a CTranslate2
+    model with its text pipeline (`nmtk.convert.exporting`: built beside ``out``, an existing ``out`` kept
     unless ``force`` and an earlier export, never left half replaced)."""
     import torch
 
     from nmtk.checkpoint import load_model
 
-    if quantization not in {q.value for q in Quantization}:
-        raise NmtkError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
     run = export_source(source, out, force)
     (src_pipe, tgt_pipe), _ = model_pipelines(run.run.path, run.recipe, run.manifest, any_pair=True)  # joint: any pair
     model = load_model(run.checkpoint, torch.device("cpu"), run.manifest.vocab.sha256)

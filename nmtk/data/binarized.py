@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from nmtk.manifest import PreparedData
+from nmtk.pair import Pair
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -90,14 +91,14 @@ class SideReader:
 
 
 class BinarizedSplit:
-    """A prepared split: aligned source and target ids."""
+    """A prepared split of ``pair``: aligned source and target ids."""
 
-    def __init__(self, directory: Path, split: str, src_lang: str, tgt_lang: str, dtype: str) -> None:
-        data = PreparedData(directory)
-        self.src = SideReader(data.prefix(split, src_lang), np.dtype(dtype))
-        self.tgt = SideReader(data.prefix(split, tgt_lang), np.dtype(dtype))
+    def __init__(self, data: PreparedData, split: str, pair: Pair) -> None:
+        dtype = np.dtype(data.manifest().dtype)
+        self.src = SideReader(data.prefix(split, pair.source), dtype)
+        self.tgt = SideReader(data.prefix(split, pair.target), dtype)
         if len(self.src) != len(self.tgt):
-            raise ValueError(f"{directory}/{split}: {len(self.src)} source but {len(self.tgt)} target sentences")
+            raise ValueError(f"{data.path}/{split}: {len(self.src)} source but {len(self.tgt)} target sentences")
 
     def __len__(self) -> int:
         return len(self.src)
@@ -126,8 +127,8 @@ class PairSplits:
     """A multilingual model's training data: every pair's split (``train.en-de``, ...) as one, and each
     sentence's pair (``pair_ids``), which the batching plan samples pairs by."""
 
-    def __init__(self, directory: Path, split: str, pairs: list[str], dtype: str) -> None:
-        parts = [BinarizedSplit(directory, f"{split}.{pair}", *pair.split("-"), dtype) for pair in pairs]
+    def __init__(self, data: PreparedData, split: str, pairs: list[Pair]) -> None:
+        parts = [BinarizedSplit(data, f"{split}.{pair.name}", pair) for pair in pairs]
         self.src = ConcatSide([p.src for p in parts])
         self.tgt = ConcatSide([p.tgt for p in parts])
         self.pair_ids = np.repeat(np.arange(len(parts), dtype=np.int32), [len(p) for p in parts])

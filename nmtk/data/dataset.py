@@ -6,7 +6,6 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ from torch import Tensor
 from nmtk import interrupts
 from nmtk.data.binarized import BinarizedSplit, PairSplits
 from nmtk.errors import NmtkError
-from nmtk.manifest import Manifest
+from nmtk.manifest import PreparedData
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -90,24 +89,26 @@ def collate(split: BinarizedSplit, indices: np.ndarray, multiple: int = 1) -> Ba
                  target_count=sum(len(t) + 1 for t in tgt))
 
 
-def training_split(data_dir: Path, manifest: Manifest) -> tuple[BinarizedSplit | PairSplits, np.ndarray | None]:
+def training_split(data: PreparedData) -> tuple[BinarizedSplit | PairSplits, np.ndarray | None]:
     """The prepared training data, and a multilingual model's pair of every sentence (None for one pair)."""
+    manifest = data.manifest()
     if manifest.pairs:
-        split = PairSplits(data_dir, "train", manifest.pairs, manifest.dtype)
+        split = PairSplits(data, "train", manifest.language_pairs())
         return split, split.pair_ids
-    return BinarizedSplit(data_dir, "train", manifest.source_lang, manifest.target_lang, manifest.dtype), None
+    return BinarizedSplit(data, "train", manifest.language_pairs()[0]), None
 
 
-def target_pieces(data_dir: Path, manifest: Manifest, targets: list[str]) -> tuple[list[int], list[np.ndarray]]:
+def target_pieces(data: PreparedData, targets: list[str]) -> tuple[list[int], list[np.ndarray]]:
     """Per target language: its tag's id and the ids its training targets hold (what a model with
     per-language output vocabularies may produce, `nmtk.model.languages`)."""
+    manifest = data.manifest()
     if manifest.tag_style != "opus-mt" or not all(t in manifest.tags for t in targets):
         raise NmtkError('model.output_vocab = "per-target" needs the target\'s tag before each source '
                         f"(this data: {manifest.tag_style} tags for {sorted(manifest.tags)})")
     produced = []
     for target in targets:
-        pairs = [p for p in manifest.pairs if p.split("-")[1] == target]
-        splits = [BinarizedSplit(data_dir, f"train.{p}", *p.split("-"), manifest.dtype) for p in pairs]
+        splits = [BinarizedSplit(data, manifest.training_split(p), p)
+                  for p in manifest.language_pairs() if p.target == target]
         produced.append(np.unique(np.concatenate([np.unique(s.tgt.ids) for s in splits])))
     return [manifest.tags[t] for t in targets], produced
 

@@ -30,7 +30,7 @@ from nmtk.data.fetch import sha256_file
 from nmtk.data.preparer import PAIRS_PER_CHUNK, Preparer, SplitStats, chunked, text_file
 from nmtk.data.stages import Stages
 from nmtk.errors import NmtkError
-from nmtk.manifest import PreparedData
+from nmtk.manifest import Manifest
 from nmtk.recipe import Corpus, DataSection, LanguagePair, Recipe, target_tag
 from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords, load_subword_model, model_file_name, sample_lines
@@ -97,7 +97,7 @@ class MultilingualPreparer:
         """The subword model(s) and tags of ``folder`` (an imported multilingual model, a run, prepared
         data): fine-tuning needs its vocabulary and tags, id for id. Every language of the recipe must be
         one the folder's model has."""
-        manifest = PreparedData(folder).manifest() if folder.is_dir() else None
+        manifest = Manifest.in_folder(folder) if folder.is_dir() else None
         if manifest is None:
             raise NmtkError(f"tokenizer.reuse: {folder}: not a folder")
         if not manifest.pairs:

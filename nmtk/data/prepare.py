@@ -32,6 +32,11 @@ class PrepareResult:
     up_to_date: bool
     inputs_checked: bool = True  # False: reused without its inputs at hand (see `prepare`)
 
+    @property
+    def data(self) -> PreparedData:
+        """The prepared data's handle: its folder and manifest, read once (here: given)."""
+        return PreparedData(self.out_dir, self.manifest)
+
 
 def default_out_dir(recipe: Recipe) -> Path:
     return Path("data-bin") / recipe.name
@@ -143,7 +148,7 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
     out_dir = Path(out_dir or default_out_dir(recipe))
     kind = MultilingualPreparer if recipe.data.multilingual else Preparer
     preparer = kind(recipe, root, workers, Stages(show_stages))
-    old = PreparedData(out_dir).manifest_or_none()
+    old = Manifest.in_folder_or_none(out_dir)
     old_inputs = old.inputs if old else {}
     digest = settings_hash(recipe)
     if old is not None and not force:
@@ -160,7 +165,7 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
         start = time.perf_counter()
         manifest = Manifest(**preparer.build(tmp), settings_hash=digest, settings=data_settings(recipe),
                             inputs=inputs, recipe=recipe.name, seconds=round(time.perf_counter() - start, 2))
-        manifest.write(PreparedData(tmp).manifest_path)
+        manifest.write(tmp / MANIFEST)
         swap_in(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

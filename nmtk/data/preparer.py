@@ -22,7 +22,7 @@ from nmtk.data.corpus import read_parallel
 from nmtk.data.fetch import ensure_file, sha256_file
 from nmtk.data.stages import Stages
 from nmtk.errors import NmtkError
-from nmtk.manifest import PreparedData
+from nmtk.manifest import Manifest, raw_text, split_prefix
 from nmtk.recipe import Corpus, Recipe
 from nmtk.text.moses import Moses
 from nmtk.text.pipeline import TextPipeline, moses_for
@@ -186,7 +186,7 @@ class Preparer:
     def reuse(self, out: Path, folder: Path) -> dict[str, str]:
         """Copy the subword model(s) of ``folder`` (a run, an imported model, prepared data) instead of
         learning: fine-tuning needs the vocabulary the model was trained with, id for id."""
-        manifest = PreparedData(folder).manifest() if folder.is_dir() else None
+        manifest = Manifest.in_folder(folder) if folder.is_dir() else None
         if manifest is None:
             raise NmtkError(f"tokenizer.reuse: {folder}: not a folder")
         names = {}
@@ -205,8 +205,7 @@ class Preparer:
                  pipes: dict[str, TextPipeline], stats: SplitStats, clean: bool) -> None:
         """Encode Moses-tokenised pairs with sentencepiece, drop over-long pairs, write memmap files."""
         dtype = id_dtype(max(p.vocab_size for p in pipes.values()))
-        folder = PreparedData(out)
-        writers = {lang: SideWriter(folder.prefix(split, lang), dtype) for lang in (self.src_lang, self.tgt_lang)}
+        writers = {lang: SideWriter(split_prefix(out, split, lang), dtype) for lang in (self.src_lang, self.tgt_lang)}
         with self.stages.stage(f"encode and binarise {split}") as advance:
             self._binarize(writers, tokenized, pipes, stats, clean, advance)
         for lang, writer in writers.items():
@@ -243,7 +242,7 @@ class Preparer:
         stats = SplitStats(corpus.name)
         start = time.perf_counter()
         langs = (self.src_lang, self.tgt_lang)
-        raw = {lang: open(PreparedData(out).raw(split, lang), "w", encoding="utf-8") for lang in langs}
+        raw = {lang: open(raw_text(out, split, lang), "w", encoding="utf-8") for lang in langs}
         try:
             def chunks() -> Iterator[list[tuple[str, str]]]:
                 for chunk in chunked(self._pairs([corpus], stats, False), PAIRS_PER_CHUNK):

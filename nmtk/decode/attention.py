@@ -16,8 +16,8 @@ from nmtk.decode.search.config import SearchConfig
 from nmtk.decode.translator import Translator
 from nmtk.errors import NmtkError
 from nmtk.files import decode_lines
+from nmtk.model_source import resolve_model
 from nmtk.pictures import attention_picture
-from nmtk.rundir import resolve_model
 
 KINDS = ("encoder", "cross", "decoder")
 

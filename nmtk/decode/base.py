@@ -19,6 +19,7 @@ from nmtk.decode.guide import Glossary, Guidance
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
+from nmtk.pair import Pair
 from nmtk.precision import Precision
 from nmtk.text import TextPipeline
 from nmtk.text.spellings import Speller
@@ -72,8 +73,8 @@ class TranslatorBase:
     can_constrain: ClassVar[bool] = False  # lexical constraints (and so glossaries)
 
     pipelines: tuple[TextPipeline, TextPipeline]
-    # A multilingual model's pipelines of every (source, target) pair it translates (`for_pair`); empty for one pair.
-    pairs: dict[tuple[str, str], tuple[TextPipeline, TextPipeline]] = field(default_factory=dict)
+    # A multilingual model's pipelines of every pair it translates (`for_pair`); empty for one pair.
+    pairs: dict[Pair, tuple[TextPipeline, TextPipeline]] = field(default_factory=dict)
     max_positions: int = 1024  # source tokens the model accepts, EOS included
     longest_trained: int | None = None  # subwords of the longest training source (the run's manifest)
     precision: Precision = Precision.fp32
@@ -82,7 +83,7 @@ class TranslatorBase:
         self.src_pipe, self.tgt_pipe = self.pipelines
         self.boundaries = boundary_strengths(self.src_pipe.subwords.pieces())
 
-    def for_pair(self, pair: tuple[str, str] | None) -> TranslatorBase:
+    def for_pair(self, pair: Pair | None) -> TranslatorBase:
         """This translator speaking another of its multilingual model's pairs: the same model and
         weights, that pair's text pipelines (the source's with the target's tag). Sources encoded by
         views of several targets are searched in one batch: the tag in their ids is all that differs."""
@@ -96,8 +97,8 @@ class TranslatorBase:
         return view
 
     @property
-    def language_pair(self) -> tuple[str, str] | None:
-        """The (source, target) this translator's pipelines speak, where the model has several."""
+    def language_pair(self) -> Pair | None:
+        """The pair this translator's pipelines speak, where the model has several."""
         return next((pair for pair, pipes in self.pairs.items() if pipes == self.pipelines), None)
 
     def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
@@ -268,7 +269,7 @@ class TranslatorBase:
                                 *((t, c, "term") for t, c in zip(guide.constraints, constraints, strict=True))]:
             if allowed is not None and not allowed.issuperset(ids):
                 raise NmtkError(f"line {line}: the {what} {text!r} has pieces this model never writes in "
-                                f"{self.language_pair[1] if self.language_pair else 'this target'}: it cannot be "
+                                f"{self.language_pair.target if self.language_pair else 'this target'}: it cannot be "
                                 "part of such a translation")
         for text, ids in zip(guide.constraints, constraints, strict=True):
             for ban in guide.bans:

@@ -23,7 +23,10 @@ from nmtk.data.batching import length_batches
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
-from nmtk.rundir import ExportDir, ModelSource, model_pipelines
+from nmtk.model_source import ModelSource
+from nmtk.rundir import ExportDir
+from nmtk.text import text_pipelines
+from nmtk.text.pairs import model_pipelines
 
 #: ``--precision`` on an export: CTranslate2's compute type (the stored weights are converted on load).
 CT2_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -57,7 +60,7 @@ class Ct2Translator(TranslatorBase):
     @classmethod
     def load(cls, source: ModelSource, device: str = "cpu", threads: int = 0, compute_type: str | None = None,
              searches: int = 1, pair: tuple[str | None, str | None, bool] = (None, None, False)) -> Ct2Translator:
-        """The export ``source`` names (`nmtk.rundir.resolve_model`). ``device``: cpu, cuda, cuda:N, or
+        """The export ``source`` names (`nmtk.model_source.resolve_model`). ``device``: cpu, cuda, cuda:N, or
         auto (CUDA when CTranslate2 sees a GPU); ``compute_type``: CTranslate2's (None: the type
         exported); ``threads`` per search, ``searches`` run side by side (calls from that many Python
         threads); ``pair``: a multilingual model's (target, source, any pair) as `model_pipelines` takes them."""
@@ -68,7 +71,12 @@ class Ct2Translator(TranslatorBase):
         try:
             meta = source.export_meta or folder.meta()
             longest = manifest.longest_training_source if manifest else None
-            pipelines, pairs = model_pipelines(folder.path, recipe, manifest, *pair)
+            if manifest is None:  # an export written before manifests were copied beside the model
+                langs = (recipe.data.source_lang or "", recipe.data.target_lang or "")
+                models = {lang: folder.path / name for lang, name in meta["models"].items()}
+                pipelines, pairs = text_pipelines(recipe.tokenizer, langs, models), {}
+            else:
+                pipelines, pairs = model_pipelines(folder.path, recipe, manifest, *pair)
             if compute_type and compute_type not in ctranslate2.get_supported_compute_types(device):
                 raise NmtkError(f"--precision: CTranslate2 cannot compute in {compute_type} on this {device} (it can: "
                                 f"{', '.join(sorted(ctranslate2.get_supported_compute_types(device)))})")

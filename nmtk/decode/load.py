@@ -1,4 +1,4 @@
-"""From a resolved model (`nmtk.rundir.ModelSource`) to a translator: the one function `translate`,
+"""From a resolved model (`nmtk.model_source.ModelSource`) to a translator: the one function `translate`,
 `attention`, benchmarks and the server call.
 
 A run directory is searched by nmtk's engine (torch); an `nmtk export` folder by CTranslate2, torch never
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from nmtk.console import console
 from nmtk.errors import NmtkError
+from nmtk.model_source import ModelSource
 from nmtk.precision import Precision
-from nmtk.rundir import ModelSource
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
@@ -26,7 +26,7 @@ class LoadOptions:
     """Which model, where and in what arithmetic."""
 
     model: Path | None = None  # run directory, checkpoint in one, or export; None: $NMTK_MODEL, else the newest run
-    checkpoint: Path | None = None  # None: the run's default checkpoint (`RunDir.default_checkpoint`)
+    checkpoint: Path | None = None  # None: the run's default checkpoint (`nmtk.model_source.default_checkpoint`)
     device: str | None = None  # cpu, cuda, cuda:N; None: CUDA when available
     threads: int | None = None  # per search
     searches: int = 1  # searches run side by side (the server's decoding threads): CTranslate2's inter_threads
@@ -39,7 +39,7 @@ class LoadOptions:
 
 
 def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
-    """The translator for ``source`` (`nmtk.rundir.resolve_model`): a run's model(s) with torch, or an
+    """The translator for ``source`` (`nmtk.model_source.resolve_model`): a run's model(s) with torch, or an
     exported model with CTranslate2. ``options.model``/``options.checkpoint`` were resolved into ``source``."""
     if source.found:
         console.print(f"model: {source.path} ({source.found})")
@@ -55,7 +55,7 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     from nmtk.decode.search.ensemble import Ensemble
     from nmtk.decode.translator import Translator
     from nmtk.device import keep_freed_memory, pick_device, resolve_precision
-    from nmtk.rundir import model_pipelines
+    from nmtk.text.pairs import model_pipelines
 
     if options.threads:
         torch.set_num_threads(options.threads)

@@ -26,7 +26,7 @@ from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, input_path, output_path
 from nmtk.interrupts import deferred, exit_code, interruptible
-from nmtk.rundir import resolve_model
+from nmtk.model_source import resolve_model
 
 
 @dataclass(frozen=True)

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 from typing import ClassVar
 
 import torch
 
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.search.alignment import align
-from nmtk.decode.search.batches import SearchFn, decode_ids
+from nmtk.decode.search.batches import decode_ids
 from nmtk.decode.search.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
 from nmtk.decode.search.ensemble import Ensemble
-from nmtk.decode.search.sampling import sample_search
 from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
 from nmtk.model import Transformer
@@ -52,17 +50,18 @@ class Translator(TranslatorBase):
         if self.text_only:
             raise NmtkError("this translator's weights were freed (keep_text_only): it cannot search")
         hyps = decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
-                          search_fn=self._search_fn(search.sampling), controls=controls)
+                          generator=self._generator(search.sampling), controls=controls)
         if search.align:
             self._align(pieces, hyps)
         return hyps
 
-    def _search_fn(self, sampling: SamplingConfig | None) -> SearchFn | None:
+    def _generator(self, sampling: SamplingConfig | None) -> torch.Generator | None:
+        """Sampling's random stream, one per setting, made at its first call (None: no sampling)."""
         if sampling is None:
             return None
         if sampling not in self._generators:
             self._generators[sampling] = torch.Generator(device=self.device).manual_seed(sampling.seed)
-        return partial(sample_search, sampling=sampling, generator=self._generators[sampling])
+        return self._generators[sampling]
 
     def _align(self, sources: list[list[int]], hyps: list[list[Hypothesis]]) -> None:
         """Attach a word alignment to every hypothesis (the first model's, for an ensemble)."""

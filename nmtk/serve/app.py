@@ -37,6 +37,7 @@ from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
+from nmtk.pair import Pair, PairError, choose_pair, pairs_text
 from nmtk.serve.worker import QueueFull, Worker
 
 
@@ -59,14 +60,14 @@ class ModelInfo:
     engine: str
     precision: str
     beam: int
-    pairs: list[tuple[str, str]] = field(default_factory=list)  # a multilingual model's (source, target) pairs
+    pairs: list[Pair] = field(default_factory=list)  # every pair the model translates (one for a one-pair model)
 
     @property
-    def all_pairs(self) -> list[tuple[str, str]]:
-        return self.pairs or [(self.source, self.target)]
+    def multilingual(self) -> bool:
+        return len(self.pairs) > 1
 
     def pairs_text(self) -> str:
-        return ", ".join(f"{s} → {t}" for s, t in self.all_pairs)
+        return pairs_text(self.pairs)
 
 
 class ApiError(Exception):
@@ -291,19 +292,21 @@ class _Service:
         except Exception as exc:  # noqa: BLE001 - the decoder failed on this request only
             raise ApiError(500, f"decoding failed: {type(exc).__name__}: {exc}") from None
 
-    def check_pair(self, source: str, target: str | None) -> tuple[str, str] | None:
-        """Language codes as LibreTranslate takes them: in any case; ``auto`` for the source. Returns a
-        multilingual model's (source, target) pair, which the request is routed to (None: one pair)."""
+    def check_pair(self, source: str, target: str | None) -> Pair | None:
+        """The pair a request asks for (`choose_pair`, as the command line chooses, with LibreTranslate's
+        ``auto`` for the source), its refusals worded for the API. Returns a multilingual model's pair,
+        which the request is routed to (None: one pair)."""
         info = self.info
-        if target is None and info.pairs:
-            raise ApiError(400, f"target is missing: this server translates {info.pairs_text()}")
-        fits = [(s, t) for s, t in info.all_pairs
-                if source.lower() in ("auto", s.lower()) and (target or t).lower() == t.lower()]
-        if not fits:
-            raise ApiError(400, f"this server translates {info.pairs_text()}, not {source} → {target}")
-        if len(fits) > 1:
-            raise ApiError(400, f"→ {target}: this server has it from {', '.join(s for s, _ in fits)}: say the source")
-        return fits[0] if info.pairs else None
+        try:
+            chosen = choose_pair(info.pairs, target, source, auto_source=True)
+        except PairError as exc:
+            if exc.kind == "no-target":
+                raise ApiError(400, f"target is missing: this server translates {info.pairs_text()}") from None
+            if exc.kind == "several":
+                raise ApiError(400, f"→ {target}: this server has it from {', '.join(exc.sources)}: say the "
+                                    "source") from None
+            raise ApiError(400, f"this server translates {info.pairs_text()}, not {source} → {target}") from None
+        return chosen if info.multilingual else None
 
 
 def _per_line(value: Any, lines: int, name: str, one: type) -> list[Any]:
@@ -362,7 +365,7 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
         """OpenNMT-py's REST request: a list of ``{"id", "src"}``."""
         if not segments:
             raise ApiError(400, "empty request: send [{\"src\": \"...\", \"id\": 100}]")
-        if service.info.pairs:  # OpenNMT-py's request names no language
+        if service.info.multilingual:  # OpenNMT-py's request names no language
             raise ApiError(400, f"this server translates {service.info.pairs_text()}: OpenNMT-py's request cannot "
                                 "say which; use POST /translate with source and target")
         settings = {(s.no_repeat_ngram_size, s.repetition_penalty) for s in segments}
@@ -387,16 +390,16 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
     async def languages() -> list[dict[str, Any]]:
         """LibreTranslate's list: each language with the targets it translates into (codes as names)."""
         targets: dict[str, list[str]] = {}
-        for source, target in info.all_pairs:
+        for source, target in info.pairs:
             targets.setdefault(source, []).append(target)
-        for _, target in info.all_pairs:
+        for _, target in info.pairs:
             targets.setdefault(target, [])
         return [{"code": code, "name": code, "targets": into} for code, into in targets.items()]
 
     @app.post("/detect")
     async def detect() -> JSONResponse:
         return _json_error(501, f"language detection is not supported: this server translates {info.pairs_text()}; "
-                                f"send source \"{info.all_pairs[0][0]}\" (or \"auto\")")
+                                f"send source \"{info.pairs[0].source}\" (or \"auto\")")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -407,7 +410,8 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
 
     @app.get("/models")
     async def models() -> list[dict[str, Any]]:
-        return [info.__dict__.copy()]
+        # ``pairs`` lists a multilingual model's pairs; a one-pair model's are its source and target
+        return [{**info.__dict__, "pairs": info.pairs if info.multilingual else []}]
 
     @app.post("/reload")
     async def reload_model() -> JSONResponse:

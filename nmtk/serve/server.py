@@ -2,7 +2,7 @@
 
 Lifecycle: SIGTERM or Ctrl-C stops accepting connections, lets the requests in flight finish (the
 worker drains its queue), then exits 0. SIGHUP, or ``POST /reload``, loads the run's default
-checkpoint (`RunDir.default_checkpoint`: the recipe's average, else best, else last) on a thread of
+checkpoint (`nmtk.model_source.default_checkpoint`: the recipe's average, else best, else last) on a thread of
 its own and swaps it in between two batches: no request fails or waits for the load.
 """
 
@@ -21,7 +21,8 @@ from nmtk.decode.guide import GuideOptions, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.search.config import SearchConfig
 from nmtk.errors import NmtkError
-from nmtk.rundir import ModelSource, resolve_model
+from nmtk.model_source import ModelSource, resolve_model
+from nmtk.pair import Pair
 from nmtk.serve.app import Limits, ModelInfo, ServerGuides, create_app
 from nmtk.serve.worker import Worker, background
 
@@ -78,9 +79,10 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     child_loader = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
     worker = Worker(translator, gather_tokens=budget, max_wait_ms=options.max_wait_ms, max_queue=options.max_queue,
                     workers=workers, child_loader=child_loader)
-    pairs = list(translator.pairs)
-    info = ModelInfo(source=source.recipe.data.source_lang or "+".join(dict.fromkeys(s for s, _ in pairs)),
-                     target=source.recipe.data.target_lang or "+".join(dict.fromkeys(t for _, t in pairs)),
+    data = source.recipe.data
+    pairs = list(translator.pairs) or [Pair(data.source_lang or "", data.target_lang or "")]
+    info = ModelInfo(source="+".join(dict.fromkeys(p.source for p in pairs)),
+                     target="+".join(dict.fromkeys(p.target for p in pairs)),
                      recipe=source.recipe.name, checkpoint=source.checkpoint_name, engine=translator.engine,
                      precision=translator.arithmetic, beam=default.beam, pairs=pairs)
     reload = None if source.is_export else (lambda: _reload(worker, info, source, load))

@@ -37,6 +37,7 @@ from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Guidance
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
+from nmtk.pair import Pair
 from nmtk.serve.process import Loader, SearchProcess, searched
 
 
@@ -96,7 +97,7 @@ class Worker:
             thread.start()
 
     def submit(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None,
-               pair: tuple[str, str] | None = None) -> Future:
+               pair: Pair | None = None) -> Future:
         """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line)
         and the translator that detokenizes them. ``guides``: per line, its prefix, constraints and banned
         phrases, checked here (`NmtkError`). ``pair``: a multilingual model's (source, target); lines of

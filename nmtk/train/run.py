@@ -22,8 +22,10 @@ from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest, PreparedData
 from nmtk.model import Transformer, parameter_count
 from nmtk.model.languages import allowed_pieces
+from nmtk.model_source import resolve_model
 from nmtk.recipe import Recipe, differences, with_current_names
-from nmtk.rundir import RunDir, resolve_model, training_pipelines
+from nmtk.rundir import RunDir
+from nmtk.text.pairs import training_pipelines
 from nmtk.train.distributed import (
     DistInfo,
     barrier,
@@ -34,6 +36,7 @@ from nmtk.train.distributed import (
     shutdown,
     update_size,
 )
+from nmtk.train.lock import training_lock
 from nmtk.train.metrics import truncate_log
 from nmtk.train.trainer import Trainer, compile_report
 
@@ -76,11 +79,11 @@ def check_resumable(run: RunDir, checkpoint: Checkpoint, recipe: Recipe, manifes
                         f"processes, this job has {info.world_size} (the data position depends on it)")
 
 
-def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None, info: DistInfo
-                  ) -> tuple[Path, Manifest]:
-    """Run `prepare` on rank 0 when the data is missing or out of date (other ranks wait)."""
+def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None, info: DistInfo) -> PreparedData:
+    """Run `prepare` on rank 0 when the data is missing or out of date; every rank gets its handle (the
+    folder and its manifest, read once)."""
     data_dir = Path(data_dir or default_out_dir(recipe))
-    error = None
+    error, data = None, None
     if info.is_main:
         try:
             root = default_data_root(data_root)
@@ -90,12 +93,13 @@ def _prepare_data(recipe: Recipe, data_dir: Path | None, data_root: Path | None,
                               f"{root}, so they were not re-checked)")
             else:
                 console.print(f"data: {data_dir} ({'up to date' if result.up_to_date else 'prepared'})")
+            data = result.data
         except NmtkError as exc:
             error = str(exc)
-    error = broadcast_object(error, info, wait=True)
+    error, data = broadcast_object((error, data), info, wait=True)
     if error:
         raise NmtkError(error)
-    return data_dir, PreparedData(data_dir).manifest()
+    return data
 
 
 def _set_aside(run: RunDir) -> Path:
@@ -129,7 +133,7 @@ def _locked(run: RunDir, info: DistInfo) -> Iterator[None]:
         error = None
         if info.is_main:
             try:
-                stack.enter_context(run.training_lock())
+                stack.enter_context(training_lock(run))
             except NmtkError as exc:
                 error = str(exc)
         error = broadcast_object(error, info, wait=True)
@@ -147,10 +151,10 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     if device.type == "cpu":
         keep_freed_memory()
     size = update_size(recipe.train.update_freq, recipe.batching.batch_tokens, info.world_size)  # every rank refuses
-    data_dir, manifest = _prepare_data(recipe, data_dir, data_root, info)
-    checkpoint = _open_run(run, recipe, data_dir, manifest, info, restart, init_from)
-    trainer = Trainer(recipe, data_dir, manifest, training_pipelines(data_dir, recipe, manifest), run, device, info)
-    _restrict_outputs(trainer.model, data_dir, manifest, recipe)
+    data = _prepare_data(recipe, data_dir, data_root, info)
+    checkpoint = _open_run(run, recipe, data, info, restart, init_from)
+    trainer = Trainer(recipe, data, training_pipelines(data.path, recipe, data.manifest()), run, device, info)
+    _restrict_outputs(trainer.model, data, recipe)
     if checkpoint is not None:
         trainer.resume(checkpoint)
         finished = trainer.stopping.limit(trainer.state)
@@ -191,11 +195,11 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
             "run_dir": str(run.path), "tgt_tokens_per_s": round(trainer.session_tokens_per_s)}
 
 
-def _restrict_outputs(model: Transformer, data_dir: Path, manifest: Manifest, recipe: Recipe) -> None:
+def _restrict_outputs(model: Transformer, data: PreparedData, recipe: Recipe) -> None:
     """``model.output_vocab = "per-target"``: each target's tag and the pieces its training targets hold,
     into the model (`nmtk.model.languages`), before a resume or ``--init-from`` loads weights over them."""
     if model.cfg.output_languages:
-        tags, produced = target_pieces(data_dir, manifest, recipe.data.targets())
+        tags, produced = target_pieces(data, recipe.data.targets())
         allowed = allowed_pieces(model.cfg.tgt_vocab, [torch.from_numpy(p.astype(np.int64)) for p in produced])
         model.set_output_languages(torch.tensor(tags), allowed)
 
@@ -216,8 +220,8 @@ def _init_weights(trainer: Trainer, init_from: Path, info: DistInfo, run: RunDir
     trainer.step.init_from(init_from, trainer.vocab_hash)
 
 
-def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: Manifest, info: DistInfo,
-              restart: bool, init_from: Path | None) -> Checkpoint | None:
+def _open_run(run: RunDir, recipe: Recipe, data: PreparedData, info: DistInfo, restart: bool,
+              init_from: Path | None) -> Checkpoint | None:
     """Freeze the run directory (rank 0); the checkpoint to resume from, or None for a new run."""
     checkpoint = None
     if run.has_checkpoints():
@@ -230,10 +234,10 @@ def _open_run(run: RunDir, recipe: Recipe, data_dir: Path, manifest: Manifest, i
                             "(use another --run-dir, or --restart)")
         else:
             checkpoint = Checkpoint.read(run.resume_checkpoint())
-            check_resumable(run, checkpoint, recipe, manifest, info)  # before anything is written into the run
+            check_resumable(run, checkpoint, recipe, data.manifest(), info)  # before anything is written into the run
     barrier(info)
     if info.is_main:
-        run.freeze(recipe, data_dir, manifest)
+        run.freeze(recipe, data)
         if checkpoint is not None:  # lines of updates after the resumed one would be repeated: the log restarts
             # there, before the Trainer opens it to append (a later atomic rewrite would orphan its handle)
             truncate_log(run.log_path, checkpoint.state["update"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths, training_split
 from nmtk.device import resolve_precision, use_tf32
-from nmtk.manifest import Manifest
+from nmtk.manifest import PreparedData
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
@@ -35,7 +34,7 @@ from nmtk.train.metrics import CurvesDrawer, MetricsLog, MetricsWindow, Progress
 from nmtk.train.micro import MicroBatches, largest, plan, run_update
 from nmtk.train.state import TrainState
 from nmtk.train.step import UpdateStep, compile_for_training
-from nmtk.train.stopping import StopPolicy, StopSignal
+from nmtk.train.stopping import Agreement, StopPolicy, StopReason, StopSignal
 from nmtk.train.validate import PairValidators, Pipelines, Validator, validator_for
 
 #: Updates between the cross-rank agreements on stopping (signal, max_minutes) and timed saves.
@@ -57,16 +56,17 @@ def compile_report() -> str:
 class Trainer:
     """Trains one recipe's model on prepared data into a run directory: the loop, and what it calls when.
 
-    ``manifest`` is the prepared data's manifest and ``pipelines`` the (source, target) text pipelines
-    (a multilingual model's: per pair; validation cuts over-long sources and detokenises with them);
-    both come from the caller, loaded.
+    ``data`` is the prepared data (its folder and manifest) and ``pipelines`` the (source, target) text
+    pipelines (a multilingual model's: per pair; validation cuts over-long sources and detokenises with
+    them); both come from the caller, loaded.
     """
 
-    def __init__(self, recipe: Recipe, data_dir: Path, manifest: Manifest, pipelines: Pipelines, run: RunDir,
+    def __init__(self, recipe: Recipe, data: PreparedData, pipelines: Pipelines, run: RunDir,
                  device: torch.device, info: DistInfo) -> None:
         self.recipe, self.run, self.device, self.info = recipe, run, device, info
+        manifest = data.manifest()
         self.vocab_hash: dict[str, str] = manifest.vocab.sha256
-        self.train_split, pair_ids = training_split(data_dir, manifest)
+        self.train_split, pair_ids = training_split(data)
         src_len, self.tgt_lengths = split_lengths(self.train_split)
         b, t = recipe.batching, recipe.train
         self.plan = BatchingPlan(src_len, self.tgt_lengths, b.batch_tokens, b.bucket_width, b.max_sentences, t.seed,
@@ -86,7 +86,7 @@ class Trainer:
         self.step = UpdateStep(self.model, recipe, device, self.precision, chunk, info, self.state)
         self.stopping = StopPolicy(t)
         self.keeper = CheckpointKeeper(run, t, time.monotonic())
-        self._validator_args = (data_dir, manifest, recipe, pipelines, device)
+        self._validator_args = (data, recipe, pipelines, device)
         self._validator: Validator | PairValidators | None = None
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
         self.curves = CurvesDrawer(run.path, recipe.name)
@@ -94,7 +94,7 @@ class Trainer:
         self.buffers = SnapshotBuffers(self.model.state_dict() if info.is_main else None)
         self.window = MetricsWindow()
         self._clock = time.monotonic()  # training time is counted from here (`_count_time`)
-        self._flag_sum = FlagSum(3, device, info)  # signal, max_minutes, timed save (`_flags`)
+        self._flag_sum = FlagSum(len(Agreement._fields), device, info)  # what the ranks agree on (`_flags`)
         self.session_tokens, self.session_seconds = 0.0, 0.0  # this session, for its average speed
 
     @property
@@ -179,7 +179,7 @@ class Trainer:
                     reason = self._run_epoch(stop, progress)
             finally:
                 self.writer.wait()  # the last checkpoint is on disk before train() returns or raises
-        self.state.stop_reason = reason
+        self.state.stop_reason = str(reason)  # plain text in the state (checkpoints hold it)
         if self.window.updates:
             self._log(progress=None)
         self.session_seconds = time.monotonic() - started
@@ -191,7 +191,7 @@ class Trainer:
         checkpoint writes included: the speed a real run gets, to set beside the benchmark's."""
         return self.session_tokens / max(self.session_seconds, 1e-9)
 
-    def _run_epoch(self, stop: StopSignal, progress: Progress) -> str | None:
+    def _run_epoch(self, stop: StopSignal, progress: Progress) -> StopReason | None:
         """Train on the rest of the current epoch; the reason to stop, or None to go on with the next."""
         t, epoch, world, freq = self.recipe.train, self.state.epoch, self.info.world_size, self.update_freq
         groups = self.plan.iterate(epoch, self.state.batch, self.info.rank, world, freq)
@@ -221,7 +221,7 @@ class Trainer:
             self.save(best=self._final_validation(reason), final=True)
         return reason
 
-    def after_update(self, stop: StopSignal, progress: Progress) -> str | None:
+    def after_update(self, stop: StopSignal, progress: Progress) -> StopReason | None:
         """Log, validate, decide whether to stop, save; returns the reason to stop, or None."""
         t = self.recipe.train
         if self.state.update % t.log_every_updates == 0:
@@ -231,15 +231,15 @@ class Trainer:
         if t.validate_every_updates and self.state.update % t.validate_every_updates == 0:
             improved = self.validate()  # its time counts: max_minutes is wall-clock time
             reason = self.stopping.lost_patience(self.state)
-        flags = self._flags(stop, epoch_done=False)  # one collective for the stop and the timed save
-        reason = reason or self.stopping.reason(self.state, flags[:2], stop.received)
+        agreed = self._flags(stop, epoch_done=False)  # one collective for the stop and the timed save
+        reason = reason or self.stopping.reason(self.state, agreed, stop.received)
         if reason and not improved:
             improved = self._final_validation(reason)
-        if improved or reason or self.keeper.due_by_updates(self.state.update) or flags[2]:
+        if improved or reason or self.keeper.due_by_updates(self.state.update) or agreed.save_due:
             self.save(best=improved, final=reason is not None)
         return reason
 
-    def _final_validation(self, reason: str) -> bool:
+    def _final_validation(self, reason: StopReason) -> bool:
         return self.stopping.validate_before_stopping(reason, self.state) and self.validate()
 
     def _count_time(self) -> None:
@@ -247,24 +247,23 @@ class Trainer:
         self.state.seconds += now - self._clock
         self._clock = now
 
-    def _agreed(self, flags: list[float], epoch_done: bool) -> list[float]:
+    def _agreed(self, local: Agreement, epoch_done: bool) -> Agreement:
         """Rank-local decisions (a signal, a clock) made the same on every rank. Across ranks that takes an
         all-reduce, which waits for the device, so it happens every `AGREE_EVERY` updates (and at the end
         of an epoch), never in between: a stop or a timed save comes at most that many updates late."""
         if not self.info.enabled:
-            return flags
+            return local
         if not epoch_done and self.state.update % AGREE_EVERY:
-            return [0.0] * len(flags)
-        return self._flag_sum(flags)
+            return Agreement()
+        return Agreement(*self._flag_sum(list(local)))
 
-    def _should_stop(self, stop: StopSignal, epoch_done: bool) -> str | None:
-        return self.stopping.reason(self.state, self._flags(stop, epoch_done)[:2], stop.received)
+    def _should_stop(self, stop: StopSignal, epoch_done: bool) -> StopReason | None:
+        return self.stopping.reason(self.state, self._flags(stop, epoch_done), stop.received)
 
-    def _flags(self, stop: StopSignal, epoch_done: bool) -> list[float]:
+    def _flags(self, stop: StopSignal, epoch_done: bool) -> Agreement:
         """This rank's signal, clock and timed-save flags, agreed across ranks in one all-reduce."""
         now = time.monotonic()
-        local = [*self.stopping.flags(stop.received, self.state.seconds + now - self._clock),
-                 float(self.keeper.due_by_time(now))]
+        local = self.stopping.flags(stop.received, self.state.seconds + now - self._clock, self.keeper.due_by_time(now))
         return self._agreed(local, epoch_done)
 
     # ------------------------------------------------------------ validation, logs

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,11 +19,12 @@ from nmtk.decode.search.config import SearchConfig
 from nmtk.decode.translator import Translator
 from nmtk.device import autocast_for
 from nmtk.files import read_lines
-from nmtk.manifest import Manifest, PreparedData
+from nmtk.manifest import PreparedData
 from nmtk.model import ModelConfig, Transformer
+from nmtk.pair import Pair
 from nmtk.precision import Precision
 from nmtk.recipe import Recipe
-from nmtk.text import TextPipeline
+from nmtk.text.pairs import Pipes
 from nmtk.train.distributed import DistInfo, all_gather_object, all_reduce_sum
 from nmtk.train.loss import projected_label_smoothed_loss
 from nmtk.vocab import PAD_ID
@@ -57,7 +57,7 @@ class Validator:
     left out of the loss (the model cannot score them whole).
     """
 
-    def __init__(self, split: BinarizedSplit, references: list[str], pipelines: tuple[TextPipeline, TextPipeline],
+    def __init__(self, split: BinarizedSplit, references: list[str], pipelines: Pipes,
                  search: SearchConfig, label_smoothing: float, batch_tokens: int, max_positions: int,
                  device: torch.device) -> None:
         self.split, self.references, self.pipelines = split, references, pipelines
@@ -70,15 +70,15 @@ class Validator:
         self.sources = [split.src[i].astype("int64").tolist() for i in range(len(split))]
 
     @classmethod
-    def for_split(cls, data_dir: Path, manifest: Manifest, recipe: Recipe,
-                  pipelines: tuple[TextPipeline, TextPipeline], device: torch.device,
-                  split_name: str = "valid", langs: tuple[str, str] | None = None) -> Validator:
-        """The prepared ``valid`` split (a multilingual model's ``valid.en-de``, of ``langs``) and its raw
-        references, searched as the recipe's ``[decode]`` says (its beam, length penalty, length limit
-        and decoding budget ``decode.beam_tokens``)."""
-        src, tgt = langs or (manifest.source_lang, manifest.target_lang)
-        split = BinarizedSplit(data_dir, split_name, src, tgt, manifest.dtype)
-        references = read_lines(PreparedData(data_dir).raw(split_name, tgt), "reference")  # split on \n only
+    def for_split(cls, data: PreparedData, recipe: Recipe, pipelines: Pipes, device: torch.device,
+                  pair: Pair | None = None) -> Validator:
+        """The prepared valid split of ``pair`` (``valid``; a multilingual model's ``valid.en-de``) and its
+        raw references, searched as the recipe's ``[decode]`` says (its beam, length penalty, length
+        limit and decoding budget ``decode.beam_tokens``)."""
+        split_name = "valid" if pair is None else f"valid.{pair.name}"
+        pair = pair or data.manifest().language_pairs()[0]
+        split = BinarizedSplit(data, split_name, pair)
+        references = read_lines(data.raw(split_name, pair.target), "reference")  # split on \n only
         return cls(split, references, pipelines, SearchConfig.from_recipe(recipe.decode), recipe.optim.label_smoothing,
                    recipe.batching.batch_tokens, recipe.model.max_positions, device)
 
@@ -138,8 +138,8 @@ class Validator:
                 "bleu": round(bleu, 2)}
 
 
-#: The text pipelines validation needs: (source, target), or a multilingual model's per pair (``en-de``).
-Pipelines = tuple[TextPipeline, TextPipeline] | dict[str, tuple[TextPipeline, TextPipeline]]
+#: The text pipelines validation needs: (source, target), or a multilingual model's per pair.
+Pipelines = Pipes | dict[Pair, Pipes]
 
 
 class PairValidators:
@@ -158,11 +158,10 @@ class PairValidators:
         return {**mean, "ppl": round(math.exp(min(mean["nll"], 50)), 2), "pairs": pairs}
 
 
-def validator_for(data_dir: Path, manifest: Manifest, recipe: Recipe, pipelines: Pipelines,
+def validator_for(data: PreparedData, recipe: Recipe, pipelines: Pipelines,
                   device: torch.device) -> Validator | PairValidators:
-    """The run's validation: one valid set, or one per pair of a multilingual model."""
+    """The run's validation: one valid set, or one per pair of a multilingual model (named ``en-de``)."""
     if not isinstance(pipelines, dict):
-        return Validator.for_split(data_dir, manifest, recipe, pipelines, device)
-    return PairValidators({pair: Validator.for_split(data_dir, manifest, recipe, pipelines[pair], device,
-                                                     f"valid.{pair}", tuple(pair.split("-")))
-                           for pair in manifest.pairs})
+        return Validator.for_split(data, recipe, pipelines, device)
+    return PairValidators({pair.name: Validator.for_split(data, recipe, pipelines[pair], device, pair)
+                           for pair in data.manifest().language_pairs()})

@@ -108,8 +108,9 @@ def test_a_second_train_on_a_running_run_is_refused_and_a_killed_one_leaves_no_l
     tmp, recipe, env = copy_run
     _, run, _ = run_copy(copy_run, tmp_path)
     holder = subprocess.Popen(  # a training job's lock, held as `nmtk train` holds it
-        [sys.executable, "-c", "import sys, time; from nmtk.rundir import RunDir\n"
-         "with RunDir(sys.argv[1]).training_lock():\n    print('locked', flush=True); time.sleep(600)", str(run)],
+        [sys.executable, "-c", "import sys, time\nfrom nmtk.rundir import RunDir\n"
+         "from nmtk.train.lock import training_lock\nwith training_lock(RunDir(sys.argv[1])):\n"
+         "    print('locked', flush=True); time.sleep(600)", str(run)],
         stdout=subprocess.PIPE, text=True, env=env)
     assert holder.stdout.readline().strip() == "locked"
     frozen = {name: (run / name).read_bytes() for name in ("recipe.toml", "manifest.json", "checkpoint_last.pt")}
@@ -121,8 +122,9 @@ def test_a_second_train_on_a_running_run_is_refused_and_a_killed_one_leaves_no_l
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=60)
     from nmtk.rundir import RunDir
+    from nmtk.train.lock import training_lock
 
-    with RunDir(run).training_lock():  # the killed holder left no stale lock
+    with training_lock(RunDir(run)):  # the killed holder left no stale lock
         pass
 
 

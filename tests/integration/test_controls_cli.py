@@ -93,7 +93,7 @@ def test_each_bad_term_names_its_line_before_any_search(copy_run) -> None:
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SamplingConfig, SearchConfig
     from nmtk.errors import NmtkError
-    from nmtk.rundir import resolve_model
+    from nmtk.model_source import resolve_model
 
     tmp, _, _ = copy_run
     translator = load_translator(resolve_model(tmp / "run"), LoadOptions(threads=1))
@@ -119,8 +119,8 @@ def test_the_power_length_penalty_searches_as_ctranslate2_does(copy_run, exporte
 
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
-    from nmtk.rundir import resolve_model
 
     tmp, _, _ = copy_run
     ours = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))
@@ -146,8 +146,8 @@ def test_controls_no_translation_can_meet_together_are_an_error_or_dropped_with_
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
     from nmtk.errors import NmtkError
+    from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
-    from nmtk.rundir import resolve_model
 
     tmp, _, _ = copy_run
     translator = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))

@@ -72,12 +72,14 @@ def test_train_learned_then_average_and_translate(copy_run, tmp_path: Path) -> N
 
 def load(run: Path):
     from nmtk.checkpoint import load_model
+    from nmtk.model_source import default_checkpoint
     from nmtk.rundir import RunDir
+    from nmtk.text.pairs import model_pipelines
 
     rundir = RunDir(run)
     recipe = rundir.recipe()
-    model = load_model(rundir.default_checkpoint()[0], torch.device("cpu"), rundir.manifest().vocab.sha256)
-    return model, rundir.pipelines(recipe)
+    model = load_model(default_checkpoint(rundir)[0], torch.device("cpu"), rundir.manifest().vocab.sha256)
+    return model, model_pipelines(run, recipe, rundir.manifest())[0]
 
 
 def test_kept_attention_weights_sum_to_one_and_are_the_formula(copy_run) -> None:
@@ -239,7 +241,7 @@ def test_a_quantised_export_still_translates(copy_run) -> None:
     # int8 weights: nearly the same output (tests/measure_spread.py copy-run, 20 trainings: worst 18/20)
     assert sum(a == b for a, b in zip(lines, reference, strict=True)) >= 16
     from nmtk.decode.load import LoadOptions, load_translator
-    from nmtk.rundir import resolve_model
+    from nmtk.model_source import resolve_model
 
     # what /models says of it: CTranslate2's compute type, not nmtk's precision setting (issue 62: "fp32")
     assert load_translator(resolve_model(tmp / "ct2-int8"), LoadOptions(threads=1)).arithmetic.startswith("int8")

@@ -38,9 +38,11 @@ def _transformers(folder: Path):
 def _nmtk(run: Path, checkpoint: str = "checkpoint_last.pt"):
     from nmtk.checkpoint import load_model
     from nmtk.rundir import RunDir
+    from nmtk.text.pairs import model_pipelines
 
     rundir = RunDir(run)
-    return load_model(run / checkpoint, torch.device("cpu")), rundir.pipelines(rundir.recipe())
+    pipes, _ = model_pipelines(run, rundir.recipe(), rundir.manifest())
+    return load_model(run / checkpoint, torch.device("cpu")), pipes
 
 
 def _hf_ids(pipe) -> list[int]:
@@ -279,7 +281,8 @@ def many_marian(tmp_path_factory) -> tuple[Path, Path]:
 
 def _pair(run: Path, lang: str):
     from nmtk.checkpoint import load_model
-    from nmtk.rundir import RunDir, model_pipelines
+    from nmtk.rundir import RunDir
+    from nmtk.text.pairs import model_pipelines
 
     rundir = RunDir(run)
     pipelines, pairs = model_pipelines(run, rundir.recipe(), rundir.manifest(), lang)

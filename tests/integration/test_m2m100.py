@@ -63,8 +63,8 @@ def m2m(request, tmp_path_factory) -> Imported:
 
 def _translator(run: Path, src: str, tgt: str):
     from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
-    from nmtk.rundir import resolve_model
 
     return load_translator(resolve_model(run), LoadOptions(source_lang=src, target_lang=tgt, threads=2,
                                                            precision=Precision.fp32))
@@ -182,7 +182,8 @@ def test_an_imported_m2m100_model_fine_tunes(m2m, tmp_path) -> None:
     from helpers import synthetic_pairs, write_lines
 
     from nmtk.data.binarized import BinarizedSplit
-    from nmtk.manifest import Manifest
+    from nmtk.manifest import Manifest, PreparedData
+    from nmtk.pair import Pair
 
     run, (en, de, _) = m2m.run, m2m.langs
     root = tmp_path / "root"
@@ -209,7 +210,7 @@ def test_an_imported_m2m100_model_fine_tunes(m2m, tmp_path) -> None:
     manifest = Manifest.read(tmp_path / "data" / "manifest.json")
     imported = Manifest.read(run / "manifest.json")
     assert manifest.tag_style == "m2m-100" and manifest.tags == {k: imported.tags[k] for k in (en, de)}
-    split = BinarizedSplit(tmp_path / "data", f"train.{en}-{de}", en, de, manifest.dtype)
+    split = BinarizedSplit(PreparedData(tmp_path / "data"), f"train.{en}-{de}", Pair(en, de))
     assert int(split.src[0][0]) == imported.tags[en] and int(split.tgt[0][0]) == imported.tags[de]
     tuned = run_nmtk("translate", "-m", str(tmp_path / "tuned"), "--source-lang", de, "--target-lang", en,
                      stdin="der Hund.\n")
@@ -220,3 +221,38 @@ def test_an_imported_m2m100_model_fine_tunes(m2m, tmp_path) -> None:
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config == json.loads((m2m.folder / "config.json").read_text())
     assert m2m.lang_id(m2m.transformers(tmp_path / "hf")[1], de) == m2m.lang_id(m2m.transformers()[1], de)
+
+
+def test_a_tokenizer_saved_by_todays_transformers_imports_and_translates_as_it(tmp_path) -> None:
+    """transformers 5 saves M2M100Tokenizer's 100 codes by name (``language_codes: "m2m100"``), with no list
+    of them: nmtk numbers them from its copy of that list, and the import decodes as transformers does."""
+    from helpers import synthetic_pairs
+    from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
+
+    from nmtk.convert.m2m100.folder import NAMED_CODES
+    from nmtk.decode.search.config import SearchConfig
+
+    assert NAMED_CODES == FAIRSEQ_LANGUAGE_CODES  # nmtk's copy of M2M100Tokenizer's lists
+    folder = build(tmp_path / "m2m100-saved", **SHAPE, language_codes="m2m100", seed=3)
+    saved = json.loads((folder / "tokenizer_config.json").read_text())
+    assert saved.get("language_codes") == "m2m100"
+    result = run_nmtk("import", str(folder), "-o", str(tmp_path / "run"), "--languages", "en,de,fr")
+    assert result.returncode == 0, result.stderr
+    hf, tok = M2M100ForConditionalGeneration.from_pretrained(folder).eval(), M2M100Tokenizer.from_pretrained(folder)
+    tok.src_lang = "en"
+    translator = _translator(tmp_path / "run", "en", "fr")
+    lines = [a for a, _ in synthetic_pairs(50, 13)]
+    ours = translator.hypotheses_of_ids(translator.encode(lines), SearchConfig(beam=1, max_len_a=0.0, max_len_b=11))
+    batch = tok(lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = hf.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12,
+                                forced_bos_token_id=tok.convert_tokens_to_ids("__fr__"))
+    hf_ids = list(translator.tgt_pipe.subwords.hf_ids)
+    same = 0
+    for row, hyps in zip(generated, ours, strict=True):
+        expected = [t for t in row[1:].tolist() if t != hf.config.pad_token_id]
+        mine = [hf_ids[t] for t in hyps[0].tokens]
+        n = min(len(expected), len(mine))
+        same += n > 1 and mine[:n] == expected[:n]
+    assert same >= 45, same

@@ -10,6 +10,7 @@ from nmtk.data.batching import BatchingPlan, padding_fraction
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.corpus import read_lines
 from nmtk.data.prepare import prepare
+from nmtk.pair import Pair
 from nmtk.recipe import load_recipe
 from nmtk.text import TextPipeline, moses_for
 
@@ -36,7 +37,7 @@ def test_round_trip_restores_99_percent(prepared, multi30k_root: Path) -> None:
 
 def test_padding_at_4096_tokens_is_at_most_5_percent(prepared) -> None:
     recipe, result = prepared
-    split = BinarizedSplit(result.out_dir, "train", "en", "de", result.manifest.dtype)
+    split = BinarizedSplit(result.data, "train", Pair("en", "de"))
     src, tgt = split.src.lengths + 1, split.tgt.lengths + 1  # + EOS / BOS, as batches hold them
     plan = BatchingPlan(src, tgt, batch_tokens=4096, seed=recipe.train.seed)
     fraction = padding_fraction(plan.epoch_batches(0), src, tgt)

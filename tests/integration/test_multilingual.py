@@ -115,6 +115,7 @@ def test_prepare_tags_every_source_with_one_vocabulary_item(many_run) -> None:
 
     from nmtk.data.binarized import BinarizedSplit
     from nmtk.manifest import PreparedData
+    from nmtk.pair import Pair
 
     _, data, _ = many_run
     manifest = PreparedData(data).manifest()
@@ -124,7 +125,7 @@ def test_prepare_tags_every_source_with_one_vocabulary_item(many_run) -> None:
         assert sp.id_to_piece(tag) == f">>{lang}<<"
         assert tag not in sp.encode(f">>{lang}<< the dog"), "typed text never becomes the tag"
         for split in ("train", "valid", "test"):
-            sides = BinarizedSplit(data, f"{split}.en-{lang}", "en", lang, manifest.dtype)
+            sides = BinarizedSplit(PreparedData(data), f"{split}.en-{lang}", Pair("en", lang))
             firsts = {int(sides.src[i][0]) for i in range(len(sides))}
             assert firsts == {tag}
             assert all(tag not in sides.src[i][1:] and tag not in sides.tgt[i] for i in range(len(sides)))
@@ -280,7 +281,7 @@ def test_one_server_routes_every_target_and_batches_them_together(many_run) -> N
 
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
-    from nmtk.rundir import resolve_model
+    from nmtk.model_source import resolve_model
     from nmtk.serve.worker import Worker
 
     run, data, _ = many_run
@@ -342,13 +343,14 @@ def test_per_target_vocabularies_are_each_targets_training_pieces(per_target_run
     from nmtk.checkpoint import load_model
     from nmtk.data.binarized import BinarizedSplit
     from nmtk.manifest import PreparedData
+    from nmtk.pair import Pair
 
     run, data, _ = per_target_run
     manifest = PreparedData(data).manifest()
     model = load_model(run / "checkpoint_last.pt", torch.device("cpu"))
     assert model.output_tags.tolist() == [manifest.tags[lang] for lang in ("de", "fr", "cs")]
     for row, lang in enumerate(("de", "fr", "cs")):
-        side = BinarizedSplit(data, f"train.en-{lang}", "en", lang, manifest.dtype).tgt
+        side = BinarizedSplit(PreparedData(data), f"train.en-{lang}", Pair("en", lang)).tgt
         expected = set(np.unique(side.ids).tolist()) | {0, 1, 2, 3}
         assert set(model.output_allowed[row].nonzero().flatten().tolist()) == expected
         assert len(expected) < model.cfg.tgt_vocab
@@ -395,7 +397,8 @@ def test_per_target_updates_group_the_batch_on_the_host(per_target_run, tmp_path
 
     from nmtk.data.dataset import collate
     from nmtk.manifest import PreparedData
-    from nmtk.rundir import RunDir, training_pipelines
+    from nmtk.rundir import RunDir
+    from nmtk.text.pairs import training_pipelines
     from nmtk.train.distributed import DistInfo
     from nmtk.train.loss import projected_label_smoothed_loss
     from nmtk.train.probe import update_costs
@@ -406,12 +409,12 @@ def test_per_target_updates_group_the_batch_on_the_host(per_target_run, tmp_path
     recipe = load_recipe(tmp / "toy-many.toml", ["model.output_vocab=per-target", "train.max_updates=9",
                                                  "train.log_every_updates=4", "train.save_every_minutes=0",
                                                  "train.validate_every_updates=1000"])
-    manifest = PreparedData(data).manifest()
+    prepared = PreparedData(data)
     run = RunDir(tmp_path / "run")
     run.path.mkdir()
-    trainer = Trainer(recipe, data, manifest, training_pipelines(data, recipe, manifest), run, torch.device("cpu"),
-                      DistInfo())
-    _restrict_outputs(trainer.model, data, manifest, recipe)
+    trainer = Trainer(recipe, prepared, training_pipelines(data, recipe, prepared.manifest()), run,
+                      torch.device("cpu"), DistInfo())
+    _restrict_outputs(trainer.model, prepared, recipe)
     costs, sites = update_costs(trainer)
     between = [c for c in costs if c.update % 4 and c.update != 9]
     assert between and all(c.syncs == 0 for c in between), (costs, sites)

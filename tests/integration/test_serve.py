@@ -252,10 +252,11 @@ def test_sigterm_finishes_the_requests_in_flight(copy_run) -> None:
 
 def test_sighup_reloads_without_failing_a_request(copy_run) -> None:
     """Started on an older checkpoint, a reload serves the run's default one, and /models names it."""
+    from nmtk.model_source import default_checkpoint
     from nmtk.rundir import RunDir
 
     tmp, _, _ = copy_run
-    default = RunDir(tmp / "run").default_checkpoint()[0]
+    default = default_checkpoint(RunDir(tmp / "run"))[0]
     older = min((tmp / "run").glob("checkpoint_[0-9]*.pt"))
     assert older != default
     server = Server(tmp / "run", "--checkpoint", str(older))
@@ -283,17 +284,19 @@ def test_the_default_checkpoint_is_chosen_once(copy_run, monkeypatch, capsys) ->
     import asyncio
 
     from nmtk import checkpoint as checkpoint_module
+    from nmtk import model_source
     from nmtk.decode.load import LoadOptions
+    from nmtk.model_source import default_checkpoint
     from nmtk.rundir import RunDir
     from nmtk.serve.server import ServeOptions, build
 
     tmp, _, _ = copy_run
     run = tmp / "run"
-    default, why = RunDir(run).default_checkpoint()
+    default, why = default_checkpoint(RunDir(run))
     older = min(run.glob("checkpoint_[0-9]*.pt"))
     assert older != default
     answers = iter([(older, "best validation BLEU")])  # the first answer; every later one: the new default
-    monkeypatch.setattr(RunDir, "default_checkpoint", lambda self, recipe=None: next(answers, (default, why)))
+    monkeypatch.setattr(model_source, "default_checkpoint", lambda run, recipe=None: next(answers, (default, why)))
     loaded: list[Path] = []
     real = checkpoint_module.load_model
     monkeypatch.setattr(checkpoint_module, "load_model",
@@ -313,7 +316,7 @@ def test_a_text_only_translator_encodes_and_detokenizes_but_cannot_search(copy_r
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
     from nmtk.errors import NmtkError
-    from nmtk.rundir import resolve_model
+    from nmtk.model_source import resolve_model
 
     tmp, _, _ = copy_run
     translator = load_translator(resolve_model(tmp / "run"), LoadOptions())

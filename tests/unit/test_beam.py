@@ -9,8 +9,10 @@ import pytest
 import torch
 from helpers import copy_batch
 
+from nmtk.decode.search import batches
 from nmtk.decode.search.batches import decode_ids
-from nmtk.decode.search.beam import Hypothesis, SearchConfig, beam_search, length_penalty
+from nmtk.decode.search.beam import Hypothesis, SearchConfig, length_penalty
+from nmtk.decode.search.choose import search
 from nmtk.decode.search.sampling import SamplingConfig, sample_search
 from nmtk.model import ModelConfig, Transformer
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -78,16 +80,16 @@ def naive_greedy(model: Transformer, src: torch.Tensor, cfg: SearchConfig) -> li
 
 def test_beam_1_is_greedy(model, sources) -> None:
     cfg = SearchConfig(beam=1, length_penalty=0.6)
-    got = [h[0].tokens for h in beam_search(model, sources, cfg)]
+    got = [h[0].tokens for h in search(model, sources, cfg)]
     assert got == naive_greedy(model, sources, cfg)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_batch_equals_each_sentence_alone(model, sources, beam: int) -> None:
     cfg = SearchConfig(beam=beam, nbest=min(beam, 2))
-    batched = beam_search(model, sources, cfg)
+    batched = search(model, sources, cfg)
     for i, row in enumerate(sources):
-        alone = beam_search(model, row[row.ne(PAD_ID)][None], cfg)[0]
+        alone = search(model, row[row.ne(PAD_ID)][None], cfg)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
 
@@ -97,7 +99,7 @@ def test_cache_equals_recomputing_the_prefix(model, sources, beam: int) -> None:
     uncached = Uncached(model.cfg).eval()
     uncached.load_state_dict(model.state_dict())
     cfg = SearchConfig(beam=beam, nbest=beam)
-    fast, slow = beam_search(model, sources, cfg), beam_search(uncached, sources, cfg)
+    fast, slow = search(model, sources, cfg), search(uncached, sources, cfg)
     for a, b in zip(fast, slow, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
@@ -112,8 +114,8 @@ def sequence_score(model: Transformer, src: torch.Tensor, tokens: list[int], alp
 
 
 def test_scores_are_normalised_log_probabilities_and_beam_beats_greedy(model, sources) -> None:
-    greedy = beam_search(model, sources, SearchConfig(beam=1))
-    beam = beam_search(model, sources, SearchConfig(beam=5))
+    greedy = search(model, sources, SearchConfig(beam=1))
+    beam = search(model, sources, SearchConfig(beam=5))
     for i, row in enumerate(sources):
         assert beam[i][0].score == pytest.approx(sequence_score(model, row, beam[i][0].tokens, 0.6), abs=1e-4)
         assert greedy[i][0].score == pytest.approx(sequence_score(model, row, greedy[i][0].tokens, 0.6), abs=1e-4)
@@ -123,7 +125,7 @@ def test_scores_are_normalised_log_probabilities_and_beam_beats_greedy(model, so
 
 
 def test_nbest_is_distinct_and_sorted(model, sources) -> None:
-    for hyps in beam_search(model, sources, SearchConfig(beam=6, nbest=4)):
+    for hyps in search(model, sources, SearchConfig(beam=6, nbest=4)):
         assert len(hyps) == 4
         assert len({tuple(h.tokens) for h in hyps}) == 4
         scores = [h.score for h in hyps]
@@ -206,11 +208,11 @@ SRC = torch.tensor([[A, A, A, A, A, EOS_ID]])  # |x| = 5: at most 5 + 50 output 
 
 
 def test_gnmt_length_penalty_scores_and_ranking_are_exact() -> None:
-    plain = beam_search(TableModel(), SRC, SearchConfig(beam=2, nbest=2, length_penalty=0.0))[0]
+    plain = search(TableModel(), SRC, SearchConfig(beam=2, nbest=2, length_penalty=0.0))[0]
     assert [h.tokens for h in plain] == [[A], [B, B]]
     assert [h.score for h in plain] == pytest.approx([math.log(0.3), math.log(0.256)], abs=1e-6)
     # α = 1 divides by (5 + |Y|) / 6: 7/6 for "a </s>", 8/6 for "b b </s>", which now ranks first.
-    gnmt = beam_search(TableModel(), SRC, SearchConfig(beam=2, nbest=2, length_penalty=1.0))[0]
+    gnmt = search(TableModel(), SRC, SearchConfig(beam=2, nbest=2, length_penalty=1.0))[0]
     assert [h.tokens for h in gnmt] == [[B, B], [A]]
     assert [h.score for h in gnmt] == pytest.approx([math.log(0.256) / (8 / 6), math.log(0.3) / (7 / 6)], abs=1e-6)
 
@@ -232,7 +234,7 @@ class EagerToEnd(TableModel):
 def test_a_sentence_never_translates_to_nothing(beam: int) -> None:
     """The empty hypothesis (log 0.9) would beat "a" (log 0.1) in every search: EOS is barred as the
     first token, as fairseq's min_len 1 and CTranslate2's min_decoding_length 1 bar it."""
-    best = beam_search(EagerToEnd(), SRC, SearchConfig(beam=beam, length_penalty=0.6))[0][0]
+    best = search(EagerToEnd(), SRC, SearchConfig(beam=beam, length_penalty=0.6))[0][0]
     assert best.tokens == [A]
     assert best.score == pytest.approx(math.log(0.1) / length_penalty(2, 0.6), abs=1e-6)
     sampled = sample_search(EagerToEnd(), SRC, SearchConfig(beam=1), sampling=SamplingConfig(seed=3))
@@ -243,13 +245,13 @@ def test_search_stops_exactly_when_no_live_beam_can_win() -> None:
     """α = 0: after step 2 "a </s>" (-1.204) is finished and "b b" (-1.139) still live, so step 3 runs;
     after it the best live beam ("b b b", -2.749) can only fall further, so the search stops."""
     model = TableModel()
-    best = beam_search(model, SRC, SearchConfig(beam=2, length_penalty=0.0))[0][0]
+    best = search(model, SRC, SearchConfig(beam=2, length_penalty=0.0))[0][0]
     assert (best.tokens, model.steps) == ([A], 3)
     # α = 1: a live beam's best reachable score is its log-probability / lp(limit + 1), lp(56) = 61/6.
     # The best finished is "b b </s>", -1.3626 / (8/6) = -1.0219. After step s ≥ 4 the live beam is
     # b^s, log-probability -2.7489 - 0.6931 (s - 3): its bound is -1.0204 at s = 14, -1.0886 at 15.
     model = TableModel()
-    best = beam_search(model, SRC, SearchConfig(beam=2, length_penalty=1.0))[0][0]
+    best = search(model, SRC, SearchConfig(beam=2, length_penalty=1.0))[0][0]
     assert (best.tokens, model.steps) == ([B, B], 15)
 
 
@@ -258,15 +260,15 @@ def test_the_power_form_divides_by_the_length_and_stops_once_the_beam_has_finish
     "a </s>"; step 3 finishes "b b </s>" and "a a </s>" (or "a b </s>"), and with two finished the search
     stops, where GNMT's rule above ran 15 steps. Ranked by log P / |Y|: "b b" -1.3626/3, "a" -1.2040/2."""
     model = TableModel()
-    power = beam_search(model, SRC, SearchConfig(beam=2, nbest=2, length_penalty=1.0, length_penalty_form="power"))[0]
+    power = search(model, SRC, SearchConfig(beam=2, nbest=2, length_penalty=1.0, length_penalty_form="power"))[0]
     assert [h.tokens for h in power] == [[B, B], [A]] and model.steps == 3
     assert [h.score for h in power] == pytest.approx([math.log(0.256) / 3, math.log(0.3) / 2], abs=1e-6)
     assert length_penalty(3.0, 1.0, "power") == 3.0 and length_penalty(3.0, 1.0) == pytest.approx(8 / 6)
     # α = 0: both forms are the raw log-probability and one stopping rule
     model = TableModel()
-    best = beam_search(model, SRC, SearchConfig(beam=2, length_penalty=0.0, length_penalty_form="power"))[0][0]
+    best = search(model, SRC, SearchConfig(beam=2, length_penalty=0.0, length_penalty_form="power"))[0][0]
     assert (best.tokens, model.steps) == ([A], 3)
-    greedy = beam_search(TableModel(), SRC, SearchConfig(beam=1, length_penalty=1.0, length_penalty_form="power"))[0][0]
+    greedy = search(TableModel(), SRC, SearchConfig(beam=1, length_penalty=1.0, length_penalty_form="power"))[0][0]
     assert (greedy.tokens, greedy.score) == ([A], pytest.approx(math.log(0.3) / 2, abs=1e-6))
 
 
@@ -309,7 +311,7 @@ def test_the_end_forced_at_the_length_limit_costs_its_log_probability(beam: int)
     """With at most one token, "a" and "b" must end at once: log p(a) + log p(</s> | a) = log 0.3, and
     log 0.4 + log 0.2 = log 0.08 (a free </s> would give log 0.6 and log 0.4)."""
     cfg = SearchConfig(beam=beam, nbest=beam, length_penalty=0.0, max_len_a=0.0, max_len_b=1)
-    hyps = beam_search(TableModel(), SRC, cfg)[0]
+    hyps = search(TableModel(), SRC, cfg)[0]
     assert [h.tokens for h in hyps] == [[A], [B]][:beam]
     assert [h.score for h in hyps] == pytest.approx([math.log(0.3), math.log(0.08)][:beam], abs=1e-6)
 
@@ -326,26 +328,29 @@ def test_padding_lengths_to_a_multiple_of_8_changes_no_output(model) -> None:
             assert all(abs(x.score - y.score) < 1e-4 for x, y in zip(a, b, strict=True))
 
 
-def test_a_batch_that_runs_out_of_memory_is_searched_in_halves(model, sources, capsys) -> None:
+def test_a_batch_that_runs_out_of_memory_is_searched_in_halves(model, sources, capsys, monkeypatch) -> None:
     """A GPU out of memory (validation beside training's reserved memory) halves the batch, down to one
     sentence, instead of failing the rank; the results are those of an unhindered search, in order."""
     cfg = SearchConfig(beam=3, nbest=2)
     calls: list[int] = []
 
-    def small_only(model_, src, cfg_, controls):
+    def small_only(model_, src, cfg_, controls, generator=None):
         calls.append(src.size(0))
         if src.size(0) > 3:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return beam_search(model_, src, cfg_, controls)
+        return search(model_, src, cfg_, controls)
 
-    halved = decode_ids(model, [row[row.ne(PAD_ID)][:-1].tolist() for row in sources], cfg, search_fn=small_only)
+    monkeypatch.setattr(batches, "search", small_only)
+    halved = decode_ids(model, [row[row.ne(PAD_ID)][:-1].tolist() for row in sources], cfg)
+    monkeypatch.setattr(batches, "search", search)
     whole = decode_ids(model, [row[row.ne(PAD_ID)][:-1].tolist() for row in sources], cfg)
     assert [[h.tokens for h in x] for x in halved] == [[h.tokens for h in x] for x in whole]
     assert max(calls) > 3 and min(calls) <= 3
     assert capsys.readouterr().err.count("ran out of cpu memory") == 1
 
-    def never(model_, src, cfg_, controls):
+    def never(model_, src, cfg_, controls, generator=None):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
 
+    monkeypatch.setattr(batches, "search", never)
     with pytest.raises(torch.OutOfMemoryError):
-        decode_ids(model, [[5, 6, 7]], cfg, search_fn=never)
+        decode_ids(model, [[5, 6, 7]], cfg)

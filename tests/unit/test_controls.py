@@ -11,7 +11,8 @@ import torch
 from helpers import copy_batch
 
 from nmtk.decode.guide import Glossary, Guidance, InputFormat
-from nmtk.decode.search.beam import SearchConfig, beam_search
+from nmtk.decode.search.beam import SearchConfig
+from nmtk.decode.search.choose import search
 from nmtk.decode.search.config import LineControls
 from nmtk.decode.search.sampling import SamplingConfig, sample_search
 from nmtk.errors import NmtkError
@@ -38,10 +39,10 @@ def at(tokens: list[int], phrase: tuple[int, ...]) -> int:
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_constraints_are_met_unordered_multi_piece_and_overlapping(model, sources, beam: int) -> None:
-    plain = [h[0].tokens for h in beam_search(model, sources, SearchConfig(beam=beam))]
+    plain = [h[0].tokens for h in search(model, sources, SearchConfig(beam=beam))]
     asks = [((5, 6), (7,)), ((8, 9, 10),), ((11, 12), (12, 13))]  # the last two overlap: 11 12 13 meets both
     controls = [LineControls(constraints=asks[i % 3]) for i in range(len(sources))]
-    got = [h[0].tokens for h in beam_search(model, sources, SearchConfig(beam=beam), controls)]
+    got = [h[0].tokens for h in search(model, sources, SearchConfig(beam=beam), controls)]
     for tokens, control, before in zip(got, controls, plain, strict=True):
         assert all(has(tokens, c) for c in control.constraints), (before, tokens, control)
     if beam > 1:  # the model still copies around the terms (beam 1 has no room to place them well)
@@ -51,7 +52,7 @@ def test_constraints_are_met_unordered_multi_piece_and_overlapping(model, source
 
 def test_ordered_constraints_appear_in_their_order(model, sources) -> None:
     controls = [LineControls(constraints=((20,), (5, 6)))] * len(sources)
-    got = beam_search(model, sources, SearchConfig(beam=4, ordered_constraints=True), controls)
+    got = search(model, sources, SearchConfig(beam=4, ordered_constraints=True), controls)
     for hyps in got:
         tokens = hyps[0].tokens
         assert has(tokens, (20,)) and has(tokens, (5, 6)) and at(tokens, (20,)) < at(tokens, (5, 6)), tokens
@@ -60,9 +61,9 @@ def test_ordered_constraints_appear_in_their_order(model, sources) -> None:
 def test_a_batch_with_constraints_gives_each_line_what_it_gets_alone(model, sources) -> None:
     controls = [LineControls(constraints=((5 + i % 7,),)) if i % 2 else None for i in range(len(sources))]
     cfg = SearchConfig(beam=4, nbest=2)
-    batched = beam_search(model, sources, cfg, controls)
+    batched = search(model, sources, cfg, controls)
     for i, row in enumerate(sources):
-        alone = beam_search(model, row[row.ne(PAD_ID)][None], cfg, [controls[i]])[0]
+        alone = search(model, row[row.ne(PAD_ID)][None], cfg, [controls[i]])[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert all(abs(a.score - b.score) < 1e-3 for a, b in zip(alone, batched[i], strict=True))
 
@@ -70,18 +71,18 @@ def test_a_batch_with_constraints_gives_each_line_what_it_gets_alone(model, sour
 def test_constraints_that_cannot_fit_are_met_as_far_as_the_limit_allows(model, sources) -> None:
     controls = [LineControls(constraints=((5, 6), (7, 8), (9, 10)))] * len(sources)
     cfg = SearchConfig(beam=4, max_len_a=0.0, max_len_b=4)  # room for two of the three, not three
-    for hyps in beam_search(model, sources, cfg, controls):
+    for hyps in search(model, sources, cfg, controls):
         tokens = hyps[0].tokens
         assert len(tokens) <= 4 and sum(has(tokens, c) for c in controls[0].constraints) == 2, tokens
 
 
 def test_banned_phrases_are_never_produced(model, sources) -> None:
-    plain = [h[0].tokens for h in beam_search(model, sources, SearchConfig(beam=4))]
+    plain = [h[0].tokens for h in search(model, sources, SearchConfig(beam=4))]
     controls = []
     for tokens in plain:  # ban the first token, and the second pair of the copy
         controls.append(LineControls(bans=((tokens[0],), tuple(tokens[1:3]))))
     for beam in (1, 4):
-        got = [h[0].tokens for h in beam_search(model, sources, SearchConfig(beam=beam, nbest=min(beam, 2)), controls)]
+        got = [h[0].tokens for h in search(model, sources, SearchConfig(beam=beam, nbest=min(beam, 2)), controls)]
         for tokens, control in zip(got, controls, strict=True):
             assert not any(has(tokens, b) for b in control.bans), (tokens, control)
     sampled = sample_search(model, sources, SearchConfig(beam=1), controls, sampling=SamplingConfig(seed=2))
@@ -91,7 +92,7 @@ def test_banned_phrases_are_never_produced(model, sources) -> None:
 def test_a_prefix_starts_every_hypothesis_with_constraints_too(model, sources) -> None:
     controls = [LineControls(prefix=(30, 31), constraints=((5, 6),) if i % 2 else ()) for i in range(len(sources))]
     for cfg in (SearchConfig(beam=1), SearchConfig(beam=4, nbest=3)):
-        for hyps, control in zip(beam_search(model, sources, cfg, controls), controls, strict=True):
+        for hyps, control in zip(search(model, sources, cfg, controls), controls, strict=True):
             for h in hyps:
                 assert h.tokens[:2] == [30, 31] and all(has(h.tokens, c) for c in control.constraints), h.tokens
     sampled = sample_search(model, sources, SearchConfig(beam=1), controls, sampling=SamplingConfig(seed=2))
@@ -100,20 +101,20 @@ def test_a_prefix_starts_every_hypothesis_with_constraints_too(model, sources) -
 
 def test_no_repeat_ngram_and_repetition_penalty(model) -> None:
     src = torch.tensor([[5, 6, 5, 6, 5, 6, 7, 3]])  # a copy repeats the bigram 5 6 three times
-    plain = beam_search(model, src, SearchConfig(beam=4))[0][0].tokens
+    plain = search(model, src, SearchConfig(beam=4))[0][0].tokens
     assert plain[:6] == [5, 6, 5, 6, 5, 6]
     for n in (2, 3):
-        tokens = beam_search(model, src, SearchConfig(beam=4, no_repeat_ngram_size=n))[0][0].tokens
+        tokens = search(model, src, SearchConfig(beam=4, no_repeat_ngram_size=n))[0][0].tokens
         grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
         assert len(grams) == len(set(grams)), tokens
-    penalised = beam_search(model, src, SearchConfig(beam=1, repetition_penalty=50.0))[0][0].tokens
+    penalised = search(model, src, SearchConfig(beam=1, repetition_penalty=50.0))[0][0].tokens
     assert penalised.count(5) < plain.count(5)
 
 
 def test_the_unsteered_search_is_untouched(model, sources) -> None:
     """No controls, and controls that ask nothing, give the very same hypotheses and scores."""
     cfg = SearchConfig(beam=4, nbest=2)
-    plain, empty = beam_search(model, sources, cfg), beam_search(model, sources, cfg, [LineControls()] * len(sources))
+    plain, empty = search(model, sources, cfg), search(model, sources, cfg, [LineControls()] * len(sources))
     assert [[(h.tokens, h.score) for h in x] for x in plain] == [[(h.tokens, h.score) for h in x] for x in empty]
 
 
@@ -146,7 +147,7 @@ def test_input_lines_and_glossaries_parse_or_name_their_line(tmp_path: Path) -> 
 def test_the_hugging_face_export_maps_alpha_for_each_length_penalty_form(form: str, alpha: float) -> None:
     """transformers divides by g^α' (g: tokens before EOS); α' grows as nmtk's penalty does at the mean
     target length L = 14.8: α·L/(L + 6) for GNMT's ((5 + |Y|)/6)^α, α·L/(L + 1) for |Y|^α."""
-    from nmtk.convert.hf_export import generation_config
+    from nmtk.convert.marian.exporter import generation_config
     from nmtk.recipe import load_recipe
 
     recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "multi30k-en-de.toml")
@@ -162,11 +163,11 @@ def test_more_terms_than_fit_give_a_translation_with_as_many_as_fit(model, sourc
     candidates that met more terms but never ended used to take every finished place, leaving none)."""
     terms = tuple((4 + i,) for i in range(20))
     cfg = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=10)
-    for hyps in beam_search(model, sources, cfg, [LineControls(constraints=terms)] * len(sources)):
+    for hyps in search(model, sources, cfg, [LineControls(constraints=terms)] * len(sources)):
         assert hyps and len(hyps[0].tokens) == 10 and sum(has(hyps[0].tokens, t) for t in terms) == 10, hyps
 
 
 def test_a_term_asked_for_twice_is_produced_twice(model, sources) -> None:
     twice = [LineControls(constraints=((9,), (9,)))] * len(sources)
-    for hyps in beam_search(model, sources, SearchConfig(beam=4), twice):
+    for hyps in search(model, sources, SearchConfig(beam=4), twice):
         assert hyps[0].tokens.count(9) >= 2, hyps[0].tokens

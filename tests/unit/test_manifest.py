@@ -58,8 +58,8 @@ def test_a_run_with_a_manifest_of_another_version_is_refused_by_translate(tmp_pa
 
 def test_unreadable_manifests_make_prepare_rebuild(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{not json")
-    assert PreparedData(tmp_path).manifest_or_none() is None
-    assert PreparedData(tmp_path / "nowhere").manifest_or_none() is None
+    assert Manifest.in_folder_or_none(tmp_path) is None
+    assert Manifest.in_folder_or_none(tmp_path / "nowhere") is None
 
 
 def test_prepares_table_names_each_split_whole(capsys) -> None:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from nmtk.checkpoint import Checkpoint, load_model
-from nmtk.decode.search.beam import SearchConfig, beam_search
+from nmtk.decode.search.beam import SearchConfig
+from nmtk.decode.search.choose import search
 from nmtk.model import ModelConfig, Transformer
 from nmtk.model.languages import allowed_pieces, merge_allowed
 from nmtk.train.loss import projected_label_smoothed_loss
@@ -100,10 +101,10 @@ def test_a_batch_of_mixed_targets_is_searched_as_each_line_alone(beam: int) -> N
     model = model_of(seed=4).eval()
     src = sources()
     cfg = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=12)
-    together = beam_search(model, src, cfg)
+    together = search(model, src, cfg)
     allowed = allowed_pieces(VOCAB, PRODUCED)
     for row, language in enumerate([0, 0, 0, 1, 1]):
-        alone = beam_search(model, src[row : row + 1], cfg)
+        alone = search(model, src[row : row + 1], cfg)
         assert together[row][0].tokens == alone[0][0].tokens
         assert all(allowed[language, t] for t in together[row][0].tokens), together[row][0].tokens
 

@@ -15,6 +15,8 @@ from helpers import synthetic_pairs, toy_data, toy_recipe, write_corpus, write_l
 from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.prepare import prepare
 from nmtk.errors import NmtkError
+from nmtk.manifest import PreparedData
+from nmtk.pair import Pair
 from nmtk.recipe import load_recipe
 from nmtk.text import TextPipeline, moses_for
 
@@ -42,7 +44,7 @@ def test_prepare_builds_then_is_up_to_date(toy) -> None:
     assert set(manifest["splits"]) == {"train", "valid", "test"}
     assert all(len(v["sha256"]) == 64 for v in manifest["inputs"].values()) and len(manifest["inputs"]) == 6
 
-    split = BinarizedSplit(out, "train", "en", "de", first.manifest.dtype)
+    split = BinarizedSplit(PreparedData(out), "train", Pair("en", "de"))
     assert len(split) == 400 and int(split.src.lengths.sum()) == train["sides"]["en"]["tokens"]
     pipe = TextPipeline(moses_for(recipe.tokenizer, "de", "target"), out / "spm.model")
     expected = synthetic_pairs(400)[7][1]
@@ -139,7 +141,7 @@ def test_separate_vocabularies_and_plain_text(tmp_path: Path) -> None:
     result = prepare(load_recipe(tmp_path / "sep.toml"), root, tmp_path / "o")
     assert result.manifest.vocab.models == {"en": "spm.en.model", "de": "spm.de.model"}
     assert (tmp_path / "o" / "spm.en.model").is_file() and (tmp_path / "o" / "spm.de.model").is_file()
-    ids = BinarizedSplit(tmp_path / "o", "train", "en", "de", result.manifest.dtype).src[0]
+    ids = BinarizedSplit(result.data, "train", Pair("en", "de")).src[0]
     assert isinstance(ids, np.ndarray) and len(ids) > 0
 
 
@@ -167,7 +169,7 @@ def test_prepare_with_wordpiece(toy) -> None:
     manifest = prepare(recipe, root, out).manifest
     assert manifest.vocab.models == {"en": "wordpiece.json", "de": "wordpiece.json"}
     assert manifest.vocab.size == {"en": 80, "de": 80}
-    split = BinarizedSplit(out, "train", "en", "de", manifest.dtype)
+    split = BinarizedSplit(PreparedData(out), "train", Pair("en", "de"))
     pipe = TextPipeline(moses_for(recipe.tokenizer, "de", "target"), out / "wordpiece.json")
     assert pipe.decode(split.tgt[7].tolist()) == synthetic_pairs(400)[7][1]
 

@@ -8,9 +8,9 @@ from nmtk.recipe import TrainSection
 from nmtk.rundir import RunDir
 from nmtk.train.keeper import CheckpointKeeper
 from nmtk.train.state import TrainState
-from nmtk.train.stopping import StopPolicy
+from nmtk.train.stopping import Agreement, StopPolicy, StopReason
 
-NO_FLAGS = [0.0, 0.0]
+NO_FLAGS = Agreement()
 
 
 def test_limits_in_updates_epochs_and_minutes_across_sessions() -> None:
@@ -26,12 +26,13 @@ def test_the_loop_stops_on_counted_limits_then_on_agreed_flags() -> None:
     policy = StopPolicy(TrainSection(max_updates=100, max_minutes=10))
     state = TrainState(update=50, seconds=100)
     assert policy.flags(None, 100) == NO_FLAGS
-    assert policy.flags("SIGTERM", 601) == [1.0, 1.0]
+    assert policy.flags("SIGTERM", 601, save_due=True) == Agreement(signal=1.0, out_of_time=1.0, save_due=1.0)
     assert policy.reason(state, NO_FLAGS, None) is None
-    assert policy.reason(state, [1.0, 0.0], "SIGTERM") == "received SIGTERM"
-    assert policy.reason(state, [2.0, 0.0], None) == "received a signal on another rank"  # summed over ranks
-    assert policy.reason(state, [0.0, 1.0], None) == "reached max_minutes = 10"
-    assert policy.reason(TrainState(update=100), [1.0, 1.0], "SIGINT") == "reached max_updates = 100"
+    assert policy.reason(state, Agreement(signal=1.0), "SIGTERM") == "received SIGTERM"
+    assert policy.reason(state, Agreement(signal=2.0), None) == "received a signal on another rank"  # all ranks
+    assert policy.reason(state, Agreement(out_of_time=1.0), None).kind == "time"
+    stopped = policy.reason(TrainState(update=100), Agreement(1.0, 1.0), "SIGINT")
+    assert stopped == "reached max_updates = 100" and stopped.kind == "limit"
 
 
 def test_patience_and_the_validation_before_stopping() -> None:
@@ -40,11 +41,12 @@ def test_patience_and_the_validation_before_stopping() -> None:
     assert "patience" in policy.lost_patience(TrainState(bad_validations=3))
     assert StopPolicy(TrainSection(patience=None)).lost_patience(TrainState(bad_validations=99)) is None
     stale = TrainState(update=120, validated_update=100)
-    assert policy.validate_before_stopping("reached max_updates = 120", stale)
-    assert not policy.validate_before_stopping("received SIGTERM", stale)  # preemption must be quick
+    limit = StopReason("reached max_updates = 120", "limit")
+    assert policy.validate_before_stopping(limit, stale)
+    assert not policy.validate_before_stopping(StopReason("received SIGTERM", "signal"), stale)  # must be quick
     fresh = TrainState(update=100, validated_update=100)
-    assert not policy.validate_before_stopping("reached max_updates = 120", fresh)
-    assert not StopPolicy(TrainSection(validate_at_end=False)).validate_before_stopping("reached x", stale)
+    assert not policy.validate_before_stopping(limit, fresh)
+    assert not StopPolicy(TrainSection(validate_at_end=False)).validate_before_stopping(limit, stale)
 
 
 def test_which_saves_are_full_and_when_one_is_due(tmp_path: Path) -> None:

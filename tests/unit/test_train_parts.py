@@ -177,7 +177,7 @@ def test_validation_references_split_on_newlines_only(tmp_path: Path) -> None:
     recipe = load_recipe(toy_recipe(tmp_path))
     out = prepare(recipe, root, tmp_path / "data")
     pipelines = text_pipelines(recipe.tokenizer, ("en", "de"), out.manifest.model_paths(out.out_dir))
-    validator = Validator.for_split(out.out_dir, out.manifest, recipe, pipelines, torch.device("cpu"))
+    validator = Validator.for_split(out.data, recipe, pipelines, torch.device("cpu"))
     assert len(validator.references) == len(validator.split) == 40
     assert validator.references[3].endswith("\u2028 line \x0c feed \x85 end")
     torch.manual_seed(0)
@@ -376,7 +376,7 @@ def test_validation_beam_search_uses_the_recipes_decoding_budget(tmp_path: Path,
     from nmtk.train.validate import Validator
 
     recipe, out, pipelines = toy_prepared(tmp_path, "decode.beam_tokens=96", "decode.beam=3")
-    validator = Validator.for_split(out.out_dir, out.manifest, recipe, pipelines, torch.device("cpu"))
+    validator = Validator.for_split(out.data, recipe, pipelines, torch.device("cpu"))
     assert (validator.search.beam_tokens, validator.search.beam) == (96, 3)
     budgets, original = [], search.length_batches
 
@@ -688,7 +688,7 @@ def test_an_update_run_as_other_micro_batches_is_the_same_update_and_resumes_in_
         recipe = load_recipe(toy_recipe(tmp_path / "prep"), [*common, *extra])
         run = RunDir(tmp_path / name)
         run.path.mkdir()
-        made = Trainer(recipe, out.out_dir, out.manifest, pipelines, run, torch.device("cpu"), DistInfo())
+        made = Trainer(recipe, out.data, pipelines, run, torch.device("cpu"), DistInfo())
         made.plan_micro_batches()
         made.step.wrap()
         made.check_memory()

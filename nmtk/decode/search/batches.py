@@ -8,47 +8,40 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from nmtk.console import console
 from nmtk.data.batching import length_batches
 from nmtk.data.dataset import pad_multiple, pad_sequences
-from nmtk.decode.search.beam import beam_search
+from nmtk.decode.search.choose import search
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.decode.search.contract import Decoder
 from nmtk.device import autocast_for
 from nmtk.precision import Precision
 from nmtk.vocab import BOS_ID, EOS_ID, SPECIAL_SYMBOLS
 
-__all__ = ["SearchFn", "decode_ids", "length_batches"]
-
-#: A search over one padded batch of sources and their line controls (None: none): beam search, or
-#: sampling with its settings bound.
-SearchFn = Callable[[Decoder, Tensor, SearchConfig, "Sequence[LineControls | None] | None"], list[list[Hypothesis]]]
+__all__ = ["decode_ids", "length_batches"]
 
 
 def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, *,
                device: torch.device | None = None, precision: Precision = Precision.fp32,
-               search_fn: SearchFn | None = None, pad_to: int | None = None,
+               generator: torch.Generator | None = None, pad_to: int | None = None,
                controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
     """Hypotheses for each source (ids without EOS), in input order.
 
-    ``pad_to``: pad source lengths to a multiple of it (default `pad_multiple`: 8 on a GPU). ``search_fn``
-    defaults to beam search; batches hold at most ``cfg.budget(device)`` source tokens
-    times the beam (times 1 for any other search). ``controls``: per source, its prefix, constraints
-    and banned phrases (`LineControls`), or None.
+    Each batch is searched as `nmtk.decode.search.choose.search_for` chooses (``generator``: sampling's
+    random stream), and holds at most ``cfg.budget(device)`` source tokens times the rows a source takes
+    (`SearchConfig.rows`). ``pad_to``: pad source lengths to a multiple of it (default `pad_multiple`: 8 on
+    a GPU). ``controls``: per source, its prefix, constraints and banned phrases (`LineControls`), or None.
     """
-    search_fn = search_fn or beam_search
-    rows_per_source = cfg.beam if search_fn is beam_search else 1
     device = device or next(model.parameters()).device
     lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    run = _BatchSearch(model, sources, cfg, search_fn, device, precision,
+    run = _BatchSearch(model, sources, cfg, generator, device, precision,
                        pad_multiple(device) if pad_to is None else pad_to, controls)
     was_training = model.training
     model.eval()
     try:
-        for batch in length_batches(lengths, cfg.budget(device.type), rows_per_source):
+        for batch in length_batches(lengths, cfg.budget(device.type), cfg.rows):
             for i, h in zip(batch, run.search([int(i) for i in batch]), strict=True):
                 results[i] = h
     finally:
@@ -63,7 +56,7 @@ class _BatchSearch:
     model: Decoder
     sources: Sequence[Sequence[int]]
     cfg: SearchConfig
-    search_fn: SearchFn
+    generator: torch.Generator | None  # sampling's random stream
     device: torch.device
     precision: Precision
     multiple: int
@@ -81,7 +74,7 @@ class _BatchSearch:
                                 multiple=self.multiple).to(self.device)
             steer = None if self.controls is None else [self.controls[i] for i in batch]
             with autocast_for(self.device, self.precision):
-                return self.search_fn(self.model, src, self.cfg, steer)
+                return search(self.model, src, self.cfg, steer, self.generator)
         except torch.OutOfMemoryError:
             if len(batch) == 1:
                 raise

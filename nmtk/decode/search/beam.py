@@ -22,7 +22,6 @@ import torch
 from torch import Tensor
 
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
-from nmtk.decode.search.constrained import constrained_beam_search
 from nmtk.decode.search.contract import Decoder
 from nmtk.decode.search.steering import Steering
 from nmtk.decode.search.step import (
@@ -113,12 +112,8 @@ def _ready(fin_scores: Tensor, scores: Tensor, limit: Tensor, cfg: SearchConfig)
 
 def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
                 controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
-    """The ``cfg.nbest`` best hypotheses of each source row, best first; ``controls``: per row, its prefix,
-    banned phrases and constraints (a batch with constraints is searched by `constrained`)."""
-    if controls is not None and any(c and c.constraints for c in controls):
-        return constrained_beam_search(model, src, cfg, controls)
-    if cfg.beam == 1:
-        return greedy_search(model, src, cfg, controls)
+    """The ``cfg.nbest`` best hypotheses of each source row, best first; ``controls``: per row, its prefix
+    and banned phrases (terms are `constrained_beam_search`'s: `nmtk.decode.search.choose` chooses)."""
     k, device = cfg.beam, src.device
     n = src.size(0)
     cache = model.start_cache(model.encode(src))  # encoder keys/values projected once per sentence...

@@ -1,5 +1,5 @@
-"""`nmtk export --format hf`: a run as a transformers MarianMT folder (the weight map:
-`nmtk.convert.marian`)."""
+"""`nmtk export --format hf` of a run (any but an imported M2M-100): a transformers MarianMT folder
+(the weight map: `nmtk.convert.marian.weights`), with its generation config and model card."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmtk import __version__
-from nmtk.convert import m2m100
-from nmtk.convert.export import export_source, write_export
-from nmtk.convert.marian import SideVocab, layer_entries, residual_order, side_vocab_of_run, to_hf, write_json
+from nmtk.convert.exporting import ExportResult, export_source, write_export
+from nmtk.convert.marian.weights import SideVocab, layer_entries, residual_order, side_vocab_of_run, to_hf, write_json
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest
+from nmtk.model_source import ModelSource
 from nmtk.recipe import Recipe
-from nmtk.rundir import M2M100_ORIGIN, ModelSource, RunDir
+from nmtk.rundir import RunDir
 from nmtk.vocab import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
 
 if TYPE_CHECKING:
@@ -130,8 +130,8 @@ def _mean_len(manifest: Any, lang: str) -> float | None:
     return manifest.splits.get(train, {}).get("sides", {}).get(lang, {}).get("mean_len") or None
 
 
-def export_hf(source: ModelSource, out: Path, force: bool, decode: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The run's model ``source`` names as a transformers MarianMT folder in ``out`` (`nmtk.convert.export`);
+def export_marian(source: ModelSource, out: Path, force: bool, decode: dict[str, Any] | None = None) -> ExportResult:
+    """The run's model ``source`` names as a transformers MarianMT folder in ``out`` (`nmtk.convert.exporting`);
     ``decode``: fields of the recipe's ``[decode]`` to write into ``generation_config.json`` instead
     (None: the recipe's)."""
     import torch
@@ -140,10 +140,6 @@ def export_hf(source: ModelSource, out: Path, force: bool, decode: dict[str, Any
     from nmtk.checkpoint import load_model
 
     run = export_source(source, out, force)
-    if (run.run.path / M2M100_ORIGIN).is_file():  # an imported M2M-100 model goes back to its own format
-        model = load_model(run.checkpoint, torch.device("cpu"), run.manifest.vocab.sha256)
-        return write_export(out, "hf", run, lambda folder: m2m100.export_m2m100(run.run.path, model, folder), {},
-                            lambda meta: f"# {run.recipe.name}: an M2M-100 model, from {meta['checkpoint']}\n")
     check_exportable(run.recipe)
     chosen = {k: v for k, v in (decode or {}).items() if v is not None}
     recipe = run.recipe
@@ -174,7 +170,7 @@ def export_hf(source: ModelSource, out: Path, force: bool, decode: dict[str, Any
             "separate_vocabs": separate, "model_max_length": model.cfg.max_positions,
             "unk_token": UNK, "eos_token": EOS, "pad_token": PAD})
 
-    return write_export(out, "hf", run, fill, {}, lambda meta: _model_card(run.run, recipe, run.manifest, meta))
+    return write_export(out, "marian", run, fill, {}, lambda meta: _model_card(run.run, recipe, run.manifest, meta))
 
 
 def _best_validation(run: RunDir) -> str:

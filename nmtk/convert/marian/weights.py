@@ -1,5 +1,5 @@
 """MarianMT (transformers) and nmtk: the one-to-one map between their weights and vocabularies, used
-by `nmtk export --format hf` (`nmtk.convert.hf_export`) and `nmtk import` (`nmtk.convert.hf_import`).
+by the Marian exporter and importer beside this module (and by M2M-100's, a model of the same family).
 
 MarianMT (every Helsinki-NLP opus-mt model) is the paper's post-norm Transformer with sinusoidal
 positions, embeddings scaled by √d_model and tied matrices, so the weights map one to one, with four
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 
 NO_ROW = -1  # in ``hf_ids``: an nmtk row the Hugging Face model has not (nmtk's own padding row)
+
+#: transformers' activation names in nmtk's terms.
+HF_ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 
 
 # ------------------------------------------------------------------------------------ weight map
@@ -190,3 +193,14 @@ def mapped_side(hf_vocab: dict[str, int], order: list[int], spm_bytes: bytes) ->
 
 def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def nmtk_rows(table: torch.Tensor, side: SideVocab, inverse: torch.Tensor) -> torch.Tensor:
+    """An imported embedding table's rows in nmtk's order (``side.hf_ids``; a row transformers has not is
+    zero) and its columns in nmtk's width order (``inverse``: `residual_order`'s inverse)."""
+    import torch
+
+    rows = torch.zeros(len(side.hf_ids), table.shape[1], dtype=torch.float32)
+    present = torch.tensor([i for i, h in enumerate(side.hf_ids) if h != NO_ROW])
+    rows[present] = table.float()[torch.tensor([h for h in side.hf_ids if h != NO_ROW])][:, inverse]
+    return rows

@@ -1,0 +1,1 @@
+"""MarianMT (transformers): the weight map, import and export."""
