@@ -354,3 +354,22 @@ def test_a_batch_that_runs_out_of_memory_is_searched_in_halves(model, sources, c
     monkeypatch.setattr(batches, "search", never)
     with pytest.raises(torch.OutOfMemoryError):
         decode_ids(model, [[5, 6, 7]], cfg)
+
+
+@pytest.mark.parametrize("cfg", [SearchConfig(beam=4, max_len_b=8), SearchConfig(beam=1, max_len_b=8),
+                                 SearchConfig(beam=1, max_len_b=8, sampling=SamplingConfig(topk=5))],
+                         ids=["beam", "greedy", "sampling"])
+def test_every_search_runs_without_autograd(model, sources, cfg, monkeypatch) -> None:
+    """Beam search recorded each step's graph until issue 64's review: twice the memory of decoding, and
+    none of the CPU's decoding paths. Every search the chooser picks now runs with no graph at all."""
+    seen = []
+    decode_step = model.decode_step
+
+    def watched(tokens, cache):
+        seen.append(torch.is_inference_mode_enabled() and not torch.is_grad_enabled())
+        return decode_step(tokens, cache)
+
+    monkeypatch.setattr(model, "decode_step", watched)
+    with torch.enable_grad():
+        hyps = search(model, sources[:4], cfg, generator=torch.Generator().manual_seed(1))
+    assert len(hyps) == 4 and seen and all(seen)

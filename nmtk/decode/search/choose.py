@@ -36,8 +36,11 @@ def search_for(cfg: SearchConfig, controls: Sequence[LineControls | None] | None
     return greedy_search if cfg.beam == 1 else beam_search
 
 
+@torch.inference_mode()
 def search(model: Decoder, src: Tensor, cfg: SearchConfig, controls: Sequence[LineControls | None] | None = None,
            generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
     """The ``cfg.nbest`` best hypotheses of each source row of ``src``, best first, searched as `search_for`
-    chooses."""
+    chooses. Without autograd, whichever search it is: beam search (beam > 1) ran with it until issue 64's
+    review, recording every step's graph (the memory of decoding) and missing the CPU's decoding paths
+    (`nmtk.model.attention`'s plain attention, `Transformer.project`'s column copy)."""
     return search_for(cfg, controls, generator)(model, src, cfg, controls)
