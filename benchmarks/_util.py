@@ -1,7 +1,9 @@
-"""Shared helpers of the benchmark scripts: peak RSS of a process tree, Multi30k location."""
+"""Shared helpers of the benchmark scripts: peak RSS of a process tree, Multi30k location, training and
+scoring through the command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -123,3 +125,33 @@ def flops_per_update(cfg: Any, src_tokens: int, tgt_tokens: int, length: int) ->
     decoder = cfg.decoder_layers * (8 * d * d + 2 * d * f + 4 * length * d)
     forward = 2 * (src_tokens * encoder + tgt_tokens * (decoder + d * cfg.tgt_vocab))
     return 3.0 * forward
+
+
+# The command line as a user runs it, for benchmarks that train, translate and score.
+def nmtk(*args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "nmtk", *args], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "NMTK_DATA": str(data_root())})
+    if result.returncode:
+        sys.exit(f"nmtk {' '.join(args)} failed:\n{result.stderr[-2000:]}")
+    return result
+
+
+def train(recipe: Path, run: Path, data: Path, minutes: float, windows: list[int], seed: int,
+          root: Path | None = None) -> int:
+    """Train ``recipe`` into ``run`` for ``minutes`` from ``seed``, average its last N checkpoints for
+    each N of ``windows`` (``checkpoint_avg_last<N>.pt``); returns the updates. ``root``: the data root
+    (default: Multi30k's)."""
+    nmtk("train", str(recipe), "--run-dir", str(run), "--data", str(data), "--set", f"train.max_minutes={minutes}",
+         "--set", f"train.seed={seed}", *(["--data-root", str(root)] if root else []))
+    for last in windows:
+        if len(list(run.glob("checkpoint_[0-9]*.pt"))) >= last:  # a smoke run (--pair-minutes 0.2) has fewer
+            nmtk("average", str(run), "--last", str(last), "--force")
+    lines = (run / "train.jsonl").read_text().splitlines()
+    return max(json.loads(line)["update"] for line in lines)
+
+
+def bleu(run: Path, source: Path, reference: Path, *options: str) -> float:
+    hypothesis = run / f"{source.name}.hyp"
+    nmtk("translate", "-m", str(run), "-i", str(source), "-o", str(hypothesis), "--force", *options)
+    score = nmtk("score", "-r", str(reference), str(hypothesis), "--metrics", "bleu", "--json")
+    return round(json.loads(score.stdout)["bleu"]["score"], 2)

@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from _util import ROOT, data_root
+from _util import ROOT, bleu, train
 
 from nmtk.data.multilingual import pair_recipe
 from nmtk.model.transformer import parameter_count
@@ -40,33 +38,6 @@ from nmtk.recipe import LanguagePair, Recipe, load_recipe, model_config, recipe_
 
 RECIPE = ROOT / "recipes" / "multi30k-en-many.toml"
 ONE_PAIR = ROOT / "recipes" / "multi30k-en-de.toml"
-
-
-def nmtk(*args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "nmtk", *args], capture_output=True, text=True, cwd=ROOT,
-                            env={**os.environ, "NMTK_DATA": str(data_root())})
-    if result.returncode:
-        sys.exit(f"nmtk {' '.join(args)} failed:\n{result.stderr[-2000:]}")
-    return result
-
-
-def train(recipe: Path, run: Path, data: Path, minutes: float, windows: list[int], seed: int) -> int:
-    """Train ``recipe`` into ``run`` for ``minutes`` from ``seed``, average its last N checkpoints for
-    each N of ``windows`` (``checkpoint_avg_last<N>.pt``); returns the updates."""
-    nmtk("train", str(recipe), "--run-dir", str(run), "--data", str(data), "--set", f"train.max_minutes={minutes}",
-         "--set", f"train.seed={seed}")
-    for last in windows:
-        if len(list(run.glob("checkpoint_[0-9]*.pt"))) >= last:  # a smoke run (--pair-minutes 0.2) has fewer
-            nmtk("average", str(run), "--last", str(last), "--force")
-    lines = (run / "train.jsonl").read_text().splitlines()
-    return max(json.loads(line)["update"] for line in lines)
-
-
-def bleu(run: Path, source: Path, reference: Path, *options: str) -> float:
-    hypothesis = run / f"{source.name}.hyp"
-    nmtk("translate", "-m", str(run), "-i", str(source), "-o", str(hypothesis), "--force", *options)
-    score = nmtk("score", "-r", str(reference), str(hypothesis), "--metrics", "bleu", "--json")
-    return round(json.loads(score.stdout)["bleu"]["score"], 2)
 
 
 def evaluate(run: Path, files: Callable[[str], tuple[Path, Path]], alphas: list[float], windows: list[int],
