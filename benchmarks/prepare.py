@@ -2,12 +2,13 @@
 
 Multi30k sentences are recombined (two or three joined per line, ~25 words on average) so that the
 corpus has realistic vocabulary and length. `prepare` runs with recipes/wmt14-en-de-base.toml's
-tokenizer and cleaning settings (BPE 37k, raw text, byte fallback) on 1M and 4.5M pairs by default.
+tokenizer and cleaning settings (BPE 37k, raw text, byte fallback; every `[data.clean]` rule on, unless
+--set turns one off) on 1M and 4.5M pairs by default.
 Prints one JSON line: per size wall time, pairs/s, peak RSS of the whole `prepare` process tree,
 prepared bytes on disk; and the time, disk and memory projected for WMT14 en-fr's 36M pairs from the
 measured scaling (linear in pairs above the fixed cost of learning the subword model).
 
-Usage: python benchmarks/prepare.py [--pairs 1000000,4500000] [--keep DIR]
+Usage: python benchmarks/prepare.py [--pairs 1000000,4500000] [--keep DIR] [--set KEY=VALUE ...]
   --keep DIR  also keeps the largest prepared folder (DIR/data) and its corpus (DIR/root), which
               benchmarks/scale.py trains on.
 """
@@ -72,17 +73,19 @@ target = "synth/test.de"
 {rest}"""
 
 
-def measure(root: Path, pairs: int, out: Path) -> dict[str, float]:
+def measure(root: Path, pairs: int, out: Path, overrides: list[str]) -> dict[str, float]:
     build_corpus(root, pairs)
     recipe = root / "wmt-size.toml"
     recipe.write_text(recipe_text())
-    cmd = [sys.executable, "-m", "nmtk", "prepare", str(recipe), "--data-root", str(root), "--out", str(out)]
+    cmd = [sys.executable, "-m", "nmtk", "prepare", str(recipe), "--data-root", str(root), "--out", str(out),
+           *(arg for item in overrides for arg in ("--set", item))]
     wall, peak_mib, result = run_measured(cmd, cwd=ROOT)
     if result.returncode:
         sys.exit(f"prepare failed: {result.stderr.strip()}")
     manifest = json.loads((out / "manifest.json").read_text())
     train = manifest["splits"]["train"]
-    return {"pairs": pairs, "kept": train["kept"], "wall_s": round(wall, 1), "pairs_per_s": round(pairs / wall),
+    return {"pairs": pairs, "kept": train["kept"], "dropped": train["dropped"], "wall_s": round(wall, 1),
+            "pairs_per_s": round(pairs / wall),
             "peak_rss_mib": round(peak_mib), "disk_mib": round(sum(p.stat().st_size for p in out.iterdir()) / 2**20),
             "corpus_mib": round(sum(p.stat().st_size for p in (root / "synth").iterdir()) / 2**20),
             "tokens_en": train["sides"]["en"]["tokens"], "tokens_de": train["sides"]["de"]["tokens"]}
@@ -104,13 +107,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", default="1000000,4500000", help="comma-separated corpus sizes")
     parser.add_argument("--keep", type=Path, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a recipe override for prepare (e.g. data.clean.language=false)")
     args = parser.parse_args()
     sizes = sorted(int(n) for n in args.pairs.split(","))
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for pairs in sizes:
             root, out = Path(tmp) / f"root-{pairs}", Path(tmp) / f"out-{pairs}"
-            runs.append(measure(root, pairs, out))
+            runs.append(measure(root, pairs, out, args.set))
             if args.keep and pairs == sizes[-1]:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 for src, name in ((out, "data"), (root, "root")):
@@ -119,7 +124,8 @@ def main() -> None:
             else:
                 shutil.rmtree(root)
                 shutil.rmtree(out)
-    report = {"benchmark": "prepare", "recipe": "wmt14-en-de-base (synthetic corpus)", "runs": runs}
+    report = {"benchmark": "prepare", "recipe": "wmt14-en-de-base (synthetic corpus)", "overrides": args.set,
+              "runs": runs}
     if len(runs) >= 2:
         report["projected_en_fr"] = project(runs, EN_FR_PAIRS)
     print(json.dumps(report))

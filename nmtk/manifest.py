@@ -24,6 +24,8 @@ from nmtk.files import write_text_atomic
 from nmtk.pair import Pair
 
 MANIFEST = "manifest.json"
+#: Beside the prepared data: every training pair cleaning dropped (corpus, line, rule).
+DROPPED = "dropped.tsv"
 #: Version 1 is the first typed manifest; manifests written before it carried no version and are the same.
 MANIFEST_VERSION = 1
 
@@ -67,6 +69,11 @@ class Manifest(BaseModel):
         """The directions the data (and a model trained on it) translates: a multilingual model's pairs,
         or its one pair."""
         return [Pair.parse(name) for name in self.pairs] or [Pair(self.source_lang, self.target_lang)]
+
+    def training_corpora(self, pair: Pair) -> list[dict[str, Any]]:
+        """The training corpora of ``pair``'s split, in order, with their kept pairs (`prepare` records
+        them; data prepared before it did: empty)."""
+        return list(self.splits.get(self.training_split(pair), {}).get("corpora", []))
 
     def training_split(self, pair: Pair) -> str:
         """The name of ``pair``'s training split: ``train``, or a multilingual model's ``train.en-de``."""

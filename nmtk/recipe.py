@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,10 @@ class CorpusFile(Section):
         return value.lower() if value else value
 
 
+#: A corpus tag: one printable word, neither a special symbol nor a ``>>xx<<`` target tag.
+CORPUS_TAG = re.compile(r"(?!<(?:s|/s|pad|unk)>$)(?!>>.*<<$)[^\s\x00-\x1f\x7f]{1,40}")
+
+
 class Corpus(Section):
     """A parallel corpus: a source file and a target file with one sentence per line, line-aligned."""
 
@@ -79,6 +84,24 @@ class Corpus(Section):
     """The source-language side."""
     target: CorpusFile
     """The target-language side."""
+    weight: float = 1.0
+    """Training corpora: how often its pairs are drawn per epoch, relative to 1.0: ``2`` trains on each
+    pair twice an epoch, ``0.5`` on half of them (another half each epoch; fairseq's
+    ``--upsample-primary``, Marian's ``--data-weighting``). Decided from the seed and the epoch alone:
+    resumable exactly, the same under any launcher."""
+    tag: str | None = None
+    """Training corpora: a vocabulary item put before the source of each of its pairs (tagged
+    back-translation, Caswell et al. 2019: ``tag = "<BT>"``), its own piece, never produced by segmenting
+    text; `translate` never adds it. In a multilingual recipe it follows the target's ``>>de<<``."""
+
+    @model_validator(mode="after")
+    def _weight_and_tag(self) -> Corpus:
+        if not (self.weight > 0 and self.weight < float("inf")):
+            raise ValueError(f"corpus {self.name}: weight {self.weight} must be a number above 0 (1: as it is)")
+        if self.tag is not None and not CORPUS_TAG.fullmatch(self.tag):
+            raise ValueError(f"corpus {self.name}: tag {self.tag!r} must be one word of printable characters, "
+                             "not a special symbol (<s>, </s>, <pad>, <unk>) nor a target tag (>>de<<); e.g. \"<BT>\"")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -118,6 +141,32 @@ def target_tag(lang: str) -> str:
     return f">>{lang}<<"
 
 
+class CleanSection(Section):
+    """What `prepare` removes from the training corpora, besides empty, over-long and bad-ratio pairs.
+
+    Each rule on by default, counted per corpus in the manifest, and every pair it drops listed in the
+    prepared data's ``dropped.tsv`` (corpus, line, rule). Validation and test sets are never cleaned."""
+
+    duplicates: bool = True
+    """Exact duplicate pairs: the first is kept, the others dropped (by 64-bit hashes: memory 8 bytes a
+    pair)."""
+    copies: bool = True
+    """Pairs whose source and target are the same text (the same letters and digits, up to case and
+    punctuation): untranslated copies."""
+    scripts: float = Field(0.5, ge=0.0, le=1.0)
+    """A side whose letters are more than this share outside its language's scripts (Latin for ``de``,
+    Cyrillic for ``ru``...) is dropped; 1 turns it off. Languages nmtk knows no script for are left
+    alone."""
+    language: bool = True
+    """Language identification: a side that the packaged identifier (`nmtk.text.langid`) confidently
+    finds to be another language than the recipe says is dropped. Languages it does not know are left
+    alone."""
+    numbers: bool = True
+    """Numbers and URLs: a pair whose sides both write numbers in digits, but not the same ones, or
+    where one side has a URL the other lacks, is dropped (a number in digits on one side only is
+    usually spelled out on the other, and is kept)."""
+
+
 class DataSection(Section):
     """Which corpora to use and how to clean them: one pair (``source_lang``, ``target_lang``,
     ``train``, ``valid``, ``test``), or several (``[[data.pairs]]``, one model for all)."""
@@ -147,6 +196,9 @@ class DataSection(Section):
     as Moses ``clean-corpus-n.perl`` does."""
     encoding_errors: Literal["error", "replace"] = "error"
     """Invalid UTF-8 in a corpus: ``error`` stops naming the file and line; ``replace`` uses U+FFFD."""
+    clean: CleanSection = CleanSection()
+    """Cleaning of the training corpora (``[data.clean]``): duplicates, copies, scripts, language
+    identification, numbers and URLs."""
 
     @model_validator(mode="after")
     def _one_pair_or_several(self) -> DataSection:
@@ -176,6 +228,14 @@ class DataSection(Section):
         _check_test_names(self.test)
         return self
 
+    @model_validator(mode="after")
+    def _weights_and_tags_train_only(self) -> DataSection:
+        for pair in self.pairs or []:
+            _check_training_only(pair.valid, pair.test)
+        if self.valid is not None:
+            _check_training_only(self.valid, self.test)
+        return self
+
     @property
     def multilingual(self) -> bool:
         return self.pairs is not None
@@ -199,6 +259,13 @@ class DataSection(Section):
     def corpora(self) -> list[Corpus]:
         """Every corpus of every pair (training, validation and test)."""
         return [c for p in self.language_pairs() for c in [*p.train, p.valid, *p.test]]
+
+
+def _check_training_only(valid: Corpus, test: list[Corpus]) -> None:
+    for corpus in (valid, *test):
+        if corpus.weight != 1.0 or corpus.tag is not None:
+            raise ValueError(f"corpus {corpus.name}: weight and tag are for training corpora; validation and "
+                             "test sets are translated as they are")
 
 
 def _check_test_names(test: list[Corpus]) -> None:

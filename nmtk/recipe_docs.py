@@ -13,6 +13,7 @@ from nmtk.recipe import (
     RENAMED_KEYS,
     AverageSection,
     BatchingSection,
+    CleanSection,
     Corpus,
     CorpusFile,
     DataSection,
@@ -26,7 +27,8 @@ from nmtk.recipe import (
 )
 
 SECTIONS: list[tuple[str, type[BaseModel]]] = [
-    ("top level", Recipe), ("[data]", DataSection), ("[[data.pairs]]", LanguagePair),
+    ("top level", Recipe), ("[data]", DataSection), ("[data.clean]", CleanSection),
+    ("[[data.pairs]]", LanguagePair),
     ("[[data.train]], [data.valid], [[data.test]]", Corpus),
     ("corpus source / target", CorpusFile), ("[tokenizer]", TokenizerSection), ("[batching]", BatchingSection),
     ("[model]", ModelSection), ("[optim]", OptimSection), ("[train]", TrainSection), ("[decode]", DecodeSection),

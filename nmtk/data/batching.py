@@ -28,6 +28,7 @@ class BatchingPlan:
     seed: int = 1
     pair_ids: np.ndarray | None = None  # a multilingual model's pair of every sentence: each epoch samples
     temperature: float = 1.0  # the pairs with this temperature (`pair_sample`)
+    draws: CorpusDraws | None = None  # each sentence's corpus and the corpora's weights (`weighted_sample`)
     _epochs: dict[tuple[int, int], list[np.ndarray]] = field(default_factory=dict, init=False, repr=False,
                                                              compare=False)
 
@@ -48,6 +49,12 @@ class BatchingPlan:
         so a batch straddling two buckets joins sentences of similar source length: on Multi30k this
         takes padding from 6.5% to 4.5% at 4,096 tokens.
         """
+        if self.draws is not None and self.draws.weighted:
+            chosen = weighted_sample(self.draws, self.pair_ids, self.temperature,
+                                     np.random.default_rng([self.seed, epoch, 3]))
+            if not len(chosen):
+                raise NmtkError("data.train: the corpora's weights draw no pair in an epoch: raise them")
+            return chosen[self._sorted(self.src_lengths[chosen], self.tgt_lengths[chosen], epoch)]
         if self.pair_ids is not None:
             chosen = pair_sample(self.pair_ids, self.temperature, np.random.default_rng([self.seed, epoch, 2]))
             return chosen[self._sorted(self.src_lengths[chosen], self.tgt_lengths[chosen], epoch)]
@@ -147,6 +154,50 @@ def pair_sample(pair_ids: np.ndarray, temperature: float, rng: np.random.Generat
         members = np.arange(starts[pair], starts[pair + 1])
         chosen += [members] * rounds + [rng.choice(members, rest, replace=False)]
     return np.concatenate(chosen)
+
+
+@dataclass(frozen=True)
+class CorpusDraws:
+    """Each training sentence's corpus, and how often each corpus is drawn per epoch (its recipe ``weight``).
+
+    The sentences of a corpus are consecutive in the training split (`prepare` writes corpora in order;
+    a multilingual split is its pairs' in turn), so ``ids`` is non-decreasing."""
+
+    ids: np.ndarray  # (sentences,) int32: index into ``weights``
+    weights: tuple[float, ...]
+
+    @property
+    def weighted(self) -> bool:
+        """Whether any corpus is drawn other than once per epoch (else the plan is the unweighted one)."""
+        return any(w != 1.0 for w in self.weights)
+
+
+def weighted_sample(draws: CorpusDraws, pair_ids: np.ndarray | None, temperature: float,
+                    rng: np.random.Generator) -> np.ndarray:
+    """One epoch's sentences when corpora are weighted: corpus c's n_c sentences drawn n_c · w_c times,
+    each taken whole as often as that allows, the rest without repetition (a new choice each epoch).
+    A multilingual model's pairs are then sampled as `pair_sample` does, by their weighted sizes: pair
+    p's share of the epoch is in proportion to (N_p / N)^(1/T), N_p = Σ n_c · w_c over its corpora, and
+    within a pair its corpora keep their weighted proportions."""
+    counts = np.bincount(draws.ids, minlength=len(draws.weights)).astype(np.float64)
+    wanted = counts * np.asarray(draws.weights)
+    if pair_ids is not None:
+        corpus_pair = np.zeros(len(counts), dtype=np.int64)
+        corpus_pair[draws.ids] = pair_ids  # every sentence of a corpus is of one pair
+        sizes = np.bincount(corpus_pair, weights=wanted)
+        shares = (sizes / sizes.sum()) ** (1.0 / temperature)
+        pair_wanted = shares / shares.sum() * sizes.sum()
+        wanted = wanted * (pair_wanted / np.maximum(sizes, 1e-12))[corpus_pair]
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    chosen = []
+    for corpus, (count, want) in enumerate(zip(counts.astype(np.int64), np.round(wanted).astype(np.int64),
+                                              strict=True)):  # a loop over corpora, not sentences
+        if count == 0:
+            continue
+        rounds, rest = divmod(int(want), int(count))
+        members = np.arange(starts[corpus], starts[corpus + 1])
+        chosen += [members] * rounds + [rng.choice(members, rest, replace=False)]
+    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
 
 
 def padding_fraction(batches: list[np.ndarray], src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> float:

@@ -8,6 +8,7 @@ stored; batching adds them. Writing streams; reading maps the files, so RAM does
 
 from __future__ import annotations
 
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +45,8 @@ class SideWriter:
     def add(self, sentences: list[list[int]]) -> None:
         if not sentences:
             return
-        lengths = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
-        flat = np.fromiter((t for s in sentences for t in s), dtype=self.dtype, count=int(lengths.sum()))
+        lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+        flat = np.fromiter(chain.from_iterable(sentences), dtype=self.dtype, count=int(lengths.sum()))
         flat.tofile(self._bin)
         lengths.tofile(self._lengths)
         self.sentences += len(sentences)

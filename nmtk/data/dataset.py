@@ -13,9 +13,11 @@ import torch
 from torch import Tensor
 
 from nmtk import interrupts
+from nmtk.data.batching import CorpusDraws
 from nmtk.data.binarized import BinarizedSplit, PairSplits
 from nmtk.errors import NmtkError
 from nmtk.manifest import PreparedData
+from nmtk.recipe import Recipe
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -96,6 +98,24 @@ def training_split(data: PreparedData) -> tuple[BinarizedSplit | PairSplits, np.
         split = PairSplits(data, "train", manifest.language_pairs())
         return split, split.pair_ids
     return BinarizedSplit(data, "train", manifest.language_pairs()[0]), None
+
+
+def corpus_draws(data: PreparedData, recipe: Recipe, sentences: int) -> CorpusDraws | None:
+    """Each training sentence's corpus and the recipe's corpus weights (None: every weight 1, the
+    unweighted plan). The prepared data records each corpus's kept pairs in order; the recipe's
+    corpora must be those, by name."""
+    manifest = data.manifest()
+    corpora = [(p, c) for rp, p in zip(recipe.data.language_pairs(), manifest.language_pairs(), strict=True)
+               for c in rp.train]
+    if all(c.weight == 1.0 for _, c in corpora):
+        return None
+    recorded = [(p, c) for p in manifest.language_pairs() for c in manifest.training_corpora(p)]
+    names = [c["name"].rpartition("/")[2] for _, c in recorded]
+    if names != [c.name for _, c in corpora] or sum(c["kept"] for _, c in recorded) != sentences:
+        raise NmtkError(f"{data}: its record of each training corpus's pairs ({', '.join(names) or 'none'}) is not "
+                        "the recipe's corpora; prepare it again (nmtk prepare --force) to weight corpora")
+    ids = np.repeat(np.arange(len(recorded), dtype=np.int32), [c["kept"] for _, c in recorded])
+    return CorpusDraws(ids, tuple(c.weight for _, c in corpora))
 
 
 def target_pieces(data: PreparedData, targets: list[str]) -> tuple[list[int], list[np.ndarray]]:

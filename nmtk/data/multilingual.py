@@ -20,17 +20,18 @@ from __future__ import annotations
 import multiprocessing
 import shutil
 import tempfile
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from nmtk.data.binarized import id_dtype
+from nmtk.data.cleaning import DropLog
 from nmtk.data.fetch import sha256_file
-from nmtk.data.preparer import PAIRS_PER_CHUNK, Preparer, SplitStats, chunked, text_file
+from nmtk.data.preparer import Preparer, SplitStats
 from nmtk.data.stages import Stages
+from nmtk.data.training_text import TrainingText
 from nmtk.errors import NmtkError
-from nmtk.manifest import Manifest
+from nmtk.manifest import DROPPED, Manifest
 from nmtk.recipe import Corpus, DataSection, LanguagePair, Recipe, target_tag
 from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords, load_subword_model, model_file_name, sample_lines
@@ -41,7 +42,7 @@ def pair_recipe(recipe: Recipe, pair: LanguagePair) -> Recipe:
     data = recipe.data
     one = DataSection(source_lang=pair.source_lang, target_lang=pair.target_lang, train=pair.train,
                       valid=pair.valid, test=pair.test, max_len=data.max_len, max_ratio=data.max_ratio,
-                      encoding_errors=data.encoding_errors)
+                      encoding_errors=data.encoding_errors, clean=data.clean)
     return recipe.model_copy(update={"data": one})
 
 
@@ -62,16 +63,18 @@ class MultilingualPreparer:
     def build(self, out: Path) -> dict[str, Any]:
         """Everything into ``out`` (an empty folder); returns the manifest's fields (without inputs)."""
         work = Path(tempfile.mkdtemp(prefix="work-", dir=out))
+        drops = DropLog(out / DROPPED)
         try:
             texts, stats = {}, {}
             for pair in self.pairs:
                 view, folder = self.views[pair.name], work / pair.name
                 folder.mkdir()
                 stats[pair.name] = SplitStats(f"train.{pair.name}")
-                with view.moses_pool() as pool:
-                    texts[pair.name] = view.tokenize_training_text(folder, pool, stats[pair.name])
-                if stats[pair.name].pairs_in - stats[pair.name].dropped["empty"] == 0:
-                    raise NmtkError(f"data.pairs: {pair.name}: the training corpora have no non-empty sentence pairs")
+                with view.worker_pool(cleaning=True) as pool:
+                    texts[pair.name] = view.tokenize_training_text(folder, pool, stats[pair.name], drops)
+                if texts[pair.name].lines == 0:
+                    raise NmtkError(f"data.pairs: {pair.name}: the training corpora have no non-empty sentence "
+                                    f"pairs left after cleaning (see {DROPPED}, [data.clean])")
             if self.recipe.tokenizer.reuse is None:
                 models, style = self.learn(out, work, texts), "opus-mt"
                 tags = self.learned_tags(out / next(iter(models.values())))
@@ -80,8 +83,10 @@ class MultilingualPreparer:
             pipes = self.pipelines(out, models)
             splits = {}
             for pair in self.pairs:
-                splits.update(self.prepare_pair(out, pair, texts[pair.name], stats[pair.name], pipes, tags, style))
+                splits.update(self.prepare_pair(out, pair, texts[pair.name], stats[pair.name], pipes, tags, style,
+                                                drops))
         finally:
+            drops.close()
             shutil.rmtree(work, ignore_errors=True)
         sizes = {lang: pipe.vocab_size for (lang, _), pipe in pipes.items()}
         return {
@@ -112,13 +117,13 @@ class MultilingualPreparer:
             shutil.copyfile(folder / name, out / name)
         return models, {lang: manifest.tags[lang] for lang in tagged}, manifest.tag_style
 
-    def learn(self, out: Path, work: Path, texts: dict[str, tuple[Path, Path]]) -> dict[str, str]:
+    def learn(self, out: Path, work: Path, texts: dict[str, TrainingText]) -> dict[str, str]:
         """The joint subword model, learned on an equal share of every language's training text; returns
         its file name for every language."""
         tok = self.recipe.tokenizer
         by_lang: dict[str, list[Path]] = {}
         for pair in self.pairs:
-            src, tgt = texts[pair.name]
+            src, tgt = texts[pair.name].src_path, texts[pair.name].tgt_path
             by_lang.setdefault(pair.source_lang, []).append(src)
             by_lang.setdefault(pair.target_lang, []).append(tgt)
         share = max(1, tok.input_sentence_size // len(by_lang))
@@ -129,7 +134,8 @@ class MultilingualPreparer:
                 for line in sample_lines(files, share, tok.seed):
                     handle.write(line + "\n")
         name = model_file_name(tok.type)
-        tags = tuple(target_tag(lang) for lang in self.recipe.data.targets())
+        corpus_tags = [tag for view in self.views.values() for tag in view.corpus_tags()]
+        tags = tuple(dict.fromkeys([*(target_tag(lang) for lang in self.recipe.data.targets()), *corpus_tags]))
         options = dict(model_type=tok.type, vocab_size=tok.vocab_size, character_coverage=tok.character_coverage,
                        input_sentence_size=tok.input_sentence_size, seed=tok.seed, normalization=tok.normalization,
                        byte_fallback=tok.byte_fallback, threads=next(iter(self.views.values())).workers, symbols=tags)
@@ -156,8 +162,9 @@ class MultilingualPreparer:
                     pipes[lang, side] = TextPipeline(moses_for(tok, lang, side), out / models[lang])
         return pipes
 
-    def prepare_pair(self, out: Path, pair: LanguagePair, text: tuple[Path, Path], train: SplitStats,
-                     pipes: dict[tuple[str, str], TextPipeline], tags: dict[str, int], style: str) -> dict[str, Any]:
+    def prepare_pair(self, out: Path, pair: LanguagePair, text: TrainingText, train: SplitStats,
+                     pipes: dict[tuple[str, str], TextPipeline], tags: dict[str, int], style: str,
+                     drops: DropLog) -> dict[str, Any]:
         """One pair's training, validation and test splits: its sources begin with the target's tag
         (opus-mt's and nmtk's way), or with the source's code and its targets with the target's
         (M2M-100's: the code the search forces first is then what training taught)."""
@@ -166,18 +173,12 @@ class MultilingualPreparer:
         m2m = style == "m2m-100"
         mine = {src: TextPipeline(source.moses, source.model_path, (tags[src if m2m else tgt],)),
                 tgt: TextPipeline(target.moses, target.model_path, (tags[tgt],)) if m2m else target}
-
-        def tokenized() -> Iterator[list[tuple[str, str]]]:
-            with text_file(text[0], "r") as fs, text_file(text[1], "r") as ft:
-                yield from chunked(((a.rstrip("\n"), b.rstrip("\n")) for a, b in zip(fs, ft, strict=True)),
-                                   PAIRS_PER_CHUNK)
-
-        view.binarize(out, f"train.{pair.name}", tokenized(), mine, train, clean=True)
+        view.binarize_training(out, f"train.{pair.name}", text, mine, train, drops)
         if train.kept == 0:
             raise NmtkError(f"data.pairs: {pair.name}: every training pair was dropped by cleaning "
                             "(see data.max_len, max_ratio)")
         splits = {f"train.{pair.name}": train}
-        with view.moses_pool() as pool:
+        with view.worker_pool() as pool:
             for split, corpus in ((f"valid.{pair.name}", pair.valid),
                                   *((f"{c.name}.{pair.name}", c) for c in pair.test)):
                 splits[split] = view.eval_split(out, split, corpus, pool, mine)

@@ -52,6 +52,12 @@ def data_settings(recipe: Recipe) -> dict[str, Any]:
     for corpus in [c for p in pairs for c in [*p["train"], p["valid"], *p["test"]]]:
         for side in ("source", "target"):
             corpus[side] = corpus[side]["path"]
+        del corpus["weight"]  # how often training draws a corpus: the prepared data is the same
+        if corpus["tag"] is None:
+            del corpus["tag"]
+    if not any(data["clean"][rule] for rule in ("duplicates", "copies", "language", "numbers")) and \
+            data["clean"]["scripts"] >= 1.0:
+        del data["clean"]  # every rule off: the data of the nmtk before cleaning, and its hash
     # exclude_none: a field added later with None as its default (tokenizer.reuse) leaves data prepared
     # before it valid.
     return {"format": FORMAT_VERSION, "data": data,

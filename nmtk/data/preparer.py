@@ -9,32 +9,38 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from nmtk.data.binarized import SideWriter, id_dtype
+from nmtk.data.cleaning import RULES, Cleaner, CorpusCounts, DropLog
 from nmtk.data.corpus import read_parallel
 from nmtk.data.fetch import ensure_file, sha256_file
 from nmtk.data.stages import Stages
+from nmtk.data.training_text import (
+    PAIRS_PER_CHUNK,
+    TrainingText,
+    WorkerPool,
+    chunked,
+    clean_and_tokenize_chunk,
+    tokenize_chunk,
+)
 from nmtk.errors import NmtkError
-from nmtk.manifest import Manifest, raw_text, split_prefix
+from nmtk.manifest import DROPPED, Manifest, raw_text, split_prefix
 from nmtk.recipe import Corpus, Recipe
-from nmtk.text.moses import Moses
 from nmtk.text.pipeline import TextPipeline, moses_for
-from nmtk.text.subword import learn_subwords, model_file_name
+from nmtk.text.subword import learn_subwords, load_subword_model, model_file_name
 
 FORMAT_VERSION = 1
-PAIRS_PER_CHUNK = 4000  # sentence pairs per unit of work of the Moses workers
 
 
 @dataclass
 class SplitStats:
-    """What happened to one split's pairs."""
+    """What happened to one split's pairs (a training split's per corpus too)."""
 
     name: str
     pairs_in: int = 0
@@ -43,56 +49,23 @@ class SplitStats:
     words: dict[str, int] = field(default_factory=dict)
     sides: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
+    corpora: list[CorpusCounts] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pairs_in": self.pairs_in, "kept": self.kept, "dropped": self.dropped, "words": self.words,
-                "sides": self.sides, "seconds": round(self.seconds, 2)}
+        out = {"pairs_in": self.pairs_in, "kept": self.kept, "dropped": self.dropped, "words": self.words,
+               "sides": self.sides, "seconds": round(self.seconds, 2)}
+        if self.corpora:
+            out["corpora"] = [c.to_dict() for c in self.corpora]
+        return out
 
-
-def chunked(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
-    it = iter(pairs)
-    while chunk := list(islice(it, size)):
-        yield chunk
-
-
-def text_file(path: Path, mode: str) -> TextIO:
-    """A UTF-8 text file whose only line break is ``\\n``."""
-    return open(path, mode, encoding="utf-8", newline="\n")
-
-
-# Worker-side state for the process pool: Moses objects are built once per process.
-_WORKER: dict[str, Moses] = {}
-
-
-def _init_worker(src: Moses, tgt: Moses) -> None:
-    _WORKER["src"], _WORKER["tgt"] = src, tgt
-
-
-def _tokenize_chunk(chunk: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    src, tgt = _WORKER["src"], _WORKER["tgt"]
-    return [(src.tokenize(a), tgt.tokenize(b)) for a, b in chunk]
-
-
-class _Pool:
-    """Moses tokenisation of chunks in worker processes (sacremoses is pure Python, so one per core)."""
-
-    def __init__(self, src: Moses, tgt: Moses, workers: int) -> None:
-        self.pool = None
-        if workers > 1:
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            self.pool = context.Pool(workers, initializer=_init_worker, initargs=(src, tgt))
-        else:
-            _init_worker(src, tgt)
-
-    def map(self, chunks: Iterable[list[tuple[str, str]]]) -> Iterator[list[tuple[str, str]]]:
-        if self.pool is None:
-            return map(_tokenize_chunk, chunks)
-        return self.pool.imap(_tokenize_chunk, chunks)
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
+    def total(self) -> None:
+        """The split's counts from its corpora's."""
+        self.pairs_in = sum(c.pairs_in for c in self.corpora)
+        self.kept = sum(c.kept for c in self.corpora)
+        for rule in RULES:
+            count = sum(c.dropped[rule] for c in self.corpora)
+            if count or rule in self.dropped:
+                self.dropped[rule] = count
 
 
 class Preparer:
@@ -108,13 +81,17 @@ class Preparer:
         tok = recipe.tokenizer
         self.moses = {self.src_lang: moses_for(tok, self.src_lang, "source"),
                       self.tgt_lang: moses_for(tok, self.tgt_lang, "target")}
+        self.cleaner = Cleaner.of(self.src_lang, self.tgt_lang, recipe.data.clean)
         self.workers = workers or min(os.cpu_count() or 1, 8)
 
     @contextmanager
-    def moses_pool(self) -> Iterator[_Pool]:
-        """Worker processes for the Moses steps; none when no side has any (the text passes through)."""
-        busy = any(m.enabled for m in self.moses.values())
-        pool = _Pool(self.moses[self.src_lang], self.moses[self.tgt_lang], self.workers if busy else 1)
+    def worker_pool(self, cleaning: bool = False) -> Iterator[WorkerPool]:
+        """Worker processes for the per-sentence steps (Moses; with ``cleaning``, the raw-text rules);
+        none when there are none (the text passes through)."""
+        clean = self.recipe.data.clean
+        busy = any(m.enabled for m in self.moses.values()) or cleaning and (clean.language or clean.scripts < 1.0)
+        pool = WorkerPool(self.moses[self.src_lang], self.moses[self.tgt_lang], self.cleaner,
+                          self.workers if busy else 1)
         try:
             yield pool
         finally:
@@ -123,39 +100,48 @@ class Preparer:
     def corpus_paths(self, corpus: Corpus) -> tuple[Path, Path]:
         return ensure_file(corpus.source, self.root), ensure_file(corpus.target, self.root)
 
-    def _pairs(self, corpora: list[Corpus], stats: SplitStats, drop_empty: bool) -> Iterator[tuple[str, str]]:
+    def corpus_label(self, corpus: Corpus) -> str:
+        """How ``dropped.tsv`` names a corpus: its name (a multilingual recipe's: ``en-de/name``)."""
+        return f"{self.label}/{corpus.name}" if self.label else corpus.name
+
+    def _pairs(self, corpora: list[Corpus], stats: SplitStats) -> Iterator[tuple[str, str]]:
         for corpus in corpora:
             src, tgt = self.corpus_paths(corpus)
             for a, b in read_parallel(src, tgt, self.recipe.data.encoding_errors):
                 stats.pairs_in += 1
-                if drop_empty and (not a.strip() or not b.strip()):
-                    stats.dropped["empty"] += 1
-                    continue
                 yield a, b
 
-    def tokenize_training_text(self, work: Path, pool: _Pool, stats: SplitStats) -> tuple[Path, Path]:
-        """The training corpora through the Moses steps (if any), one file per side (subwords learn on them).
+    def _training_items(self, counts: list[CorpusCounts]) -> Iterator[tuple[int, int, str, str]]:
+        """Every training pair as ``(corpus, line, source, target)``, counted per corpus."""
+        for index, corpus in enumerate(self.recipe.data.train):
+            src, tgt = self.corpus_paths(corpus)
+            for line, (a, b) in enumerate(read_parallel(src, tgt, self.recipe.data.encoding_errors), 1):
+                counts[index].pairs_in += 1
+                yield index, line, a, b
 
-        Files are written and read back with ``\\n`` as the only line break: a ``\\r`` inside a line
-        stays inside it.
-        """
-        paths = work / f"train.tok.{self.src_lang}", work / f"train.tok.{self.tgt_lang}"
-        words = [0, 0]
-        steps = "Moses-tokenise" if any(m.enabled for m in self.moses.values()) else "read"
-        with (text_file(paths[0], "w") as fs, text_file(paths[1], "w") as ft,
-              self.stages.stage(f"{steps} the {self.label + ' ' if self.label else ''}training pairs") as advance):
-            for chunk in pool.map(chunked(self._pairs(self.recipe.data.train, stats, True), PAIRS_PER_CHUNK)):
-                advance(len(chunk))
-                for a, b in chunk:
-                    fs.write(a + "\n")
-                    ft.write(b + "\n")
-                    words[0] += a.count(" ") + 1
-                    words[1] += b.count(" ") + 1
-        stats.words = {self.src_lang: words[0], self.tgt_lang: words[1]}
-        return paths
+    def tokenize_training_text(self, work: Path, pool: WorkerPool, stats: SplitStats, drops: DropLog) -> TrainingText:
+        """The training corpora through the raw-text rules and the Moses steps (if any), one file per side
+        (subwords learn on them). Files are written and read back with ``\n`` as the only line break: a
+        ``\r`` inside a line stays inside it."""
+        stats.corpora = [CorpusCounts(self.corpus_label(c)) for c in self.recipe.data.train]
+        text = TrainingText(work / f"train.tok.{self.src_lang}", work / f"train.tok.{self.tgt_lang}",
+                            work / "train.meta", stats.corpora)
+        steps = "clean and Moses-tokenise" if any(m.enabled for m in self.moses.values()) else "read and clean"
+        what = f"{steps} the {self.label + ' ' if self.label else ''}training pairs"
+        with self.stages.stage(what, detail=lambda: _dropped_text(stats.corpora)) as advance:
+            items = chunked(self._training_items(stats.corpora), PAIRS_PER_CHUNK)
+            src_words, tgt_words = text.write(pool.map(clean_and_tokenize_chunk, items), drops, advance)
+        stats.words = {self.src_lang: src_words, self.tgt_lang: tgt_words}
+        stats.total()
+        return text
 
-    def learn(self, out: Path, tok_files: tuple[Path, Path]) -> dict[str, str]:
-        """Learn the subword model(s); returns the model file name for each language.
+    def corpus_tags(self) -> list[str]:
+        """The training corpora's tags (``<BT>``), each once: vocabulary items of their own."""
+        return list(dict.fromkeys(c.tag for c in self.recipe.data.train if c.tag))
+
+    def learn(self, out: Path, text: TrainingText) -> dict[str, str]:
+        """Learn the subword model(s); returns the model file name for each language. Corpus tags are
+        symbols of the source's model (`learn_subwords`), never produced by segmenting text.
 
         Each model is learned in a child process: the learner's sample (up to ``input_sentence_size``
         sentences and the learner's own structures, the largest memory of `prepare`) is gone when it
@@ -167,18 +153,18 @@ class Preparer:
         options = dict(model_type=tok.type, vocab_size=tok.vocab_size, character_coverage=tok.character_coverage,
                        input_sentence_size=tok.input_sentence_size, seed=tok.seed, normalization=tok.normalization,
                        byte_fallback=tok.byte_fallback, threads=self.workers)
-        langs = (self.src_lang, self.tgt_lang)
+        langs, files, tags = (self.src_lang, self.tgt_lang), (text.src_path, text.tgt_path), tuple(self.corpus_tags())
         if tok.joint:
             names = dict.fromkeys(langs, model_file_name(tok.type))
-            jobs = {names[self.src_lang]: list(tok_files)}
+            jobs = {names[self.src_lang]: (list(files), tags)}
         else:
             names = {lang: model_file_name(tok.type, lang) for lang in langs}
-            jobs = {names[lang]: [path] for lang, path in zip(langs, tok_files, strict=True)}
+            jobs = {names[self.src_lang]: ([files[0]], tags), names[self.tgt_lang]: ([files[1]], ())}
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
-            for name, inputs in jobs.items():
+            for name, (inputs, symbols) in jobs.items():
                 try:
                     with self.stages.stage(f"learn {name} ({tok.type}, {tok.vocab_size:,} pieces)"):
-                        child.submit(learn_subwords, inputs, out / name, **options).result()
+                        child.submit(learn_subwords, inputs, out / name, **options, symbols=symbols).result()
                 except ValueError as exc:
                     raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
         return names
@@ -201,42 +187,70 @@ class Preparer:
             shutil.copyfile(folder / name, out / name)
         return names
 
+    def tag_ids(self, source: TextPipeline) -> list[int | None]:
+        """Each training corpus's tag as an id of the source's subword model (None: untagged)."""
+        pieces = {piece: i for i, piece in enumerate(load_subword_model(source.model_path).pieces())}
+        ids = []
+        for corpus in self.recipe.data.train:
+            if corpus.tag is not None and corpus.tag not in pieces:
+                raise NmtkError(f"corpus {corpus.name}: tag {corpus.tag!r} is not a piece of {source.model_path.name} "
+                                "(tokenizer.reuse: the reused vocabulary must have it)")
+            ids.append(pieces[corpus.tag] if corpus.tag is not None else None)
+        return ids
+
     def binarize(self, out: Path, split: str, tokenized: Iterable[list[tuple[str, str]]],
-                 pipes: dict[str, TextPipeline], stats: SplitStats, clean: bool) -> None:
-        """Encode Moses-tokenised pairs with sentencepiece, drop over-long pairs, write memmap files."""
-        dtype = id_dtype(max(p.vocab_size for p in pipes.values()))
-        writers = {lang: SideWriter(split_prefix(out, split, lang), dtype) for lang in (self.src_lang, self.tgt_lang)}
+                 pipes: dict[str, TextPipeline], stats: SplitStats) -> None:
+        """A validation or test split: every Moses-tokenised pair encoded and written (BLEU needs them all)."""
+        writers = self._writers(out, split, pipes)
         with self.stages.stage(f"encode and binarise {split}") as advance:
-            self._binarize(writers, tokenized, pipes, stats, clean, advance)
+            for chunk in tokenized:
+                advance(len(chunk))
+                writers[self.src_lang].add(pipes[self.src_lang].encode_tokenized([a for a, _ in chunk]))
+                writers[self.tgt_lang].add(pipes[self.tgt_lang].encode_tokenized([b for _, b in chunk]))
+        self._close(writers, stats)
+
+    def binarize_training(self, out: Path, split: str, text: TrainingText, pipes: dict[str, TextPipeline],
+                          stats: SplitStats, drops: DropLog) -> None:
+        """The training split: duplicates, over-long and bad-ratio pairs dropped (each counted and listed),
+        each corpus's tag put after the source's prefix (a multilingual model's target tag), memmap files."""
+        writers = self._writers(out, split, pipes)
+        source, target = pipes[self.src_lang], pipes[self.tgt_lang]
+        tags, at = self.tag_ids(source), len(source.prefix)
+        max_len, max_ratio = self.recipe.data.max_len, self.recipe.data.max_ratio
+        with self.stages.stage(f"encode and binarise {split}", detail=lambda: _dropped_text(stats.corpora)) as advance:
+            for chunk in text.chunks(self.recipe.data.clean.duplicates):
+                advance(len(chunk))
+                src_ids = source.encode_tokenized([a for a, *_ in chunk])
+                tgt_ids = target.encode_tokenized([b for _, b, *_ in chunk])
+                keep_src, keep_tgt = [], []
+                for s, t, (_, _, corpus, line, first) in zip(src_ids, tgt_ids, chunk, strict=True):
+                    if (tag := tags[corpus]) is not None:
+                        s = s[:at] + [tag] + s[at:]
+                    rule = _length_rule(len(s), len(t), max_len, max_ratio) if first else "duplicate"
+                    counts = stats.corpora[corpus]
+                    if rule is not None:
+                        counts.dropped[rule] += 1
+                        drops.add(counts.name, line, rule)
+                        continue
+                    counts.kept += 1
+                    keep_src.append(s)
+                    keep_tgt.append(t)
+                writers[self.src_lang].add(keep_src)
+                writers[self.tgt_lang].add(keep_tgt)
+        self._close(writers, stats)
+        stats.total()
+
+    def _writers(self, out: Path, split: str, pipes: dict[str, TextPipeline]) -> dict[str, SideWriter]:
+        dtype = id_dtype(max(p.vocab_size for p in pipes.values()))
+        return {lang: SideWriter(split_prefix(out, split, lang), dtype) for lang in (self.src_lang, self.tgt_lang)}
+
+    def _close(self, writers: dict[str, SideWriter], stats: SplitStats) -> None:
         for lang, writer in writers.items():
             writer.close()
             stats.sides[lang] = writer.stats()
         stats.kept = writers[self.src_lang].sentences
 
-    def _binarize(self, writers: dict[str, SideWriter], tokenized: Iterable[list[tuple[str, str]]],
-                  pipes: dict[str, TextPipeline], stats: SplitStats, clean: bool,
-                  advance: Callable[[int], None]) -> None:
-        max_len, max_ratio = self.recipe.data.max_len, self.recipe.data.max_ratio
-        for chunk in tokenized:
-            advance(len(chunk))
-            src_ids = pipes[self.src_lang].encode_tokenized([a for a, _ in chunk])
-            tgt_ids = pipes[self.tgt_lang].encode_tokenized([b for _, b in chunk])
-            if clean:
-                keep_src, keep_tgt = [], []
-                for s, t in zip(src_ids, tgt_ids, strict=True):
-                    ls, lt = len(s), len(t)
-                    if ls > max_len or lt > max_len:
-                        stats.dropped["too_long"] += 1
-                    elif max(ls, lt) > max_ratio * max(1, min(ls, lt)):
-                        stats.dropped["ratio"] += 1
-                    else:
-                        keep_src.append(s)
-                        keep_tgt.append(t)
-                src_ids, tgt_ids = keep_src, keep_tgt
-            writers[self.src_lang].add(src_ids)
-            writers[self.tgt_lang].add(tgt_ids)
-
-    def eval_split(self, out: Path, split: str, corpus: Corpus, pool: _Pool,
+    def eval_split(self, out: Path, split: str, corpus: Corpus, pool: WorkerPool,
                    pipes: dict[str, TextPipeline]) -> SplitStats:
         """A valid/test set: every line kept (BLEU needs them all), raw text kept beside for scoring."""
         stats = SplitStats(corpus.name)
@@ -245,13 +259,13 @@ class Preparer:
         raw = {lang: open(raw_text(out, split, lang), "w", encoding="utf-8") for lang in langs}
         try:
             def chunks() -> Iterator[list[tuple[str, str]]]:
-                for chunk in chunked(self._pairs([corpus], stats, False), PAIRS_PER_CHUNK):
+                for chunk in chunked(self._pairs([corpus], stats), PAIRS_PER_CHUNK):
                     for a, b in chunk:
                         raw[self.src_lang].write(a + "\n")
                         raw[self.tgt_lang].write(b + "\n")
                     yield chunk
 
-            self.binarize(out, split, pool.map(chunks()), pipes, stats, clean=False)
+            self.binarize(out, split, pool.map(tokenize_chunk, chunks()), pipes, stats)
         finally:
             for handle in raw.values():
                 handle.close()
@@ -261,30 +275,27 @@ class Preparer:
     def build(self, out: Path) -> dict[str, Any]:
         """Everything into ``out`` (an empty folder); returns the manifest (without inputs)."""
         work = Path(tempfile.mkdtemp(prefix="work-", dir=out))
+        drops = DropLog(out / DROPPED)
         try:
             start = time.perf_counter()
             train = SplitStats("train")
-            with self.moses_pool() as pool:
-                tok_files = self.tokenize_training_text(work, pool, train)
-            if train.pairs_in - train.dropped["empty"] == 0:
-                raise NmtkError("data.train: the training corpora have no non-empty sentence pairs")
-            models = self.learn(out, tok_files)
+            with self.worker_pool(cleaning=True) as pool:
+                text = self.tokenize_training_text(work, pool, train, drops)
+            if text.lines == 0:
+                raise NmtkError("data.train: the training corpora have no non-empty sentence pairs left after cleaning "
+                                f"(see {DROPPED}, [data.clean])")
+            models = self.learn(out, text)
             pipes = {lang: TextPipeline(self.moses[lang], out / name) for lang, name in models.items()}
-
-            def tokenized_train() -> Iterator[list[tuple[str, str]]]:
-                with text_file(tok_files[0], "r") as fs, text_file(tok_files[1], "r") as ft:
-                    pairs = ((a.rstrip("\n"), b.rstrip("\n")) for a, b in zip(fs, ft, strict=True))
-                    yield from chunked(pairs, PAIRS_PER_CHUNK)
-
-            self.binarize(out, "train", tokenized_train(), pipes, train, clean=True)
+            self.binarize_training(out, "train", text, pipes, train, drops)
             if train.kept == 0:
                 raise NmtkError("data.train: every training pair was dropped by cleaning (see data.max_len, max_ratio)")
             train.seconds = time.perf_counter() - start
-            with self.moses_pool() as pool:
+            with self.worker_pool() as pool:
                 splits = {"train": train, "valid": self.eval_split(out, "valid", self.recipe.data.valid, pool, pipes)}
                 for corpus in self.recipe.data.test:
                     splits[corpus.name] = self.eval_split(out, corpus.name, corpus, pool, pipes)
         finally:
+            drops.close()
             shutil.rmtree(work, ignore_errors=True)
         return {
             "format": FORMAT_VERSION,
@@ -297,3 +308,23 @@ class Preparer:
             "splits": {name: {"corpus": s.name, **s.to_dict()} for name, s in splits.items()},
             "test_sets": [c.name for c in self.recipe.data.test],
         }
+
+
+def _length_rule(ls: int, lt: int, max_len: int, max_ratio: float) -> str | None:
+    """``too_long`` or ``ratio`` for a pair of ``ls`` and ``lt`` subwords (Moses' clean-corpus-n), else None."""
+    if ls > max_len or lt > max_len:
+        return "too_long"
+    if max(ls, lt) > max_ratio * max(1, min(ls, lt)):
+        return "ratio"
+    return None
+
+
+def _dropped_text(corpora: list[CorpusCounts]) -> str:
+    """``dropped 120 (duplicate 100, copy 20)``, per corpus where there are several: the stage line's end."""
+    parts = []
+    for counts in corpora:
+        total = sum(counts.dropped.values())
+        if total:
+            rules = ", ".join(f"{rule} {counts.dropped[rule]:,}" for rule in RULES if counts.dropped[rule])
+            parts.append(f"{counts.name + ': ' if len(corpora) > 1 else ''}dropped {total:,} ({rules})")
+    return "; ".join(parts)

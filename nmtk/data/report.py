@@ -19,7 +19,7 @@ def render_manifest(manifest: Manifest) -> None:
     table = Table(title=f"prepared data ({langs}, vocabulary {vocab}, ids as {manifest.dtype})", title_justify="left")
     longest = max((len(name) for name in manifest.splits), default=5)
     table.add_column("split", no_wrap=True, min_width=longest)  # a multilingual split's whole name: train.en-de
-    for column in ("pairs", "kept", "dropped\nempty/long/ratio", "tokens\nsource / target",
+    for column in ("pairs", "kept", "dropped\nempty/long/ratio", "cleaned\n(dropped.tsv)", "tokens\nsource / target",
                    "subwords\nper word", "max len", "time"):
         table.add_column(column, justify="right")
     for name, split in manifest.splits.items():
@@ -30,6 +30,7 @@ def render_manifest(manifest: Manifest) -> None:
                  if words.get(src) and words.get(tgt) else "-")
         table.add_row(name, f"{split['pairs_in']:,}", f"{split['kept']:,}",
                       f"{d['empty']:,}/{d['too_long']:,}/{d['ratio']:,}",
+                      f"{sum(n for rule, n in d.items() if rule not in ('empty', 'too_long', 'ratio')):,}",
                       f"{sides[src]['tokens']:,} / {sides[tgt]['tokens']:,}", ratio,
                       f"{sides[src]['max_len']} / {sides[tgt]['max_len']}", f"{split['seconds']:.1f} s")
     # a log file has no width to fit: there, every figure whole (a console's print can only narrow)

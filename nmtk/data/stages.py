@@ -27,8 +27,10 @@ class Stages:
         self.show = show and is_main_process()
 
     @contextmanager
-    def stage(self, name: str, unit: str = "pairs") -> Iterator[Callable[[int], None]]:
-        """Yields ``advance(n)``; on leaving, one line: the stage, its count, time and rate."""
+    def stage(self, name: str, unit: str = "pairs", detail: Callable[[], str] | None = None
+              ) -> Iterator[Callable[[int], None]]:
+        """Yields ``advance(n)``; on leaving, one line: the stage, its count, time and rate, then what
+        ``detail()`` says then (what cleaning dropped)."""
         start, count = time.perf_counter(), 0
         live = Progress(SpinnerColumn(), TextColumn(f"{name}: " + "{task.completed:,} " + unit),
                         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
@@ -46,4 +48,6 @@ class Stages:
             seconds = time.perf_counter() - start
             done = f": {count:,} {unit}" if count else ""
             rate = _rate(count, seconds, unit)
-            console.print(f"[dim]prepare[/] {name}{done} in {seconds:.1f} s" + (f" ({rate})" if rate else ""))
+            said = detail() if detail else ""
+            console.print(f"[dim]prepare[/] {name}{done} in {seconds:.1f} s" + (f" ({rate})" if rate else "")
+                          + (f"; {said}" if said else ""))

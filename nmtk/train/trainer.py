@@ -21,7 +21,7 @@ from nmtk.bf16_probe import Shapes
 from nmtk.checkpoint import BackgroundWriter, Checkpoint, SnapshotBuffers, rng_state, set_rng_state
 from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
-from nmtk.data.dataset import Batch, Prefetcher, collate, pad_multiple, split_lengths, training_split
+from nmtk.data.dataset import Batch, Prefetcher, collate, corpus_draws, pad_multiple, split_lengths, training_split
 from nmtk.device import resolve_precision, use_tf32
 from nmtk.manifest import PreparedData
 from nmtk.model import Transformer
@@ -70,7 +70,7 @@ class Trainer:
         src_len, self.tgt_lengths = split_lengths(self.train_split)
         b, t = recipe.batching, recipe.train
         self.plan = BatchingPlan(src_len, self.tgt_lengths, b.batch_tokens, b.bucket_width, b.max_sentences, t.seed,
-                                 pair_ids, recipe.data.temperature or 1.0)
+                                 pair_ids, recipe.data.temperature or 1.0, corpus_draws(data, recipe, len(src_len)))
         self.update_freq = per_process_update_freq(t.update_freq, info.world_size)  # this rank's batches
         self.micro = MicroBatches(src_len, self.tgt_lengths, b.batch_tokens, self.update_freq, pad_multiple(device))
         self.cfg = model_config(recipe, *manifest.vocab_sizes())

@@ -197,7 +197,8 @@ def test_an_imported_m2m100_model_fine_tunes(m2m, tmp_path) -> None:
         {"source_lang": a, "target_lang": b,
          "train": [{"name": "train", "source": f"toy/train.{a}", "target": f"toy/train.{b}"}],
          "valid": {"name": "valid", "source": f"toy/valid.{a}", "target": f"toy/valid.{b}"}}
-        for a, b in ((en, de), (de, en))]}
+        for a, b in ((en, de), (de, en))],
+        "clean": {"duplicates": False, "copies": False, "scripts": 1.0, "language": False, "numbers": False}}
     recipe["batching"] = {"batch_tokens": 512}
     recipe["train"] = {"max_updates": 6, "validate_every_updates": 6, "save_every_updates": 3, "keep_last": 5,
                        "precision": "fp32"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LEXICON, WORDS, write_lines
+from helpers import LEXICON, NO_CLEANING, WORDS, write_lines
 
 from nmtk.data.batching import BatchingPlan, pair_sample
 from nmtk.errors import NmtkError
@@ -54,6 +54,7 @@ test = [{{ name = "test", source = "toy/test.en-{t}.en", target = "toy/test.en-{
     path.write_text(f"""
 [data]
 {data}
+{NO_CLEANING}
 {pairs}
 [tokenizer]
 vocab_size = 150
@@ -131,6 +132,36 @@ def test_prepare_tags_every_source_with_one_vocabulary_item(many_run) -> None:
             assert all(tag not in sides.src[i][1:] and tag not in sides.tgt[i] for i in range(len(sides)))
     # the raw references of each pair are kept for scoring, in their own language
     assert (data / "test.en-fr.raw.fr").read_text().splitlines()[0].split()[0] in SUFFIXED.values()
+
+
+def test_a_corpus_tag_follows_the_target_tag_and_its_weight_counts_in_the_pairs_sampling(tmp_path: Path) -> None:
+    """A tagged, weighted back-translation corpus in the en-fr pair of a multilingual recipe."""
+    from nmtk.data.binarized import BinarizedSplit
+    from nmtk.data.dataset import corpus_draws
+    from nmtk.data.prepare import prepare
+    from nmtk.pair import Pair
+    from nmtk.text.subword import load_subword_model
+
+    root = tmp_path / "root"
+    write_toy_pairs(root, {"de": 100, "fr": 60})
+    bt = toy_pairs(40, 7, SUFFIXED)
+    write_lines(root / "toy" / "bt.en", [a for a, _ in bt])
+    write_lines(root / "toy" / "bt.fr", [b for _, b in bt])
+    text = multi_recipe(tmp_path).read_text().replace(
+        'train = [{ name = "train", source = "toy/train.en-fr.en", target = "toy/train.en-fr.fr" }]',
+        'train = [{ name = "train", source = "toy/train.en-fr.en", target = "toy/train.en-fr.fr" }, '
+        '{ name = "bt", source = "toy/bt.en", target = "toy/bt.fr", tag = "<BT>", weight = 0.5 }]')
+    (tmp_path / "bt.toml").write_text(text)
+    recipe = load_recipe(tmp_path / "bt.toml")
+    result = prepare(recipe, root, tmp_path / "data")
+    pieces = load_subword_model(result.out_dir / "spm.model").pieces()
+    fr, tag = pieces.index(">>fr<<"), pieces.index("<BT>")
+    split = BinarizedSplit(result.data, "train.en-fr", Pair("en", "fr"))
+    starts = [split.src[i][:2].tolist() for i in range(len(split))]
+    assert all(s[0] == fr and s[1] != tag for s in starts[:60]) and all(s == [fr, tag] for s in starts[60:])
+    draws = corpus_draws(result.data, recipe, 200)
+    assert draws is not None and draws.weights == (1.0, 1.0, 0.5)
+    assert np.array_equal(draws.ids, np.repeat([0, 1, 2], [100, 60, 40]))
 
 
 def test_pairs_are_sampled_with_a_temperature_and_the_plan_is_the_same_on_resume() -> None:
@@ -444,6 +475,7 @@ def test_the_joint_subword_model_learns_on_an_equal_share_of_each_language(tmp_p
     """English is in both pairs (twice the lines) and French has a tenth of German's: each language
     still gives the learner at most input_sentence_size / languages lines, and French all it has."""
     from nmtk.data.multilingual import MultilingualPreparer
+    from nmtk.data.training_text import TrainingText
 
     write_toy_pairs(tmp_path / "root", {"de": 10, "fr": 10})
     text = multi_recipe(tmp_path).read_text()
@@ -456,8 +488,8 @@ def test_the_joint_subword_model_learns_on_an_equal_share_of_each_language(tmp_p
     texts = {}
     for pair, n in (("en-de", 3000), ("en-fr", 300)):
         sides = toy_pairs(n, 5, TARGETS[pair[3:]])
-        texts[pair] = (write_lines(work / f"{pair}.src", [a for a, _ in sides]),
-                       write_lines(work / f"{pair}.tgt", [b for _, b in sides]))
+        texts[pair] = TrainingText(write_lines(work / f"{pair}.src", [a for a, _ in sides]),
+                                   write_lines(work / f"{pair}.tgt", [b for _, b in sides]), work / "meta", [])
     preparer.learn(out, work, texts)
     counts = {lang: len((work / f"sample.{lang}").read_text().splitlines()) for lang in ("en", "de", "fr")}
     assert counts["fr"] == 300, counts

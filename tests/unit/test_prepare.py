@@ -13,11 +13,12 @@ import pytest
 from helpers import synthetic_pairs, toy_data, toy_recipe, write_corpus, write_lines
 
 from nmtk.data.binarized import BinarizedSplit
+from nmtk.data.cleaning import Cleaner
 from nmtk.data.prepare import prepare
 from nmtk.errors import NmtkError
 from nmtk.manifest import PreparedData
 from nmtk.pair import Pair
-from nmtk.recipe import load_recipe
+from nmtk.recipe import CleanSection, load_recipe
 from nmtk.text import TextPipeline, moses_for
 
 
@@ -62,20 +63,40 @@ def test_prepare_builds_then_is_up_to_date(toy) -> None:
     assert leftovers(out) == ["toy"]
 
 
-def test_cleaning_counts_every_drop(tmp_path: Path) -> None:
+def test_cleaning_counts_every_drop_and_lists_it_in_dropped_tsv(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    pairs = synthetic_pairs(300)
-    pairs += [("", "Leer."), ("   ", "")]  # empty
-    pairs += [("long " * 60, "Lang " * 60)]  # too long (> max_len = 100 subwords)
-    pairs += [("the dog runs with the ball on the street in the park under the house.", "Hund.")]  # ratio
-    write_corpus(root, "train", pairs)
+    keeps = Cleaner.of("en", "de", CleanSection())
+    base = list(dict.fromkeys(p for p in synthetic_pairs(340) if keeps.verdict(*p) is None))[:300]
+    injected = [
+        (("", "Leer."), "empty"), (("   ", ""), "empty"),
+        (("A dog runs in the park.", "a dog runs in the park!"), "copy"),
+        (("Two dogs play in 3 parks.", "Zwei Hunde spielen in 4 Parks."), "numbers"),
+        (("See www.example.com today.", "Siehe heute."), "numbers"),
+        (("A man sleeps on a bench.", "Мужчина спит на скамейке."), "script"),
+        (("A man is sleeping on a bench in the park.", "Un homme dort sur un banc dans le parc."), "language"),
+        (base[5], "duplicate"),
+        (("A dog runs in the park. " * 12, "Ein Hund läuft im Park. " * 12), "too_long"),  # > max_len = 100
+        (("The dog runs with the ball on the street in the park under the old house.", "Ein Hund läuft."), "ratio"),
+    ]
+    write_corpus(root, "train", base + [pair for pair, _ in injected])
     write_corpus(root, "valid", synthetic_pairs(10, 1) + [("", "")])
     write_corpus(root, "test", synthetic_pairs(10, 2))
-    result = prepare(load_recipe(toy_recipe(tmp_path, vocab_size=80), ["data.max_ratio=3"]), root, tmp_path / "o")
+    recipe = load_recipe(toy_recipe(tmp_path, vocab_size=80, clean=True), ["data.max_ratio=3"])
+    result = prepare(recipe, root, tmp_path / "o")
     train = result.manifest.splits["train"]
-    assert train["dropped"] == {"empty": 2, "too_long": 1, "ratio": 1}
-    assert train["kept"] == 300 and train["pairs_in"] == 304
+    assert train["dropped"] == {"empty": 2, "copy": 1, "numbers": 2, "script": 1, "language": 1, "duplicate": 1,
+                                "too_long": 1, "ratio": 1}
+    assert train["kept"] == 300 and train["pairs_in"] == 310
+    assert train["corpora"] == [{"name": "train", "pairs_in": 310, "kept": 300, "dropped": train["dropped"]}]
+    listed = (tmp_path / "o" / "dropped.tsv").read_text().splitlines()
+    assert listed[0] == "corpus\tline\trule"
+    assert sorted(listed[1:], key=lambda x: int(x.split("\t")[1])) == [
+        f"train\t{301 + i}\t{rule}" for i, (_, rule) in enumerate(injected)]
     assert result.manifest.splits["valid"]["kept"] == 11  # evaluation sets keep every line
+
+    every_rule_off = load_recipe(toy_recipe(tmp_path, vocab_size=80), ["data.max_ratio=3"])
+    kept = prepare(every_rule_off, root, tmp_path / "p").manifest.splits["train"]["kept"]
+    assert kept == 306  # only the empty, too long and bad-ratio pairs
 
 
 def test_mismatched_line_counts(toy) -> None:
@@ -152,7 +173,7 @@ def test_cli_prepare(nmtk, toy) -> None:
     assert "train" in first.stderr and "prepared" in first.stderr
     # each stage on a line of its own, with its count, time and rate (400 toy pairs)
     stages = [line for line in first.stderr.splitlines() if line.startswith("prepare ")]
-    counted = r"(read|Moses-tokenise) the training pairs: 400 pairs in [\d.]+ s \([\d,]+ pairs/s\)"
+    counted = r"(read and clean|clean and Moses-tokenise) the training pairs: 400 pairs in [\d.]+ s \([\d,]+ pairs/s\)"
     assert any(re.search(counted, s) for s in stages), stages
     assert any(s.startswith("prepare learn spm.model") for s in stages)
     assert any("binarise train: 400 pairs" in s for s in stages)

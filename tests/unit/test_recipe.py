@@ -78,6 +78,10 @@ def test_paper_settings() -> None:
         ("vocab_size = 8000", "vocab_size = 4", "tokenizer.vocab_size"),
         ("joint = true", "joint = false", "share_embeddings"),
         ('precision = "auto"', 'precision = "fp8"', "train.precision"),
+        ('[[data.train]]\nname = "train"', '[[data.train]]\nname = "train"\nweight = 0', "corpus train: weight 0.0"),
+        ('[[data.train]]\nname = "train"', '[[data.train]]\nname = "train"\ntag = "<s>"', "corpus train: tag '<s>'"),
+        ('[[data.train]]\nname = "train"', '[[data.train]]\nname = "train"\ntag = ">>de<<"', "corpus train: tag"),
+        ('[data.valid]\nname = "val"', '[data.valid]\nname = "val"\nweight = 2', "corpus val: weight and tag are for"),
     ],
 )
 def test_invalid_recipe_is_one_line_naming_the_field(nmtk, tmp_path: Path, old: str, new: str, field: str) -> None:

@@ -1,0 +1,139 @@
+"""Benchmark tagged back-translation on Multi30k: does German-only data help an en->de model?
+
+Multi30k en-de train is cut in two halves: the first stays parallel, the second keeps only its German
+("monolingual" data). The demo recipe (recipes/multi30k-en-de.toml, reversed) trains de->en on the
+first half; that model back-translates the German half into synthetic English twice: with beam search
+(beam 4) and with sampling (`--sampling`, the full distribution, Edunov et al. 2018). Then en->de
+trains, each for the same minutes:
+
+- ``half``: the first half alone;
+- ``full``: all of Multi30k's parallel data (the ceiling: the second half's real English);
+- ``bt_{beam,sampling}_{tagged,untagged}``: the first half plus the back-translated half, its sources
+  with the corpus tag ``<BT>`` (Caswell et al. 2019) or without.
+
+Each is scored on test_2016_flickr (beam 4, the recipe's settings, last 5 checkpoints averaged) with
+sacreBLEU. Prints one JSON line: BLEU and updates per model, the back-translation's sentences/s.
+A run already trained is not trained again (`nmtk train` finds it finished).
+
+Usage: python benchmarks/backtranslation.py [--minutes 10] [--work DIR] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import time
+from pathlib import Path
+
+import tomli_w
+import tomllib
+from _util import ROOT, bleu, data_root, nmtk, train
+
+MODELS = ("half", "full", "bt_beam_tagged", "bt_beam_untagged", "bt_sampling_tagged", "bt_sampling_untagged")
+
+
+def read(name: str) -> list[str]:
+    with gzip.open(data_root() / "multi30k" / name, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def write_root(work: Path) -> Path:
+    """A data root: Multi30k (valid, test, full train), the first half (``half/``), the German of the
+    second (``mono/train.de``)."""
+    root = work / "root"
+    for folder in ("half", "mono", "bt"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    if not (root / "multi30k").exists():
+        (root / "multi30k").symlink_to(data_root() / "multi30k")
+    en, de = read("train.en.gz"), read("train.de.gz")
+    middle = len(en) // 2
+    for lang, lines in (("en", en), ("de", de)):
+        (root / "half" / f"train.{lang}").write_text("".join(x + "\n" for x in lines[:middle]), encoding="utf-8")
+    (root / "mono" / "train.de").write_text("".join(x + "\n" for x in de[middle:]), encoding="utf-8")
+    return root
+
+
+def corpus(name: str, src: str, tgt: str, **extra: object) -> dict:
+    return {"name": name, "source": src, "target": tgt, **extra}
+
+
+def recipe(work: Path, name: str, train_corpora: list[dict], reverse: bool = False) -> Path:
+    """The demo recipe with other training corpora (and de->en when ``reverse``)."""
+    data = tomllib.loads((ROOT / "recipes" / "multi30k-en-de.toml").read_text())
+    data["name"] = name
+    section = data["data"]
+    section["train"] = train_corpora
+    if reverse:
+        section["source_lang"], section["target_lang"] = "de", "en"
+        for c in [section["valid"], *section["test"]]:
+            c["source"], c["target"] = c["target"], c["source"]
+    path = work / f"{name}.toml"
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+def back_translate(run: Path, root: Path, sampling: bool, seed: int) -> float:
+    """The German half into English with ``run``; returns sentences/s."""
+    out = root / "bt" / f"{'sampling' if sampling else 'beam'}.en"
+    if out.exists():
+        return float("nan")
+    checkpoint = run / "checkpoint_avg_last5.pt"
+    start = time.perf_counter()
+    nmtk("translate", "-m", str(run), "-i", str(root / "mono" / "train.de"), "-o", str(out),
+         *(["--checkpoint", str(checkpoint)] if checkpoint.exists() else []),
+         *(["--sampling", "--seed", str(seed)] if sampling else []))
+    lines = len(out.read_text(encoding="utf-8").splitlines())
+    return round(lines / (time.perf_counter() - start), 1)
+
+
+def test_bleu(run: Path, data: Path, src: str, tgt: str) -> float:
+    """test_2016_flickr's BLEU (its raw text as ``data`` keeps it), translated with the run's last 5
+    checkpoints averaged."""
+    average = run / "checkpoint_avg_last5.pt"
+    return bleu(run, data / f"test_2016_flickr.raw.{src}", data / f"test_2016_flickr.raw.{tgt}",
+                *(["--checkpoint", str(average)] if average.exists() else []))
+
+
+def training_corpora(model: str) -> list[dict]:
+    half = corpus("half", "half/train.en", "half/train.de")
+    if model == "half":
+        return [half]
+    if model == "full":
+        return [corpus("train", "multi30k/train.en.gz", "multi30k/train.de.gz")]
+    _, kind, tagging = model.split("_")
+    return [half, corpus(f"bt-{kind}", f"bt/{kind}.en", "mono/train.de",
+                         **({"tag": "<BT>"} if tagging == "tagged" else {}))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-backtranslation")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    root = write_root(work)
+    result: dict = {"benchmark": "backtranslation", "minutes": args.minutes, "seed": args.seed}
+
+    def trained(name: str, path: Path) -> Path:
+        run = work / f"run-{name}"
+        updates = train(path, run, work / f"data-{name}", args.minutes, [5], args.seed, root)
+        result.setdefault("updates", {})[name] = updates
+        return run
+
+    reverse = trained("de_en", recipe(work, "bt-de-en", [corpus("half", "half/train.de", "half/train.en")],
+                                      reverse=True))
+    result["de_en_bleu"] = test_bleu(reverse, work / "data-de_en", "de", "en")
+    result["bt_sentences_per_s"] = {kind: back_translate(reverse, root, kind == "sampling", args.seed)
+                                    for kind in ("beam", "sampling")}
+    result["bleu"] = {}
+    for model in MODELS:
+        run = trained(model, recipe(work, f"bt-{model}", training_corpora(model)))
+        result["bleu"][model] = test_bleu(run, work / f"data-{model}", "en", "de")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
