@@ -3,6 +3,7 @@ scoring through the command line."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -155,3 +156,17 @@ def bleu(run: Path, source: Path, reference: Path, *options: str) -> float:
     nmtk("translate", "-m", str(run), "-i", str(source), "-o", str(hypothesis), "--force", *options)
     score = nmtk("score", "-r", str(reference), str(hypothesis), "--metrics", "bleu", "--json")
     return round(json.loads(score.stdout)["bleu"]["score"], 2)
+
+
+def multi30k_lines(name: str) -> list[str]:
+    """The lines of one of Multi30k's files (``train.en.gz``) under the data root."""
+    with gzip.open(data_root() / "multi30k" / name, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def test_bleu(run: Path, data: Path, src: str = "en", tgt: str = "de") -> float:
+    """test_2016_flickr's BLEU (its raw text as the prepared ``data`` keeps it), translated with the
+    run's last 5 checkpoints averaged when it has them."""
+    average = run / "checkpoint_avg_last5.pt"
+    return bleu(run, data / f"test_2016_flickr.raw.{src}", data / f"test_2016_flickr.raw.{tgt}",
+                *(["--checkpoint", str(average)] if average.exists() else []))

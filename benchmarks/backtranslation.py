@@ -21,21 +21,15 @@ Usage: python benchmarks/backtranslation.py [--minutes 10] [--work DIR] [--seed 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import time
 from pathlib import Path
 
 import tomli_w
 import tomllib
-from _util import ROOT, bleu, data_root, nmtk, train
+from _util import ROOT, data_root, multi30k_lines, nmtk, test_bleu, train
 
 MODELS = ("half", "full", "bt_beam_tagged", "bt_beam_untagged", "bt_sampling_tagged", "bt_sampling_untagged")
-
-
-def read(name: str) -> list[str]:
-    with gzip.open(data_root() / "multi30k" / name, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
 
 
 def write_root(work: Path) -> Path:
@@ -46,7 +40,7 @@ def write_root(work: Path) -> Path:
         (root / folder).mkdir(parents=True, exist_ok=True)
     if not (root / "multi30k").exists():
         (root / "multi30k").symlink_to(data_root() / "multi30k")
-    en, de = read("train.en.gz"), read("train.de.gz")
+    en, de = multi30k_lines("train.en.gz"), multi30k_lines("train.de.gz")
     middle = len(en) // 2
     for lang, lines in (("en", en), ("de", de)):
         (root / "half" / f"train.{lang}").write_text("".join(x + "\n" for x in lines[:middle]), encoding="utf-8")
@@ -85,14 +79,6 @@ def back_translate(run: Path, root: Path, sampling: bool, seed: int) -> float:
          *(["--sampling", "--seed", str(seed)] if sampling else []))
     lines = len(out.read_text(encoding="utf-8").splitlines())
     return round(lines / (time.perf_counter() - start), 1)
-
-
-def test_bleu(run: Path, data: Path, src: str, tgt: str) -> float:
-    """test_2016_flickr's BLEU (its raw text as ``data`` keeps it), translated with the run's last 5
-    checkpoints averaged."""
-    average = run / "checkpoint_avg_last5.pt"
-    return bleu(run, data / f"test_2016_flickr.raw.{src}", data / f"test_2016_flickr.raw.{tgt}",
-                *(["--checkpoint", str(average)] if average.exists() else []))
 
 
 def training_corpora(model: str) -> list[dict]:

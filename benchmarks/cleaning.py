@@ -19,7 +19,6 @@ Usage: python benchmarks/cleaning.py [--minutes 10] [--work DIR] [--seed 1] [--n
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 from collections import Counter
@@ -27,19 +26,14 @@ from pathlib import Path
 
 import tomli_w
 import tomllib
-from _util import ROOT, bleu, data_root, nmtk, train
+from _util import ROOT, data_root, multi30k_lines, nmtk, test_bleu, train
 
 KINDS = ("shuffled", "other_language", "copy", "duplicate")
 
 
-def read(name: str) -> list[str]:
-    with gzip.open(data_root() / "multi30k" / name, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
-
-
 def noisy_corpus(seed: int) -> tuple[list[tuple[str, str]], list[str]]:
     """Multi30k en-de train with the noise above, and each line's label (``clean`` or a kind)."""
-    en, de, fr, cs = (read(f"train.{lang}.gz") for lang in ("en", "de", "fr", "cs"))
+    en, de, fr, cs = (multi30k_lines(f"train.{lang}.gz") for lang in ("en", "de", "fr", "cs"))
     n, rng = len(en), random.Random(seed)
     order = list(range(n))
     rng.shuffle(order)
@@ -104,14 +98,6 @@ def rule_report(dropped: Path, labels: list[str]) -> dict:
         "false_drops": dropped_by_label["clean"], "clean_lines": total["clean"],
         "precision_on_clean": round(1 - dropped_by_label["clean"] / total["clean"], 4),
     }
-
-
-def test_bleu(run: Path, data: Path) -> float:
-    """test_2016_flickr's BLEU (its raw text as ``data`` keeps it), translated with the run's last 5
-    checkpoints averaged."""
-    average = run / "checkpoint_avg_last5.pt"
-    return bleu(run, data / "test_2016_flickr.raw.en", data / "test_2016_flickr.raw.de",
-                *(["--checkpoint", str(average)] if average.exists() else []))
 
 
 def main() -> None:

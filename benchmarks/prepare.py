@@ -16,7 +16,6 @@ Usage: python benchmarks/prepare.py [--pairs 1000000,4500000] [--keep DIR] [--se
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 import shutil
@@ -24,17 +23,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _util import ROOT, data_root, run_measured
+from _util import ROOT, multi30k_lines, run_measured
 
 EN_FR_PAIRS = 36_000_000
 
 
 def build_corpus(out: Path, pairs: int, seed: int = 1) -> None:
-    def lines(lang: str) -> list[str]:
-        with gzip.open(data_root() / "multi30k" / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
-            return [line.rstrip("\n") for line in handle]
-
-    en, de = lines("en"), lines("de")
+    en, de = multi30k_lines("train.en.gz"), multi30k_lines("train.de.gz")
     rng = random.Random(seed)
     (out / "synth").mkdir(parents=True, exist_ok=True)
     with open(out / "synth" / "train.en", "w") as fe, open(out / "synth" / "train.de", "w") as fd:

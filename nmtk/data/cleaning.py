@@ -85,11 +85,6 @@ def _urls_disagree(a: str, b: str) -> bool:
     return set(_URL.findall(a)) != set(_URL.findall(b))
 
 
-def _base(lang: str) -> str:
-    """``pt_BR`` -> ``pt``: the tables are by language, not region."""
-    return lang.replace("-", "_").split("_")[0].lower()
-
-
 @dataclass(frozen=True)
 class SideCheck:
     """What one side of a pair is checked against: its language's scripts and identifier code."""
@@ -100,7 +95,7 @@ class SideCheck:
 
     @classmethod
     def of(cls, lang: str, settings: CleanSection) -> SideCheck:
-        scripts = LANGUAGE_SCRIPTS.get(_base(lang)) if settings.scripts < 1.0 else None
+        scripts = LANGUAGE_SCRIPTS.get(langid.base_language(lang)) if settings.scripts < 1.0 else None
         own = "".join(rf"\p{{Script={s}}}" for s in scripts or ())
         pattern = regex.compile(rf"[^\P{{L}}{own}]") if scripts else None  # a letter, not of its own scripts
         return cls(lang, pattern, langid.code_for(lang) if settings.language else None)

@@ -105,17 +105,16 @@ def corpus_draws(data: PreparedData, recipe: Recipe, sentences: int) -> CorpusDr
     unweighted plan). The prepared data records each corpus's kept pairs in order; the recipe's
     corpora must be those, by name."""
     manifest = data.manifest()
-    corpora = [(p, c) for rp, p in zip(recipe.data.language_pairs(), manifest.language_pairs(), strict=True)
-               for c in rp.train]
-    if all(c.weight == 1.0 for _, c in corpora):
+    corpora = [c for pair in recipe.data.language_pairs() for c in pair.train]
+    if all(c.weight == 1.0 for c in corpora):
         return None
-    recorded = [(p, c) for p in manifest.language_pairs() for c in manifest.training_corpora(p)]
-    names = [c["name"].rpartition("/")[2] for _, c in recorded]
-    if names != [c.name for _, c in corpora] or sum(c["kept"] for _, c in recorded) != sentences:
+    recorded = [c for pair in manifest.language_pairs() for c in manifest.training_corpora(pair)]
+    names, kept = [c["name"].rpartition("/")[2] for c in recorded], [c["kept"] for c in recorded]
+    if names != [c.name for c in corpora] or sum(kept) != sentences:
         raise NmtkError(f"{data}: its record of each training corpus's pairs ({', '.join(names) or 'none'}) is not "
                         "the recipe's corpora; prepare it again (nmtk prepare --force) to weight corpora")
-    ids = np.repeat(np.arange(len(recorded), dtype=np.int32), [c["kept"] for _, c in recorded])
-    return CorpusDraws(ids, tuple(c.weight for _, c in corpora))
+    ids = np.repeat(np.arange(len(recorded), dtype=np.int32), kept)
+    return CorpusDraws(ids, tuple(c.weight for c in corpora))
 
 
 def target_pieces(data: PreparedData, targets: list[str]) -> tuple[list[int], list[np.ndarray]]:

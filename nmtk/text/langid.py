@@ -53,10 +53,15 @@ def known_languages() -> frozenset[str]:
     return frozenset(label[_LABEL:] for label in labels)
 
 
+def base_language(lang: str) -> str:
+    """A recipe's language without its region or script: ``pt_BR`` -> ``pt``, ``zh-Hant`` -> ``zh``."""
+    return lang.replace("-", "_").split("_")[0].lower()
+
+
 def code_for(lang: str) -> str | None:
-    """The identifier's code for a recipe's language (``de``, ``pt_BR`` -> ``pt``, ``zh-Hant`` -> ``zh``),
-    or None where it does not know the language."""
-    code = lang.replace("-", "_").split("_")[0].lower()
+    """The identifier's code for a recipe's language (`base_language`), or None where it does not know
+    the language."""
+    code = base_language(lang)
     return code if code in known_languages() else None
 
 
@@ -72,16 +77,14 @@ def guesses(text: str, k: int = TOP, limit: int = LIMIT) -> list[tuple[str, floa
 
 def is_other_language(text: str, code: str) -> bool:
     """Whether ``text`` is surely not in the language ``code`` (one of `known_languages`). A glance
-    settles most lines (the first guess is ``code``, clearly); the others are asked for only when the
-    first guess on `LIMIT` characters is not ``code``."""
+    settles most lines (the first guess is ``code``, clearly); the rest are judged on `LIMIT` characters."""
     if len(text) > GLANCE:
         glance = guesses(text, 1, GLANCE)
         if glance and glance[0][0] == code and glance[0][1] >= CLEAR:
             return False
-    first = guesses(text, 1)
-    if not first or first[0][0] == code or first[0][1] < SURE:
-        return False
     found = guesses(text, TOP)
+    if not found:
+        return False
     best, probability = found[0]
     expected = next((p for lang, p in found if lang == code), 0.0)
     return best != code and probability >= SURE and expected * LEAD < probability
