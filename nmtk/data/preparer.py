@@ -130,7 +130,7 @@ class Preparer:
         what = f"{steps} the {self.label + ' ' if self.label else ''}training pairs"
         with self.stages.stage(what, detail=lambda: _dropped_text(stats.corpora)) as advance:
             items = chunked(self._training_items(stats.corpora), PAIRS_PER_CHUNK)
-            src_words, tgt_words = text.write(pool.map(clean_and_tokenize_chunk, items), drops, advance)
+            src_words, tgt_words = text.write(pool.map_beside(clean_and_tokenize_chunk, items), drops, advance)
         stats.words = {self.src_lang: src_words, self.tgt_lang: tgt_words}
         stats.total()
         return text

@@ -11,6 +11,7 @@ Moses (`tokenize_chunk`): every line counts for BLEU.
 from __future__ import annotations
 
 import multiprocessing
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -53,21 +54,23 @@ def tokenize_chunk(chunk: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 #: A training pair after the first pass: corpus, line, the rule that dropped it (None: kept), its tokenised
-#: sides and its hash.
-Judged = tuple[int, int, str | None, str, str, int]
+#: sides (None where Moses does nothing: the text as read) and its hash.
+Judged = tuple[int, int, str | None, str | None, str | None, int]
 
 
 def clean_and_tokenize_chunk(chunk: list[tuple[int, int, str, str]]) -> list[Judged]:
     """Training pairs ``(corpus, line, source, target)`` judged by the raw-text rules: a dropped pair
-    comes back as ``(corpus, line, rule, "", "", 0)``, a kept one tokenised with its hash."""
+    comes back as ``(corpus, line, rule, None, None, 0)``, a kept one tokenised with its hash. A side
+    Moses leaves alone comes back as None: sending the text back would cost more than judging it."""
     src, tgt, cleaner = _WORKER["src"], _WORKER["tgt"], _WORKER["cleaner"]
     out = []
     for corpus, line, a, b in chunk:
         rule = cleaner.verdict(a, b) if cleaner else ("empty" if not a.strip() or not b.strip() else None)
         if rule is not None:
-            out.append((corpus, line, rule, "", "", 0))
+            out.append((corpus, line, rule, None, None, 0))
         else:
-            out.append((corpus, line, None, src.tokenize(a), tgt.tokenize(b), pair_hash(a, b)))
+            out.append((corpus, line, None, src.tokenize(a) if src.enabled else None,
+                        tgt.tokenize(b) if tgt.enabled else None, pair_hash(a, b)))
     return out
 
 
@@ -88,6 +91,19 @@ class WorkerPool:
         if self.pool is None:
             return map(function, chunks)
         return self.pool.imap(function, chunks)
+
+    def map_beside(self, function, chunks: Iterable[list]) -> Iterator[tuple[list, list]]:
+        """``(chunk, function(chunk))`` in order: the results beside what they were computed from, which
+        stays in this process (the pool's feeder reads a few chunks ahead: those wait in ``sent``)."""
+        sent: deque[list] = deque()
+
+        def sending() -> Iterator[list]:
+            for chunk in chunks:
+                sent.append(chunk)
+                yield chunk
+
+        for result in self.map(function, sending()):
+            yield sent.popleft(), result
 
     def close(self) -> None:
         if self.pool is not None:
@@ -128,21 +144,23 @@ class TrainingText:
                        for (a, b), m, f in zip(chunk, rows, first[start:end], strict=True)]
                 start = end
 
-    def write(self, results: Iterable[list[Judged]], drops: DropLog,
+    def write(self, results: Iterable[tuple[list[tuple[int, int, str, str]], list[Judged]]], drops: DropLog,
               advance) -> tuple[int, int]:
-        """Write a pass's results (`clean_and_tokenize_chunk`'s, in order); returns the words per side."""
+        """Write a pass's results (each chunk of pairs beside `clean_and_tokenize_chunk`'s judgement of it,
+        in order); returns the words per side."""
         words = [0, 0]
         with (text_file(self.src_path, "w") as fs, text_file(self.tgt_path, "w") as ft,
               open(self.meta_path, "wb") as fm):
-            for chunk in results:
-                advance(len(chunk))
+            for pairs, judged in results:
+                advance(len(judged))
                 kept = []
-                for corpus, line, rule, a, b, digest in chunk:
+                for (corpus, line, rule, a, b, digest), (_, _, raw_a, raw_b) in zip(judged, pairs, strict=True):
                     counts = self.corpora[corpus]
                     if rule is not None:
                         counts.dropped[rule] += 1
                         drops.add(counts.name, line, rule)
                         continue
+                    a, b = raw_a if a is None else a, raw_b if b is None else b
                     fs.write(a + "\n")
                     ft.write(b + "\n")
                     words[0] += a.count(" ") + 1
