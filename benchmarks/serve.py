@@ -78,7 +78,7 @@ class _Response:
 
 
 async def _client(port: int, lines: list[str], next_line: Iterator[int], per_request: int, latencies: list[float],
-                  errors: list[str]) -> None:
+                  errors: list[str], fmt: str = "text") -> None:
     """One client: a keep-alive connection, ``per_request`` lines per request (a string when 1, else a
     list), the next ones once answered.
 
@@ -89,7 +89,7 @@ async def _client(port: int, lines: list[str], next_line: Iterator[int], per_req
     try:
         while taken := list(itertools.islice(next_line, per_request)):
             q = lines[taken[0]] if per_request == 1 else [lines[i] for i in taken]
-            body = json.dumps({"q": q}).encode()
+            body = json.dumps({"q": q} if fmt == "text" else {"q": q, "format": fmt}).encode()
             start = time.perf_counter()
             writer.write(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -111,15 +111,16 @@ async def _client(port: int, lines: list[str], next_line: Iterator[int], per_req
         writer.close()
 
 
-def _send(port: int, lines: list[str], clients: int, per_request: int = 1) -> tuple[list[float], list[str], float]:
-    """Send every line from ``clients`` concurrent clients, ``per_request`` lines at a time; the
-    requests' latencies, errors and the seconds it took."""
+def _send(port: int, lines: list[str], clients: int, per_request: int = 1,
+          fmt: str = "text") -> tuple[list[float], list[str], float]:
+    """Send every line from ``clients`` concurrent clients, ``per_request`` lines at a time (``fmt``:
+    LibreTranslate's ``format``); the requests' latencies, errors and the seconds it took."""
     latencies: list[float] = []
     errors: list[str] = []
     next_line = iter(range(len(lines)))  # shared: each client takes the next line not yet sent
 
     async def run() -> None:
-        results = await asyncio.gather(*(_client(port, lines, next_line, per_request, latencies, errors)
+        results = await asyncio.gather(*(_client(port, lines, next_line, per_request, latencies, errors, fmt)
                                          for _ in range(clients)),
                                        return_exceptions=True)
         errors.extend(str(r) for r in results if isinstance(r, BaseException))

@@ -54,6 +54,16 @@ def decode_lines(lines: Iterable[bytes], name: str, errors: Errors = "error", hi
         yield text.rstrip("\r\n")
 
 
+def decode_text(raw: bytes, name: str, errors: Errors = "error", hint: str = "") -> str:
+    """A whole document's UTF-8 text, line endings as they are; invalid UTF-8 as `decode_lines` says it."""
+    try:
+        return raw.decode("utf-8", errors="strict" if errors == "error" else "replace")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        where = f"{name}:{line}: invalid UTF-8 ({exc.reason} at byte {exc.start})"
+        raise NmtkError(f"{where}; {hint}" if hint else where) from None
+
+
 def read_lines(path: Path, what: str, errors: Errors = "error", hint: str = "") -> list[str]:
     """All lines of a small text file (hypotheses, references); one clear error when it cannot be read."""
     try:

@@ -30,6 +30,7 @@ from .options import (
     ExportFormat,
     InvalidUtf8,
     LengthPenaltyForm,
+    MarkupFormat,
     PictureFormat,
     PlotAxis,
     Precision,
@@ -246,6 +247,12 @@ TargetLangOption = Annotated[str | None, typer.Option("--target-lang", help="A m
                                                      "language (its tag, >>xx<<, is put before each source).")]
 SourceLangOption = Annotated[str | None, typer.Option("--source-lang", help="A multilingual model's source "
                                                      "language, where it has the target from several.")]
+FormatOption = Annotated[MarkupFormat, typer.Option(
+    "--format", help="text: a line each; html (or xml: inline tags in lines of text): the whole input is one "
+                     "document, its tags kept around the words they covered.")]
+AttributesOption = Annotated[str | None, typer.Option(
+    "--translate-attributes",
+    help="--format html: attributes whose values are translated too, comma-separated (e.g. alt,title).")]
 LenpenOption = Annotated[float | None, typer.Option(min=0.0, help="Length penalty α (default: the recipe's).")]
 TranslateBeamOption = Annotated[int | None, typer.Option(min=1, help="Beam size (default: the recipe's, at least "
                                                                  "--nbest); 1 = greedy.")]
@@ -286,6 +293,11 @@ ConstraintsOption = Annotated[ConstraintOrder | None, typer.Option(help="Lines a
                                                                    "the prefix field with --prefix).")]
 
 
+def _names(listed: str | None) -> tuple[str, ...]:
+    """A comma-separated option's names (``alt,title``)."""
+    return tuple(name.strip() for name in (listed or "").split(",") if name.strip())
+
+
 def _refuse_batch_size(batch_size: str | None) -> None:
     """fairseq's and Marian's habit; click would suggest --buffer-size, which is another thing."""
     if batch_size is not None:
@@ -295,7 +307,7 @@ def _refuse_batch_size(batch_size: str | None) -> None:
 
 @app.command()
 @_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision"),
-          "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size"),
+          "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size", "format_", "attrs"),
           "Search": ("beam", "nbest", "lenpen", "lenpen_form", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
           "Prefix and terms": ("prefix", "constraints"),
@@ -339,15 +351,15 @@ def translate(
     ban: BanOption = None,
     no_repeat_ngram_size: NoRepeatOption = None,
     repetition_penalty: RepetitionOption = None,
+    format_: FormatOption = MarkupFormat.text,
+    attrs: AttributesOption = None,
     batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True)] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
     _refuse_batch_size(batch_size)
-    from nmtk.decode.guide import InputFormat
+    from nmtk.decode import stream
     from nmtk.decode.load import LoadOptions
     from nmtk.decode.search.config import SamplingConfig
-    from nmtk.decode.stream import GuideOptions, TranslateOptions
-    from nmtk.decode.stream import translate as run_translate
 
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   max_len_a=max_len_a, max_len_b=max_len_b, beam_tokens=beam_tokens, align=print_alignment,
@@ -357,11 +369,11 @@ def translate(
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
                        ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer, target_lang=target_lang,
                        source_lang=source_lang)
-    guide = GuideOptions(InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
-                         glossary_ignore_case or None, ban)
-    run_translate(TranslateOptions(load=load, search=search, input=input_, output=output, force=force,
-                                   buffer_size=buffer_size, skip=skip, errors=errors, print_scores=print_scores,
-                                   guide=guide))
+    guide = stream.GuideOptions(stream.InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
+                                glossary_ignore_case or None, ban)
+    stream.translate(stream.TranslateOptions(load=load, search=search, input=input_, output=output, force=force,
+                                             buffer_size=buffer_size, skip=skip, errors=errors, guide=guide,
+                                             print_scores=print_scores, format=format_.value, attributes=_names(attrs)))
 
 @app.command()
 @_panels({"Export": ("checkpoint", "format_", "quantization", "force"),

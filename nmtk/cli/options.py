@@ -37,6 +37,14 @@ class ConstraintOrder(str, Enum):
     ordered = "ordered"
 
 
+class MarkupFormat(str, Enum):
+    """``translate --format``: plain lines, or one document with tags (`nmtk.decode.markup`)."""
+
+    text = "text"
+    html = "html"
+    xml = "xml"
+
+
 class AttentionKind(str, Enum):
     """Which attention `nmtk attention` draws."""
 

@@ -22,11 +22,14 @@ from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
+from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import Interrupted, NmtkError
-from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, input_path, output_path
+from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, decode_text, input_path, output_path
 from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import resolve_model
+from nmtk.pair import Pair
+from nmtk.text import langid
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class TranslateOptions:
     errors: InvalidUtf8 = InvalidUtf8.error
     print_scores: bool = False
     guide: GuideOptions = field(default_factory=lambda: GuideOptions())
+    format: str = "text"  # text (a line each), or html / xml: the whole input one document (`nmtk.decode.markup`)
+    attributes: tuple[str, ...] = ()  # html: attributes whose values are translated too (alt, title)
 
     @property
     def nbest(self) -> int:
@@ -59,6 +64,22 @@ class Engine:
     format: InputFormat = InputFormat()
     glossary: Glossary | None = None
     bans: tuple[str, ...] = ()
+    detect: tuple[str, ...] = ()  # --source-lang auto, a multilingual model: the sources each line may be in
+
+    def ids(self, sources: list[str], first: int) -> list[list[int] | None] | None:
+        """With ``--source-lang auto``, each line encoded by the pair of its detected language (None:
+        the translator's own pair encodes them all, in `hypotheses`)."""
+        if not self.detect:
+            return None
+        target = self.translator.language_pair.target
+        out: list[list[int] | None] = []
+        for k, line in enumerate(sources):
+            if not line.strip():
+                out.append(None)
+                continue
+            lang, _ = langid.detect(line, self.detect)[0]
+            out.append(self.translator.for_pair(Pair(lang, target)).encode([line], first + k)[0])
+        return out
 
     def guides(self, lines: list[str], first: int) -> tuple[list[str], list[Guidance | None] | None]:
         """The sources of ``lines`` (numbered from ``first``) and each one's guidance (None: none at all,
@@ -110,8 +131,11 @@ def translate(options: TranslateOptions) -> None:
         raise NmtkError(f"--print-alignment: not available with an exported CTranslate2 model ({model.path}): "
                         "alignments come from nmtk's own model: pass the run directory")
     glossary, bans = read_guides(options.guide, model.recipe)
-    engine = Engine(load_translator(model, options.load), search, options.guide.format, glossary, bans)
+    translator = load_translator(model, options.load)
+    engine = Engine(translator, search, options.guide.format, glossary, bans, _detected_among(translator, options))
     engine.translator.check_guides(glossary, bans, options.guide.format.constraints, search)
+    if options.format != "text":
+        return _translate_document(engine, options, partial)
     source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
     done = [0]
     try:
@@ -133,6 +157,42 @@ def translate(options: TranslateOptions) -> None:
     finally:
         if options.input:
             source.close()
+
+
+def _detected_among(translator: TranslatorBase, options: TranslateOptions) -> tuple[str, ...]:
+    """``--source-lang auto``: the source languages a multilingual model has the target from (none
+    where it has one: that one is the source)."""
+    if (options.load.source_lang or "").lower() != "auto" or not translator.pairs:
+        return ()
+    target = translator.language_pair.target
+    sources = tuple(pair.source for pair in translator.pairs if pair.target == target)
+    return sources if len(sources) > 1 else ()
+
+
+def _translate_document(engine: Engine, options: TranslateOptions, partial: Path | None) -> None:
+    """``--format html|xml``: the whole input is one document, translated with its tags in one search,
+    written whole (to ``-o``: through its partial file, renamed when done)."""
+    refused = [name for name, asked in (("--nbest", options.nbest > 1), ("--print-scores", options.print_scores),
+                                        ("--print-alignment", engine.search.align), ("--skip", options.skip),
+                                        ("--prefix/--constraints", not engine.format.plain),
+                                        ("--source-lang auto", engine.detect)) if asked]
+    if refused:
+        raise NmtkError(f"--format {options.format}: {', '.join(refused)} cannot be used with it (they work line by "
+                        "line, and a document's sentences are nmtk's to cut)")
+    check_engine(engine.translator, options.format)
+    raw = open(options.input, "rb").read() if options.input else sys.stdin.buffer.read()
+    document = decode_text(raw, str(options.input or "stdin"), options.errors.value,
+                           hint="use --errors replace to substitute U+FFFD")
+    with interruptible():
+        text = translate_markup(engine.translator, [document], engine.search, options.format, options.attributes,
+                                engine.glossary, engine.bans)[0]
+    if partial is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with open(partial, "w", encoding="utf-8") as sink:
+        sink.write(text)
+    os.replace(partial, options.output)
 
 
 def _to_partial(engine: Engine, options: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,
@@ -292,7 +352,8 @@ def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: T
         for chunk in buffered(lines, options.buffer_size, waiting):
             first = options.skip + done[0] + 1
             sources, guides = engine.guides(chunk, first)
-            hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first, guides=guides)
+            hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
+                                                      ids=engine.ids(sources, first), guides=guides)
             out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
             with deferred():  # a buffer is in the output whole, and counted, or not at all
                 sink.write("".join(f"{line}\n" for line in out))

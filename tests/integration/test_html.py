@@ -1,0 +1,106 @@
+"""HTML through translation with a trained model (the copy run: every word translates to itself, so the
+tags must come back around the same words), in `translate --format html` and `serve`; language
+detection (`/detect`, ``source: "auto"``)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from conftest import run_nmtk
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from markup import check, stripped, tagged  # noqa: E402 - the benchmark's own sentences and checks
+
+
+def _lines(tmp: Path, n: int) -> list[str]:
+    return (tmp / "data" / "test.raw.en").read_text().splitlines()[:n]
+
+
+def _endpoint(app, path: str):  # noqa: ANN001, ANN202
+    return next(r for r in app.routes if getattr(r, "path", "") == path).endpoint
+
+
+@pytest.fixture(scope="module")
+def tagged_copy(copy_run):
+    """40 test lines, each with 1-3 inline tags (the benchmark's), as one html document of paragraphs,
+    translated by `translate --format html`; and the lines' plain translations."""
+    tmp, _, env = copy_run
+    lines = _lines(tmp, 40)
+    rng = random.Random(3)
+    tagged_lines = [tagged(line, rng) for line in lines]
+    document = "<html><body>\n" + "\n".join(f"<p>{t}</p>" for t in tagged_lines) + "\n</body></html>\n"
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "html", stdin=document, env=env)
+    assert result.returncode == 0, result.stderr
+    plain = run_nmtk("translate", "-m", str(tmp / "run"), stdin="\n".join(lines) + "\n", env=env)
+    assert plain.returncode == 0, plain.stderr
+    return tmp, lines, tagged_lines, document, result.stdout, plain.stdout.splitlines()
+
+
+def test_html_keeps_every_tag_once_around_the_words_it_covered(tagged_copy) -> None:
+    """Every tag once, well-formed, non-empty; each paragraph's text is the line's plain translation
+    (one batch, the same search); where the model copied the line, the tags are where they were."""
+    _, lines, tagged_lines, document, out, plain = tagged_copy
+    assert out.startswith("<html><body>\n<p>") and out.endswith("</p>\n</body></html>\n")
+    paragraphs = [p.removeprefix("<p>").removesuffix("</p>") for p in out.splitlines()[1:-1]]
+    assert len(paragraphs) == len(lines)
+    assert check(tagged_lines, paragraphs) == {"tags_exactly_once": 1.0, "well_formed": 1.0, "content_non_empty": 1.0}
+    assert [stripped(p) for p in paragraphs] == plain
+    copied = [i for i, line in enumerate(lines) if plain[i] == line]
+    assert len(copied) >= 30
+    same = sum(paragraphs[i] == tagged_lines[i] for i in copied)
+    moved = [(tagged_lines[i], paragraphs[i]) for i in copied if paragraphs[i] != tagged_lines[i]]
+    assert same >= 0.8 * len(copied), moved
+    ET.fromstring(out)  # the whole document too
+
+
+def test_html_errors_are_one_line_and_write_nothing(copy_run, exported, tmp_path: Path) -> None:
+    tmp, _, env = copy_run
+    run = str(tmp / "run")
+    bad = run_nmtk("translate", "-m", run, "--format", "html", stdin="<p>a <b>dog</p>\n", env=env)
+    where = "line 1, column 6: <b> is not closed (its block ends at line 1, column 12)"
+    assert bad.returncode == 1 and where in bad.stderr, bad.stderr
+    out = tmp_path / "out.html"
+    refused = run_nmtk("translate", "-m", run, "--format", "html", "--nbest", "2", "-o", str(out), stdin="<p>a</p>",
+                       env=env)
+    assert refused.returncode == 1 and "--nbest cannot be used with it" in refused.stderr and not out.exists()
+    ct2 = run_nmtk("translate", "-m", str(exported), "--format", "html", stdin="<p>a dog</p>", env=env)
+    assert ct2.returncode == 1 and "ctranslate2 engine (an export) cannot" in ct2.stderr.lower(), ct2.stderr
+    good = run_nmtk("translate", "-m", run, "--format", "xml", "-o", str(out), stdin='the <g id="1">dog</g> runs\n',
+                    env=env)
+    assert good.returncode == 0 and out.read_text().count('<g id="1">') == 1 and out.read_text().endswith("\n")
+
+
+def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_copy) -> None:
+    """``format: "html"`` equals `translate --format html` (its documents batched as text is); /detect
+    answers in LibreTranslate's shape among the server's languages; ``source: "auto"`` on a one-pair
+    server reports the detected source."""
+    from nmtk.decode.load import LoadOptions
+    from nmtk.serve.app import DetectRequest, LibreRequest
+    from nmtk.serve.server import ServeOptions, build
+
+    tmp, lines, tagged_lines, _, out, _ = tagged_copy
+    app, worker, _ = build(ServeOptions(load=LoadOptions(model=tmp / "run"), workers=1))
+    translate, detect = _endpoint(app, "/translate"), _endpoint(app, "/detect")
+    try:
+        answer = asyncio.run(translate(LibreRequest(q=[f"<p>{t}</p>" for t in tagged_lines[:10]], format="html")))
+        assert answer["translatedText"] == out.splitlines()[1:11]
+        found = asyncio.run(detect(DetectRequest(q="Ein Mann fährt mit dem Fahrrad über die Brücke.")))
+        assert found[0]["language"] == "de" and found[0]["confidence"] > 50
+        assert {f["language"] for f in found} == {"en", "de"}
+        many = asyncio.run(detect(DetectRequest(q=["A man rides a bike.", "Ein Mann fährt Fahrrad."])))
+        assert [f[0]["language"] for f in many] == ["en", "de"]
+        auto = asyncio.run(translate(LibreRequest(q=lines[0], source="auto")))
+        assert auto["detectedLanguage"]["language"] == "en" and set(auto) == {"translatedText", "detectedLanguage"}
+        from nmtk.serve.app import ApiError
+
+        with pytest.raises(ApiError, match="malformed html: line 1, column 12: </b> where </i> was expected"):
+            asyncio.run(translate(LibreRequest(q="<b>a <i>dog</b></i>", format="html")))
+        with pytest.raises(ApiError, match='format "html": scores cannot be asked'):
+            asyncio.run(translate(LibreRequest(q="<b>a</b>", format="html", scores=True)))
+    finally:
+        worker.stop(timeout=30)

@@ -1,0 +1,115 @@
+"""Markup cut into segments and put back (`nmtk.text.markup`): without a model, with alignments given."""
+
+from __future__ import annotations
+
+import random
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from nmtk.text.markup import MarkupError, Target, owners, parse, place, token_spans
+
+
+def identity(segment, words=None) -> Target:
+    """A 'translation' that copies the source words, each aligned to itself."""
+    words = words or segment.words
+    text = " ".join(words)
+    return Target(text, token_spans(words, text), list(range(len(words))))
+
+
+def round_trip(markup: str, kind: str = "html") -> str:
+    doc = parse(markup, kind)
+    return doc.render([place(s, identity(s)) for s in doc.segments])
+
+
+@pytest.mark.parametrize("markup, expected", [
+    ("<p>A <b>red</b> car.</p>", None),
+    ("<p>A <a href=\"x.html\" title=\"T\">red <i>fast</i></a> car &amp; a &copy; bike.</p>\n"
+     "<ul><li>One</li><li>Two <br> three</li></ul>", None),
+    ("<div>Run <code>ls -l</code> to <span class=\"x\">see</span> it <img src=\"a.png\" alt=\"A\"> now.</div>", None),
+    ("<p>Keep <span translate=\"no\">Foo Bar</span> and <em></em>this<!-- note -->.</p>", None),
+    ("<pre>  not <b>translated</b>  </pre><p>  spaced   out  </p>",
+     "<pre>  not <b>translated</b>  </pre><p>  spaced out  </p>"),
+    ("<!DOCTYPE html><html><head><title>T</title></head><body><P CLASS=x>Upper <B>case</B></P></body></html>", None),
+])
+def test_a_copy_gives_the_markup_back(markup: str, expected: str | None) -> None:
+    """With every word aligned to itself, every tag, entity, comment and verbatim element is where it was
+    (whitespace inside a segment collapses to one space)."""
+    assert round_trip(markup) == (expected or markup)
+
+
+def test_reordered_words_carry_their_tags() -> None:
+    doc = parse("<p>the <b>red</b> <i>car</i> is fast</p>")
+    segment = doc.segments[0]
+    assert segment.words == ["the", "red", "car", "is", "fast"]
+    words = ["das", "Auto", "ist", "rot", "schnell"]  # aligned: das-the, Auto-car, ist-is, rot-red, schnell-fast
+    text = " ".join(words)
+    out = doc.render([place(segment, Target(text, token_spans(words, text), [0, 2, 3, 1, 4]))])
+    assert out == "<p>das <i>Auto</i> ist <b>rot</b> schnell</p>"
+
+
+def test_crossing_alignments_still_nest_and_keep_every_tag_once() -> None:
+    """Random alignments of random tag sets: the output always parses as XML, each tag once, non-empty."""
+    rng = random.Random(1)
+    for trial in range(300):
+        words = [f"w{i}" for i in range(rng.randint(1, 9))]
+        markup, opened = "", []
+        for k, word in enumerate(words):
+            if rng.random() < 0.3:
+                name = rng.choice("bis")
+                markup += f"<{name} id=\"{k}\">"
+                opened.append(name)
+            markup += word + " "
+            while opened and rng.random() < 0.4:
+                markup = markup.rstrip() + f"</{opened.pop()}> "
+        while opened:
+            markup = markup.rstrip() + f"</{opened.pop()}>"
+        doc = parse(markup, "xml")
+        segment = doc.segments[0]
+        target = [f"t{j}" for j in range(rng.randint(1, 9))]
+        aligned = [rng.randrange(len(segment.words)) for _ in target]
+        text = " ".join(target)
+        out = doc.render([place(segment, Target(text, token_spans(target, text), aligned))])
+        root = ET.fromstring(f"<r>{out}</r>")
+        tags = [e for e in root.iter() if e.tag != "r"]
+        assert sorted(e.get("id") for e in tags) == sorted(t.start.split('"')[1] for t in segment.tags), (trial, out)
+        assert all("".join(e.itertext()).strip() for e in tags), (trial, markup, out)
+
+
+def test_detokenised_text_and_moses_tokens_are_mapped_by_their_characters() -> None:
+    assert token_spans(["Hund", "."], "Hund.") == [(0, 4), (4, 5)]
+    assert token_spans(["&quot;", "Hi", "&quot;"], '"Hi"') == [(0, 1), (1, 3), (3, 4)]  # changed characters
+    assert owners(["Hello,", "world!"], ["Hello", ",", "world", "!"]) == [0, 0, 1, 1]
+
+
+def test_translated_attributes_fill_their_slots_and_others_stay() -> None:
+    doc = parse('<p>A <img src="a b.png" alt="red car"> and <a title=\'big\' href="x">link</a>.</p>', "html",
+                ("alt", "title"))
+    assert [s.words for s in doc.segments] == [["A", "and", "link."], ["red", "car"], ["big"]]
+    placed = [place(doc.segments[0], identity(doc.segments[0])), "rotes <Auto>", "groß"]
+    assert doc.render(placed) == ('<p>A <img src="a b.png" alt="rotes &lt;Auto&gt;"> and '
+                                  '<a title="groß" href="x">link</a>.</p>')
+
+
+def test_sentences_are_cut_where_one_ends_and_the_next_begins() -> None:
+    segment = parse("<p>A dog runs. Then it sits! Dr. Who? no cut e.g. here. 3 cats.</p>").segments[0]
+    assert [" ".join(segment.words[a:b]) for a, b in segment.sentences()] == [
+        "A dog runs.", "Then it sits!", "Dr. Who? no cut e.g. here.", "3 cats."]
+
+
+@pytest.mark.parametrize("markup, where", [
+    ("<p>An <b>open tag.</p>", "<b> is not closed"),
+    ("<p>An </i>end tag.</p>", "</i> where no end tag"),
+    ("<p>Crossed <b><i>tags</b></i>.</p>", "</b> where </i> was expected"),
+    ("<code>never closed", "<code> is not closed"),
+])
+def test_malformed_markup_is_one_error_naming_where(markup: str, where: str) -> None:
+    with pytest.raises(MarkupError, match=where):
+        parse(markup)
+
+
+def test_xml_lines_are_segments_and_every_tag_is_inline() -> None:
+    doc = parse('<g id="1">Hello</g> world\n<x id="2"/>Second <p>line</p>', "xml")
+    assert [s.words for s in doc.segments] == [["Hello", "world"], ["Second", "line"]]
+    assert round_trip('<g id="1">Hello</g> world\n<x id="2"/>Second <p>line</p>', "xml") == \
+        '<g id="1">Hello</g> world\n<x id="2"/>Second <p>line</p>'
