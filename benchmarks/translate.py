@@ -4,8 +4,11 @@ Each row runs in a fresh process, so its peak RSS is its own: the model is loade
 50 sentences warm up, then the 1,000 are translated as `nmtk translate` does (length-sorted batches,
 its default --max-tokens and --buffer-size). A row is ENGINE:PRECISION: ``nmtk:fp32``, ``nmtk:bf16``,
 ``nmtk:auto`` (what `translate` picks by default), ``ct2:float32``, ``ct2:int8``... (ct2 rows use a
-CTranslate2 export of the same checkpoint, made first with `nmtk export`). Prints one JSON line:
-per row sentences/s, target tokens/s, model load seconds, peak RSS and sacreBLEU.
+CTranslate2 export of the same checkpoint, made first with `nmtk export`); ``+shortlist`` after a row
+(``nmtk:fp32+shortlist``, ``ct2:int8+shortlist``) decodes with the run's lexical shortlist (made first
+with `nmtk shortlist RUN` if the run has none; its ct2 export carries it). Prints one JSON line:
+per row sentences/s, target tokens/s, model load seconds, peak RSS and sacreBLEU; a shortlist row also
+the share of its lines identical to the same row without it, where that row ran too.
 
 ``--lines 20000,200000`` instead streams that many Multi30k-derived lines through the `nmtk
 translate` command (greedy, -i FILE -o FILE) and reports the peak RSS of each: memory must not grow
@@ -50,6 +53,7 @@ def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> tuple
     from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
 
+    row, listed = row.removesuffix("+shortlist"), row.endswith("+shortlist")
     engine, precision = row.split(":", 1)
     if engine == "nmtk":
         import torch
@@ -57,9 +61,9 @@ def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> tuple
         torch.set_num_threads(threads)
         model, precision = run_dir, Precision(precision)
     else:
-        model, precision = run_dir / f"export-{precision}", Precision.auto
+        model, precision = run_dir / f"export-{precision}{'-shortlist' if listed else ''}", Precision.auto
     source = resolve_model(model)
-    options = LoadOptions(precision=precision, device=device, threads=threads)
+    options = LoadOptions(precision=precision, device=device, threads=threads, shortlist=listed)
     return load_translator(source, options), SearchConfig.from_recipe(source.recipe.decode, beam=beam)
 
 
@@ -67,7 +71,7 @@ def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dic
     """One row, in this process: load, warm up, translate the test set, score."""
     start = time.perf_counter()
     translator, search = load(row, run_dir, threads, beam, device)
-    chosen = str(translator.precision) if row.startswith("nmtk:") else row.split(":", 1)[1]
+    chosen = str(translator.precision) if row.startswith("nmtk:") else row.split(":", 1)[1].removesuffix("+shortlist")
     detok = translator.tgt_pipe.decode
 
     def hyps_fn(lines: list[str]) -> list[list[int]]:
@@ -85,11 +89,12 @@ def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dic
     return {"precision": chosen, "sentences_per_s": round(len(sources) / seconds, 1),
             "tgt_tokens_per_s": round(sum(len(t) + 1 for t in out) / seconds), "seconds": round(seconds, 2),
             "model_load_s": round(load_s, 2), "bleu": round(bleu, 2),
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "lines": [detok(t) for t in out]}
 
 
-def export_for(run_dir: Path, quantization: str) -> None:
-    target = run_dir / f"export-{quantization}"
+def export_for(run_dir: Path, quantization: str, shortlist: bool = False) -> None:
+    target = run_dir / f"export-{quantization}{'-shortlist' if shortlist else ''}"
     if not (target / "model.bin").is_file():
         subprocess.run([sys.executable, "-m", "nmtk", "export", str(run_dir), "-o", str(target), "--quantization",
                         quantization, "--force"], check=True, cwd=ROOT, capture_output=True)
@@ -98,13 +103,25 @@ def export_for(run_dir: Path, quantization: str) -> None:
 def rows(args: argparse.Namespace) -> dict[str, object]:
     report: dict[str, object] = {"benchmark": "translate", "run": str(args.run), "sentences": 1000,
                                  "beam": args.beam, "threads": args.threads, "device": args.device}
+    lines: dict[str, list[str]] = {}
     for row in args.rows.split(","):
+        listed = row.endswith("+shortlist")
+        if listed and not (args.run / "shortlist.npz").is_file():
+            subprocess.run([sys.executable, "-m", "nmtk", "shortlist", str(args.run)], check=True, cwd=ROOT,
+                           capture_output=True)
         if row.startswith("ct2:"):
-            export_for(args.run, row.split(":", 1)[1])
+            export_for(args.run, row.split(":", 1)[1].removesuffix("+shortlist"), listed)
         runs = [one_row(row, args) for _ in range(args.repeat)]
         median = sorted(runs, key=lambda r: r["sentences_per_s"])[len(runs) // 2]
+        lines[row] = median.pop("lines")
         report[row] = {**median, "runs_sentences_per_s": [r["sentences_per_s"] for r in runs],
                        "runs_peak_rss_mib": [r["peak_rss_mib"] for r in runs]}
+        plain = row.removesuffix("+shortlist")
+        if listed and plain in lines:
+            same = sum(a == b for a, b in zip(lines[plain], lines[row], strict=True)) / len(lines[row])
+            report[row]["identical_to_" + plain] = round(same, 4)
+            speed = report[row]["sentences_per_s"] / report[plain]["sentences_per_s"]
+            report[row]["speed_vs_" + plain] = round(speed, 3)
     return report
 
 

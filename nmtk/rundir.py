@@ -24,8 +24,11 @@ RECIPE = "recipe.toml"
 TRAIN_LOG = "train.jsonl"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
 EXPORT_MARKER = "nmtk-export.json"
-#: CTranslate2's vocabulary map in an export of a model with per-target output vocabularies.
+#: CTranslate2's vocabulary map in an export of a model with per-target output vocabularies, or of a run
+#: with a lexical shortlist.
 CT2_VOCAB_MAP = "vmap.txt"
+#: A run's lexical shortlist (`nmtk shortlist`: `nmtk.data.shortlist`).
+SHORTLIST = "shortlist.npz"
 #: In every folder an nmtk command writes whole (an export of either format, an imported run): what
 #: `check_replaceable` looks for, the one rule of what ``--force`` may replace.
 WRITTEN_BY = "nmtk-written.json"

@@ -246,7 +246,11 @@ DecodePrecision = Annotated[Precision, typer.Option(help="Arithmetic of the deco
 TargetLangOption = Annotated[str | None, typer.Option("--target-lang", help="A multilingual model's target "
                                                      "language (its tag, >>xx<<, is put before each source).")]
 SourceLangOption = Annotated[str | None, typer.Option("--source-lang", help="A multilingual model's source "
-                                                     "language, where it has the target from several.")]
+                                                     "language, where it has the target from several; auto: "
+                                                     "each line's detected language.")]
+ShortlistOption = Annotated[bool, typer.Option("--shortlist", help="Project each batch onto its sources' "
+                                                "candidate pieces (the run's `nmtk shortlist`; an export's "
+                                                "vmap.txt).")]
 FormatOption = Annotated[MarkupFormat, typer.Option(
     "--format", help="text: a line each; html (or xml: inline tags in lines of text): the whole input is one "
                      "document, its tags kept around the words they covered.")]
@@ -306,7 +310,8 @@ def _refuse_batch_size(batch_size: str | None) -> None:
 
 
 @app.command()
-@_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision"),
+@_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision",
+                    "shortlist"),
           "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size", "format_", "attrs"),
           "Search": ("beam", "nbest", "lenpen", "lenpen_form", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
@@ -353,12 +358,12 @@ def translate(
     repetition_penalty: RepetitionOption = None,
     format_: FormatOption = MarkupFormat.text,
     attrs: AttributesOption = None,
+    shortlist: ShortlistOption = False,
     batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True)] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
     _refuse_batch_size(batch_size)
     from nmtk.decode import stream
-    from nmtk.decode.load import LoadOptions
     from nmtk.decode.search.config import SamplingConfig
 
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
@@ -366,9 +371,9 @@ def translate(
                   sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None,
                   no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   ordered_constraints=constraints == ConstraintOrder.ordered if constraints else None)
-    load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
-                       ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer, target_lang=target_lang,
-                       source_lang=source_lang)
+    load = stream.LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
+                              ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer, target_lang=target_lang,
+                              source_lang=source_lang, shortlist=shortlist)
     guide = stream.GuideOptions(stream.InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
                                 glossary_ignore_case or None, ban)
     stream.translate(stream.TranslateOptions(load=load, search=search, input=input_, output=output, force=force,
@@ -436,7 +441,7 @@ def import_(
 
 
 @app.command()
-@_panels({"Model": ("model", "checkpoint", "device", "threads", "precision"),
+@_panels({"Model": ("model", "checkpoint", "device", "threads", "precision", "shortlist"),
           "Server": ("host", "port", "api_key", "workers"),
           "Batching and limits": ("gather_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
           "Search": ("beam", "lenpen", "lenpen_form", "no_repeat_ngram_size", "repetition_penalty"),
@@ -470,6 +475,7 @@ def serve(
     glossary: GlossaryOption = None,
     glossary_ignore_case: GlossaryCaseOption = False,
     ban: BanOption = None,
+    shortlist: ShortlistOption = False,
 ) -> None:
     """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
     at / to try it. SIGTERM finishes the requests in flight; SIGHUP reloads the run's checkpoint. Glossary
@@ -479,7 +485,8 @@ def serve(
     from nmtk.serve.server import ServeOptions
     from nmtk.serve.server import serve as run_server
 
-    load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision)
+    load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
+                       shortlist=shortlist)
     search = dict(beam=beam, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   no_repeat_ngram_size=no_repeat_ngram_size,
                   repetition_penalty=repetition_penalty)
@@ -524,6 +531,25 @@ def attention(
                                force=force, target_lang=target_lang, source_lang=source_lang)
     for path in draw(options):
         console.print(f"wrote {path}")
+
+
+@app.command()
+def shortlist(
+    run: Annotated[Path, typer.Argument(help="Run directory: its shortlist is saved in it (shortlist.npz).")],
+    data: Annotated[Path | None, typer.Option(help="The prepared data it was trained on (default: "
+                                              "data-bin/<recipe name>).")] = None,
+    per_source: Annotated[int, typer.Option(min=1, help="Target pieces kept per source piece.")] = 50,
+    frequent: Annotated[int, typer.Option(min=0, help="The most frequent target pieces, kept for every "
+                                          "sentence.")] = 100,
+) -> None:
+    """Build a lexical shortlist for decoding: per source piece, the target pieces that co-occur with it most
+    in the training data, and the most frequent ones (translate/serve --shortlist; an export's vmap.txt)."""
+    from nmtk.decode.shortlists import make_shortlist
+
+    report = make_shortlist(run, data, per_source, frequent)
+    console.print(f"wrote {report.path}: {report.per_source} pieces per source piece and {report.frequent} frequent "
+                  f"ones, from {report.sentences:,} training pairs; a sentence keeps {report.mean_candidates:,.0f} "
+                  f"of the {report.vocabulary:,} target pieces on average")
 
 
 @app.command()

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nmtk.convert.exporting import ExportResult, export_source, write_export
+from nmtk.data.shortlist import Shortlist
 from nmtk.errors import NmtkError
 from nmtk.files import write_text_atomic
 from nmtk.model_source import ModelSource
 from nmtk.recipe import Recipe
-from nmtk.rundir import EXPORT_MARKER, ExportDir
+from nmtk.rundir import EXPORT_MARKER, SHORTLIST, ExportDir
 from nmtk.text.pairs import model_pipelines
 from nmtk.vocab import BOS, EOS, UNK
 
@@ -118,16 +119,22 @@ def export_ctranslate2(source: ModelSource, out: Path, quantization: str, force:
     source_pieces, target_pieces = src_pipe.subwords.pieces(), tgt_pipe.subwords.pieces()
     spec = model_spec(model, source_pieces, target_pieces)
 
+    kept = run.run.path / SHORTLIST  # a run's shortlist goes with it (a per-target model has its own map)
+    shortlist = Shortlist.load(kept) if kept.is_file() and model.language_table is None else None
+
     def fill(folder: Path) -> None:
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(str(folder))
         if model.language_table is not None:
             write_text_atomic(ExportDir(folder).vocab_map, vocab_map(model, source_pieces, target_pieces))
+        elif shortlist is not None:
+            write_text_atomic(ExportDir(folder).vocab_map, shortlist_map(shortlist, source_pieces, target_pieces))
 
     return write_export(out, "ctranslate2", run, fill, {"quantization": quantization,
                                                          "max_positions": model.cfg.max_positions,
-                                                         "vocab_map": model.language_table is not None},
+                                                         "vocab_map": model.language_table is not None,
+                                                         "shortlist": shortlist is not None},
                         lambda meta: _readme(run.recipe, meta))
 
 
@@ -143,6 +150,17 @@ def vocab_map(model: Transformer, source_pieces: list[str], target_pieces: list[
     return "".join(lines)
 
 
+def shortlist_map(shortlist: Shortlist, source_pieces: list[str], target_pieces: list[str]) -> str:
+    """CTranslate2's vocabulary map of a run's lexical shortlist (`nmtk shortlist`): a line per source
+    piece (the piece, a tab, its candidate target pieces), and one with no source: the pieces every
+    sentence may produce. Translated with ``use_vmap``, as `translate --shortlist` searches."""
+    lines = ["\t" + " ".join(target_pieces[i] for i in shortlist.frequent)]
+    for source, row in enumerate(shortlist.table[: len(source_pieces)]):
+        if (targets := [target_pieces[i] for i in row if i >= 0]):
+            lines.append(f"{source_pieces[source]}\t{' '.join(targets)}")
+    return "\n".join(lines) + "\n"
+
+
 def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:
     pairs = recipe.data.language_pairs()
     src, tgt = pairs[0].source_lang, pairs[0].target_lang
@@ -152,6 +170,9 @@ def _readme(recipe: Recipe, meta: dict[str, Any]) -> str:
     if meta.get("vocab_map"):
         tags += (" Each target language produces only its own pieces (`vmap.txt`): with CTranslate2 alone, "
                  "translate with `use_vmap=True` and one target language per call.")
+    if meta.get("shortlist"):
+        tags += (" The run's lexical shortlist is `vmap.txt`: `nmtk translate --shortlist`, or CTranslate2's "
+                 "`use_vmap=True`, projects each batch onto its sources' candidate pieces.")
     return f"""# {recipe.name}: a CTranslate2 model exported by nmtk {meta["nmtk"]}
 
 {", ".join(f"{p.source_lang} → {p.target_lang}" for p in pairs)}.{tags}

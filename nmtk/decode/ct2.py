@@ -54,16 +54,19 @@ class Ct2Translator(TranslatorBase):
     ct2: Any
     quantization: str = ""
     device: str = "cpu"
+    shortlist: bool = False  # search with the export's lexical shortlist (`vmap.txt`, CTranslate2's use_vmap)
     _seeded: set[int] = field(default_factory=set, init=False, repr=False)
     _said_form: bool = field(default=False, init=False, repr=False)
 
     @classmethod
     def load(cls, source: ModelSource, device: str = "cpu", threads: int = 0, compute_type: str | None = None,
-             searches: int = 1, pair: tuple[str | None, str | None, bool] = (None, None, False)) -> Ct2Translator:
+             searches: int = 1, pair: tuple[str | None, str | None, bool] = (None, None, False),
+             shortlist: bool = False) -> Ct2Translator:
         """The export ``source`` names (`nmtk.model_source.resolve_model`). ``device``: cpu, cuda, cuda:N, or
         auto (CUDA when CTranslate2 sees a GPU); ``compute_type``: CTranslate2's (None: the type
         exported); ``threads`` per search, ``searches`` run side by side (calls from that many Python
-        threads); ``pair``: a multilingual model's (target, source, any pair) as `model_pipelines` takes them."""
+        threads); ``pair``: a multilingual model's (target, source, any pair) as `model_pipelines` takes them;
+        ``shortlist``: search with the run's shortlist the export carries (`nmtk shortlist`)."""
         import ctranslate2
 
         folder, recipe, manifest = ExportDir(source.path), source.recipe, source.manifest
@@ -87,9 +90,12 @@ class Ct2Translator(TranslatorBase):
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise NmtkError(f"{folder.path}: not a complete nmtk export ({first}); run nmtk export again") from None
+        if shortlist and not meta.get("shortlist"):
+            raise NmtkError(f"--shortlist: {folder.path} carries no shortlist: run `nmtk shortlist RUN` on the run, "
+                            "then export it again")
         return cls(directory=folder.path, pipelines=pipelines, pairs=pairs, ct2=ct2,
                    max_positions=int(meta.get("max_positions", 1024)), longest_trained=longest,
-                   quantization=compute_type or meta.get("quantization", ""), device=device)
+                   quantization=compute_type or meta.get("quantization", ""), device=device, shortlist=shortlist)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -99,7 +105,7 @@ class Ct2Translator(TranslatorBase):
         # per-target output vocabularies (`nmtk.convert.ctranslate2.vocab_map`): CTranslate2 searches a
         # call's union of its sources' targets, so each call holds one target (its tag, the first piece)
         vmap = ExportDir(self.directory).vocab_map
-        self.vocab_map = vmap.is_file()
+        self.vocab_map = vmap.is_file() and bool(ExportDir(self.directory).meta().get("vocab_map"))
         self.pieces_by_tag: dict[int, frozenset[int]] = {}
         if self.vocab_map:  # one line per target: its tag's piece, a tab, the pieces it may produce
             source_ids = {piece: i for i, piece in enumerate(self.source_pieces)}
@@ -178,7 +184,8 @@ class Ct2Translator(TranslatorBase):
         options: dict[str, Any] = dict(max_decoding_length=max(limit, 1), min_decoding_length=1, max_input_length=0,
                                        return_scores=True, length_penalty=search.length_penalty,
                                        no_repeat_ngram_size=search.no_repeat_ngram_size,
-                                       repetition_penalty=search.repetition_penalty, use_vmap=self.vocab_map)
+                                       repetition_penalty=search.repetition_penalty,
+                                       use_vmap=self.vocab_map or self.shortlist)
         if sampling is None:
             options.update(beam_size=search.beam, num_hypotheses=search.nbest)
         else:

@@ -36,6 +36,7 @@ class LoadOptions:
     target_lang: str | None = None  # a multilingual model's target (its tag starts every source)
     source_lang: str | None = None  # where a multilingual model has that target from several sources
     any_pair: bool = False  # a multilingual model without target_lang: its first pair (the server's requests say)
+    shortlist: bool = False  # project onto the run's lexical shortlist (`nmtk shortlist`; an export's vmap.txt)
 
 
 def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
@@ -53,6 +54,7 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     from nmtk.checkpoint import load_model
     from nmtk.decode.search.batches import step_probe
     from nmtk.decode.search.ensemble import Ensemble
+    from nmtk.decode.shortlists import run_shortlist
     from nmtk.decode.translator import Translator
     from nmtk.device import keep_freed_memory, pick_device, resolve_precision
     from nmtk.text.pairs import model_pipelines
@@ -78,7 +80,8 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
                                        options.source_lang, options.any_pair)
     return Translator(pipelines=pipelines, pairs=pairs, model=model, device=device,
                       precision=precision, align_layer=(options.alignment_layer or layers) - 1,
-                      longest_trained=manifest.longest_training_source)
+                      longest_trained=manifest.longest_training_source,
+                      shortlist=run_shortlist(source.path) if options.shortlist else None)
 
 
 def _load_exported(source: ModelSource, options: LoadOptions) -> TranslatorBase:
@@ -91,6 +94,7 @@ def _load_exported(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     compute = None if options.precision is Precision.auto else CT2_COMPUTE_TYPES[options.precision]
     translator = Ct2Translator.load(source, options.device or "auto", threads=options.threads or 0,
                                     compute_type=compute, searches=options.searches,
-                                    pair=(options.target_lang, options.source_lang, options.any_pair))
+                                    pair=(options.target_lang, options.source_lang, options.any_pair),
+                                    shortlist=options.shortlist)
     console.print(f"model: {source.path} (CTranslate2, {translator.quantization}, {translator.device})")
     return translator

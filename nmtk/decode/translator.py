@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from nmtk.data.shortlist import Shortlist
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.search.alignment import align
 from nmtk.decode.search.batches import decode_ids
@@ -29,6 +30,7 @@ class Translator(TranslatorBase):
     model: Transformer | Ensemble
     device: torch.device
     align_layer: int = -1  # decoder layer (0-based, negative from the end) whose cross-attention aligns
+    shortlist: Shortlist | None = None  # each batch projects onto its sources' candidates (`nmtk shortlist`)
     # One generator per sampling setting, made at its first call: the batches of one input, and the
     # calls of one server, continue its stream instead of repeating it.
     _generators: dict[SamplingConfig, torch.Generator] = field(default_factory=dict, init=False, repr=False)
@@ -50,7 +52,7 @@ class Translator(TranslatorBase):
         if self.text_only:
             raise NmtkError("this translator's weights were freed (keep_text_only): it cannot search")
         hyps = decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
-                          generator=self._generator(search.sampling), controls=controls)
+                          generator=self._generator(search.sampling), controls=controls, shortlist=self.shortlist)
         if search.align:
             self._align(pieces, hyps)
         return hyps

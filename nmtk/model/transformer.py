@@ -156,6 +156,7 @@ class Transformer(nn.Module):
         self.output_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab)) if cfg.output_bias else None
         self._compiled: dict[str, list[Callable[..., Tensor]]] = {}  # see `compile_layers`
         self._output_columns: tuple[tuple[int, int, torch.dtype], Tensor] | None = None  # see `project`
+        self._shortlist: tuple[Tensor, Tensor, Tensor | None] | None = None  # see `restrict_output`
         if cfg.output_languages:  # buffers, so that checkpoints carry them (`set_output_languages`)
             self.register_buffer("output_tags", torch.zeros(cfg.output_languages, dtype=torch.long))
             self.register_buffer("output_allowed", torch.ones(cfg.output_languages, cfg.tgt_vocab, dtype=torch.bool))
@@ -272,11 +273,36 @@ class Transformer(nn.Module):
         as soon as the plain path is taken (a model moved to a GPU, training) or training mode is set.
         """
         weight = self.output_weight
+        if self._shortlist is not None:
+            return self._project_shortlisted(h)
         if h.device.type != "cpu" or torch.is_grad_enabled() or weight.is_inference():  # (no version to key on)
             self._output_columns = None
             return F.linear(h, weight, self.output_bias)
         flat, columns = h.reshape(-1, h.size(-1)), self._columns(weight)
         logits = flat @ columns if self.output_bias is None else torch.addmm(self.output_bias, flat, columns)
+        return logits.view(*h.shape[:-1], logits.size(-1))
+
+    def restrict_output(self, ids: Tensor | None) -> None:
+        """Project onto the target ``ids`` alone (a lexical shortlist's candidates for a batch:
+        `nmtk.data.shortlist`), every other id's logit -inf; None: the whole vocabulary again. The rows
+        of the output matrix are gathered once here, not at every step."""
+        if ids is None:
+            self._shortlist = None
+            return
+        weight = self.output_weight.detach()
+        rows = weight.index_select(0, ids)
+        self._shortlist = (ids, rows.t().contiguous() if ids.device.type == "cpu" else rows,
+                           None if self.output_bias is None else self.output_bias.detach().index_select(0, ids))
+
+    def _project_shortlisted(self, h: Tensor) -> Tensor:
+        """`project` onto the shortlist's ids, scattered into the vocabulary's logits (-inf elsewhere)."""
+        ids, rows, bias = self._shortlist
+        flat = h.reshape(-1, h.size(-1))
+        part = flat @ rows.to(flat.dtype) if ids.device.type == "cpu" else F.linear(flat, rows.to(flat.dtype))
+        if bias is not None:
+            part = part + bias.to(part.dtype)
+        logits = part.new_full((flat.size(0), self.cfg.tgt_vocab), float("-inf"))
+        logits.index_copy_(1, ids, part)
         return logits.view(*h.shape[:-1], logits.size(-1))
 
     def train(self, mode: bool = True) -> Transformer:

@@ -3,7 +3,8 @@ results in input order."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 from nmtk.console import console
 from nmtk.data.batching import length_batches
 from nmtk.data.dataset import pad_multiple, pad_sequences
+from nmtk.data.shortlist import Shortlist
 from nmtk.decode.search.choose import search
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.decode.search.contract import Decoder
@@ -25,19 +27,22 @@ __all__ = ["decode_ids", "length_batches"]
 def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConfig, *,
                device: torch.device | None = None, precision: Precision = Precision.fp32,
                generator: torch.Generator | None = None, pad_to: int | None = None,
-               controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
+               controls: Sequence[LineControls | None] | None = None,
+               shortlist: Shortlist | None = None) -> list[list[Hypothesis]]:
     """Hypotheses for each source (ids without EOS), in input order.
 
     Each batch is searched as `nmtk.decode.search.choose.search_for` chooses (``generator``: sampling's
     random stream), and holds at most ``cfg.budget(device)`` source tokens times the rows a source takes
     (`SearchConfig.rows`). ``pad_to``: pad source lengths to a multiple of it (default `pad_multiple`: 8 on
     a GPU). ``controls``: per source, its prefix, constraints and banned phrases (`LineControls`), or None.
+    ``shortlist``: each batch projects onto its sources' candidates (`Shortlist.candidates`, with the
+    pieces of their prefixes and constraints) instead of the whole vocabulary.
     """
     device = device or next(model.parameters()).device
     lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     run = _BatchSearch(model, sources, cfg, generator, device, precision,
-                       pad_multiple(device) if pad_to is None else pad_to, controls)
+                       pad_multiple(device) if pad_to is None else pad_to, controls, shortlist)
     was_training = model.training
     model.eval()
     try:
@@ -61,6 +66,7 @@ class _BatchSearch:
     precision: Precision
     multiple: int
     controls: Sequence[LineControls | None] | None
+    shortlist: Shortlist | None = None
     halved: int = 0  # batches that ran out of memory
 
     def search(self, batch: list[int]) -> list[list[Hypothesis]]:
@@ -73,7 +79,7 @@ class _BatchSearch:
             src = pad_sequences([np.asarray(self.sources[i], dtype=np.int64) for i in batch], suffix=EOS_ID,
                                 multiple=self.multiple).to(self.device)
             steer = None if self.controls is None else [self.controls[i] for i in batch]
-            with autocast_for(self.device, self.precision):
+            with autocast_for(self.device, self.precision), self._shortlisted(batch, steer):
                 return search(self.model, src, self.cfg, steer, self.generator)
         except torch.OutOfMemoryError:
             if len(batch) == 1:
@@ -86,6 +92,26 @@ class _BatchSearch:
         self.halved += 1
         half = len(batch) // 2
         return self.search(batch[:half]) + self.search(batch[half:])
+
+
+    @contextmanager
+    def _shortlisted(self, batch: list[int], steer: list[LineControls | None] | None) -> Iterator[None]:
+        """The batch's search with the shortlist's candidates of its sources, and of its lines' prefixes
+        and constraints, as the only outputs (nothing restricted without a shortlist)."""
+        if self.shortlist is None:
+            yield
+            return
+        extra = [t for c in steer or () if c is not None for t in (*c.prefix, *(x for term in c.constraints
+                                                                                  for x in term))]
+        ids = torch.from_numpy(self.shortlist.candidates((self.sources[i] for i in batch), extra)).to(self.device)
+        members = list(getattr(self.model, "models", [self.model]))
+        for member in members:
+            member.restrict_output(ids)
+        try:
+            yield
+        finally:
+            for member in members:
+                member.restrict_output(None)
 
 
 PROBE_SOURCES, PROBE_BEAM, PROBE_STEPS = 16, 4, 8

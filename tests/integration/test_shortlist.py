@@ -1,0 +1,96 @@
+"""Lexical shortlists (`nmtk shortlist`, `--shortlist`) on the copy run: every word translates to itself,
+so a sentence's own pieces are all its translation needs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_nmtk
+
+
+@pytest.fixture(scope="module")
+def listed(copy_run, tmp_path_factory):
+    """A copy of the copy run with a small shortlist: 3 pieces per source piece, no frequent ones."""
+    tmp, _, env = copy_run
+    run = tmp_path_factory.mktemp("shortlist") / "run"
+    shutil.copytree(tmp / "run", run)
+    result = run_nmtk("shortlist", str(run), "--data", str(tmp / "data"), "--per-source", "3", "--frequent", "0",
+                      env=env)
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stderr and "3 pieces per source piece" in result.stderr
+    return tmp, run, env
+
+
+def test_each_piece_lists_itself_first(listed) -> None:
+    from nmtk.data.shortlist import Shortlist
+    from nmtk.text.subword import load_subword_model
+
+    tmp, run, _ = listed
+    shortlist = Shortlist.load(run / "shortlist.npz")
+    assert shortlist.table.shape[1] == 3 and len(shortlist.frequent) == 0
+    pieces = load_subword_model(next(run.glob("*.model"))).pieces()
+    words = {i for i, p in enumerate(pieces) if p.startswith("▁") and p[1:].isalpha()}  # the lexicon's words
+    listed_rows = [i for i in words if shortlist.table[i, 0] >= 0]
+    assert len(listed_rows) >= 30
+    assert all(shortlist.table[i, 0] == i for i in listed_rows)  # a word's best co-occurrence: itself
+    candidates = shortlist.candidates([[sorted(words)[0]]])
+    assert len(candidates) <= 3 + 4 and set(range(4)) <= set(candidates.tolist())
+
+
+def test_translating_with_the_shortlist_keeps_the_translations_and_the_terms(listed) -> None:
+    """The copy needs only the sentence's own pieces: --shortlist gives the same lines; a constraint whose
+    word is not in the source joins the candidates and is still produced."""
+    tmp, run, env = listed
+    lines = (tmp / "data" / "test.raw.en").read_text().splitlines()[:30]
+    stdin = "\n".join(lines) + "\n"
+    full = run_nmtk("translate", "-m", str(run), stdin=stdin, env=env)
+    short = run_nmtk("translate", "-m", str(run), "--shortlist", stdin=stdin, env=env)
+    assert full.returncode == 0 and short.returncode == 0, short.stderr
+    assert short.stdout == full.stdout
+    termed = "\n".join(f"{line}\tcat" for line in lines if "cat" not in line.split()) + "\n"
+    out = run_nmtk("translate", "-m", str(run), "--shortlist", "--constraints", "unordered", stdin=termed, env=env)
+    assert out.returncode == 0, out.stderr
+    assert all("cat" in line.split() for line in out.stdout.splitlines())
+
+
+def test_a_batch_searches_only_its_candidates(listed) -> None:
+    """The search's log-probabilities are normalised over the candidates: every piece a translation
+    chose is one of them (the restriction is real, not a no-op)."""
+    import torch
+
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+
+    tmp, run, _ = listed
+    translator = load_translator(resolve_model(run), LoadOptions(model=run, shortlist=True, threads=2))
+    model = translator.first_model
+    ids = translator.encode(["dog cat"])
+    allowed = torch.from_numpy(translator.shortlist.candidates(ids))
+    model.restrict_output(allowed)
+    try:
+        logits = model.project(torch.zeros(1, model.cfg.d_model))
+    finally:
+        model.restrict_output(None)
+    assert torch.isfinite(logits[0, allowed]).all() and torch.isinf(logits).sum() == model.cfg.tgt_vocab - len(allowed)
+    hyps = translator.hypotheses(["dog cat"], SearchConfig(beam=2))
+    assert set(hyps[0][0].tokens) <= set(allowed.tolist())
+
+
+def test_the_export_carries_it_as_ctranslate2s_vocabulary_map(listed, tmp_path: Path) -> None:
+    tmp, run, env = listed
+    out = tmp_path / "ct2"
+    assert run_nmtk("export", str(run), "-o", str(out), env=env).returncode == 0
+    vmap = (out / "vmap.txt").read_text().splitlines()
+    assert vmap[0] == "\t" and all(len(row.split("\t")[1].split()) <= 3 for row in vmap[1:])
+    lines = (tmp / "data" / "test.raw.en").read_text().splitlines()[:30]
+    stdin = "\n".join(lines) + "\n"
+    plain = run_nmtk("translate", "-m", str(out), stdin=stdin, env=env)
+    short = run_nmtk("translate", "-m", str(out), "--shortlist", stdin=stdin, env=env)
+    assert short.returncode == 0 and short.stdout == plain.stdout, short.stderr
+    missing = run_nmtk("translate", "-m", str(tmp / "run"), "--shortlist", stdin="dog\n", env=env)
+    assert missing.returncode == 1 and "has no shortlist: make one with `nmtk shortlist" in missing.stderr
+    assert np.load(run / "shortlist.npz")["table"].shape[1] == 3
