@@ -17,7 +17,6 @@ Usage: python benchmarks/markup.py [--run DIR] [--lines 200] [--clients 64] [--r
 from __future__ import annotations
 
 import argparse
-import gzip
 import html
 import json
 import random
@@ -30,7 +29,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from _util import ROOT, data_root
+from _util import ROOT, multi30k_lines
 
 TAGS = ('<b>', '</b>'), ('<i>', '</i>'), ('<a href="https://example.com/x?a=1&amp;b=2">', '</a>'), \
     ('<span class="note">', '</span>')
@@ -108,11 +107,6 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
     return round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
 
 
-def _lines(name: str) -> list[str]:
-    with gzip.open(data_root() / "multi30k" / name, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
-
-
 def offline(run: Path, sources: list[str], documents: list[str], references: list[str]) -> dict:
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.markup import translate_markup
@@ -168,8 +162,10 @@ def served(run: Path, sources: list[str], documents: list[str], clients: int, re
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
     text, markup = statistics.median(rates["text"]), statistics.median(rates["html"])
+    paired = [round(h / t, 3) for t, h in zip(rates["text"], rates["html"], strict=True)]
     return {"clients": clients, "text_sent_per_s": text, "html_sent_per_s": markup, "runs": rates,
-            "html_vs_text": round(markup / text, 3), "errors": errors}
+            "html_vs_text": round(markup / text, 3), "html_vs_text_runs": paired,
+            "html_vs_text_median_of_runs": statistics.median(paired), "errors": errors}
 
 
 def main() -> None:
@@ -181,8 +177,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    sources = _lines("test_2016_flickr.en.gz")[: args.lines]
-    references = _lines("test_2016_flickr.de.gz")[: args.lines]
+    sources = multi30k_lines("test_2016_flickr.en.gz")[: args.lines]
+    references = multi30k_lines("test_2016_flickr.de.gz")[: args.lines]
     documents = [tagged(line, rng) for line in sources]
     result = {"benchmark": "markup", "run": str(args.run), "lines": len(sources), "seed": args.seed,
               **offline(args.run, sources, documents, references)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -9,13 +10,13 @@ import torch
 
 from nmtk.data.shortlist import Shortlist
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.search.alignment import align
+from nmtk.decode.search.alignment import Alignment, encoded_cross_attention, hard_alignment
 from nmtk.decode.search.batches import decode_ids
 from nmtk.decode.search.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
 from nmtk.decode.search.ensemble import Ensemble
 from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
-from nmtk.model import Transformer
+from nmtk.model import Encoded, Transformer
 from nmtk.text.subword import word_index, word_starts
 
 
@@ -51,11 +52,9 @@ class Translator(TranslatorBase):
                       controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
         if self.text_only:
             raise NmtkError("this translator's weights were freed (keep_text_only): it cannot search")
-        hyps = decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
-                          generator=self._generator(search.sampling), controls=controls, shortlist=self.shortlist)
-        if search.align:
-            self._align(pieces, hyps)
-        return hyps
+        return decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
+                          generator=self._generator(search.sampling), controls=controls, shortlist=self.shortlist,
+                          aligner=self._align if search.align else None)
 
     def _generator(self, sampling: SamplingConfig | None) -> torch.Generator | None:
         """Sampling's random stream, one per setting, made at its first call (None: no sampling)."""
@@ -65,19 +64,24 @@ class Translator(TranslatorBase):
             self._generators[sampling] = torch.Generator(device=self.device).manual_seed(sampling.seed)
         return self._generators[sampling]
 
-    def _align(self, sources: list[list[int]], hyps: list[list[Hypothesis]]) -> None:
-        """Attach a word alignment to every hypothesis (the first model's, for an ensemble)."""
-        pairs = [(src, h) for src, group in zip(sources, hyps, strict=True) for h in group]
-        pairs.sort(key=lambda pair: (len(pair[0]), len(pair[1].tokens)))  # batches of like lengths: little padding
+    def _align(self, sources: list[Sequence[int]], hyps: list[list[Hypothesis]], encoded: Encoded | list[Encoded]
+               ) -> None:
+        """Attach a word alignment to every hypothesis of a searched batch (the first model's, for an
+        ensemble), from the encoder output the search made (``encoded``), 64 hypotheses at a time."""
+        first = encoded[0] if isinstance(encoded, list) else encoded
+        pairs = [(row, src, h) for row, (src, group) in enumerate(zip(sources, hyps, strict=True)) for h in group]
+        for _, _, h in pairs:
+            h.alignment = Alignment([], 0, 0)
+        pairs = [(row, src, h) for row, src, h in pairs if src and h.tokens]
+        source_starts, target_starts = self.word_starts
         for start in range(0, len(pairs), 64):
             chunk = pairs[start : start + 64]
-            srcs, tgts = [s for s, _ in chunk], [h.tokens for _, h in chunk]
-            source_starts, target_starts = self.word_starts
-            found = align(self.first_model, srcs, tgts, [word_index(source_starts, s) for s in srcs],
-                          [word_index(target_starts, t) for t in tgts], self.align_layer, self.device,
-                          self.precision)
-            for (_, h), alignment in zip(chunk, found, strict=True):
-                h.alignment = alignment
+            matrices = encoded_cross_attention(self.first_model, first, [row for row, _, _ in chunk],
+                                               [list(src) for _, src, _ in chunk], [h.tokens for _, _, h in chunk],
+                                               self.align_layer, self.device, self.precision)
+            for (_, src, h), matrix in zip(chunk, matrices, strict=True):
+                h.alignment = hard_alignment(matrix, word_index(source_starts, src),
+                                             word_index(target_starts, h.tokens))
 
     def keep_text_only(self) -> None:
         """Move the weights to torch's meta device: their memory is freed, the model keeps its shapes.

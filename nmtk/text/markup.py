@@ -58,6 +58,7 @@ class Tag:
     pad: bool = False  # a point with whitespace on both sides in the source: it keeps a space on both
     trim_start: bool = False  # it began after its first word's leading punctuation (``"<b>Hi``)
     trim_end: bool = False  # it ended before its last word's trailing punctuation (``link</a>.``)
+    glued: bool = False  # a point written right after a word (``word<br>``): it follows that word
 
     @property
     def point(self) -> bool:
@@ -148,6 +149,7 @@ class _Parser(HTMLParser):
         self.tags: list[tuple[str, str, int, int, int | None]] = []  # start, end, char from, char to, parent
         self.entities: dict[str, str] = {}
         self.opened_at: dict[int, str] = {}  # where each inline tag began, for an error
+        self.breaks: list[int] = []  # offsets where a word ends though no space follows (<br> in a tag)
 
     def _where(self) -> str:
         line, column = self.getpos()
@@ -164,7 +166,7 @@ class _Parser(HTMLParser):
             index, name = self.open[-1]
             raise MarkupError(f"{self.opened_at[index]}: <{name}> is not closed (its block ends at {self._where()})")
         text = "".join(self.text)
-        spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+        spans = _split_at([(m.start(), m.end()) for m in re.finditer(r"\S+", text)], self.breaks)
         if not spans:
             if self.raw:
                 self.parts.append("".join(self.raw))
@@ -175,9 +177,11 @@ class _Parser(HTMLParser):
         for start, end, lo, hi, parent in self.tags:
             first, last = _covered(spans, lo, hi)
             pad = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and text[lo].isspace()
+            glued = lo == hi and 0 < first and spans[first - 1][1] >= lo  # after the word before it, no space
             lead = text[spans[first][0] : lo] if first < len(spans) else ""
             tail = text[hi : spans[last - 1][1]] if last > 0 else ""
-            segment.tags.append(Tag(start, end, first, last, parent, pad, _punctuation(lead), _punctuation(tail)))
+            segment.tags.append(Tag(start, end, first, last, parent, pad, _punctuation(lead), _punctuation(tail),
+                                    glued))
         self.parts.append(len(self.segments))
         self.segments.append(segment)
         self._new_block()
@@ -204,12 +208,14 @@ class _Parser(HTMLParser):
             else:
                 self.verbatim, self.verbatim_open = [raw], [tag]
             return
-        if self.kind == "html" and tag in BLOCKS:
+        if self.kind == "html" and tag in BLOCKS and not (void and self.open):  # <b>a<br>b</b>: br a point
             self.flush()
             self.parts.append(raw)
             return
         if void:
             self._point(raw)
+            if tag in BLOCKS:  # a line break inside an inline tag: a point, and the end of a word
+                self.breaks.append(self.chars)
             return
         self.tags.append((raw, "", self.chars, -1, self.open[-1][0] if self.open else None))
         self.open.append((len(self.tags) - 1, tag))
@@ -317,6 +323,17 @@ class _Parser(HTMLParser):
 
     def unknown_decl(self, data: str) -> None:  # <![CDATA[...]]>: kept as it is
         self._point(f"<![{data}]>")
+
+
+def _split_at(spans: list[tuple[int, int]], breaks: list[int]) -> list[tuple[int, int]]:
+    """Word spans, each cut where a break falls inside it."""
+    out = []
+    for a, b in spans:
+        for cut in (x for x in breaks if a < x < b):
+            out.append((a, cut))
+            a = cut
+        out.append((a, b))
+    return out
 
 
 def _punctuation(text: str) -> bool:
@@ -457,12 +474,18 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             inserts.append((len(text), 2, (k,), tag.start + tag.end, 0))
         elif tag.point:  # before word lo, or after word lo - 1 where that keeps it inside its parent
             parent = ranges[tag.parent] if tag.parent is not None else (0, n)
-            after = lo > 0 and (lo == n or lo == parent[1] and lo > parent[0])
+            after = lo > 0 and (lo == n or lo == parent[1] and lo > parent[0] or tag.glued and lo - 1 >= parent[0])
             char, phase = (_end(text, spans[lo - 1], trim and tag.trim_end), 0) if after else (spans[lo][0], 3)
             whole = tag.start + tag.end  # an empty element: both its tags
             markup = (" " + whole if after else whole + " ") if tag.pad else whole
             inserts.append((char, phase, (depth[k], k), markup, 0))
         else:
+            if trim and tag.trim_start:  # leading target words of punctuation alone stay outside too
+                while lo < hi - 1 and _only_punctuation(text, spans[lo]):
+                    lo += 1
+            if trim and tag.trim_end:
+                while hi - 1 > lo and _only_punctuation(text, spans[hi - 1]):
+                    hi -= 1
             start = _start(text, spans[lo], trim and tag.trim_start)
             end = _end(text, spans[hi - 1], trim and tag.trim_end)
             if end <= start:  # its words were left out of the text: empty, but there once
@@ -483,6 +506,10 @@ def _nested(inserts: list[Insert]) -> bool:
         elif which < 0 and (not stack or stack.pop() != -which):
             return False
     return not stack
+
+
+def _only_punctuation(text: str, span: tuple[int, int]) -> bool:
+    return _punctuation(text[span[0] : span[1]])
 
 
 def _start(text: str, span: tuple[int, int], trim: bool) -> int:

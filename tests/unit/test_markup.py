@@ -30,6 +30,8 @@ def round_trip(markup: str, kind: str = "html") -> str:
     ("<p>Keep <span translate=\"no\">Foo Bar</span> and <em></em>this<!-- note -->.</p>", None),
     ("<pre>  not <b>translated</b>  </pre><p>  spaced   out  </p>",
      "<pre>  not <b>translated</b>  </pre><p>  spaced out  </p>"),
+    ("<p><b>Line one<br>line two</b> and <i>three<br/></i></p>",  # a <br> in a tag: a point, ending a word
+     "<p><b>Line one<br> line two</b> and <i>three<br/></i></p>"),
     ("<!DOCTYPE html><html><head><title>T</title></head><body><P CLASS=x>Upper <B>case</B></P></body></html>", None),
 ])
 def test_a_copy_gives_the_markup_back(markup: str, expected: str | None) -> None:
@@ -113,3 +115,13 @@ def test_xml_lines_are_segments_and_every_tag_is_inline() -> None:
     assert [s.words for s in doc.segments] == [["Hello", "world"], ["Second", "line"]]
     assert round_trip('<g id="1">Hello</g> world\n<x id="2"/>Second <p>line</p>', "xml") == \
         '<g id="1">Hello</g> world\n<x id="2"/>Second <p>line</p>'
+
+
+def test_punctuation_left_outside_a_tag_stays_outside_in_the_target() -> None:
+    """``<a>two dogs</a>.``: the target's "." is its own word (Moses), aligned to "dogs." with "Hunde":
+    it stays outside the tag, as in the source."""
+    doc = parse('<p><a href="/x">two dogs</a>.</p>')
+    words = ["zwei", "Hunde", "."]
+    text = "zwei Hunde."
+    out = doc.render([place(doc.segments[0], Target(text, token_spans(words, text), [0, 1, 1]))])
+    assert out == '<p><a href="/x">zwei Hunde</a>.</p>'

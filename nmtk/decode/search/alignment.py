@@ -18,7 +18,7 @@ import torch
 
 from nmtk.data.dataset import pad_sequences
 from nmtk.device import autocast_for
-from nmtk.model import Transformer
+from nmtk.model import Encoded, Transformer
 from nmtk.vocab import BOS_ID, EOS_ID
 
 
@@ -78,15 +78,17 @@ def cross_attention(model: Transformer, sources: list[list[int]], targets: list[
     return [weights[i, : len(t), : len(s)] for i, (s, t) in enumerate(zip(sources, targets, strict=True))]
 
 
-def align(model: Transformer, sources: list[list[int]], targets: list[list[int]], source_words: list[list[int]],
-          target_words: list[list[int]], layer: int, device: torch.device, precision: str = "fp32") -> list[Alignment]:
-    """Word alignments of translations ``targets`` (ids, no EOS) of ``sources`` (ids, no EOS);
-    ``*_words``: per sentence, the word (from 0) each of its tokens belongs to (`word_index`)."""
-    todo = [i for i, t in enumerate(targets) if t and sources[i]]
-    found = [Alignment([], 0, 0) for _ in sources]
-    if todo:
-        matrices = cross_attention(model, [sources[i] for i in todo], [targets[i] for i in todo], layer, device,
-                                   precision)
-        for i, matrix in zip(todo, matrices, strict=True):
-            found[i] = hard_alignment(matrix, source_words[i], target_words[i])
-    return found
+@torch.inference_mode()
+def encoded_cross_attention(model: Transformer, encoded: Encoded, rows: list[int], sources: list[list[int]],
+                            targets: list[list[int]], layer: int, device: torch.device,
+                            precision: str = "fp32") -> list[np.ndarray]:
+    """`cross_attention` of targets whose sources were encoded already: ``encoded`` (a search's batch),
+    ``rows`` each target's row in it. The encoder is not run again."""
+    index = torch.tensor(rows, device=device)
+    memory = encoded.memory.index_select(0, index)
+    mask = None if encoded.mask is None else encoded.mask.index_select(0, index)
+    tgt = pad_sequences([np.asarray(t, dtype=np.int64) for t in targets], prefix=BOS_ID).to(device)
+    with model.attention_weights(only=[model.decoder[layer].cross_attn]) as kept, autocast_for(device, precision):
+        model.decode(tgt, memory, mask)
+    weights = kept["cross"][layer].float().mean(dim=1).cpu().numpy()  # (B, T, S)
+    return [weights[i, : len(t), : len(s)] for i, (s, t) in enumerate(zip(sources, targets, strict=True))]

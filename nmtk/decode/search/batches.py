@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
                device: torch.device | None = None, precision: Precision = Precision.fp32,
                generator: torch.Generator | None = None, pad_to: int | None = None,
                controls: Sequence[LineControls | None] | None = None,
-               shortlist: Shortlist | None = None) -> list[list[Hypothesis]]:
+               shortlist: Shortlist | None = None, aligner: Aligner | None = None) -> list[list[Hypothesis]]:
     """Hypotheses for each source (ids without EOS), in input order.
 
     Each batch is searched as `nmtk.decode.search.choose.search_for` chooses (``generator``: sampling's
@@ -36,13 +37,15 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
     (`SearchConfig.rows`). ``pad_to``: pad source lengths to a multiple of it (default `pad_multiple`: 8 on
     a GPU). ``controls``: per source, its prefix, constraints and banned phrases (`LineControls`), or None.
     ``shortlist``: each batch projects onto its sources' candidates (`Shortlist.candidates`, with the
-    pieces of their prefixes and constraints) instead of the whole vocabulary.
+    pieces of their prefixes and constraints) instead of the whole vocabulary. ``aligner``: called with
+    each batch's sources, hypotheses and the encoder's output for them (`Encoded`: the search's own,
+    not computed again), to attach word alignments.
     """
     device = device or next(model.parameters()).device
     lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     run = _BatchSearch(model, sources, cfg, generator, device, precision,
-                       pad_multiple(device) if pad_to is None else pad_to, controls, shortlist)
+                       pad_multiple(device) if pad_to is None else pad_to, controls, shortlist, aligner)
     was_training = model.training
     model.eval()
     try:
@@ -67,6 +70,7 @@ class _BatchSearch:
     multiple: int
     controls: Sequence[LineControls | None] | None
     shortlist: Shortlist | None = None
+    aligner: Aligner | None = None
     halved: int = 0  # batches that ran out of memory
 
     def search(self, batch: list[int]) -> list[list[Hypothesis]]:
@@ -80,7 +84,12 @@ class _BatchSearch:
                                 multiple=self.multiple).to(self.device)
             steer = None if self.controls is None else [self.controls[i] for i in batch]
             with autocast_for(self.device, self.precision), self._shortlisted(batch, steer):
-                return search(self.model, src, self.cfg, steer, self.generator)
+                if self.aligner is None:
+                    return search(self.model, src, self.cfg, steer, self.generator)
+                model = _Remembering(self.model)
+                hyps = search(model, src, self.cfg, steer, self.generator)
+                self.aligner([self.sources[i] for i in batch], hyps, model.encoded)
+                return hyps
         except torch.OutOfMemoryError:
             if len(batch) == 1:
                 raise
@@ -112,6 +121,25 @@ class _BatchSearch:
         finally:
             for member in members:
                 member.restrict_output(None)
+
+
+#: Attaches word alignments to a batch's hypotheses: (its sources, their hypotheses, the encoder's output).
+Aligner = Callable[[list[Sequence[int]], list[list[Hypothesis]], Any], None]
+
+
+class _Remembering:
+    """A model that keeps what it last encoded (a batch's `Encoded`, which the search makes once), for the
+    alignment pass after the search; everything else is the model's."""
+
+    def __init__(self, model: Decoder) -> None:
+        self.model, self.encoded = model, None
+
+    def encode(self, src: torch.Tensor) -> Any:
+        self.encoded = self.model.encode(src)
+        return self.encoded
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
 
 
 PROBE_SOURCES, PROBE_BEAM, PROBE_STEPS = 16, 4, 8
