@@ -54,7 +54,7 @@ class Translator(TranslatorBase):
             raise NmtkError("this translator's weights were freed (keep_text_only): it cannot search")
         return decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
                           generator=self._generator(search.sampling), controls=controls, shortlist=self.shortlist,
-                          aligner=self._align if search.align else None)
+                          aligner=(self.align_layer, self._align) if search.align else None)
 
     def _generator(self, sampling: SamplingConfig | None) -> torch.Generator | None:
         """Sampling's random stream, one per setting, made at its first call (None: no sampling)."""
@@ -67,13 +67,18 @@ class Translator(TranslatorBase):
     def _align(self, sources: list[Sequence[int]], hyps: list[list[Hypothesis]], encoded: Encoded | list[Encoded]
                ) -> None:
         """Attach a word alignment to every hypothesis of a searched batch (the first model's, for an
-        ensemble), from the encoder output the search made (``encoded``), 64 hypotheses at a time."""
+        ensemble): from the cross-attention beam search kept for it, else (greedy, sampling, terms) from a
+        pass over the encoder output the search made (``encoded``), 64 hypotheses at a time."""
         first = encoded[0] if isinstance(encoded, list) else encoded
         pairs = [(row, src, h) for row, (src, group) in enumerate(zip(sources, hyps, strict=True)) for h in group]
-        for _, _, h in pairs:
-            h.alignment = Alignment([], 0, 0)
-        pairs = [(row, src, h) for row, src, h in pairs if src and h.tokens]
         source_starts, target_starts = self.word_starts
+        for _, src, h in pairs:
+            h.alignment = Alignment([], 0, 0)
+            if h.attention is not None and src and h.tokens:
+                h.alignment = hard_alignment(h.attention[:, : len(src)], word_index(source_starts, src),
+                                             word_index(target_starts, h.tokens))
+            h.attention = None  # kept for this only: a hypothesis in a server's answer stays small
+        pairs = [(row, src, h) for row, src, h in pairs if src and h.tokens and not h.alignment.pairs]
         for start in range(0, len(pairs), 64):
             chunk = pairs[start : start + 64]
             matrices = encoded_cross_attention(self.first_model, first, [row for row, _, _ in chunk],

@@ -384,6 +384,20 @@ class Transformer(nn.Module):
                 for module in modules:
                     module.keep_weights -= 1
 
+    @contextmanager
+    def watch_cross_attention(self, layer: int) -> Iterator[Callable[[], Tensor | None]]:
+        """While inside, decoder ``layer``'s cross-attention (0-based, negative from the end) keeps its
+        weights, and only it; the callable gives the last forward's, averaged over heads: (B, T_q, S)."""
+        module = self.decoder[layer].cross_attn
+        with self.attention_weights(only=[module]):
+            kept = KEPT.get()
+
+            def last() -> Tensor | None:
+                weights = kept.get(module)
+                return None if weights is None else weights.mean(dim=1)
+
+            yield last
+
     # ------------------------------------------------------- incremental decoding
 
     def start_cache(self, encoded: Encoded) -> DecoderCache:

@@ -298,3 +298,34 @@ def test_an_exported_model_translates_without_torch(copy_run, exported) -> None:
     assert "torch imported: False" in out.stderr
     bad = nmtk("translate", "-m", str(exported), "--device", "tpu", cwd=tmp, env=env, stdin="a cat\n")
     assert bad.returncode == 1 and "--device 'tpu': not a device" in bad.stderr
+
+
+def test_beam_search_keeps_the_attention_a_second_pass_would_compute(copy_run) -> None:
+    """--print-alignment's alignments come from the cross-attention beam search kept for each
+    hypothesis; a teacher-forced pass over the same translations (what greedy search and sampling
+    still use) gives the same alignments."""
+    from dataclasses import replace
+
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.alignment import cross_attention, hard_alignment
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+    from nmtk.precision import Precision
+    from nmtk.text.subword import word_index
+
+    tmp, _, _ = copy_run
+    translator = load_translator(resolve_model(tmp / "run"), LoadOptions(threads=2, precision=Precision.fp32))
+    sentences = [a for a, _ in copy_pairs(40, 11)] + ["dog"]
+    ids = translator.encode(sentences)
+    for search in (SearchConfig(beam=4, align=True), SearchConfig(beam=3, nbest=2, align=True)):
+        hyps = translator.hypotheses(sentences, search, ids=ids)
+        assert all(h.attention is None for group in hyps for h in group)  # used, then let go
+        second = [h for group in hyps for h in group]
+        sources = [ids[i] for i, group in enumerate(hyps) for _ in group]
+        matrices = cross_attention(translator.first_model, sources, [h.tokens for h in second], -1, translator.device)
+        starts = translator.word_starts
+        again = [str(hard_alignment(m, word_index(starts[0], s), word_index(starts[1], h.tokens)))
+                 for m, s, h in zip(matrices, sources, second, strict=True)]
+        assert [str(h.alignment) for h in second] == again
+    greedy = translator.hypotheses(sentences, replace(SearchConfig(beam=1), align=True), ids=ids)
+    assert all(g[0].alignment is not None and g[0].alignment.pairs for g in greedy)

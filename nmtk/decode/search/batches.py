@@ -37,9 +37,9 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
     (`SearchConfig.rows`). ``pad_to``: pad source lengths to a multiple of it (default `pad_multiple`: 8 on
     a GPU). ``controls``: per source, its prefix, constraints and banned phrases (`LineControls`), or None.
     ``shortlist``: each batch projects onto its sources' candidates (`Shortlist.candidates`, with the
-    pieces of their prefixes and constraints) instead of the whole vocabulary. ``aligner``: called with
-    each batch's sources, hypotheses and the encoder's output for them (`Encoded`: the search's own,
-    not computed again), to attach word alignments.
+    pieces of their prefixes and constraints) instead of the whole vocabulary. ``aligner``: its layer's
+    cross-attention is watched through the search, and its function called with each batch's sources,
+    hypotheses and the encoder's output for them (`Encoded`: the search's own), to attach alignments.
     """
     device = device or next(model.parameters()).device
     lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
@@ -86,9 +86,11 @@ class _BatchSearch:
             with autocast_for(self.device, self.precision), self._shortlisted(batch, steer):
                 if self.aligner is None:
                     return search(self.model, src, self.cfg, steer, self.generator)
-                model = _Remembering(self.model)
-                hyps = search(model, src, self.cfg, steer, self.generator)
-                self.aligner([self.sources[i] for i in batch], hyps, model.encoded)
+                layer, attach = self.aligner
+                model, first = _Remembering(self.model), next(iter(getattr(self.model, "models", [self.model])))
+                with first.watch_cross_attention(layer) as watch:
+                    hyps = search(model, src, self.cfg, steer, self.generator, watch)
+                attach([self.sources[i] for i in batch], hyps, model.encoded)
                 return hyps
         except torch.OutOfMemoryError:
             if len(batch) == 1:
@@ -123,8 +125,10 @@ class _BatchSearch:
                 member.restrict_output(None)
 
 
-#: Attaches word alignments to a batch's hypotheses: (its sources, their hypotheses, the encoder's output).
-Aligner = Callable[[list[Sequence[int]], list[list[Hypothesis]], Any], None]
+#: Word alignments for a batch's hypotheses: the decoder layer whose cross-attention aligns (beam search
+#: keeps it for each hypothesis), and what attaches them (given the sources, their hypotheses and the
+#: encoder's output, for those the search did not keep it for).
+Aligner = tuple[int, Callable[[list[Sequence[int]], list[list[Hypothesis]], Any], None]]
 
 
 class _Remembering:

@@ -16,9 +16,10 @@ CTranslate2's (and fairseq's) search, so that the two engines translate alike.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
@@ -77,10 +78,12 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig,
 
 @torch.inference_mode()
 def _merge_finished(fin_scores: Tensor, fin_tokens: Tensor, cand_scores: Tensor, cand_tokens: Tensor,
-                    parents: Tensor, step: int, cfg: SearchConfig) -> tuple[Tensor, Tensor]:
+                    parents: Tensor, step: int, cfg: SearchConfig, fin_attention: Tensor | None = None,
+                    parent_attention: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
     """Each sentence's best finished hypotheses after this step, as many as ``fin_scores`` holds: the
     EOS among its first K candidates (``parents``: their histories, (B·K, step)), length-normalised,
-    merged with the earlier finished."""
+    merged with the earlier finished; with ``fin_attention`` (B, width, max_steps, S), the watched
+    attention of their steps too (``parent_attention``: (B·K, step, S))."""
     b, width, max_steps = fin_tokens.shape
     k = cand_scores.size(1)
     normalised = cand_scores / length_penalty(float(step + 1), cfg.length_penalty, cfg.length_penalty_form)
@@ -88,7 +91,16 @@ def _merge_finished(fin_scores: Tensor, fin_tokens: Tensor, cand_scores: Tensor,
     new_seqs = torch.full((b, k, max_steps), PAD_ID, dtype=torch.long, device=fin_tokens.device)
     new_seqs[:, :, :step] = parents.view(b, k, step)
     merged_scores, pick = torch.cat([fin_scores, new_fin], dim=1).topk(width, dim=1)
-    return merged_scores, torch.cat([fin_tokens, new_seqs], dim=1).gather(1, pick[..., None].expand(-1, -1, max_steps))
+    tokens = torch.cat([fin_tokens, new_seqs], dim=1).gather(1, pick[..., None].expand(-1, -1, max_steps))
+    if fin_attention is None:
+        return merged_scores, tokens, None
+    # The attention's time axis grows with the steps (the tokens' is the longest allowed): its merges
+    # copy the steps so far, not the limit's.
+    sources = fin_attention.size(-1)
+    earlier = F.pad(fin_attention, (0, 0, 0, step - fin_attention.size(2)))
+    attention = torch.cat([earlier, parent_attention.view(b, k, step, sources)], dim=1).gather(
+        1, pick[..., None, None].expand(-1, -1, step, sources))
+    return merged_scores, tokens, attention
 
 
 def _no_finished(n: int, cfg: SearchConfig, max_steps: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -111,9 +123,12 @@ def _ready(fin_scores: Tensor, scores: Tensor, limit: Tensor, cfg: SearchConfig)
 
 
 def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
-                controls: Sequence[LineControls | None] | None = None) -> list[list[Hypothesis]]:
+                controls: Sequence[LineControls | None] | None = None,
+                watch: Callable[[], Tensor | None] | None = None) -> list[list[Hypothesis]]:
     """The ``cfg.nbest`` best hypotheses of each source row, best first; ``controls``: per row, its prefix
-    and banned phrases (terms are `constrained_beam_search`'s: `nmtk.decode.search.choose` chooses)."""
+    and banned phrases (terms are `constrained_beam_search`'s: `nmtk.decode.search.choose` chooses).
+    ``watch``: a step's watched cross-attention (rows, 1, S), kept through the beam's reorders for every
+    token of the hypotheses (`Hypothesis.attention`): word alignments without a second pass."""
     k, device = cfg.beam, src.device
     n = src.size(0)
     cache = model.start_cache(model.encode(src))  # encoder keys/values projected once per sentence...
@@ -125,11 +140,17 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     sent, scores, tokens, history = start_beams(n, k, device)
     fin_scores, fin_tokens = _no_finished(n, cfg, max_steps, device)
     out = Results(n, k)
+    watched = fin_attention = None
+    if watch is not None:  # each live row's attention per step, and the finished hypotheses'
+        watched = torch.zeros((n * k, 0, src.size(1)), device=device)
+        fin_attention = torch.zeros((*fin_tokens.shape[:2], 0, src.size(1)), device=device)
 
     for step in range(max_steps):
         b = sent.numel()
         steer = None if steering is None else steer_at(steering, history, sent.repeat_interleave(k), step)
         lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer).view(b, k, -1)
+        # this step's per row, (b·K, S): the K beams of a sentence may be its attention's query positions
+        seen = None if watched is None else watch().float().reshape(-1, src.size(1))
         vocab = lprobs.size(-1)
         if step >= first_limit:  # no row is at its limit before (and no host sync is needed to know it)
             lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)
@@ -138,9 +159,10 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         origin, cand_tokens = cand_index // vocab, cand_index % vocab
         flat_origin = origin + torch.arange(b, device=device)[:, None] * k
 
-        fin_scores, fin_tokens = _merge_finished(fin_scores, fin_tokens, cand_scores[:, :k], cand_tokens[:, :k],
-                                                 history.index_select(0, flat_origin[:, :k].reshape(-1)), step,
-                                                 cfg)
+        parents = flat_origin[:, :k].reshape(-1)
+        fin_scores, fin_tokens, fin_attention = _merge_finished(
+            fin_scores, fin_tokens, cand_scores[:, :k], cand_tokens[:, :k], history.index_select(0, parents), step,
+            cfg, fin_attention, None if watched is None else watched.index_select(0, parents))
 
         # Live: the K best candidates that are not EOS.
         live_scores = torch.where(cand_tokens.eq(EOS_ID), torch.full_like(cand_scores, NEG_INF), cand_scores)
@@ -148,15 +170,20 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         rows = flat_origin.gather(1, live_pick).view(-1)
         tokens = cand_tokens.gather(1, live_pick).view(-1)
         history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
+        if watched is not None:  # the chosen token was predicted by its origin row's attention
+            watched = torch.cat([watched.index_select(0, rows), seen.index_select(0, rows)[:, None]], dim=1)
         cache.reorder(rows, memory=False)
 
         done = _ready(fin_scores, scores, limit[sent], cfg) | (limit[sent] <= step) | scores[:, 0].isneginf()
         if bool(done.any()):  # the step's one host read; then one batched copy of what finished
-            keep = out.collect(done, sent, fin_tokens[:, :k], fin_scores[:, :k])
+            keep = out.collect(done, sent, fin_tokens[:, :k], fin_scores[:, :k],
+                               None if fin_attention is None else fin_attention[:, :k])
             if keep.numel() == 0:
                 break
             keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
             sent, scores, fin_scores, fin_tokens = sent[keep], scores[keep], fin_scores[keep], fin_tokens[keep]
             tokens, history = tokens[keep_rows], history[keep_rows]
+            if watched is not None:
+                watched, fin_attention = watched[keep_rows], fin_attention[keep]
             cache.reorder(keep_rows)
     return out.hypotheses(cfg)

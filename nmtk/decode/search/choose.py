@@ -38,9 +38,15 @@ def search_for(cfg: SearchConfig, controls: Sequence[LineControls | None] | None
 
 @torch.inference_mode()
 def search(model: Decoder, src: Tensor, cfg: SearchConfig, controls: Sequence[LineControls | None] | None = None,
-           generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
+           generator: torch.Generator | None = None,
+           watch: Callable[[], Tensor | None] | None = None) -> list[list[Hypothesis]]:
     """The ``cfg.nbest`` best hypotheses of each source row of ``src``, best first, searched as `search_for`
     chooses. Without autograd, whichever search it is: beam search (beam > 1) ran with it until issue 64's
     review, recording every step's graph (the memory of decoding) and missing the CPU's decoding paths
-    (`nmtk.model.attention`'s plain attention, `Transformer.project`'s column copy)."""
-    return search_for(cfg, controls, generator)(model, src, cfg, controls)
+    (`nmtk.model.attention`'s plain attention, `Transformer.project`'s column copy). ``watch``: the
+    watched cross-attention, which beam search keeps for each hypothesis (`Hypothesis.attention`); the
+    other searches leave it None."""
+    chosen = search_for(cfg, controls, generator)
+    if watch is not None and chosen is beam_search:
+        return beam_search(model, src, cfg, controls, watch)
+    return chosen(model, src, cfg, controls)

@@ -27,6 +27,8 @@ class Hypothesis:
     tokens: list[int]
     score: float  # length-normalised log-probability
     alignment: Alignment | None = None  # word alignment, when asked for (`nmtk.decode.search.alignment`)
+    # the watched cross-attention of each token's step (tokens × source positions), when the search kept it
+    attention: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,8 @@ def only_eos_where(reached: Tensor, lprobs: Tensor) -> Tensor:
     return lprobs.masked_fill(reached[..., None] & not_eos, NEG_INF)
 
 
-def unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig) -> list[Hypothesis]:
+def unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig, attention: Tensor | None = None
+           ) -> list[Hypothesis]:
     hyps = []
     if seqs is None:
         return hyps
@@ -82,7 +83,9 @@ def unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig) -> list[Hypot
         if scores[j].isneginf():
             break
         row = seqs[j].tolist()
-        hyps.append(Hypothesis(row[: row.index(PAD_ID)] if PAD_ID in row else row, float(scores[j])))
+        tokens = row[: row.index(PAD_ID)] if PAD_ID in row else row
+        kept = None if attention is None else attention[j, : len(tokens)].numpy()
+        hyps.append(Hypothesis(tokens, float(scores[j]), attention=kept))
     return hyps
 
 
@@ -92,17 +95,22 @@ class Results:
     def __init__(self, n: int, k: int) -> None:
         self.tokens: list[Tensor | None] = [None] * n
         self.scores = torch.full((n, k), NEG_INF)
+        self.attention: list[Tensor | None] = [None] * n
 
-    def collect(self, done: Tensor, sent: Tensor, tokens: Tensor, scores: Tensor) -> Tensor:
-        """Keep the finished hypotheses (``tokens`` (b, K, T), ``scores`` (b, K)) of the running
-        sentences ``sent`` where ``done``; the indices of those still running."""
+    def collect(self, done: Tensor, sent: Tensor, tokens: Tensor, scores: Tensor,
+                attention: Tensor | None = None) -> Tensor:
+        """Keep the finished hypotheses (``tokens`` (b, K, T), ``scores`` (b, K), ``attention`` (b, K, T, S)
+        where the search watched it) of the running sentences ``sent`` where ``done``; the indices of those
+        still running."""
         finished = done.nonzero().flatten()
-        for i, seqs, fin in zip(sent[finished].tolist(), tokens[finished].cpu(), scores[finished].cpu(), strict=True):
-            self.tokens[i], self.scores[i] = seqs, fin
+        kept = attention[finished].float().cpu() if attention is not None else [None] * len(finished)
+        for i, seqs, fin, att in zip(sent[finished].tolist(), tokens[finished].cpu(), scores[finished].cpu(), kept,
+                                     strict=True):
+            self.tokens[i], self.scores[i], self.attention[i] = seqs, fin, att
         return (~done).nonzero().flatten()
 
     def hypotheses(self, cfg: SearchConfig) -> list[list[Hypothesis]]:
-        return [unpack(self.tokens[i], self.scores[i], cfg) for i in range(len(self.tokens))]
+        return [unpack(self.tokens[i], self.scores[i], cfg, self.attention[i]) for i in range(len(self.tokens))]
 
 
 def start_beams(n: int, k: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
