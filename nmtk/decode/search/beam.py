@@ -103,6 +103,37 @@ def _merge_finished(fin_scores: Tensor, fin_tokens: Tensor, cand_scores: Tensor,
     return merged_scores, tokens, attention
 
 
+class _KeptAttention:
+    """A beam search's watched cross-attention (`beam_search`'s ``watch``): each live row's per step, and
+    each finished hypothesis's, reordered, merged and shrunk with the tokens; nothing without a watch."""
+
+    def __init__(self, watch: Callable[[], Tensor | None] | None, n: int, k: int, width: int, sources: int,
+                 device: torch.device) -> None:
+        self.watch, self.seen = watch, None
+        self.live = None if watch is None else torch.zeros((n * k, 0, sources), device=device)
+        self.finished = None if watch is None else torch.zeros((n, width, 0, sources), device=device)
+
+    def observe(self) -> None:
+        """This step's, per row (b·K, S): the K beams of a sentence may be its attention's query positions."""
+        if self.watch is not None:
+            self.seen = self.watch().float().reshape(self.live.size(0), -1)
+
+    def of_rows(self, rows: Tensor) -> Tensor | None:
+        return None if self.live is None else self.live.index_select(0, rows)
+
+    def advance(self, rows: Tensor) -> None:
+        """The live rows' histories after a step: each chosen token predicted with its origin row's attention."""
+        if self.live is not None:
+            self.live = torch.cat([self.live.index_select(0, rows), self.seen.index_select(0, rows)[:, None]], dim=1)
+
+    def best_finished(self, k: int) -> Tensor | None:
+        return None if self.finished is None else self.finished[:, :k]
+
+    def keep(self, rows: Tensor, sentences: Tensor) -> None:
+        if self.live is not None:
+            self.live, self.finished = self.live[rows], self.finished[sentences]
+
+
 def _no_finished(n: int, cfg: SearchConfig, max_steps: int, device: torch.device) -> tuple[Tensor, Tensor]:
     """Empty (n, width) scores and (n, width, max_steps) tokens of the finished hypotheses kept: the K
     best; or, where a sentence stops once K have finished, all of them (fewer than K before a step, at
@@ -140,17 +171,13 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     sent, scores, tokens, history = start_beams(n, k, device)
     fin_scores, fin_tokens = _no_finished(n, cfg, max_steps, device)
     out = Results(n, k)
-    watched = fin_attention = None
-    if watch is not None:  # each live row's attention per step, and the finished hypotheses'
-        watched = torch.zeros((n * k, 0, src.size(1)), device=device)
-        fin_attention = torch.zeros((*fin_tokens.shape[:2], 0, src.size(1)), device=device)
+    kept = _KeptAttention(watch, n, k, fin_tokens.size(1), src.size(1), device)
 
     for step in range(max_steps):
         b = sent.numel()
         steer = None if steering is None else steer_at(steering, history, sent.repeat_interleave(k), step)
         lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer).view(b, k, -1)
-        # this step's per row, (b·K, S): the K beams of a sentence may be its attention's query positions
-        seen = None if watched is None else watch().float().reshape(-1, src.size(1))
+        kept.observe()
         vocab = lprobs.size(-1)
         if step >= first_limit:  # no row is at its limit before (and no host sync is needed to know it)
             lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)
@@ -160,9 +187,9 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         flat_origin = origin + torch.arange(b, device=device)[:, None] * k
 
         parents = flat_origin[:, :k].reshape(-1)
-        fin_scores, fin_tokens, fin_attention = _merge_finished(
+        fin_scores, fin_tokens, kept.finished = _merge_finished(
             fin_scores, fin_tokens, cand_scores[:, :k], cand_tokens[:, :k], history.index_select(0, parents), step,
-            cfg, fin_attention, None if watched is None else watched.index_select(0, parents))
+            cfg, kept.finished, kept.of_rows(parents))
 
         # Live: the K best candidates that are not EOS.
         live_scores = torch.where(cand_tokens.eq(EOS_ID), torch.full_like(cand_scores, NEG_INF), cand_scores)
@@ -170,20 +197,17 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
         rows = flat_origin.gather(1, live_pick).view(-1)
         tokens = cand_tokens.gather(1, live_pick).view(-1)
         history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
-        if watched is not None:  # the chosen token was predicted by its origin row's attention
-            watched = torch.cat([watched.index_select(0, rows), seen.index_select(0, rows)[:, None]], dim=1)
+        kept.advance(rows)
         cache.reorder(rows, memory=False)
 
         done = _ready(fin_scores, scores, limit[sent], cfg) | (limit[sent] <= step) | scores[:, 0].isneginf()
         if bool(done.any()):  # the step's one host read; then one batched copy of what finished
-            keep = out.collect(done, sent, fin_tokens[:, :k], fin_scores[:, :k],
-                               None if fin_attention is None else fin_attention[:, :k])
+            keep = out.collect(done, sent, fin_tokens[:, :k], fin_scores[:, :k], kept.best_finished(k))
             if keep.numel() == 0:
                 break
             keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
             sent, scores, fin_scores, fin_tokens = sent[keep], scores[keep], fin_scores[keep], fin_tokens[keep]
             tokens, history = tokens[keep_rows], history[keep_rows]
-            if watched is not None:
-                watched, fin_attention = watched[keep_rows], fin_attention[keep]
+            kept.keep(keep_rows, keep)
             cache.reorder(keep_rows)
     return out.hypotheses(cfg)
