@@ -60,8 +60,9 @@ def choose_pair(pairs: Sequence[Pair], target: str | None, source: str | None = 
                 auto_source: bool = False) -> Pair:
     """The one of ``pairs`` (a model's; one pair for a one-pair model) that ``target`` and ``source`` ask for.
     Codes match in any case (``FR``); None leaves a side open, except a multilingual model's target;
-    with ``auto_source``, ``auto`` is an open source too (LibreTranslate's). Refusals are `PairError`s
-    worded for the command line."""
+    with ``auto_source``, ``auto`` is an open source too (LibreTranslate's): where several sources have
+    the target, the first of them (its callers detect each text's own: `sources_of`). Refusals are
+    `PairError`s worded for the command line."""
     def same(asked: str | None, code: str) -> bool:
         open_ = asked is None or (auto_source and asked.lower() == "auto")
         return open_ or asked.lower() == code.lower()
@@ -73,8 +74,13 @@ def choose_pair(pairs: Sequence[Pair], target: str | None, source: str | None = 
     if not fits:
         asked = f"{source + ' ' if source else ''}→ {target or '?'}"
         raise PairError("none", f"{asked}: not a pair of this model, which translates {known}")
-    if len(fits) > 1:
+    if len(fits) > 1 and not (auto_source and source is not None and source.lower() == "auto"):
         sources = tuple(p.source for p in fits)
         raise PairError("several", f"→ {target}: this model has it from {', '.join(sources)}: say which with "
                                    "--source-lang", sources)
     return fits[0]
+
+
+def sources_of(pairs: Sequence[Pair], target: str) -> list[str]:
+    """The sources ``pairs`` have ``target`` from: where there are several, ``auto`` detects which."""
+    return [p.source for p in pairs if p.target == target]

@@ -17,9 +17,7 @@ from nmtk.decode.translator import Translator
 from nmtk.errors import NmtkError
 from nmtk.files import decode_lines
 from nmtk.model_source import resolve_model
-from nmtk.pair import Pair
 from nmtk.pictures import attention_picture
-from nmtk.text import langid
 
 KINDS = ("encoder", "cross", "decoder")
 
@@ -71,10 +69,8 @@ def draw(options: AttentionOptions) -> list[Path]:
                         "from")
     translator = load_translator(source, LoadOptions(target_lang=options.target_lang, source_lang=options.source_lang))
     assert isinstance(translator, Translator)
-    if (options.source_lang or "").lower() == "auto" and translator.pairs:  # the sentence's detected language
-        target = translator.language_pair.target
-        sources = [pair.source for pair in translator.pairs if pair.target == target]
-        translator = translator.for_pair(Pair(langid.detect(sentence, sources)[0][0], target))
+    if (options.source_lang or "").lower() == "auto":  # the sentence's detected language
+        translator = translator.for_text(sentence)
     model = translator.first_model
     for kind in options.kinds:  # check --layer and --head before any work
         count = model.cfg.encoder_layers if kind == "encoder" else model.cfg.decoder_layers

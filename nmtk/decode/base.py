@@ -19,9 +19,9 @@ from nmtk.decode.guide import Glossary, Guidance
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
-from nmtk.pair import Pair
+from nmtk.pair import Pair, sources_of
 from nmtk.precision import Precision
-from nmtk.text import TextPipeline
+from nmtk.text import TextPipeline, langid
 from nmtk.text.spellings import Speller
 from nmtk.text.subword import word_starts
 from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID
@@ -100,6 +100,14 @@ class TranslatorBase:
     def language_pair(self) -> Pair | None:
         """The pair this translator's pipelines speak, where the model has several."""
         return next((pair for pair, pipes in self.pairs.items() if pipes == self.pipelines), None)
+
+    def for_text(self, text: str) -> TranslatorBase:
+        """This translator speaking the pair of ``text``'s detected language (`nmtk.text.langid`) among the
+        sources its model has this target from (``--source-lang auto``); itself for a model of one pair."""
+        pair = self.language_pair
+        if pair is None:
+            return self
+        return self.for_pair(Pair(langid.detect(text, sources_of(self.pairs, pair.target))[0][0], pair.target))
 
     def decode_pieces(self, pieces: list[list[int]], search: SearchConfig,
                       controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:

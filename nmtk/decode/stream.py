@@ -28,8 +28,7 @@ from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, decode_text, input_path, output_path
 from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import resolve_model
-from nmtk.pair import Pair
-from nmtk.text import langid
+from nmtk.pair import sources_of
 
 
 @dataclass(frozen=True)
@@ -64,22 +63,15 @@ class Engine:
     format: InputFormat = InputFormat()
     glossary: Glossary | None = None
     bans: tuple[str, ...] = ()
-    detect: tuple[str, ...] = ()  # --source-lang auto, a multilingual model: the sources each line may be in
+    detect: bool = False  # --source-lang auto, a model with the target from several sources
 
     def ids(self, sources: list[str], first: int) -> list[list[int] | None] | None:
         """With ``--source-lang auto``, each line encoded by the pair of its detected language (None:
         the translator's own pair encodes them all, in `hypotheses`)."""
         if not self.detect:
             return None
-        target = self.translator.language_pair.target
-        out: list[list[int] | None] = []
-        for k, line in enumerate(sources):
-            if not line.strip():
-                out.append(None)
-                continue
-            lang, _ = langid.detect(line, self.detect)[0]
-            out.append(self.translator.for_pair(Pair(lang, target)).encode([line], first + k)[0])
-        return out
+        return [self.translator.for_text(line).encode([line], first + k)[0] if line.strip() else None
+                for k, line in enumerate(sources)]
 
     def guides(self, lines: list[str], first: int) -> tuple[list[str], list[Guidance | None] | None]:
         """The sources of ``lines`` (numbered from ``first``) and each one's guidance (None: none at all,
@@ -132,7 +124,7 @@ def translate(options: TranslateOptions) -> None:
                         "alignments come from nmtk's own model: pass the run directory")
     glossary, bans = read_guides(options.guide, model.recipe)
     translator = load_translator(model, options.load)
-    engine = Engine(translator, search, options.guide.format, glossary, bans, _detected_among(translator, options))
+    engine = Engine(translator, search, options.guide.format, glossary, bans, _detects_sources(translator, options))
     engine.translator.check_guides(glossary, bans, options.guide.format.constraints, search)
     if options.format != "text":
         return _translate_document(engine, options, partial)
@@ -159,14 +151,12 @@ def translate(options: TranslateOptions) -> None:
             source.close()
 
 
-def _detected_among(translator: TranslatorBase, options: TranslateOptions) -> tuple[str, ...]:
-    """``--source-lang auto``: the source languages a multilingual model has the target from (none
-    where it has one: that one is the source)."""
-    if (options.load.source_lang or "").lower() != "auto" or not translator.pairs:
-        return ()
-    target = translator.language_pair.target
-    sources = tuple(pair.source for pair in translator.pairs if pair.target == target)
-    return sources if len(sources) > 1 else ()
+def _detects_sources(translator: TranslatorBase, options: TranslateOptions) -> bool:
+    """Whether each line's source language is detected: ``--source-lang auto`` for a model with the
+    target from several sources (from one, that one is the source)."""
+    pair = translator.language_pair
+    return ((options.load.source_lang or "").lower() == "auto" and pair is not None
+            and len(sources_of(translator.pairs, pair.target)) > 1)
 
 
 def _translate_document(engine: Engine, options: TranslateOptions, partial: Path | None) -> None:

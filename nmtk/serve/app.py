@@ -39,7 +39,7 @@ from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
-from nmtk.pair import Pair, PairError, choose_pair, pairs_text
+from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
 from nmtk.text.markup import MarkupError
@@ -102,6 +102,11 @@ class LibreRequest(BaseModel):
     no_repeat_ngram_size: int | None = Field(None, ge=0)
     repetition_penalty: float | None = Field(None, gt=0.0)
     translate_attributes: list[str] = []  # format html: attributes whose values are translated (alt, title)
+
+    @property
+    def texts(self) -> list[str]:
+        """``q`` as a list: one string, or each of a list's."""
+        return [self.q] if isinstance(self.q, str) else self.q
 
 
 class DetectRequest(BaseModel):
@@ -310,13 +315,11 @@ class _Service:
         """The pair a request asks for (`choose_pair`, as the command line chooses, with LibreTranslate's
         ``auto`` for the source), its refusals worded for the API. Returns a multilingual model's pair,
         which the request is routed to (None: one pair); ``auto`` where several sources have the
-        target: any of them (`route` chooses per text)."""
+        target: the first of them (`route` chooses per text)."""
         info = self.info
         try:
             chosen = choose_pair(info.pairs, target, source, auto_source=True)
         except PairError as exc:
-            if exc.kind == "several" and source.lower() == "auto":
-                return next(p for p in info.pairs if p.target.lower() == (target or "").lower())
             if exc.kind == "no-target":
                 raise ApiError(400, f"target is missing: this server translates {info.pairs_text()}") from None
             if exc.kind == "several":
@@ -338,7 +341,7 @@ class _Service:
         if source.lower() != "auto":
             return [chosen] * len(texts), None
         target = chosen.target if chosen else self.info.pairs[0].target
-        sources = [p.source for p in self.info.pairs if p.target == target]
+        sources = sources_of(self.info.pairs, target)
         found = [self.detect(text, sources)[0] for text in texts]
         if len(sources) == 1:
             return [chosen] * len(texts), found
@@ -368,7 +371,7 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
                         ) -> list[dict[str, Any]]:
     """The answers to the texts ``indices`` of ``req.q`` (one pair's): per text, ``translatedText`` and
     what else the request asked for."""
-    items = [req.q] if isinstance(req.q, str) else req.q
+    items = req.texts
     lines = [" ".join(items[i].splitlines()) for i in indices]  # one segment per string
     search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment,
                                 no_repeat_ngram_size=req.no_repeat_ngram_size,
@@ -407,7 +410,7 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
         check_engine(service.worker.translator, "html")
     except NmtkError as exc:
         raise ApiError(400, str(exc)) from None
-    items = [req.q] if isinstance(req.q, str) else req.q
+    items = req.texts
     view = service.worker.translator.for_pair(pair)
     try:
         marked = MarkedUp.of([items[i] for i in indices], "html", view, tuple(req.translate_attributes))
@@ -431,7 +434,7 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
     @app.post("/translate")
     async def translate(req: LibreRequest) -> dict[str, Any]:
         """LibreTranslate's request; ``q`` a string or a list of strings (``format: "html"``: documents)."""
-        items = [req.q] if isinstance(req.q, str) else req.q
+        items = req.texts
         if not items or not any(item.strip() for item in items):
             raise ApiError(400, "q is empty")
         pairs, detected = service.route(req.source, req.target, items)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmtk.errors import NmtkError
-from nmtk.pair import Pair, PairError, choose_pair
+from nmtk.pair import Pair, choose_pair
 from nmtk.text.pipeline import TextPipeline, text_pipelines
 
 if TYPE_CHECKING:
@@ -49,15 +49,8 @@ def model_pipelines(folder: Path, recipe: Recipe, manifest: Manifest, target_lan
     every = {pair: pipelines_in(folder, recipe, manifest, pair) for pair in pairs}
     if target_lang is None and source_lang is None and any_pair:
         return every[pairs[0]], every
-    if source_lang is not None and source_lang.lower() == "auto":  # each line's own (`nmtk.decode.stream`)
-        try:
-            return every[choose_pair(pairs, target_lang, None)], every
-        except PairError as exc:
-            if exc.kind != "several":
-                raise
-            return every[next(p for p in pairs if p.source == exc.sources[0] and p.target.lower() ==
-                              (target_lang or "").lower())], every
-    return every[choose_pair(pairs, target_lang, source_lang)], every
+    # auto: a pair with the target; each line's own is detected (`TranslatorBase.for_text`)
+    return every[choose_pair(pairs, target_lang, source_lang, auto_source=True)], every
 
 
 def training_pipelines(folder: Path, recipe: Recipe, manifest: Manifest) -> Pipes | dict[Pair, Pipes]:
