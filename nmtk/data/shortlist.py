@@ -60,41 +60,32 @@ def _sentence_pieces(side, start: int, end: int) -> list[np.ndarray]:  # noqa: A
     return [np.unique(np.asarray(side[i], dtype=np.int64)) for i in range(start, end)]
 
 
-def cooccurrences(src_side, tgt_side, sentences: int, tgt_vocab: int  # noqa: ANN001 - SideReaders
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Over the first ``sentences`` pairs: each (source piece, target piece) pair found together in a
-    sentence pair, as ``code = source · tgt_vocab + target``, and in how many pairs (sorted by code)."""
+def cooccurrences(src_side, tgt_side, sentences: int, src_vocab: int,  # noqa: ANN001 - SideReaders
+                  tgt_vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Over the first ``sentences`` pairs, read once: each (source piece, target piece) pair found
+    together in a sentence pair, as ``code = source · tgt_vocab + target``, and in how many pairs
+    (sorted by code); and in how many sentences each source and each target piece is found."""
     codes, counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    src_df, tgt_df = np.zeros(src_vocab, dtype=np.int64), np.zeros(tgt_vocab, dtype=np.int64)
     for start in range(0, sentences, CHUNK):
         end = min(sentences, start + CHUNK)
-        chunk = [(s[:, None] * tgt_vocab + t[None, :]).ravel()
-                 for s, t in zip(_sentence_pieces(src_side, start, end), _sentence_pieces(tgt_side, start, end),
-                                 strict=True)]
+        sources, targets = _sentence_pieces(src_side, start, end), _sentence_pieces(tgt_side, start, end)
+        src_df += np.bincount(np.concatenate(sources), minlength=src_vocab)[:src_vocab]
+        tgt_df += np.bincount(np.concatenate(targets), minlength=tgt_vocab)[:tgt_vocab]
+        chunk = [(s[:, None] * tgt_vocab + t[None, :]).ravel() for s, t in zip(sources, targets, strict=True)]
         new, new_counts = np.unique(np.concatenate(chunk), return_counts=True)
         merged, where = np.unique(np.concatenate([codes, new]), return_inverse=True)
         weights = np.concatenate([counts, new_counts])
         counts = np.bincount(where, weights=weights, minlength=len(merged)).astype(np.int64)
         codes = merged
-    return codes, counts
-
-
-def document_frequencies(side, sentences: int, vocab: int) -> np.ndarray:  # noqa: ANN001 - a SideReader
-    """In how many of the first ``sentences`` sentences each piece is found."""
-    found = np.zeros(vocab, dtype=np.int64)
-    for start in range(0, sentences, CHUNK):
-        pieces = _sentence_pieces(side, start, min(sentences, start + CHUNK))
-        if pieces:
-            found += np.bincount(np.concatenate(pieces), minlength=vocab)[:vocab]
-    return found
+    return codes, counts, src_df, tgt_df
 
 
 def build(src_side, tgt_side, src_vocab: int, tgt_vocab: int, per_source: int = 50,  # noqa: ANN001
           frequent: int = 100, max_sentences: int = 2_000_000) -> Shortlist:
     """A shortlist from the aligned training sides (at most their first ``max_sentences`` pairs)."""
     sentences = min(len(src_side), max_sentences)
-    codes, both = cooccurrences(src_side, tgt_side, sentences, tgt_vocab)
-    src_df, tgt_df = document_frequencies(src_side, sentences, src_vocab), document_frequencies(tgt_side, sentences,
-                                                                                                tgt_vocab)
+    codes, both, src_df, tgt_df = cooccurrences(src_side, tgt_side, sentences, src_vocab, tgt_vocab)
     source, target = codes // tgt_vocab, codes % tgt_vocab
     dice = 2.0 * both / (src_df[source] + tgt_df[target])
     special = target < len(SPECIAL_SYMBOLS)

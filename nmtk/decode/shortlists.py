@@ -46,10 +46,10 @@ def make_shortlist(run: Path, data: Path | None = None, per_source: int = 50, fr
     shortlist = build(split.src, split.tgt, src_vocab, tgt_vocab, per_source, frequent, max_sentences)
     path = folder.path / SHORTLIST
     shortlist.save(path)
-    sample = range(0, min(len(split), max_sentences), max(1, min(len(split), max_sentences) // 1000))
-    sizes = [len(shortlist.candidates([split.src[i]])) for i in sample]
-    return ShortlistReport(path, min(len(split), max_sentences), per_source, frequent,
-                           round(sum(sizes) / max(1, len(sizes)), 1), tgt_vocab)
+    sentences = min(len(split), max_sentences)
+    sizes = [len(shortlist.candidates([split.src[i]])) for i in range(0, sentences, max(1, sentences // 1000))]
+    return ShortlistReport(path, sentences, per_source, frequent, round(sum(sizes) / max(1, len(sizes)), 1),
+                           tgt_vocab)
 
 
 def run_shortlist(run: Path) -> Shortlist:

@@ -95,8 +95,9 @@ _TITLES = frozenset("mr mrs ms dr prof st nr no vs jr sr hr fr frau herr mme mll
 def _ends_sentence(word: str) -> bool:
     if not _SENTENCE_END.search(word):
         return False
-    stem = word.rstrip("\"'”’»)]").rstrip(".!?")
-    if word.rstrip("\"'”’»)]").endswith(".") and (len(stem) <= 1 or "." in stem or stem.lower() in _TITLES):
+    bare = word.rstrip("\"'”’»)]")
+    stem = bare.rstrip(".!?")
+    if bare.endswith(".") and (len(stem) <= 1 or "." in stem or stem.lower() in _TITLES):
         return False  # an abbreviation, an initial
     return True
 
@@ -118,12 +119,8 @@ class Document:
         """The document with each segment replaced by ``placed[i]`` (its translation with its tags);
         translated attribute values (the segments after those of the text) fill their slots."""
         out = "".join(placed[p] if isinstance(p, int) else p for p in self.parts)
-        return _SLOT.sub(lambda m: html.escape(_plain(placed[int(m.group(1))]), quote=True), out)
-
-
-def _plain(placed: str) -> str:
-    """An attribute's translated value: text only (it had no tags), entities decoded."""
-    return html.unescape(placed)
+        # an attribute's value had no tags: its placed text, entities decoded, escaped for a quoted value
+        return _SLOT.sub(lambda m: html.escape(html.unescape(placed[int(m.group(1))]), quote=True), out)
 
 
 class _Parser(HTMLParser):

@@ -68,14 +68,10 @@ def cross_attention(model: Transformer, sources: list[list[int]], targets: list[
     """Per pair, the head-averaged cross-attention of decoder ``layer`` (0-based, negative from the end):
     (len(target), len(source)) rows producing each target token, columns of the source tokens (no EOS)."""
     src = pad_sequences([np.asarray(s, dtype=np.int64) for s in sources], suffix=EOS_ID).to(device)
-    tgt = pad_sequences([np.asarray(t, dtype=np.int64) for t in targets], prefix=BOS_ID).to(device)
-    # Only that layer's weights are kept (every other attention runs fused), and the decoder's states are
-    # never projected onto the vocabulary: a third of the cost of a whole teacher-forced forward.
-    with model.attention_weights(only=[model.decoder[layer].cross_attn]) as kept, autocast_for(device, precision):
-        memory, mask, _ = model.encode(src)
-        model.decode(tgt, memory, mask)
-    weights = kept["cross"][layer].float().mean(dim=1).cpu().numpy()  # (B, T, S)
-    return [weights[i, : len(t), : len(s)] for i, (s, t) in enumerate(zip(sources, targets, strict=True))]
+    with autocast_for(device, precision):
+        encoded = model.encode(src)
+    return encoded_cross_attention(model, encoded, list(range(len(sources))), sources, targets, layer, device,
+                                   precision)
 
 
 @torch.inference_mode()
@@ -83,7 +79,8 @@ def encoded_cross_attention(model: Transformer, encoded: Encoded, rows: list[int
                             targets: list[list[int]], layer: int, device: torch.device,
                             precision: str = "fp32") -> list[np.ndarray]:
     """`cross_attention` of targets whose sources were encoded already: ``encoded`` (a search's batch),
-    ``rows`` each target's row in it. The encoder is not run again."""
+    ``rows`` each target's row in it. Only that layer's weights are kept (every other attention runs
+    fused), and the decoder's states are never projected onto the vocabulary."""
     index = torch.tensor(rows, device=device)
     memory = encoded.memory.index_select(0, index)
     mask = None if encoded.mask is None else encoded.mask.index_select(0, index)

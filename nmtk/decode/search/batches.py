@@ -87,8 +87,8 @@ class _BatchSearch:
                 if self.aligner is None:
                     return search(self.model, src, self.cfg, steer, self.generator)
                 layer, attach = self.aligner
-                model, first = _Remembering(self.model), next(iter(getattr(self.model, "models", [self.model])))
-                with first.watch_cross_attention(layer) as watch:
+                model = _Remembering(self.model)
+                with _members(self.model)[0].watch_cross_attention(layer) as watch:
                     hyps = search(model, src, self.cfg, steer, self.generator, watch)
                 attach([self.sources[i] for i in batch], hyps, model.encoded)
                 return hyps
@@ -104,7 +104,6 @@ class _BatchSearch:
         half = len(batch) // 2
         return self.search(batch[:half]) + self.search(batch[half:])
 
-
     @contextmanager
     def _shortlisted(self, batch: list[int], steer: list[LineControls | None] | None) -> Iterator[None]:
         """The batch's search with the shortlist's candidates of its sources, and of its lines' prefixes
@@ -115,7 +114,7 @@ class _BatchSearch:
         extra = [t for c in steer or () if c is not None for t in (*c.prefix, *(x for term in c.constraints
                                                                                   for x in term))]
         ids = torch.from_numpy(self.shortlist.candidates((self.sources[i] for i in batch), extra)).to(self.device)
-        members = list(getattr(self.model, "models", [self.model]))
+        members = _members(self.model)
         for member in members:
             member.restrict_output(ids)
         try:
@@ -123,6 +122,11 @@ class _BatchSearch:
         finally:
             for member in members:
                 member.restrict_output(None)
+
+
+def _members(model: Decoder) -> list:
+    """The Transformers behind ``model``: an ensemble's members, or the model itself."""
+    return list(getattr(model, "models", [model]))
 
 
 #: Word alignments for a batch's hypotheses: the decoder layer whose cross-attention aligns (beam search

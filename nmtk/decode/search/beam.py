@@ -82,7 +82,7 @@ def _merge_finished(fin_scores: Tensor, fin_tokens: Tensor, cand_scores: Tensor,
                     parent_attention: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
     """Each sentence's best finished hypotheses after this step, as many as ``fin_scores`` holds: the
     EOS among its first K candidates (``parents``: their histories, (B·K, step)), length-normalised,
-    merged with the earlier finished; with ``fin_attention`` (B, width, max_steps, S), the watched
+    merged with the earlier finished; with ``fin_attention`` (B, width, steps so far, S), the watched
     attention of their steps too (``parent_attention``: (B·K, step, S))."""
     b, width, max_steps = fin_tokens.shape
     k = cand_scores.size(1)
