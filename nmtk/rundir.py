@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -134,6 +135,33 @@ class RunDir:
     def averaged(self, last: int) -> Path:
         """The file ``nmtk average RUN --last N`` writes by default."""
         return self.path / f"checkpoint_avg_last{last}.pt"
+
+
+class DistillDir:
+    """`nmtk distill`'s folder (`nmtk.train.distill`; default ``distilled/<student recipe name>``): per training
+    corpus its sources, the teacher's scored translations and the pairs kept; the settings; the student recipe."""
+
+    SETTINGS, RECIPE = "distill.json", "recipe.toml"
+
+    def __init__(self, path: Path, source_lang: str, target_lang: str) -> None:
+        self.path, self.src, self.tgt = path, source_lang, target_lang
+
+    def sources(self, corpus: str) -> Path:
+        return self.path / f"{corpus}.{self.src}"
+
+    def scored(self, corpus: str) -> Path:
+        return self.path / f"{corpus}.scored.{self.tgt}"
+
+    def kept(self, corpus: str) -> tuple[Path, Path]:
+        return self.path / f"{corpus}.kept.{self.src}", self.path / f"{corpus}.kept.{self.tgt}"
+
+    def named(self, corpora: list[str]) -> Iterator[Path]:
+        """Every file this module writes for ``corpora`` (what ``force`` may remove)."""
+        yield self.path / self.SETTINGS
+        yield self.path / self.RECIPE
+        for name in corpora:
+            scored = self.scored(name)
+            yield from (self.sources(name), scored, scored.with_name(scored.name + ".partial"), *self.kept(name))
 
 
 class ExportDir:

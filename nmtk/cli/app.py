@@ -553,6 +553,47 @@ def shortlist(
 
 
 @app.command()
+def distill(
+    teacher: Annotated[Path, typer.Argument(help="The teacher: a run directory, a checkpoint in one, or an export.")],
+    recipe_file: RecipeArg,
+    out: Annotated[Path | None, typer.Option(help="Folder of the distilled data (default: distilled/<recipe name>)."
+                                             )] = None,
+    beam: TranslateBeamOption = None,
+    drop: Annotated[float, typer.Option(min=0.0, max=0.99, help="Share of the teacher's translations left out, "
+                                        "lowest score first.")] = 0.05,
+    with_original: Annotated[bool, typer.Option("--with-original", help="Train on the original pairs too.")] = False,
+    translate_only: Annotated[bool, typer.Option("--translate-only", help="Stop once the distilled data and its "
+                                                 "recipe are written (then: nmtk train OUT/recipe.toml).")] = False,
+    checkpoint: CheckpointOption = None,
+    ensemble: EnsembleOption = None,
+    device: DeviceOption = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads.")] = None,
+    precision: DecodePrecision = Precision.auto,
+    data_root: Annotated[Path | None, typer.Option(help="Corpora root (default: $NMTK_DATA).")] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="The student's run (default: runs/<recipe name>).")] = None,
+    set_: SetOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Start over: translate with the teacher again.")] = False,
+) -> None:
+    """Sequence-level distillation: the teacher translates the recipe's training sources, the student recipe
+    trains on its translations (resumable at every step)."""
+    from nmtk.decode.load import LoadOptions
+    from nmtk.recipe import load_recipe
+    from nmtk.train.distill import DistillOptions
+    from nmtk.train.distill import distill as run_distill
+
+    recipe = load_recipe(recipe_file, set_ or [])
+    load = LoadOptions(checkpoint=checkpoint, device=device, threads=threads, precision=precision,
+                       ensemble=tuple(ensemble or ()))
+    report = run_distill(recipe, DistillOptions(teacher, load, beam, drop, with_original, out, data_root, run_dir,
+                                                translate_only, force))
+    for corpus in report.corpora:
+        console.print(f"{corpus.name}: kept {corpus.kept:,} of {corpus.pairs:,} pairs ({corpus.empty:,} empty "
+                      f"translations, {corpus.low_score:,} with the lowest teacher scores left out)")
+    console.print(f"student recipe: {report.recipe}" + ("" if report.trained is None else
+                                                          f"; trained: {run_dir or Path('runs') / recipe.name}"))
+
+
+@app.command()
 def plot(
     runs: Annotated[list[Path], typer.Argument(help="Run directories (their train.jsonl), overlaid.")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Picture to write (.png or .svg).")] = Path("curves.png"),

@@ -284,26 +284,33 @@ class Transformer(nn.Module):
 
     def restrict_output(self, ids: Tensor | None) -> None:
         """Project onto the target ``ids`` alone (a lexical shortlist's candidates for a batch:
-        `nmtk.data.shortlist`), every other id's logit -inf; None: the whole vocabulary again. The rows
-        of the output matrix are gathered once here, not at every step."""
+        `nmtk.data.shortlist`): `decode_step` then gives their logits, in the order of ``ids`` (the
+        searches map the columns back: `output_ids`); None: the whole vocabulary again. ``ids`` must be
+        sorted and begin with the special ids (`Shortlist.candidates`), so that their columns are the
+        specials' own. The rows of the output matrix are gathered once here, not at every step."""
         if ids is None:
             self._shortlist = None
             return
+        if self.cfg.output_languages:
+            raise ValueError("a model with per-language output vocabularies takes no shortlist")
         weight = self.output_weight.detach()
         rows = weight.index_select(0, ids)
         self._shortlist = (ids, rows.t().contiguous() if ids.device.type == "cpu" else rows,
                            None if self.output_bias is None else self.output_bias.detach().index_select(0, ids))
 
+    @property
+    def output_ids(self) -> Tensor | None:
+        """The target ids `decode_step`'s logits are for when restricted (`restrict_output`), else None."""
+        return None if self._shortlist is None else self._shortlist[0]
+
     def _project_shortlisted(self, h: Tensor) -> Tensor:
-        """`project` onto the shortlist's ids, scattered into the vocabulary's logits (-inf elsewhere)."""
+        """`project` onto the shortlist's ids alone: (..., len(ids)) logits."""
         ids, rows, bias = self._shortlist
         flat = h.reshape(-1, h.size(-1))
         part = flat @ rows.to(flat.dtype) if ids.device.type == "cpu" else F.linear(flat, rows.to(flat.dtype))
         if bias is not None:
             part = part + bias.to(part.dtype)
-        logits = part.new_full((flat.size(0), self.cfg.tgt_vocab), float("-inf"))
-        logits.index_copy_(1, ids, part)
-        return logits.view(*h.shape[:-1], logits.size(-1))
+        return part.view(*h.shape[:-1], part.size(-1))
 
     def train(self, mode: bool = True) -> Transformer:
         """`nn.Module.train`; entering training mode also frees `project`'s decoding copy of the output

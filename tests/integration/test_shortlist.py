@@ -63,6 +63,7 @@ def test_a_batch_searches_only_its_candidates(listed) -> None:
 
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
+    from nmtk.decode.search.step import in_vocabulary
     from nmtk.model_source import resolve_model
 
     tmp, run, _ = listed
@@ -72,9 +73,11 @@ def test_a_batch_searches_only_its_candidates(listed) -> None:
     allowed = torch.from_numpy(translator.shortlist.candidates(ids))
     model.restrict_output(allowed)
     try:
-        logits = model.project(torch.zeros(1, model.cfg.d_model))
+        compact = model.project(torch.zeros(1, model.cfg.d_model))
+        logits = in_vocabulary(model, compact)
     finally:
         model.restrict_output(None)
+    assert compact.shape == (1, len(allowed))
     assert torch.isfinite(logits[0, allowed]).all() and torch.isinf(logits).sum() == model.cfg.tgt_vocab - len(allowed)
     hyps = translator.hypotheses(["dog cat"], SearchConfig(beam=2))
     assert set(hyps[0][0].tokens) <= set(allowed.tolist())

@@ -373,3 +373,27 @@ def test_every_search_runs_without_autograd(model, sources, cfg, monkeypatch) ->
     with torch.enable_grad():
         hyps = search(model, sources[:4], cfg, generator=torch.Generator().manual_seed(1))
     assert len(hyps) == 4 and seen and all(seen)
+
+
+@pytest.mark.parametrize("cfg", [SearchConfig(beam=1), SearchConfig(beam=4, nbest=2),
+                                 SearchConfig(beam=1, sampling=SamplingConfig(seed=3))],
+                         ids=["greedy", "beam", "sample"])
+def test_a_shortlist_covering_the_output_changes_no_search(model, sources, cfg) -> None:
+    """Restricted to candidates (`restrict_output`), a search works on their columns and maps them back:
+    with the whole vocabulary as candidates its hypotheses and scores are the unrestricted ones exactly;
+    greedy search, with only the pieces its translations use (and the specials), the same tokens. (Beam
+    search and sampling renormalise over the candidates: fewer may rank or draw otherwise.)"""
+    plain = search(model, sources, cfg)
+    used = sorted({t for hyps in plain for h in hyps for t in h.tokens} | set(range(4)))
+    greedy = cfg.beam == 1 and cfg.sampling is None
+    candidates = [torch.arange(model.cfg.tgt_vocab)] + ([torch.tensor(used)] if greedy else [])
+    for ids in candidates:
+        model.restrict_output(ids)
+        try:
+            listed = search(model, sources, cfg)
+        finally:
+            model.restrict_output(None)
+        assert [[h.tokens for h in hyps] for hyps in listed] == [[h.tokens for h in hyps] for hyps in plain]
+        if len(ids) == model.cfg.tgt_vocab:
+            assert [h.score for hyps in listed for h in hyps] == pytest.approx(
+                [h.score for hyps in plain for h in hyps], abs=1e-5)

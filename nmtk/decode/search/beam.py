@@ -28,9 +28,11 @@ from nmtk.decode.search.steering import Steering
 from nmtk.decode.search.step import (
     NEG_INF,
     Results,
+    as_tokens,
     length_penalty,
     max_lengths,
     only_eos_where,
+    output_ids,
     start_beams,
     steer_at,
     step_log_probs,
@@ -54,12 +56,14 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     history = torch.empty((n, 0), dtype=torch.long, device=src.device)
     raw = torch.zeros(n, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
-    step = 0
+    ids, step = output_ids(model, steering), 0
     while rows.numel():
-        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer_at(steering, history, rows, step))
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer_at(steering, history, rows, step),
+                                compact=ids is not None)
         if step >= first_limit:
             lprobs = only_eos_where(limit[rows] <= step, lprobs)
-        best, tokens = lprobs.max(dim=-1)
+        best, index = lprobs.max(dim=-1)
+        tokens = as_tokens(ids, index)
         raw = raw + best
         history = torch.cat([history, tokens[:, None]], dim=1)
         done = tokens.eq(EOS_ID)
@@ -172,18 +176,20 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     fin_scores, fin_tokens = _no_finished(n, cfg, max_steps, device)
     out = Results(n, k)
     kept = _KeptAttention(watch, n, k, fin_tokens.size(1), src.size(1), device)
+    ids = output_ids(model, steering)  # a shortlist's candidates: columns, not the vocabulary
 
     for step in range(max_steps):
         b = sent.numel()
         steer = None if steering is None else steer_at(steering, history, sent.repeat_interleave(k), step)
-        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer).view(b, k, -1)
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer, compact=ids is not None)
+        lprobs = lprobs.view(b, k, -1)
         kept.observe()
         vocab = lprobs.size(-1)
         if step >= first_limit:  # no row is at its limit before (and no host sync is needed to know it)
             lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)
         cand = (scores[..., None] + lprobs).view(b, k * vocab)
         cand_scores, cand_index = cand.topk(2 * k, dim=1)
-        origin, cand_tokens = cand_index // vocab, cand_index % vocab
+        origin, cand_tokens = cand_index // vocab, as_tokens(ids, cand_index % vocab)
         flat_origin = origin + torch.arange(b, device=device)[:, None] * k
 
         parents = flat_origin[:, :k].reshape(-1)

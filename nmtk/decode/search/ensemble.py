@@ -40,6 +40,11 @@ class Ensemble(nn.Module):
     def start_cache(self, encoded: list[Encoded]) -> EnsembleCache:
         return EnsembleCache([m.start_cache(e) for m, e in zip(self.models, encoded, strict=True)])
 
+    @property
+    def output_ids(self) -> Tensor | None:
+        """The members' shortlist candidates (`Transformer.output_ids`; restricted together), else None."""
+        return self.models[0].output_ids
+
     def decode_step(self, tokens: Tensor, cache: EnsembleCache) -> Tensor:
         lprobs = [torch.log_softmax(m.decode_step(tokens, c).float(), dim=-1)
                   for m, c in zip(self.models, cache.caches, strict=True)]

@@ -12,9 +12,11 @@ from nmtk.decode.search.contract import Decoder
 from nmtk.decode.search.steering import Steering
 from nmtk.decode.search.step import (
     NEG_INF,
+    as_tokens,
     length_penalty,
     max_lengths,
     only_eos_where,
+    output_ids,
     steer_at,
     step_log_probs,
 )
@@ -57,15 +59,17 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, controls: Sequ
     raw = torch.zeros(n, device=src.device)
     length = torch.zeros(n, device=src.device)
     steps = []
-    first_limit = int(limit.min())
+    first_limit, ids = int(limit.min()), output_ids(model, steering)
     for step in range(int(limit.max()) + 1):
-        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer_at(steering, history, every, step))
+        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer_at(steering, history, every, step),
+                                compact=ids is not None)
         if step >= first_limit:
             lprobs = only_eos_where(limit <= step, lprobs)
         logits = _filter(lprobs / max(sampling.temperature, 1e-6), sampling.topk, sampling.topp)
-        choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
-        choice = choice.masked_fill(finished, PAD_ID)
-        raw += torch.where(finished, 0.0, lprobs.gather(1, choice.clamp(min=0)[:, None]).squeeze(1))
+        picked = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+        picked = picked.masked_fill(finished, PAD_ID)
+        raw += torch.where(finished, 0.0, lprobs.gather(1, picked.clamp(min=0)[:, None]).squeeze(1))
+        choice = as_tokens(ids, picked)
         length += (~finished).float()
         steps.append(choice)
         if steering is not None:

@@ -48,14 +48,41 @@ def steer_at(steering: Steering | None, history: Tensor, sent: Tensor, step: int
     return None if steering is None else partial(steering.logits, history=history, sent=sent, step=step)
 
 
+def output_ids(model: Decoder, steering: object | None = None) -> Tensor | None:
+    """The target ids of `step_log_probs`' columns when the model projects onto a lexical shortlist's
+    candidates (`Transformer.restrict_output`) and nothing steers the batch: the search then takes its
+    softmax, top-k and samples over those few columns and maps what it picks back with ``ids[index]``.
+    None: the columns are the vocabulary (no shortlist, or steering, which works on vocabulary ids).
+    The candidates are sorted and hold the special ids, so that columns 0-3 are ``<pad>, <s>, </s>,
+    <unk>`` in both."""
+    return None if steering is not None else getattr(model, "output_ids", None)
+
+
+def as_tokens(ids: Tensor | None, index: Tensor) -> Tensor:
+    """The vocabulary ids of columns ``index`` (`output_ids`)."""
+    return index if ids is None else ids[index]
+
+
+def in_vocabulary(model: Decoder, logits: Tensor) -> Tensor:
+    """A shortlisted model's logits over its candidates (`output_ids`) placed in the vocabulary's
+    columns, -inf elsewhere; the vocabulary's logits as they are."""
+    ids = getattr(model, "output_ids", None)
+    if ids is None or logits.size(-1) == model.cfg.tgt_vocab:
+        return logits
+    return logits.new_full((logits.size(0), model.cfg.tgt_vocab), NEG_INF).index_copy_(1, ids, logits)
+
+
 def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache, first: bool = False,
-                   steer: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+                   steer: Callable[[Tensor], Tensor] | None = None, compact: bool = False) -> Tensor:
     """Log-probabilities of the next token; <pad> and <s> can never be produced, nor EOS as the
     ``first`` token: a sentence never translates to nothing. Without that rule a weakly trained model
     under the GNMT length penalty can prefer the empty hypothesis (one EOS, penalty 1) to every real
     one; fairseq (``min_len`` 1) and CTranslate2 (``min_decoding_length`` 1) forbid it the same way.
-    ``steer``: the line controls' change to the raw scores (`Steering.logits`), before normalising."""
+    ``steer``: the line controls' change to the raw scores (`Steering.logits`), before normalising.
+    ``compact``: over a shortlisted model's candidates (`output_ids`), else over the vocabulary."""
     logits = model.decode_step(tokens, cache).float()
+    if not compact:
+        logits = in_vocabulary(model, logits)
     lprobs = torch.log_softmax(logits if steer is None else steer(logits), dim=-1)
     lprobs[:, PAD_ID] = NEG_INF
     lprobs[:, BOS_ID] = NEG_INF
