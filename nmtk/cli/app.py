@@ -558,7 +558,8 @@ def distill(
     recipe_file: RecipeArg,
     out: Annotated[Path | None, typer.Option(help="Folder of the distilled data (default: distilled/<recipe name>)."
                                              )] = None,
-    beam: TranslateBeamOption = None,
+    beam: Annotated[int | None, typer.Option(min=1, help="The teacher's beam (default: its recipe's decode.beam)."
+                                             )] = None,
     drop: Annotated[float, typer.Option(min=0.0, max=0.99, help="Share of the teacher's translations left out, "
                                         "lowest score first.")] = 0.05,
     with_original: Annotated[bool, typer.Option("--with-original", help="Train on the original pairs too.")] = False,

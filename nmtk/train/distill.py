@@ -22,7 +22,7 @@ teacher is refused (``force`` starts over, removing only the files this module n
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ from nmtk.data.corpus import read_lines
 from nmtk.data.fetch import default_data_root, ensure_file
 from nmtk.decode.load import LoadOptions
 from nmtk.decode.stream import TranslateOptions, count_lines, finished_inputs, translate
-from nmtk.errors import NmtkError
+from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import write_text_atomic
 from nmtk.model_source import resolve_model
 from nmtk.recipe import Corpus, Recipe, recipe_from_dict, recipe_to_toml
@@ -85,7 +85,7 @@ def distill(recipe: Recipe, options: DistillOptions) -> DistillReport:
     folder = DistillDir(options.out or Path("distilled") / recipe.name, recipe.data.source_lang,
                         recipe.data.target_lang)
     corpora = recipe.data.train
-    _claim(folder, [c.name for c in corpora], _settings(options), options.force)
+    _claim(folder, [c.name for c in corpora], _settings(recipe, options), options.force)
     root = default_data_root(options.data_root)
     reports = []
     for corpus in corpora:
@@ -103,14 +103,16 @@ def distill(recipe: Recipe, options: DistillOptions) -> DistillReport:
     return DistillReport(folder.path, folder.path / folder.RECIPE, reports, trained)
 
 
-def _settings(options: DistillOptions) -> dict:
-    """What the teacher's translations depend on: the model (its file, size and time) and its search."""
+def _settings(recipe: Recipe, options: DistillOptions) -> dict:
+    """What the teacher's translations depend on: the model (its file, size and time), its search, and
+    the corpora it translates."""
     source = resolve_model(options.teacher, options.load.checkpoint)
     model = source.checkpoint if source.checkpoint is not None else source.path / "model.bin"
     stat = model.stat()
     ensemble = [str(Path(p).resolve()) for p in options.load.ensemble]
     return {"teacher": str(model.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-            "ensemble": ensemble, "beam": options.beam, "precision": options.load.precision.value}
+            "ensemble": ensemble, "beam": options.beam, "precision": options.load.precision.value,
+            "corpora": {c.name: c.source.path for c in recipe.data.train}}
 
 
 def _claim(folder: DistillDir, corpora: list[str], settings: dict, force: bool) -> None:
@@ -123,9 +125,9 @@ def _claim(folder: DistillDir, corpora: list[str], settings: dict, force: bool) 
             for named in folder.named(corpora):
                 named.unlink(missing_ok=True)
         elif made != settings:
-            changed = next(k for k in settings if made.get(k) != settings[k])
+            changed = next(k for k in [*settings, *made] if made.get(k) != settings.get(k))
             raise NmtkError(f"{folder.path}: distilled with another {changed} ({made.get(changed)} there, "
-                            f"{settings[changed]} now): start over with --force, or choose another --out")
+                            f"{settings.get(changed)} now): start over with --force, or choose another --out")
     elif any(p.exists() for p in folder.named(corpora)):
         raise NmtkError(f"{folder.path}: holds files nmtk distill did not record ({folder.SETTINGS} is missing): "
                         "choose another --out")
@@ -154,10 +156,15 @@ def _teacher_pass(folder: DistillDir, corpus: str, options: DistillOptions) -> N
         return
     partial = scored.with_name(scored.name + ".partial")
     skip = finished_inputs(partial) if partial.is_file() else 0
-    load = LoadOptions(**{**options.load.__dict__, "model": options.teacher})
+    load = replace(options.load, model=options.teacher)
     search = {"beam": options.beam} if options.beam else {}
-    translate(TranslateOptions(load=load, search=search, input=sources, output=scored, skip=skip,
-                               print_scores=True, buffer_size=options.buffer_size, force=scored.is_file()))
+    try:
+        translate(TranslateOptions(load=load, search=search, input=sources, output=scored, skip=skip,
+                                   print_scores=True, buffer_size=options.buffer_size, force=scored.is_file()))
+    except Interrupted as exc:
+        done = finished_inputs(partial) if partial.is_file() else 0
+        raise Interrupted(f"interrupted: the teacher has translated {done:,} of {corpus}'s lines ({partial}); the "
+                          "same nmtk distill command goes on from there", exc.exit_code) from None
 
 
 def _keep(folder: DistillDir, corpus: str, drop: float) -> CorpusReport:
@@ -166,6 +173,10 @@ def _keep(folder: DistillDir, corpus: str, drop: float) -> CorpusReport:
     scores, empty = [], 0
     for number, line in enumerate(read_lines(scored), start=1):
         score, sep, text = line.partition("\t")
+        if sep and not score and not text.strip():  # an empty source's line: "<TAB>" and nothing
+            empty += 1
+            scores.append(-np.inf)
+            continue
         try:
             value = float(score)
         except ValueError:

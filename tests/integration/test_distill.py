@@ -59,15 +59,18 @@ def test_the_student_trains_on_the_teachers_best_translations(distilled) -> None
 
 
 def test_an_interrupted_teacher_pass_goes_on_where_it_stopped(distilled) -> None:
+    """Ctrl-C leaves the finished lines in the partial file; the same command goes on after them."""
     work, args, env, _ = distilled
     out = work / "out"
     scored = out / "train.scored.de"
     whole = scored.read_text().splitlines(keepends=True)
     scored.unlink()
     (out / "train.scored.de.partial").write_text("".join(whole[:100]))  # what Ctrl-C after 100 lines leaves
-    result = run_nmtk(*args, "--translate-only", cwd=work, env=env)
+    result = run_nmtk(*args, "--translate-only", "--with-original", cwd=work, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "going on from" in result.stderr and "100 finished lines are kept" in result.stderr
+    recipe = (out / "recipe.toml").read_text()
+    assert 'name = "train-distilled"' in recipe and 'name = "train"' in recipe  # --with-original: both
     again = _scored(scored)
     assert [t for _, t in again] == [line.partition("\t")[2].rstrip("\n") for line in whole]
     assert again[:100] == _scored_lines(whole[:100])
@@ -87,3 +90,17 @@ def test_another_teacher_search_is_refused_until_forced(distilled) -> None:
     forced = run_nmtk(*changed, "--force", cwd=work, env=env)
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert '"beam": 3' in (work / "out" / "distill.json").read_text()
+
+
+def test_a_ctranslate2_export_teaches_too(distilled, exported) -> None:
+    """The teacher may be anything `-m` takes: an export translates through CTranslate2."""
+    work, args, env, _ = distilled
+    out = work / "from-export"
+    result = run_nmtk("distill", str(exported), *args[2:3], "--out", str(out), "--beam", "2", "--translate-only",
+                      *STUDENT, cwd=work, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert str((exported / "model.bin").resolve()) in (out / "distill.json").read_text()
+    sources = (out / "train.en").read_text().splitlines()
+    kept = (out / "train.kept.de").read_text().splitlines()
+    assert len(kept) == 285 and sum(line in sources for line in kept) >= 250  # 5 % dropped; copies
+    assert "student recipe:" in result.stderr and not (out / "run").exists()
