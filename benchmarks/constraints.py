@@ -17,7 +17,9 @@ On the `make demo` run (default runs/multi30k-en-de), in one process, one JSON l
   and outputs equal between torch and CTranslate2.
 - ``plain``: decoding without controls, sentences/s (to compare with a run of the previous version).
 
-Usage: python benchmarks/constraints.py [--run DIR] [--repeat 3] [--threads 2] [--device cuda]
+``--shortlist`` decodes every part with the run's lexical shortlist (a term's pieces join the candidates).
+
+Usage: python benchmarks/constraints.py [--run DIR] [--repeat 3] [--threads 2] [--device cuda] [--shortlist]
        [--parts terminology,glossary,prefix,repetition]  (plain and terminology always run)
 """
 
@@ -142,6 +144,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU's figures")
+    parser.add_argument("--shortlist", action="store_true", help="decode with the run's lexical shortlist (`nmtk "
+                        "shortlist`): terms must still be met")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated, of {', '.join(PARTS)} (plain and terminology always run)")
     args = parser.parse_args()
@@ -158,11 +162,12 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     source = resolve_model(args.run)
-    engine = load_translator(source, LoadOptions(precision=Precision.fp32, threads=args.threads, device=args.device))
+    engine = load_translator(source, LoadOptions(precision=Precision.fp32, threads=args.threads, device=args.device,
+                                                 shortlist=args.shortlist))
     bench = Bench(args, source, engine, SearchConfig.from_recipe(source.recipe.decode, beam=4),
                   test_lines("en"), test_lines("de"))
     report: dict[str, object] = {"benchmark": "constraints", "run": str(args.run), "sentences": len(bench.sources),
-                                 "beam": 4, "threads": args.threads, "device": args.device}
+                                 "beam": 4, "threads": args.threads, "device": args.device, "shortlist": args.shortlist}
     report |= terminology(bench)
     if "glossary" in parts:
         report["glossary"] = glossary(bench)
