@@ -39,7 +39,7 @@ def loaded_size(run: Path, row: str) -> int:
     if row.startswith("nmtk:"):
         return resolve_model(run).checkpoint.stat().st_size
     quantization, listed = row.split(":", 1)[1].removesuffix("+shortlist"), row.endswith("+shortlist")
-    return (run / f"export-{quantization}{'-shortlist' if listed else ''}" / "model.bin").stat().st_size
+    return (rows_of.export_dir(run, quantization, listed) / "model.bin").stat().st_size
 
 
 def measure(run: Path, args: argparse.Namespace) -> dict[str, object]:

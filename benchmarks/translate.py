@@ -61,7 +61,7 @@ def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> tuple
         torch.set_num_threads(threads)
         model, precision = run_dir, Precision(precision)
     else:
-        model, precision = run_dir / f"export-{precision}{'-shortlist' if listed else ''}", Precision.auto
+        model, precision = export_dir(run_dir, precision, listed), Precision.auto
     source = resolve_model(model)
     options = LoadOptions(precision=precision, device=device, threads=threads, shortlist=listed)
     return load_translator(source, options), SearchConfig.from_recipe(source.recipe.decode, beam=beam)
@@ -93,8 +93,13 @@ def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dic
             "lines": [detok(t) for t in out]}
 
 
+def export_dir(run_dir: Path, quantization: str, shortlist: bool = False) -> Path:
+    """Where a ct2 row's export of the run is (made by `export_for`)."""
+    return run_dir / f"export-{quantization}{'-shortlist' if shortlist else ''}"
+
+
 def export_for(run_dir: Path, quantization: str, shortlist: bool = False) -> None:
-    target = run_dir / f"export-{quantization}{'-shortlist' if shortlist else ''}"
+    target = export_dir(run_dir, quantization, shortlist)
     if not (target / "model.bin").is_file():
         subprocess.run([sys.executable, "-m", "nmtk", "export", str(run_dir), "-o", str(target), "--quantization",
                         quantization, "--force"], check=True, cwd=ROOT, capture_output=True)

@@ -115,6 +115,12 @@ def atomic_write(path: Path, mode: Literal["w", "wb"] = "wb") -> Iterator[IO]:
     fsync_dir(path.parent)
 
 
+def partial_path(output: Path) -> Path:
+    """Where a streamed ``output`` grows until it is whole (renamed to ``output`` then): what an
+    interrupted `translate -o` leaves, and what going on appends to."""
+    return output.with_name(output.name + ".partial")
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     with atomic_write(path, "w") as handle:
         handle.write(text)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nmtk.errors import NmtkError
-from nmtk.files import copy_atomic, write_text_atomic
+from nmtk.files import copy_atomic, partial_path, write_text_atomic
 from nmtk.manifest import MANIFEST, Manifest, PreparedData
 from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
 
@@ -53,6 +53,11 @@ def numbered_checkpoints(run_dir: Path, full_only: bool = False) -> list[tuple[i
         if match and not (full_only and match.group(2)):
             found.append((int(match.group(1)), path))
     return sorted(found)
+
+
+def default_run_dir(recipe: Recipe) -> Path:
+    """Where a recipe's run goes when no ``--run-dir`` is given."""
+    return Path("runs") / recipe.name
 
 
 class RunDir:
@@ -152,6 +157,10 @@ class DistillDir:
     def scored(self, corpus: str) -> Path:
         return self.path / f"{corpus}.scored.{self.tgt}"
 
+    def partial(self, corpus: str) -> Path:
+        """The teacher's translations so far, while they are made (`nmtk.files.partial_path`)."""
+        return partial_path(self.scored(corpus))
+
     def kept(self, corpus: str) -> tuple[Path, Path]:
         return self.path / f"{corpus}.kept.{self.src}", self.path / f"{corpus}.kept.{self.tgt}"
 
@@ -160,8 +169,7 @@ class DistillDir:
         yield self.path / self.SETTINGS
         yield self.path / self.RECIPE
         for name in corpora:
-            scored = self.scored(name)
-            yield from (self.sources(name), scored, scored.with_name(scored.name + ".partial"), *self.kept(name))
+            yield from (self.sources(name), self.scored(name), self.partial(name), *self.kept(name))
 
 
 class ExportDir:

@@ -590,8 +590,7 @@ def distill(
     for corpus in report.corpora:
         console.print(f"{corpus.name}: kept {corpus.kept:,} of {corpus.pairs:,} pairs ({corpus.empty:,} empty "
                       f"translations, {corpus.low_score:,} with the lowest teacher scores left out)")
-    console.print(f"student recipe: {report.recipe}" + ("" if report.trained is None else
-                                                          f"; trained: {run_dir or Path('runs') / recipe.name}"))
+    console.print(f"student recipe: {report.recipe}" + ("" if report.run is None else f"; trained: {report.run}"))
 
 
 @app.command()

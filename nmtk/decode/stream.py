@@ -25,7 +25,16 @@ from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import Interrupted, NmtkError
-from nmtk.files import InvalidUtf8, ReadyLines, buffered, decode_lines, decode_text, input_path, output_path
+from nmtk.files import (
+    InvalidUtf8,
+    ReadyLines,
+    buffered,
+    decode_lines,
+    decode_text,
+    input_path,
+    output_path,
+    partial_path,
+)
 from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import resolve_model
 from nmtk.pair import sources_of
@@ -207,7 +216,7 @@ def _check_output(options: TranslateOptions) -> tuple[Path, bool]:
     does not match: its finished lines are kept unless the user starts over with ``--force``."""
     assert options.output is not None
     output_path(options.output)
-    partial = options.output.with_name(options.output.name + ".partial")
+    partial = partial_path(options.output)
     _refuse_input_as_output(options, options.output, partial)
     resume = False
     if partial.exists():

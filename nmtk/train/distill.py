@@ -3,7 +3,7 @@
 A large teacher translates the sources of the student recipe's training corpora with beam search; the
 student trains on those sources paired with the teacher's outputs instead of the human references. The
 teacher's outputs are simpler and more consistent than the references, which is what lets a much smaller
-student (deep encoder, shallow decoder: decoding cost is the decoder's) come close to the teacher.
+student (a shallow decoder: decoding cost is the decoder's) come close to the teacher.
 
 The steps, each resumable, all in one folder (`DistillDir`, default ``distilled/<student recipe name>``):
 
@@ -33,10 +33,10 @@ from nmtk.data.fetch import default_data_root, ensure_file
 from nmtk.decode.load import LoadOptions
 from nmtk.decode.stream import TranslateOptions, count_lines, finished_inputs, translate
 from nmtk.errors import Interrupted, NmtkError
-from nmtk.files import write_text_atomic
+from nmtk.files import atomic_write, write_text_atomic
 from nmtk.model_source import resolve_model
 from nmtk.recipe import Corpus, Recipe, recipe_from_dict, recipe_to_toml
-from nmtk.rundir import DistillDir
+from nmtk.rundir import DistillDir, default_run_dir
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class DistillReport:
     folder: Path
     recipe: Path  # the student recipe over the distilled data (what `nmtk train` was given)
     corpora: list[CorpusReport]
-    trained: dict | None  # the training's final state; None with translate_only
+    run: Path | None  # the student's run; None with translate_only
 
 
 def distill(recipe: Recipe, options: DistillOptions) -> DistillReport:
@@ -98,9 +98,10 @@ def distill(recipe: Recipe, options: DistillOptions) -> DistillReport:
         return DistillReport(folder.path, folder.path / folder.RECIPE, reports, None)
     from nmtk.train.run import train
 
-    trained = train(student, data_root=options.data_root, run_dir=options.run_dir, device_name=options.load.device,
-                    threads=options.load.threads)
-    return DistillReport(folder.path, folder.path / folder.RECIPE, reports, trained)
+    run = options.run_dir or default_run_dir(student)
+    train(student, data_root=options.data_root, run_dir=run, device_name=options.load.device,
+          threads=options.load.threads)
+    return DistillReport(folder.path, folder.path / folder.RECIPE, reports, run)
 
 
 def _settings(recipe: Recipe, options: DistillOptions) -> dict:
@@ -141,11 +142,9 @@ def _copy_sources(corpus: Corpus, root: Path, folder: DistillDir) -> None:
     out = folder.sources(corpus.name)
     if out.is_file():
         return
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as sink:
+    with atomic_write(out, "w") as sink:
         for line in read_lines(ensure_file(corpus.source, root)):
             sink.write(line.replace("\r", " ") + "\n")
-    tmp.replace(out)
 
 
 def _teacher_pass(folder: DistillDir, corpus: str, options: DistillOptions) -> None:
@@ -154,7 +153,7 @@ def _teacher_pass(folder: DistillDir, corpus: str, options: DistillOptions) -> N
     if scored.is_file() and count_lines(scored) == count_lines(sources):
         console.print(f"{scored}: the teacher's translations are there")
         return
-    partial = scored.with_name(scored.name + ".partial")
+    partial = folder.partial(corpus)
     skip = finished_inputs(partial) if partial.is_file() else 0
     load = replace(options.load, model=options.teacher)
     search = {"beam": options.beam} if options.beam else {}
@@ -197,15 +196,12 @@ def _keep(folder: DistillDir, corpus: str, drop: float) -> CorpusReport:
 
 def _write_kept(folder: DistillDir, corpus: str, keep: np.ndarray) -> None:
     src_out, tgt_out = folder.kept(corpus)
-    src_tmp, tgt_tmp = (p.with_name(p.name + ".tmp") for p in (src_out, tgt_out))
-    with open(src_tmp, "w", encoding="utf-8") as src, open(tgt_tmp, "w", encoding="utf-8") as tgt:
+    with atomic_write(src_out, "w") as src, atomic_write(tgt_out, "w") as tgt:
         pairs = zip(read_lines(folder.sources(corpus)), read_lines(folder.scored(corpus)), strict=True)
         for kept, (source, line) in zip(keep, pairs, strict=True):
             if kept:
                 src.write(source + "\n")
                 tgt.write(line.partition("\t")[2] + "\n")
-    src_tmp.replace(src_out)
-    tgt_tmp.replace(tgt_out)
 
 
 def _student_recipe(recipe: Recipe, folder: DistillDir, with_original: bool) -> Recipe:

@@ -24,7 +24,7 @@ from nmtk.model import Transformer, parameter_count
 from nmtk.model.languages import allowed_pieces
 from nmtk.model_source import resolve_model
 from nmtk.recipe import Recipe, differences, with_current_names
-from nmtk.rundir import RunDir
+from nmtk.rundir import RunDir, default_run_dir
 from nmtk.text.pairs import training_pipelines
 from nmtk.train.distributed import (
     DistInfo,
@@ -114,7 +114,7 @@ def train(recipe: Recipe, *, data_dir: Path | None = None, data_root: Path | Non
     """Train (or resume) the recipe; returns the final state as a dict."""
     device = pick_device(device_name)
     info = init_distributed(device.type)
-    run = RunDir(run_dir or Path("runs") / recipe.name)
+    run = RunDir(run_dir or default_run_dir(recipe))
     try:
         with _locked(run, info):
             return _train(recipe, info, device, data_dir, data_root, run, restart, init_from, threads)
