@@ -16,7 +16,7 @@ from typing import Any, Literal
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe
-from nmtk.rundir import ExportDir, RunDir
+from nmtk.rundir import LAST, RUNS, ExportDir, RunDir
 
 
 def default_checkpoint(run: RunDir, recipe: Recipe | None = None) -> tuple[Path, str]:
@@ -33,9 +33,9 @@ def default_checkpoint(run: RunDir, recipe: Recipe | None = None) -> tuple[Path,
     raise NmtkError(f"{run.path}: no checkpoint to translate with (train first, or pass --checkpoint)")
 
 
-def latest_run(runs_root: Path = Path("runs")) -> RunDir | None:
+def latest_run(runs_root: Path = RUNS) -> RunDir | None:
     """The run under ``runs_root`` whose last checkpoint is newest."""
-    candidates = [p for p in runs_root.glob("*/checkpoint_last.pt")] if runs_root.is_dir() else []
+    candidates = [p for p in runs_root.glob(f"*/{LAST}")] if runs_root.is_dir() else []
     if not candidates:
         return None
     return RunDir(max(candidates, key=lambda p: p.stat().st_mtime).parent)

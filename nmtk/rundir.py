@@ -21,6 +21,8 @@ from nmtk.files import copy_atomic, partial_path, write_text_atomic
 from nmtk.manifest import MANIFEST, Manifest, PreparedData
 from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
 
+#: Where runs go when no ``--run-dir`` is given, one folder per recipe name.
+RUNS = Path("runs")
 RECIPE = "recipe.toml"
 TRAIN_LOG = "train.jsonl"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
@@ -57,7 +59,7 @@ def numbered_checkpoints(run_dir: Path, full_only: bool = False) -> list[tuple[i
 
 def default_run_dir(recipe: Recipe) -> Path:
     """Where a recipe's run goes when no ``--run-dir`` is given."""
-    return Path("runs") / recipe.name
+    return RUNS / recipe.name
 
 
 class RunDir:
