@@ -35,6 +35,7 @@ from nmtk.decode.search.step import (
     output_ids,
     start_beams,
     steer_at,
+    step_best,
     step_log_probs,
     stops_at_beam_finished,
 )
@@ -157,6 +158,16 @@ def _ready(fin_scores: Tensor, scores: Tensor, limit: Tensor, cfg: SearchConfig)
     return fin_scores[:, cfg.nbest - 1] >= bound
 
 
+def _extensions(scores: Tensor, best: Tensor, columns: Tensor, ids: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's 2K best extensions, best first: their scores, origin beams and tokens, from the
+    live ``scores`` (B, K) and each row's 2K best log-probabilities and columns (`step_best`)."""
+    b, k = scores.shape
+    width = best.size(-1)
+    cand = (scores[..., None] + best.view(b, k, width)).view(b, k * width)
+    cand_scores, cand_index = cand.topk(2 * k, dim=1)
+    return cand_scores, cand_index // width, as_tokens(ids, columns.view(b, k * width).gather(1, cand_index))
+
+
 def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
                 controls: Sequence[LineControls | None] | None = None,
                 watch: Callable[[], Tensor | None] | None = None) -> list[list[Hypothesis]]:
@@ -181,15 +192,12 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     for step in range(max_steps):
         b = sent.numel()
         steer = None if steering is None else steer_at(steering, history, sent.repeat_interleave(k), step)
-        lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer, compact=ids is not None)
-        lprobs = lprobs.view(b, k, -1)
+        # no row is at its limit before first_limit (and no host sync is needed to know it)
+        reached = (limit[sent] <= step).repeat_interleave(k) if step >= first_limit else None
+        best, columns = step_best(model, tokens, cache, 2 * k, first=step == 0, steer=steer, compact=ids is not None,
+                                  reached=reached)
         kept.observe()
-        vocab = lprobs.size(-1)
-        if step >= first_limit:  # no row is at its limit before (and no host sync is needed to know it)
-            lprobs = only_eos_where((limit[sent] <= step)[:, None], lprobs)
-        cand = (scores[..., None] + lprobs).view(b, k * vocab)
-        cand_scores, cand_index = cand.topk(2 * k, dim=1)
-        origin, cand_tokens = cand_index // vocab, as_tokens(ids, cand_index % vocab)
+        cand_scores, origin, cand_tokens = _extensions(scores, best, columns, ids)
         flat_origin = origin + torch.arange(b, device=device)[:, None] * k
 
         parents = flat_origin[:, :k].reshape(-1)
