@@ -162,17 +162,25 @@ def test_decoding_projection_follows_the_weights(share: str, bias: bool) -> None
     assert model._output_columns is None
 
 
-def test_cache_reorder_selects_rows() -> None:
-    """Reordering the cache mid-sequence equals decoding the selected rows from the start."""
+@pytest.mark.parametrize("capacity", [32, 2])
+def test_cache_reorder_selects_rows(capacity: int) -> None:
+    """Reordering the cache mid-sequence equals decoding the selected rows from the start; with a
+    capacity of 2 positions the buffers grow twice, around the reorders (the spare must follow)."""
     model = tiny()
-    src, tgt = tokens(3, 5), tokens(3, 6)
+    src, tgt = tokens(3, 5), tokens(3, 7)
     src[2, 3:] = PAD
     cache = model.start_cache(model.encode(src))
+    for layer in cache.layers:
+        layer.capacity = capacity
     for t in range(3):
         model.decode_step(tgt[:, t], cache)
     index = torch.tensor([2, 0, 2])
     cache.reorder(index)
-    out = torch.stack([model.decode_step(tgt[index, t], cache) for t in range(3, 6)], dim=1)
+    out = [model.decode_step(tgt[index, t], cache) for t in range(3, 5)]
+    again = torch.tensor([1, 1, 0])
+    cache.reorder(again)
+    index = index[again]
+    out = torch.stack([o[again] for o in out] + [model.decode_step(tgt[index, t], cache) for t in range(5, 7)], dim=1)
     expected = model(src[index], tgt[index])[:, 3:]
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
 
