@@ -91,22 +91,6 @@ def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache, first: bool = F
     return lprobs
 
 
-def step_best(model: Decoder, tokens: Tensor, cache: Cache, count: int, first: bool = False,
-              steer: Callable[[Tensor], Tensor] | None = None, compact: bool = False,
-              reached: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Each row's ``count`` best next tokens (`step_log_probs`, and `only_eos_where` for the rows
-    ``reached``): their log-probabilities and columns.
-
-    Why: a beam search's 2K best extensions of a sentence are among its rows' 2K best each (a row's
-    score is the same for all its tokens), so it adds the scores to 2K columns per row, not to all of
-    them, and searches a sentence's K·2K sums, not its K·V: that full-width add and top-k were a
-    tenth of a small model's step on a CPU."""
-    lprobs = step_log_probs(model, tokens, cache, first=first, steer=steer, compact=compact)
-    if reached is not None:
-        lprobs = only_eos_where(reached, lprobs)
-    return lprobs.topk(min(count, lprobs.size(-1)), dim=-1)
-
-
 def only_eos_where(reached: Tensor, lprobs: Tensor) -> Tensor:
     """Rows of ``lprobs`` (..., V) where ``reached`` (a hypothesis at its length limit) may only end:
     every token but EOS gets -∞, and EOS keeps the model's own log-probability. (Scoring the forced
