@@ -184,7 +184,7 @@ def _extensions(scores: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor, Ten
     row = (best // blocks + torch.arange(b, device=scores.device)[:, None] * k).repeat_interleave(BLOCK, dim=1)
     column = ((best % blocks)[..., None] * BLOCK + torch.arange(BLOCK, device=scores.device)).view(b, -1)
     flat = row * width + column.clamp(max=width - 1)
-    sums = lprobs.view(-1).take(flat).masked_fill(column >= width, NEG_INF) + scores.view(-1).take(row)
+    sums = lprobs.reshape(-1).take(flat).masked_fill(column >= width, NEG_INF) + scores.view(-1).take(row)
     cand_scores, pick = sums.topk(count, dim=1)
     return cand_scores, row.gather(1, pick) % k, column.gather(1, pick)
 
