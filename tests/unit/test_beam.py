@@ -11,7 +11,7 @@ from helpers import copy_batch
 
 from nmtk.decode.search import batches
 from nmtk.decode.search.batches import decode_ids
-from nmtk.decode.search.beam import BLOCK, Hypothesis, SearchConfig, _extensions, length_penalty
+from nmtk.decode.search.beam import BLOCK, Hypothesis, SearchConfig, _by_topk, _in_blocks, length_penalty
 from nmtk.decode.search.choose import search
 from nmtk.decode.search.sampling import SamplingConfig, sample_search
 from nmtk.model import ModelConfig, Transformer
@@ -401,9 +401,9 @@ def test_a_shortlist_covering_the_output_changes_no_search(model, sources, cfg) 
 
 @pytest.mark.parametrize("width", [5, BLOCK, 3 * BLOCK + 17, 8000])
 def test_block_search_finds_the_best_extensions_of_all(width: int) -> None:
-    """`_extensions` (block maxima, then the best blocks' columns) equals a `topk` over every beam's
+    """`_in_blocks` (block maxima, then the best blocks' columns) equals a `topk` over every beam's
     score plus every column's log-probability: widths below, at, and off a multiple of the block, with
-    columns at -inf (forbidden tokens) and a dead beam (score -inf)."""
+    columns at -inf (forbidden tokens) and a dead beam (score -inf); `_by_topk`, the GPU's path, too."""
     generator = torch.Generator().manual_seed(width)
     b, k = 6, 4
     lprobs = torch.log_softmax(3 * torch.randn(b * k, width, generator=generator), dim=-1)
@@ -411,8 +411,10 @@ def test_block_search_finds_the_best_extensions_of_all(width: int) -> None:
     scores = -5 * torch.rand(b, k, generator=generator)
     scores[0, 3] = float("-inf")
     count = min(2 * k, k * width - k)
-    got_scores, origin, column = _extensions(scores, lprobs, count)
+    got_scores, origin, column = _in_blocks(scores, lprobs, count)
     sums = (scores[..., None] + lprobs.view(b, k, width)).view(b, k * width)
     want_scores, index = sums.topk(count, dim=1)
     torch.testing.assert_close(got_scores, want_scores, atol=0, rtol=0)
     assert torch.equal(origin, index // width) and torch.equal(column, index % width)
+    for got, want in zip(_by_topk(scores, lprobs, count), (got_scores, origin, column), strict=True):
+        assert torch.equal(got, want)  # the GPU's path (one topk) finds the same
