@@ -174,8 +174,9 @@ class LayerCache:
     (no copy before its matmuls). Reordering beams gathers the filled prefix once, straight into a
     spare buffer (the two are swapped), so the history is copied once per reorder, not twice per step;
     in this layout the gather copies a few long blocks per row (time-major, one 1 KB block per row and
-    position, it ran 1.8x slower: the reorder was a fifth of a small model's beam step on a CPU).
-    Buffers double when full. Encoder-decoder
+    position, it ran 1.8x slower: the reorder was a fifth of a small model's beam step on a CPU). The
+    attention's matmuls read this layout a little slower (the heads' blocks lie a capacity apart), the
+    reorder and the attention together faster (CHANGELOG). Buffers double when full. Encoder-decoder
     keys/values are projected once, held once per sentence however many beams it has
     (`DecoderCache.expand`), and only change when finished sentences leave the batch.
     """

@@ -1,9 +1,10 @@
 """Batched beam search (paper §6.1) over sentences *and* beams as tensors, with the key/value cache.
 
 Rows of the decoder batch are ``sentence · beam``. At each step the 2K best extensions of each
-sentence are taken with one ``topk``; extensions ending in EOS among the first K become finished
-hypotheses (merged, tensor-wise, into each sentence's K best finished), the K best others continue,
-and the cache is reordered by ``index_select``. A sentence stops as soon as no live beam can beat
+sentence are taken with one ``topk`` (on a CPU, from its best blocks of columns: `_in_blocks`);
+extensions ending in EOS among the first K become finished hypotheses (merged, tensor-wise, into
+each sentence's K best finished), the K best others continue, and the cache is reordered by
+``index_select``. A sentence stops as soon as no live beam can beat
 its finished hypotheses, and the batch shrinks to the sentences still running. The one host sync per
 step is the check whether any sentence finished; a step where some did copies their hypotheses to
 the host in one transfer per tensor (never one read per sentence).
