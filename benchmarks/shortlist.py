@@ -39,12 +39,10 @@ def copy_run(run: Path, into: Path) -> Path:
 
 
 def median_row(row: str, run: Path, args: argparse.Namespace) -> dict:
-    """`translate.one_row` ``--repeat`` times in fresh processes: the median by speed, with every run's speed."""
+    """`translate.repeated` on ``run``: the median of ``--repeat`` fresh processes."""
     import translate
 
-    runs = [translate.one_row(row, argparse.Namespace(**{**vars(args), "run": run})) for _ in range(args.repeat)]
-    median = sorted(runs, key=lambda r: r["sentences_per_s"])[len(runs) // 2]
-    return {**median, "runs_sentences_per_s": [r["sentences_per_s"] for r in runs]}
+    return translate.repeated(row, argparse.Namespace(**{**vars(args), "run": run}))
 
 
 def size_rows(run: Path, size: str, plain: dict[str, dict], args: argparse.Namespace) -> dict:
@@ -62,11 +60,10 @@ def size_rows(run: Path, size: str, plain: dict[str, dict], args: argparse.Names
             if engine.startswith("ct2:"):
                 translate.export_for(copy, engine.split(":", 1)[1], shortlist=True)
             row = median_row(engine + "+shortlist", copy, args)
-            lines, base = row.pop("lines"), plain[engine]
-            same = sum(a == b for a, b in zip(base["lines"], lines, strict=True)) / len(lines)
+            base = plain[engine]
             report[engine] = {"sentences_per_s": row["sentences_per_s"], "runs": row["runs_sentences_per_s"],
                               "speed": round(row["sentences_per_s"] / base["sentences_per_s"], 3),
-                              "identical": round(same, 4), "bleu": row["bleu"]}
+                              "identical": translate.identical(base["lines"], row["lines"]), "bleu": row["bleu"]}
     return report
 
 

@@ -116,18 +116,29 @@ def rows(args: argparse.Namespace) -> dict[str, object]:
                            capture_output=True)
         if row.startswith("ct2:"):
             export_for(args.run, row.split(":", 1)[1].removesuffix("+shortlist"), listed)
-        runs = [one_row(row, args) for _ in range(args.repeat)]
-        median = sorted(runs, key=lambda r: r["sentences_per_s"])[len(runs) // 2]
+        median = repeated(row, args)
         lines[row] = median.pop("lines")
-        report[row] = {**median, "runs_sentences_per_s": [r["sentences_per_s"] for r in runs],
-                       "runs_peak_rss_mib": [r["peak_rss_mib"] for r in runs]}
+        report[row] = median
         plain = row.removesuffix("+shortlist")
         if listed and plain in lines:
-            same = sum(a == b for a, b in zip(lines[plain], lines[row], strict=True)) / len(lines[row])
-            report[row]["identical_to_" + plain] = round(same, 4)
+            report[row]["identical_to_" + plain] = identical(lines[plain], lines[row])
             speed = report[row]["sentences_per_s"] / report[plain]["sentences_per_s"]
             report[row]["speed_vs_" + plain] = round(speed, 3)
     return report
+
+
+def repeated(row: str, args: argparse.Namespace) -> dict:
+    """`one_row` ``args.repeat`` times, each in a fresh process: the median run by speed, with every
+    run's speed and peak RSS."""
+    runs = [one_row(row, args) for _ in range(args.repeat)]
+    median = sorted(runs, key=lambda r: r["sentences_per_s"])[len(runs) // 2]
+    return {**median, "runs_sentences_per_s": [r["sentences_per_s"] for r in runs],
+            "runs_peak_rss_mib": [r["peak_rss_mib"] for r in runs]}
+
+
+def identical(plain: list[str], other: list[str]) -> float:
+    """The share of ``other``'s lines equal to ``plain``'s, line by line."""
+    return round(sum(a == b for a, b in zip(plain, other, strict=True)) / len(other), 4)
 
 
 def one_row(row: str, args: argparse.Namespace) -> dict[str, float]:
