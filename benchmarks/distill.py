@@ -11,7 +11,8 @@ teacher's.
 ``--distill`` first runs `nmtk distill TEACHER recipes/multi30k-en-de-student.toml` (the teacher
 translates the 29,000 training sources, the student trains for the recipe's 20 minutes), unless the
 student run already holds a checkpoint. The default teacher is `recipes/multi30k-en-de-teacher.toml`'s run
-(train and average it first); ``--teacher runs/multi30k-en-de`` measures the demo model as the teacher.
+(train it on a GPU and average it first: 6,000 updates are minutes there, hours on a CPU); ``--teacher
+runs/multi30k-en-de`` measures the demo model as the teacher.
 
 Usage: python benchmarks/distill.py [--teacher runs/multi30k-en-de-teacher] [--student runs/multi30k-en-de-student]
                                     [--distill] [--repeat 3]
