@@ -9,7 +9,7 @@ teacher's CTranslate2 int8 and nmtk fp32 (speed), its BLEU less the teacher's, a
 teacher's.
 
 ``--distill`` first runs `nmtk distill TEACHER recipes/multi30k-en-de-student.toml` (the teacher
-translates the 29,000 training sources, the student trains for the recipe's 20 minutes), unless the
+translates the 29,000 training sources, the student trains the recipe's 12,000 updates), unless the
 student run already holds a checkpoint. The default teacher is `recipes/multi30k-en-de-teacher.toml`'s run
 (train it on a GPU and average it first: 6,000 updates are minutes there, hours on a CPU); ``--teacher
 runs/multi30k-en-de`` measures the demo model as the teacher.
