@@ -6,6 +6,7 @@
     runs/<name>/checkpoint_<N>.pt    numbered checkpoints; checkpoint_last.pt, checkpoint_best.pt
     runs/<name>/checkpoint_avg_*.pt  averaged checkpoints (`nmtk average`)
     runs/<name>/train.jsonl          one JSON object of metrics per log interval
+    runs/<name>/data.json            where the prepared data it was trained on was (`RunDir.trained_on`)
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from nmtk.recipe import Recipe, load_recipe, recipe_to_toml
 RUNS = Path("runs")
 RECIPE = "recipe.toml"
 TRAIN_LOG = "train.jsonl"
+#: Where the run's prepared data was when it trained: what `nmtk shortlist` reads again without --data.
+TRAINED_ON = "data.json"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
 EXPORT_MARKER = "nmtk-export.json"
 #: CTranslate2's vocabulary map in an export of a model with per-target output vocabularies, or of a run
@@ -111,6 +114,18 @@ class RunDir:
         manifest.write(self.path / MANIFEST)
         for name in set(manifest.vocab.models.values()):
             copy_atomic(data.path / name, self.path / name)
+        write_text_atomic(self.path / TRAINED_ON, json.dumps({"prepared": str(data.path.resolve())}, indent=2))
+
+    def trained_on(self) -> Path | None:
+        """The folder of prepared data the run last trained on, as it was then (it may since have moved or
+        been rebuilt: callers check its vocabulary); None for a run from before nmtk recorded it."""
+        path = self.path / TRAINED_ON
+        if not path.is_file():
+            return None
+        try:
+            return Path(json.loads(path.read_text(encoding="utf-8"))["prepared"])
+        except (ValueError, KeyError, TypeError):
+            raise NmtkError(f"{path}: not the JSON nmtk writes there ({{\"prepared\": PATH}})") from None
 
     def inherit_origin(self, source: Path) -> None:
         """The original format's files of the run ``source`` (an imported one), copied into this run."""

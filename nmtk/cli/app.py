@@ -536,8 +536,8 @@ def attention(
 @app.command()
 def shortlist(
     run: Annotated[Path, typer.Argument(help="Run directory: its shortlist is saved in it (shortlist.npz).")],
-    data: Annotated[Path | None, typer.Option(help="The prepared data it was trained on (default: "
-                                              "data-bin/<recipe name>).")] = None,
+    data: Annotated[Path | None, typer.Option(help="The prepared data it was trained on (default: the folder "
+                                              "training recorded, else data-bin/<recipe name>).")] = None,
     per_source: Annotated[int, typer.Option(min=1, help="Target pieces kept per source piece.")] = 50,
     frequent: Annotated[int, typer.Option(min=0, help="The most frequent target pieces, kept for every "
                                           "sentence.")] = 100,

@@ -11,7 +11,7 @@ from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.prepare import default_out_dir
 from nmtk.data.shortlist import Shortlist, build
 from nmtk.errors import NmtkError
-from nmtk.manifest import PreparedData
+from nmtk.manifest import MANIFEST, PreparedData
 from nmtk.rundir import SHORTLIST, RunDir
 
 
@@ -27,19 +27,14 @@ class ShortlistReport:
 
 def make_shortlist(run: Path, data: Path | None = None, per_source: int = 50, frequent: int = 100,
                    max_sentences: int = 2_000_000) -> ShortlistReport:
-    """Build ``run``'s shortlist from the prepared data it was trained on (``data``: default the recipe's
-    ``data-bin/<name>``) and save it in the run."""
+    """Build ``run``'s shortlist from the prepared data it was trained on (``data``: default `training_data`'s
+    choice) and save it in the run."""
     folder = RunDir(run).require()
-    recipe, manifest = folder.recipe(), folder.manifest()
+    manifest = folder.manifest()
     if manifest.pairs:
         raise NmtkError(f"{run}: a multilingual run: shortlists are for one language pair (its per-target output "
                         "vocabularies already restrict each target)")
-    prepared = PreparedData(data or default_out_dir(recipe))
-    if not prepared.manifest_path.is_file():
-        raise NmtkError(f"{prepared.path}: no prepared data (the data {run} was trained on: --data DIR)")
-    if prepared.manifest().vocab.sha256 != manifest.vocab.sha256:
-        raise NmtkError(f"{prepared.path}: prepared with other subword models than {run}'s: pass the data it was "
-                        "trained on (--data DIR)")
+    prepared = training_data(folder, data)
     pair = manifest.language_pairs()[0]
     split = BinarizedSplit(prepared, "train", pair)
     src_vocab, tgt_vocab = manifest.vocab_sizes()
@@ -50,6 +45,23 @@ def make_shortlist(run: Path, data: Path | None = None, per_source: int = 50, fr
     sizes = [len(shortlist.candidates([split.src[i]])) for i in range(0, sentences, max(1, sentences // 1000))]
     return ShortlistReport(path, sentences, per_source, frequent, round(sum(sizes) / max(1, len(sizes)), 1),
                            tgt_vocab)
+
+
+def training_data(run: RunDir, data: Path | None = None) -> PreparedData:
+    """The prepared data ``run`` was trained on: ``data`` when given, else the folder training recorded
+    (`RunDir.trained_on`) or the recipe's ``data-bin/<name>``, the first prepared with the run's subword
+    models (a folder rebuilt since with others is passed over, and named when none is left)."""
+    places = [data] if data else [p for p in (run.trained_on(), default_out_dir(run.recipe())) if p is not None]
+    found = [PreparedData(p) for p in dict.fromkeys(places) if (Path(p) / MANIFEST).is_file()]
+    if not found:
+        raise NmtkError(f"{' nor '.join(str(p) for p in dict.fromkeys(places))}: no prepared data (the data "
+                        f"{run.path} was trained on: --data DIR)")
+    vocab = run.manifest().vocab.sha256
+    same = next((prepared for prepared in found if prepared.manifest().vocab.sha256 == vocab), None)
+    if same is None:
+        raise NmtkError(f"{found[0].path}: prepared with other subword models than {run.path}'s: pass the data it "
+                        "was trained on (--data DIR)")
+    return same
 
 
 def run_shortlist(run: Path) -> Shortlist:

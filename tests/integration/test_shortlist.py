@@ -3,6 +3,7 @@ so a sentence's own pieces are all its translation needs."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -13,15 +14,44 @@ from conftest import run_nmtk
 
 @pytest.fixture(scope="module")
 def listed(copy_run, tmp_path_factory):
-    """A copy of the copy run with a small shortlist: 3 pieces per source piece, no frequent ones."""
+    """A copy of the copy run with a small shortlist: 3 pieces per source piece, no frequent ones. The run
+    was trained with --data; the shortlist finds that data again without it (the run recorded where)."""
     tmp, _, env = copy_run
     run = tmp_path_factory.mktemp("shortlist") / "run"
     shutil.copytree(tmp / "run", run)
-    result = run_nmtk("shortlist", str(run), "--data", str(tmp / "data"), "--per-source", "3", "--frequent", "0",
-                      env=env)
+    result = run_nmtk("shortlist", str(run), "--per-source", "3", "--frequent", "0", env=env)
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stderr and "3 pieces per source piece" in result.stderr
     return tmp, run, env
+
+
+def test_the_training_data_is_found_where_it_was_or_named_in_one_line(listed, tmp_path: Path, monkeypatch) -> None:
+    """`training_data`: the recorded folder; given --data, that one; a recorded folder rebuilt with other
+    subword models, or gone, is an error naming it (and the recipe's data-bin/<name>, also absent here)."""
+    from nmtk.decode.shortlists import training_data
+    from nmtk.errors import NmtkError
+    from nmtk.rundir import TRAINED_ON, RunDir
+
+    tmp, run, _ = listed
+    monkeypatch.chdir(tmp_path)  # where data-bin/<name> is looked for: absent
+    folder = RunDir(run)
+    assert training_data(folder).path.resolve() == (tmp / "data").resolve()
+    assert training_data(folder, tmp / "data").path == tmp / "data"
+    moved = tmp_path / "run"
+    shutil.copytree(run, moved)
+    (moved / TRAINED_ON).write_text('{"prepared": "%s"}' % (tmp_path / "gone"))
+    with pytest.raises(NmtkError, match=r"gone nor data-bin/\S+: no prepared data .*--data DIR\)$"):
+        training_data(RunDir(moved))
+    other = tmp_path / "other"
+    other.mkdir()
+    manifest = json.loads((tmp / "data" / "manifest.json").read_text())
+    manifest["vocab"]["sha256"] = {name: "0" * 64 for name in manifest["vocab"]["sha256"]}
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(NmtkError, match=r"other: prepared with other subword models than .*--data DIR\)$"):
+        training_data(RunDir(moved), other)
+    (moved / TRAINED_ON).write_text("[]")
+    with pytest.raises(NmtkError, match=r"data\.json: not the JSON nmtk writes there"):
+        training_data(RunDir(moved))
 
 
 def test_each_piece_lists_itself_first(listed) -> None:
