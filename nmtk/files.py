@@ -196,6 +196,49 @@ def built_beside(target: Path) -> Iterator[Path]:
         raise
 
 
+class LockHeld(Exception):
+    """`os_lock` found the lock held and was not asked to wait; ``holder`` says by whom."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+@contextmanager
+def os_lock(path: Path, waiting: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an OS lock (``flock``) on the file ``path`` for the block, writing into it who holds it. The
+    kernel releases it when the process ends however it ends (even SIGKILL), so no stale lock is left;
+    the file itself stays (removing it would let a third process lock a new file while a second waits
+    on the old one). Held by another process: ``LockHeld`` naming it, or, given ``waiting``, that is
+    called with the holder once and the lock waited for."""
+    import fcntl
+    import socket
+    import time
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            if waiting is None:
+                raise LockHeld(holder) from None
+            waiting(holder)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        handle.close()
+
+
 def buffered(lines: Iterable[str], size: int, waiting: Callable[[], bool] | None = None) -> Iterator[list[str]]:
     """Lists of ``size`` lines (the last may be shorter); with ``waiting``, a list also ends as soon as
     ``waiting()`` says that the next line is not at hand (`ReadyLines.waiting`)."""

@@ -163,6 +163,11 @@ class PreparedData:
     def manifest_path(self) -> Path:
         return self.path / MANIFEST
 
+    @property
+    def lock_path(self) -> Path:
+        """Held while `prepare` checks or builds the folder; beside it, as the folder is swapped in whole."""
+        return self.path.with_name(f".{self.path.name}.lock")
+
     def manifest(self) -> Manifest:
         if self._manifest is None:
             self._manifest = Manifest.read(self.manifest_path)

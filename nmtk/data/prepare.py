@@ -11,16 +11,18 @@ import hashlib
 import json
 import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nmtk.console import console
 from nmtk.data.fetch import root_path, sha256_file
 from nmtk.data.multilingual import MultilingualPreparer
 from nmtk.data.preparer import FORMAT_VERSION, Preparer
 from nmtk.data.stages import Stages
 from nmtk.errors import NmtkError
-from nmtk.files import swap_in, temp_dir_beside
+from nmtk.files import os_lock, swap_in, temp_dir_beside
 from nmtk.manifest import MANIFEST, Manifest, PreparedData
 from nmtk.recipe import CorpusFile, Recipe, first_difference
 
@@ -150,8 +152,22 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
     settings is then used even when its inputs are not under ``root`` at all (prepared elsewhere and
     copied here: nothing is downloaded to re-check it; ``inputs_checked`` is then False).
     ``show_stages`` reports each stage on stderr with its counts and rates (`Stages`).
+
+    One process at a time checks or builds a folder (`PreparedData.lock_path`): several `nmtk train`
+    jobs started together over missing data wait for the first to prepare it, then find it up to date.
     """
     out_dir = Path(out_dir or default_out_dir(recipe))
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(os_lock(PreparedData(out_dir).lock_path, waiting=lambda holder: console.print(
+                f"prepare: {out_dir} is being prepared by {holder}; waiting for it")))
+        except PermissionError:
+            pass  # data in a read-only place is only read (nothing could be built there either: that fails below)
+        return _prepare(recipe, root, out_dir, force, workers, rebuild, show_stages)
+
+
+def _prepare(recipe: Recipe, root: Path, out_dir: Path, force: bool, workers: int | None, rebuild: bool,
+             show_stages: bool) -> PrepareResult:
     kind = MultilingualPreparer if recipe.data.multilingual else Preparer
     preparer = kind(recipe, root, workers, Stages(show_stages))
     old = Manifest.in_folder_or_none(out_dir)

@@ -29,8 +29,36 @@ def toy(tmp_path: Path):
 
 
 def leftovers(out: Path) -> list[str]:
-    """Anything prepare left next to its output folder (temporary folders, partial files)."""
-    return sorted(p.name for p in out.parent.iterdir()) if out.parent.exists() else []
+    """Anything prepare left next to its output folder (temporary folders, partial files), but its lock file,
+    which stays (`PreparedData.lock_path`)."""
+    lock = PreparedData(out).lock_path
+    return sorted(p.name for p in out.parent.iterdir() if p != lock) if out.parent.exists() else []
+
+
+def test_a_second_prepare_waits_for_the_first_then_finds_the_data_up_to_date(toy, monkeypatch) -> None:
+    """Jobs started together over missing data (several `nmtk train`): while one holds the folder's lock and
+    builds it, another says one line and waits, then finds it built instead of building it again."""
+    import os
+    import threading
+
+    from nmtk.data import prepare as module
+    from nmtk.files import os_lock
+
+    root, recipe_path, out = toy
+    recipe = load_recipe(recipe_path)
+    said, results = [], []
+    monkeypatch.setattr(module.console, "print", said.append)
+    waiter = threading.Thread(target=lambda: results.append(prepare(recipe, root, out)))
+    with os_lock(PreparedData(out).lock_path):  # the first job
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not out.exists()
+        built = module._prepare(recipe, root, out, False, None, True, False)
+    waiter.join(60)
+    assert not built.up_to_date and results and results[0].up_to_date
+    assert len(said) == 1 and re.fullmatch(rf"prepare: {re.escape(str(out))} is being prepared by process "
+                                           rf"{os.getpid()} on \S+ since [-\d]+ [:\d]+; waiting for it", said[0])
+    assert leftovers(out) == ["toy"]
 
 
 def test_prepare_builds_then_is_up_to_date(toy) -> None:
