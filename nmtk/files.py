@@ -9,11 +9,14 @@ flushed and fsynced, then renamed over it, so a crash leaves the old file or the
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import shutil
+import socket
 import stat
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -211,10 +214,6 @@ def os_lock(path: Path, waiting: Callable[[str], None] | None = None) -> Iterato
     the file itself stays (removing it would let a third process lock a new file while a second waits
     on the old one). Held by another process: ``LockHeld`` naming it, or, given ``waiting``, that is
     called with the holder once and the lock waited for."""
-    import fcntl
-    import socket
-    import time
-
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+", encoding="utf-8")
     try:

@@ -11,7 +11,7 @@ from nmtk.data.binarized import BinarizedSplit
 from nmtk.data.prepare import default_out_dir
 from nmtk.data.shortlist import Shortlist, build
 from nmtk.errors import NmtkError
-from nmtk.manifest import MANIFEST, PreparedData
+from nmtk.manifest import PreparedData
 from nmtk.rundir import SHORTLIST, RunDir
 
 
@@ -52,10 +52,11 @@ def training_data(run: RunDir, data: Path | None = None) -> PreparedData:
     (`RunDir.trained_on`) or the recipe's ``data-bin/<name>``, the first prepared with the run's subword
     models (a folder rebuilt since with others is passed over, and named when none is left)."""
     places = [data] if data else [p for p in (run.trained_on(), default_out_dir(run.recipe())) if p is not None]
-    found = [PreparedData(p) for p in dict.fromkeys(places) if (Path(p) / MANIFEST).is_file()]
+    places = list(dict.fromkeys(places))
+    found = [prepared for prepared in map(PreparedData, places) if prepared.manifest_path.is_file()]
     if not found:
-        raise NmtkError(f"{' nor '.join(str(p) for p in dict.fromkeys(places))}: no prepared data (the data "
-                        f"{run.path} was trained on: --data DIR)")
+        raise NmtkError(f"{' nor '.join(map(str, places))}: no prepared data (the data {run.path} was trained on: "
+                        "--data DIR)")
     vocab = run.manifest().vocab.sha256
     same = next((prepared for prepared in found if prepared.manifest().vocab.sha256 == vocab), None)
     if same is None:

@@ -38,7 +38,6 @@ def leftovers(out: Path) -> list[str]:
 def test_a_second_prepare_waits_for_the_first_then_finds_the_data_up_to_date(toy, monkeypatch) -> None:
     """Jobs started together over missing data (several `nmtk train`): while one holds the folder's lock and
     builds it, another says one line and waits, then finds it built instead of building it again."""
-    import os
     import threading
 
     from nmtk.data import prepare as module
