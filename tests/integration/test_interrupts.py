@@ -112,7 +112,8 @@ TRIES = [("pipe", "thread", signal.SIGINT, True), ("pipe", "thread", signal.SIGT
          ("terminal", "thread", signal.SIGINT, True), ("terminal", "thread", signal.SIGTERM, False)]
 
 
-def test_ctrl_c_and_sigterm_end_a_translate_waiting_for_input_at_once(copy_run, tmp_path: Path) -> None:
+@pytest.mark.parametrize("attempt", range(int(os.environ.get("NMTK_INTERRUPT_REPEAT", "1"))))
+def test_ctrl_c_and_sigterm_end_a_translate_waiting_for_input_at_once(copy_run, tmp_path: Path, attempt: int) -> None:
     """Ten `translate`s waiting for their second line, side by side; each signalled as `TRIES` says ends
     within `PROMPT_S` seconds, exit 130 (SIGINT) or 143 (SIGTERM), one line saying how to go on, its
     finished line kept (``-o``: in the partial file)."""
@@ -134,6 +135,7 @@ def test_ctrl_c_and_sigterm_end_a_translate_waiting_for_input_at_once(copy_run, 
                 w.proc.wait(timeout=max(0.1, PROMPT_S - (time.monotonic() - w.started)))
             except subprocess.TimeoutExpired:
                 pytest.fail(f"try {i} {TRIES[i]}: still waiting {PROMPT_S:.0f} s after the signal")
+            _record("ten", time.monotonic() - w.started)
             err = (tmp_path / f"err{i}.txt").read_text()
             code = 143 if w.sig == signal.SIGTERM else 130
             assert w.proc.returncode == code and "Traceback" not in err, (TRIES[i], err)
@@ -148,7 +150,8 @@ def test_ctrl_c_and_sigterm_end_a_translate_waiting_for_input_at_once(copy_run, 
             os.close(w.writer)
 
 
-def test_ctrl_c_keeps_the_finished_lines_and_says_how_to_go_on(copy_run, tmp_path: Path) -> None:
+@pytest.mark.parametrize("attempt", range(int(os.environ.get("NMTK_INTERRUPT_REPEAT", "1"))))
+def test_ctrl_c_keeps_the_finished_lines_and_says_how_to_go_on(copy_run, tmp_path: Path, attempt: int) -> None:
     """Ctrl-C while translate waits for more input, taken by one of its worker threads: the test holds
     its stdin open after 100 lines, so translate can neither finish nor be caught mid-buffer, however
     fast or slow the machine is. Going on with --skip appends to the finished lines."""
@@ -170,8 +173,10 @@ def test_ctrl_c_keeps_the_finished_lines_and_says_how_to_go_on(copy_run, tmp_pat
     while not (partial.is_file() and partial.read_text().count("\n") == 100):
         assert proc.poll() is None and time.monotonic() < deadline, "translate ended while its input was open"
         time.sleep(0.05)
+    signalled = time.monotonic()
     tgkill(proc.pid, other_threads(proc.pid)[-1], signal.SIGINT)  # translate is blocked reading line 101
     proc.wait(timeout=PROMPT_S)
+    _record("partial", time.monotonic() - signalled)
     message = (tmp_path / "err.txt").read_text()
     proc.stdin.close()
     assert proc.returncode == 130 and "Traceback" not in message, message
@@ -191,6 +196,13 @@ def test_ctrl_c_keeps_the_finished_lines_and_says_how_to_go_on(copy_run, tmp_pat
     went_on = _run(env, tmp, *again, "--skip", "100", stdin="".join(f"{line}\n" for line in lines))
     assert went_on.returncode == 0 and "going on from" in went_on.stderr, went_on.stderr
     assert out.read_text() == whole.stdout and not partial.exists()
+
+
+def _record(test: str, seconds: float) -> None:
+    """With NMTK_INTERRUPT_LOG=FILE, each signal's time to exit appended to FILE (the stress run's figures)."""
+    if log := os.environ.get("NMTK_INTERRUPT_LOG"):
+        with open(log, "a") as handle:
+            handle.write(f"{test}\t{seconds:.3f}\n")
 
 
 def _run(env: dict, cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The interrupt tests (tests/integration/test_interrupts.py) N times in one pytest session beside a load:
+#   bash tests/stress_interrupts.sh N LOAD      LOAD: idle | busy1 | busy2 | io
+# prints pass/fail and the distribution of times from signal to exit (NMTK_INTERRUPT_LOG), in seconds.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-30}; LOAD=${2:-idle}
+LOG=$(mktemp); PIDS=()
+busy() { python3 -c "while True: pass" & PIDS+=($!); }
+case $LOAD in
+  busy1) busy ;;
+  busy2) busy; busy ;;
+  io) (while true; do dd if=/dev/zero of="$LOG.io" bs=1M count=512 conv=fsync status=none;
+        dd if="$LOG.io" of=/dev/null bs=1M status=none; sync; done) & PIDS+=($!) ;;
+  idle) ;;
+  *) echo "LOAD: idle | busy1 | busy2 | io"; exit 2 ;;
+esac
+NMTK_INTERRUPT_REPEAT=$N NMTK_INTERRUPT_LOG=$LOG .venv/bin/python -m pytest tests/integration/test_interrupts.py -q \
+  -p no:cacheprovider 2>&1 | tail -3
+for p in "${PIDS[@]}"; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
+rm -f "$LOG.io"
+python3 - "$LOG" "$LOAD" <<'PY'
+import statistics, sys
+rows = [line.split("\t") for line in open(sys.argv[1])]
+for test in sorted({t for t, _ in rows}):
+    s = sorted(float(x) for t, x in rows if t == test)
+    q = statistics.quantiles(s, n=20) if len(s) > 1 else s * 19
+    print(f"{sys.argv[2]} {test}: n={len(s)} min {s[0]:.3f} median {statistics.median(s):.3f} "
+          f"p95 {q[18]:.3f} max {s[-1]:.3f} s")
+PY
+rm -f "$LOG"
