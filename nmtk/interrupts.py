@@ -17,10 +17,12 @@ besides). Once the main thread is back in Python the recorded signal's handler r
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import queue
 import select
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +45,10 @@ class Terminated(KeyboardInterrupt):
     the exit code of its own signal (143)."""
 
     signum = signal.SIGTERM
+
+
+#: The exit codes of a command a signal stopped: 128 + SIGINT, 128 + SIGTERM.
+INTERRUPTED_CODES = (130, 143)
 
 
 def exit_code(exc: BaseException) -> int:
@@ -147,3 +153,38 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def leave(code: int) -> None:
+    """End the process now with ``code``, its streams flushed, without the interpreter's teardown
+    (``os._exit``): an interrupted command has done its own cleanup by the time it gets here, and
+    the teardown of torch's operator registry (finalizers run at exit) costs ~0.5 s of CPU, which a
+    Ctrl-C or a scheduler's SIGTERM should not wait for. Where something may still need that
+    teardown, a thread that is not a daemon (a checkpoint being written) or a child process, this
+    returns and the caller exits the ordinary way."""
+    alive = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
+    if alive or multiprocessing.active_children() or getattr(tracker, "_pid", None) is not None:
+        return  # (the resource tracker warns of semaphores that the teardown would have released)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing more can reach it
+            pass
+    os._exit(code)
+
+
+def quiet_worker() -> None:
+    """Set up a worker process (the first thing it runs; started inside `deferred`, it holds signals
+    until then, so none can reach it half set up, even in a spawned interpreter's start): Ctrl-C typed at a
+    terminal reaches the whole process group, and a worker leaves it to its parent, which ends it,
+    instead of dying with a traceback of its own; SIGTERM (the parent's ``terminate``) ends it without
+    one; the parent's wakeup pipe is not the worker's to write."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # not the main thread: nothing was inherited there
+        pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOPPING))  # started inside `deferred`: signals held until now
+

@@ -17,10 +17,8 @@ language's code and its targets with theirs.
 
 from __future__ import annotations
 
-import multiprocessing
 import shutil
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from nmtk.manifest import DROPPED, Manifest
 from nmtk.recipe import Corpus, DataSection, LanguagePair, Recipe, target_tag
 from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords, load_subword_model, model_file_name, sample_lines
+from nmtk.workers import in_child
 
 
 def pair_recipe(recipe: Recipe, pair: LanguagePair) -> Recipe:
@@ -139,13 +138,12 @@ class MultilingualPreparer:
         options = dict(model_type=tok.type, vocab_size=tok.vocab_size, character_coverage=tok.character_coverage,
                        input_sentence_size=tok.input_sentence_size, seed=tok.seed, normalization=tok.normalization,
                        byte_fallback=tok.byte_fallback, threads=next(iter(self.views.values())).workers, symbols=tags)
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
-            try:
-                what = f"learn {name} ({tok.type}, {tok.vocab_size:,} pieces, {len(by_lang)} languages)"
-                with self.stages.stage(what):
-                    child.submit(learn_subwords, samples, out / name, **options).result()
-            except ValueError as exc:
-                raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
+        try:
+            what = f"learn {name} ({tok.type}, {tok.vocab_size:,} pieces, {len(by_lang)} languages)"
+            with self.stages.stage(what):
+                in_child(learn_subwords, samples, out / name, **options)
+        except ValueError as exc:
+            raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
         return dict.fromkeys(self.recipe.data.languages(), name)
 
     def learned_tags(self, model: Path) -> dict[str, int]:

@@ -21,8 +21,9 @@ from nmtk.data.fetch import root_path, sha256_file
 from nmtk.data.multilingual import MultilingualPreparer
 from nmtk.data.preparer import FORMAT_VERSION, Preparer
 from nmtk.data.stages import Stages
-from nmtk.errors import NmtkError
+from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import os_lock, swap_in, temp_dir_beside
+from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.manifest import MANIFEST, Manifest, PreparedData
 from nmtk.recipe import CorpusFile, Recipe, first_difference
 
@@ -157,13 +158,30 @@ def prepare(recipe: Recipe, root: Path, out_dir: Path | None = None, force: bool
     jobs started together over missing data wait for the first to prepare it, then find it up to date.
     """
     out_dir = Path(out_dir or default_out_dir(recipe))
-    with ExitStack() as stack:
-        try:
-            stack.enter_context(os_lock(PreparedData(out_dir).lock_path, waiting=lambda holder: console.print(
-                f"prepare: {out_dir} is being prepared by {holder}; waiting for it")))
-        except PermissionError:
-            pass  # data in a read-only place is only read (nothing could be built there either: that fails below)
-        return _prepare(recipe, root, out_dir, force, workers, rebuild, show_stages)
+    try:
+        with ExitStack() as stack, interruptible():
+            try:
+                stack.enter_context(os_lock(PreparedData(out_dir).lock_path, waiting=lambda holder: console.print(
+                    f"prepare: {out_dir} is being prepared by {holder}; waiting for it")))
+                _remove_leftovers(out_dir)
+            except PermissionError:
+                pass  # data in a read-only place is only read (nothing could be built there either: that fails below)
+            return _prepare(recipe, root, out_dir, force, workers, rebuild, show_stages)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the temporary folder is gone by now
+        before = "its data is as it was" if Manifest.in_folder_or_none(out_dir) else "nothing was written there"
+        raise Interrupted(f"interrupted: {out_dir} was not prepared ({before}); run the same command to "
+                          "prepare it", exit_code(exc)) from None
+
+
+def _remove_leftovers(out_dir: Path) -> None:
+    """Remove the temporary folders beside ``out_dir`` that a killed `prepare` left (``.NAME.tmp-*``,
+    and ``.NAME.old-*`` from a swap cut short): the caller holds the folder's lock, so no other process
+    is building in them."""
+    beside = out_dir.parent
+    for stale in sorted([*beside.glob(f".{out_dir.name}.tmp-*"), *beside.glob(f".{out_dir.name}.old-*")]):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+            console.print(f"prepare: removed {stale}, left by a prepare that was stopped")
 
 
 def _prepare(recipe: Recipe, root: Path, out_dir: Path, force: bool, workers: int | None, rebuild: bool,
@@ -188,7 +206,8 @@ def _prepare(recipe: Recipe, root: Path, out_dir: Path, force: bool, workers: in
         manifest = Manifest(**preparer.build(tmp), settings_hash=digest, settings=data_settings(recipe),
                             inputs=inputs, recipe=recipe.name, seconds=round(time.perf_counter() - start, 2))
         manifest.write(tmp / MANIFEST)
-        swap_in(tmp, out_dir)
+        with deferred():  # the old folder and the new one swap whole
+            swap_in(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

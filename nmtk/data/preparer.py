@@ -4,13 +4,11 @@ cleaning, and binarised splits (`Preparer`); `nmtk.data.prepare` decides when, a
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +32,7 @@ from nmtk.manifest import DROPPED, Manifest, raw_text, split_prefix
 from nmtk.recipe import Corpus, Recipe
 from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords, load_subword_model, model_file_name
+from nmtk.workers import in_child
 
 FORMAT_VERSION = 1
 
@@ -160,13 +159,12 @@ class Preparer:
         else:
             names = {lang: model_file_name(tok.type, lang) for lang in langs}
             jobs = {names[self.src_lang]: ([files[0]], tags), names[self.tgt_lang]: ([files[1]], ())}
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
-            for name, (inputs, symbols) in jobs.items():
-                try:
-                    with self.stages.stage(f"learn {name} ({tok.type}, {tok.vocab_size:,} pieces)"):
-                        child.submit(learn_subwords, inputs, out / name, **options, symbols=symbols).result()
-                except ValueError as exc:
-                    raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
+        for name, (inputs, symbols) in jobs.items():
+            try:
+                with self.stages.stage(f"learn {name} ({tok.type}, {tok.vocab_size:,} pieces)"):
+                    in_child(learn_subwords, inputs, out / name, **options, symbols=symbols)
+            except ValueError as exc:
+                raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
         return names
 
     def reuse(self, out: Path, folder: Path) -> dict[str, str]:

@@ -10,7 +10,6 @@ Moses (`tokenize_chunk`): every line counts for BLEU.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import numpy as np
 
 from nmtk.data.cleaning import Cleaner, CorpusCounts, DropLog, first_occurrences, pair_hash
 from nmtk.text.moses import Moses
+from nmtk.workers import Workers
 
 PAIRS_PER_CHUNK = 4000  # sentence pairs per unit of work of the worker processes
 #: Each training line's corpus (index into the split's corpora) and line number in it, on disk.
@@ -81,9 +81,7 @@ class WorkerPool:
     def __init__(self, src: Moses, tgt: Moses, cleaner: Cleaner | None, workers: int) -> None:
         self.pool = None
         if workers > 1:
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            self.pool = context.Pool(workers, initializer=_init_worker, initargs=(src, tgt, cleaner))
+            self.pool = Workers(workers, _init_worker, (src, tgt, cleaner))
         else:
             _init_worker(src, tgt, cleaner)
 
@@ -94,7 +92,7 @@ class WorkerPool:
 
     def map_beside(self, function, chunks: Iterable[list]) -> Iterator[tuple[list, list]]:
         """``(chunk, function(chunk))`` in order: the results beside what they were computed from, which
-        stays in this process (the pool's feeder reads a few chunks ahead: those wait in ``sent``)."""
+        stays in this process (each worker holds a chunk ahead: those wait in ``sent``)."""
         sent: deque[list] = deque()
 
         def sending() -> Iterator[list]:
@@ -107,7 +105,7 @@ class WorkerPool:
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.terminate()
+            self.pool.close()
 
 
 @dataclass

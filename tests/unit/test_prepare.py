@@ -255,3 +255,18 @@ def test_prepare_never_rebuilds_a_folder_with_other_settings_in_place_unasked(to
     assert not elsewhere.up_to_date and elsewhere.manifest.vocab.size["en"] == 70
     forced = prepare(changed, root, out, force=True)
     assert not forced.up_to_date and forced.manifest.vocab.size["en"] == 70
+
+
+def test_prepare_removes_what_a_killed_prepare_of_the_same_folder_left(toy, capsys) -> None:
+    """A prepare killed (SIGKILL, a power cut) leaves its temporary folder; the next prepare of the same
+    folder, holding its lock, removes it (and a swap's ``.old-*`` folder), and nothing of other folders."""
+    root, recipe_path, out = toy
+    out.parent.mkdir(parents=True)
+    stale = [out.parent / f".{out.name}.tmp-abc123", out.parent / f".{out.name}.old-4242"]
+    other = out.parent / ".other.tmp-abc123"
+    for folder in [*stale, other]:
+        (folder / "work-1").mkdir(parents=True)
+        (folder / "work-1" / "train.tok.en").write_text("half of a corpus\n")
+    prepare(load_recipe(recipe_path), root, out)
+    assert leftovers(out) == [".other.tmp-abc123", out.name]
+    assert other.is_dir()
