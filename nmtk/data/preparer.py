@@ -267,6 +267,9 @@ class Preparer:
         finally:
             for handle in raw.values():
                 handle.close()
+        if (split == "valid" or split.startswith("valid.")) and stats.pairs_in == 0:  # (train would fail there)
+            raise NmtkError(f"data.valid: {corpus.source.path} has no sentence pairs; validation (loss, BLEU, the "
+                            "best checkpoint, early stopping) needs at least one")
         stats.seconds = time.perf_counter() - start
         return stats
 

@@ -23,6 +23,7 @@ from nmtk.console import console
 from nmtk.data.batching import BatchingPlan
 from nmtk.data.dataset import Batch, Prefetcher, collate, corpus_draws, pad_multiple, split_lengths, training_split
 from nmtk.device import resolve_precision, use_tf32
+from nmtk.errors import NmtkError
 from nmtk.manifest import PreparedData
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
@@ -272,9 +273,18 @@ class Trainer:
         """Valid loss and BLEU, the valid set sharded over the ranks; returns whether BLEU improved.
         Updates early-stopping state (the same on every rank: every rank gets the same result)."""
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):  # every rank scores and translates its share
-            result = self.validator.run(self.model, self.precision, self.info)
         s = self.state
+        if self.info.is_main:  # the final validation of a large valid set runs for minutes: say so as it starts
+            console.print(f"[dim]valid | update {s.update} | translating the valid set…[/]")
+        try:
+            with torch.random.fork_rng(devices=devices):  # every rank scores and translates its share
+                result = self.validator.run(self.model, self.precision, self.info)
+        except Exception as exc:  # a failed validation never loses the training before it
+            self.save(final=True)
+            self.writer.wait()
+            raise NmtkError(f"validation at update {s.update} failed ({type(exc).__name__}: {exc}); the training so "
+                            f"far is saved (checkpoint_last.pt, update {s.update}): the same command goes on from "
+                            "there") from exc
         s.validated_update = s.update
         improved = s.best_bleu is None or result["bleu"] > s.best_bleu
         s.best_bleu, s.bad_validations = (result["bleu"], 0) if improved else (s.best_bleu, s.bad_validations + 1)

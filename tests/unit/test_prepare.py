@@ -159,6 +159,15 @@ def test_empty_corpus(toy) -> None:
     assert leftovers(out) == []
 
 
+def test_an_empty_valid_set_is_refused_by_prepare(toy) -> None:
+    """Training would stop at its first validation (sacrebleu's IndexError): refused here, with the file."""
+    root, recipe_path, out = toy
+    write_corpus(root, "valid", [])
+    with pytest.raises(NmtkError, match=r"data.valid: toy/valid.en.gz has no sentence pairs"):
+        prepare(load_recipe(recipe_path), root, out)
+    assert leftovers(out) == []
+
+
 def test_missing_file_without_url(toy) -> None:
     root, recipe_path, out = toy
     os.remove(root / "toy" / "test.de.gz")

@@ -552,6 +552,28 @@ def test_a_checkpoint_write_that_fails_stops_training_and_leaves_a_resumable_run
     resumed.metrics.close()
 
 
+def test_a_validation_that_fails_saves_the_training_first(tmp_path: Path, monkeypatch) -> None:
+    """An error inside validation (here sacrebleu's, as an empty valid set once raised) ends the run
+    with one line, after a checkpoint of the updates so far: nothing trained is lost."""
+    from helpers import toy_trainer
+
+    from nmtk.errors import NmtkError
+
+    trainer = toy_trainer(tmp_path, "train.max_updates=20", "train.save_every_updates=1000",
+                          "train.validate_every_updates=5")
+
+    def broken(*args, **kwargs):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(trainer.validator, "run", broken)
+    with pytest.raises(NmtkError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "\n" not in message and "validation at update 5 failed (IndexError: list index out of range)" in message
+    assert load_checkpoint(trainer.run.last)["state"]["update"] == 5
+    trainer.metrics.close()
+
+
 def test_a_resumed_run_drops_the_log_lines_after_its_update(tmp_path: Path) -> None:
     from nmtk.train.metrics import truncate_log
 
