@@ -42,7 +42,8 @@ Errors = InvalidUtf8 | str
 
 
 def decode_lines(lines: Iterable[bytes], name: str, errors: Errors = "error", hint: str = "") -> Iterator[str]:
-    """UTF-8 text of each line (split on ``\\n`` only), without its line ending.
+    """UTF-8 text of each line (split on ``\\n`` only), without its line ending, and the first without a
+    byte-order mark (U+FEFF would be a vocabulary piece of its own, and stay in BLEU's references).
 
     Invalid UTF-8 raises an error naming ``name`` and the 1-based line, followed by ``hint`` (how to
     substitute U+FFFD instead); with ``errors="replace"`` invalid bytes become U+FFFD.
@@ -54,6 +55,8 @@ def decode_lines(lines: Iterable[bytes], name: str, errors: Errors = "error", hi
         except UnicodeDecodeError as exc:
             where = f"{name}:{lineno}: invalid UTF-8 ({exc.reason} at byte {exc.start})"
             raise NmtkError(f"{where}; {hint}" if hint else where) from None
+        if lineno == 1 and text.startswith("\ufeff"):  # a byte-order mark (Windows editors), not text
+            text = text[1:]
         yield text.rstrip("\r\n")
 
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -167,6 +168,15 @@ class Preparer:
                 raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
         return names
 
+    def _nothing_left(self, train: SplitStats) -> str:
+        """Why no training pair is left after the raw-text rules, in the message itself: the prepared
+        data (and its ``dropped.tsv``) is not written when this stops `prepare`."""
+        files = ", ".join(f"{c.source.path} / {c.target.path}" for c in self.recipe.data.train)
+        if train.pairs_in == 0:
+            return f"data.train: the training corpora have no sentence pairs ({files})"
+        return (f"data.train: no training pair is left of {train.pairs_in:,} after cleaning "
+                f"({_dropped_text(train.corpora)}); [data.clean] switches rules off")
+
     def reuse(self, out: Path, folder: Path) -> dict[str, str]:
         """Copy the subword model(s) of ``folder`` (a run, an imported model, prepared data) instead of
         learning: fine-tuning needs the vocabulary the model was trained with, id for id."""
@@ -215,7 +225,9 @@ class Preparer:
         source, target = pipes[self.src_lang], pipes[self.tgt_lang]
         tags, at = self.tag_ids(source), len(source.prefix)
         max_len, max_ratio = self.recipe.data.max_len, self.recipe.data.max_ratio
-        with self.stages.stage(f"encode and binarise {split}", detail=lambda: _dropped_text(stats.corpora)) as advance:
+        earlier = [Counter(c.dropped) for c in stats.corpora]  # the stage line counts its own drops only
+        detail = lambda: _dropped_text(stats.corpora, earlier)  # noqa: E731
+        with self.stages.stage(f"encode and binarise {split}", detail=detail) as advance:
             for chunk in text.chunks(self.recipe.data.clean.duplicates):
                 advance(len(chunk))
                 src_ids = source.encode_tokenized([a for a, *_ in chunk])
@@ -283,8 +295,7 @@ class Preparer:
             with self.worker_pool(cleaning=True) as pool:
                 text = self.tokenize_training_text(work, pool, train, drops)
             if text.lines == 0:
-                raise NmtkError("data.train: the training corpora have no non-empty sentence pairs left after cleaning "
-                                f"(see {DROPPED}, [data.clean])")
+                raise NmtkError(self._nothing_left(train))
             models = self.learn(out, text)
             pipes = {lang: TextPipeline(self.moses[lang], out / name) for lang, name in models.items()}
             self.binarize_training(out, "train", text, pipes, train, drops)
@@ -320,12 +331,14 @@ def _length_rule(ls: int, lt: int, max_len: int, max_ratio: float) -> str | None
     return None
 
 
-def _dropped_text(corpora: list[CorpusCounts]) -> str:
-    """``dropped 120 (duplicate 100, copy 20)``, per corpus where there are several: the stage line's end."""
+def _dropped_text(corpora: list[CorpusCounts], earlier: list[Counter] | None = None) -> str:
+    """``dropped 120 (duplicate 100, copy 20)``, per corpus where there are several: the stage line's end;
+    with ``earlier`` (each corpus's counts before the stage), only what the stage dropped."""
     parts = []
-    for counts in corpora:
-        total = sum(counts.dropped.values())
+    for index, counts in enumerate(corpora):
+        dropped = counts.dropped - earlier[index] if earlier else counts.dropped
+        total = sum(dropped.values())
         if total:
-            rules = ", ".join(f"{rule} {counts.dropped[rule]:,}" for rule in RULES if counts.dropped[rule])
+            rules = ", ".join(f"{rule} {dropped[rule]:,}" for rule in RULES if dropped[rule])
             parts.append(f"{counts.name + ': ' if len(corpora) > 1 else ''}dropped {total:,} ({rules})")
     return "; ".join(parts)

@@ -20,12 +20,27 @@ GOOD = ("A man in a red shirt rides his bike down the street.", "Ein Mann in ein
     ("Two dogs play in 2019.", "Zwei Hunde spielen im Jahr 2018.", "numbers"),
     ("See www.example.com for the photos.", "Die Fotos gibt es hier.", "numbers"),
     ("2 girls wash a floor.", "Zwei Mädchen waschen einen Boden.", None),  # spelled out on one side
+    ("Three dogs play in 3 parks.", "Drei Hunde spielen in 4 Parks.", "numbers"),
     ("A man rides a bike down the street.", "Мужчина едет на велосипеде по улице.", "script"),
     ("A man rides a bike down the street.", "Un homme fait du vélo dans la rue avec son chien.", "language"),
     ("Ein Mann fährt mit dem Fahrrad die Straße entlang.", GOOD[1], "language"),
 ])
 def test_each_rule_drops_what_it_names(source: str, target: str, rule: str | None) -> None:
     assert Cleaner.of("en", "de", CleanSection()).verdict(source, target) == rule
+
+
+@pytest.mark.parametrize(("source", "target"), [
+    ("A man in the 1950s.", "Un homme des années 50."),
+    ("A shirt for 2.00 Euros.", "Une chemise pour 2 euros."),
+    ("1,000 people and 2.5 m.", "1.000 Menschen und 2,5 m."),
+    ("Music of the '50s.", "Musik der 50er Jahre."),
+    ("2 rows of seats, 50 % full.", "Deux rangées de sièges, pleines à 50 %."),  # 2 spelled out on one side
+])
+def test_numbers_are_compared_as_numbers(source: str, target: str) -> None:
+    """Issue 77: 4 of the 5 pairs the rule dropped on Multi30k en-fr were these."""
+    cleaner = Cleaner.of("en", "fr", CleanSection(language=False))
+    assert cleaner.verdict(source, target) is None
+    assert cleaner.verdict(source + " 8", target + " 9") == "numbers"  # each side has one the other lacks
 
 
 def test_every_rule_but_empty_switches_off() -> None:
@@ -56,3 +71,18 @@ def test_duplicates_keep_the_first_and_hashes_are_stable() -> None:
     assert pair_hash("ab", "c") != pair_hash("a", "bc")
     assert pair_hash("Ein Mann.", "A man.") == pair_hash("Ein Mann.", "A man.")  # the same in every process
     assert first_occurrences(np.zeros(0, dtype=np.int64)).tolist() == []
+
+
+def test_a_stage_line_counts_only_its_own_drops() -> None:
+    """`prepare`'s lines said ``dropped 5 (numbers 5)`` then ``dropped 10 (numbers 5, duplicate 5)``: the
+    second stage counted the first's drops again."""
+    from collections import Counter
+
+    from nmtk.data.cleaning import CorpusCounts
+    from nmtk.data.preparer import _dropped_text
+
+    counts = CorpusCounts("train", dropped=Counter(numbers=5))
+    earlier = [Counter(counts.dropped)]
+    counts.dropped["duplicate"] += 5
+    assert _dropped_text([counts], earlier) == "dropped 5 (duplicate 5)"
+    assert _dropped_text([counts]) == "dropped 10 (numbers 5, duplicate 5)"

@@ -154,9 +154,39 @@ def test_invalid_utf8(toy, policy: str) -> None:
 def test_empty_corpus(toy) -> None:
     root, recipe_path, out = toy
     write_corpus(root, "train", [])
-    with pytest.raises(NmtkError, match="no non-empty sentence pairs"):
+    with pytest.raises(NmtkError, match=r"the training corpora have no sentence pairs \(toy/train.en.gz / "):
         prepare(load_recipe(recipe_path), root, out)
     assert leftovers(out) == []
+
+
+def test_a_corpus_every_pair_of_which_a_rule_drops_says_which_rules(toy) -> None:
+    """The counts are in the message: the prepared data and its dropped.tsv are not written."""
+    root, recipe_path, out = toy
+    write_corpus(root, "train", [("In 2019 and 3.", "Im Jahr 2018 und 4.")] * 3 + [("A man.", "   ")])
+    recipe = load_recipe(recipe_path, ["data.clean.numbers=true"])
+    with pytest.raises(NmtkError) as error:
+        prepare(recipe, root, out)
+    assert str(error.value) == ("data.train: no training pair is left of 4 after cleaning (dropped 4 (empty 1, "
+                                "numbers 3)); [data.clean] switches rules off")
+    assert "dropped.tsv" not in str(error.value) and leftovers(out) == []
+
+
+def test_a_byte_order_mark_is_not_text(toy) -> None:
+    """U+FEFF at the start of a file (Windows editors) is removed as it is read: no vocabulary piece of
+    its own, and not in the raw references that BLEU is scored against."""
+    root, recipe_path, out = toy
+    for name in ("train", "valid"):
+        for lang in ("en", "de"):
+            path = root / "toy" / f"{name}.{lang}.gz"
+            lines = gzip.open(path, "rt", encoding="utf-8").read()
+            with gzip.open(path, "wt", encoding="utf-8") as handle:
+                handle.write("\ufeff" + lines)
+    prepare(load_recipe(recipe_path), root, out)
+    data = PreparedData(out)
+    assert "\ufeff" not in (out / "valid.raw.de").read_text(encoding="utf-8")
+    pieces = data.manifest().model_paths(out)
+    from nmtk.text.subword import load_subword_model
+    assert not any("\ufeff" in p for path in pieces.values() for p in load_subword_model(path).pieces())
 
 
 def test_an_empty_valid_set_is_refused_by_prepare(toy) -> None:
