@@ -10,6 +10,7 @@ import functools
 import inspect
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -585,8 +586,9 @@ def distill(
     recipe = load_recipe(recipe_file, set_ or [])
     load = LoadOptions(checkpoint=checkpoint, device=device, threads=threads, precision=precision,
                        ensemble=tuple(ensemble or ()))
+    again = shlex.join(["nmtk", *(arg for arg in sys.argv[1:] if arg != "--force")])  # --force would start over
     report = run_distill(recipe, DistillOptions(teacher, load, beam, drop, with_original, out, data_root, run_dir,
-                                                translate_only, force))
+                                                translate_only, force, again=again))
     for corpus in report.corpora:
         console.print(f"{corpus.name}: kept {corpus.kept:,} of {corpus.pairs:,} pairs ({corpus.empty:,} empty "
                       f"translations, {corpus.low_score:,} with the lowest teacher scores left out)")

@@ -54,7 +54,8 @@ class DistillOptions:
     run_dir: Path | None = None  # the student's run (None: runs/<student recipe name>)
     translate_only: bool = False  # stop once the distilled data and its recipe are written
     force: bool = False  # start over: the teacher's translations are made again
-    buffer_size: int = 4000  # lines sorted by length together (translate's --buffer-size)
+    buffer_size: int = 1000  # lines sorted by length together and kept at once (translate's --buffer-size)
+    again: str = ""  # the command that goes on after an interruption (the caller's own, less --force)
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,9 @@ def _teacher_pass(folder: DistillDir, corpus: str, options: DistillOptions) -> N
                                    print_scores=True, buffer_size=options.buffer_size, force=scored.is_file()))
     except Interrupted as exc:
         done = finished_inputs(partial) if partial.is_file() else 0
-        raise Interrupted(f"interrupted: the teacher has translated {done:,} of {corpus}'s lines ({partial}); the "
-                          "same nmtk distill command goes on from there", exc.exit_code) from None
+        how = f"go on with: {options.again}" if options.again else "the same command without --force goes on from there"
+        raise Interrupted(f"interrupted: the teacher has translated {done:,} of {corpus}'s {count_lines(sources):,} "
+                          f"lines ({partial}); {how}", exc.exit_code) from None
 
 
 def _keep(folder: DistillDir, corpus: str, drop: float) -> CorpusReport:

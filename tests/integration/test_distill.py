@@ -104,3 +104,29 @@ def test_a_ctranslate2_export_teaches_too(distilled, exported) -> None:
     kept = (out / "train.kept.de").read_text().splitlines()
     assert len(kept) == 285 and sum(line in sources for line in kept) >= 250  # 5 % dropped; copies
     assert "student recipe:" in result.stderr and not (out / "run").exists()
+
+
+def test_ctrl_c_says_the_exact_command_that_goes_on_never_with_force(distilled, monkeypatch) -> None:
+    """The go-on line is the command that was run less ``--force`` (which would delete the finished
+    lines); translations are kept a buffer of 1,000 lines at a time, as `translate` keeps them."""
+    import shlex
+
+    import nmtk.train.distill as distill_module
+    from nmtk.errors import Interrupted
+
+    work, args, env, _ = distilled
+    seen = {}
+
+    def interrupted_after_100(options):
+        seen["buffer"] = options.buffer_size
+        partial = options.output.with_name(options.output.name + ".partial")
+        partial.write_text("".join(f"-1.0\tx\n" for _ in range(100)))
+        raise Interrupted("interrupted", 130)
+
+    monkeypatch.setattr(distill_module, "translate", interrupted_after_100)
+    result = run_nmtk(*args, "--translate-only", "--force", cwd=work, env=env)
+    assert result.returncode == 130 and seen["buffer"] == 1000, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "the teacher has translated 100 of train's 300 lines" in line
+    command = line.split("go on with: ", 1)[1]
+    assert shlex.split(command) == ["nmtk", *args, "--translate-only"]  # --force left out
