@@ -253,8 +253,10 @@ ShortlistOption = Annotated[bool, typer.Option("--shortlist", help="Project each
                                                 "candidate pieces (the run's `nmtk shortlist`; an export's "
                                                 "vmap.txt).")]
 FormatOption = Annotated[MarkupFormat, typer.Option(
-    "--format", help="text: a line each; html (or xml: inline tags in lines of text): the whole input is one "
-                     "document, its tags kept around the words they covered.")]
+    "--format", help="text: a line each; html or xml (inline tags): each line one fragment, its tags kept around "
+                     "the words they covered (--document: the whole input one document).")]
+DocumentOption = Annotated[bool, typer.Option(
+    "--document", help="--format html|xml: the whole input is one document (a page), not a fragment a line.")]
 AttributesOption = Annotated[str | None, typer.Option(
     "--translate-attributes",
     help="--format html: attributes whose values are translated too, comma-separated (e.g. alt,title).")]
@@ -313,7 +315,8 @@ def _refuse_batch_size(batch_size: str | None) -> None:
 @app.command()
 @_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision",
                     "shortlist"),
-          "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size", "format_", "attrs"),
+          "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size", "format_", "document",
+                               "attrs"),
           "Search": ("beam", "nbest", "lenpen", "lenpen_form", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
           "Prefix and terms": ("prefix", "constraints"),
@@ -358,6 +361,7 @@ def translate(
     no_repeat_ngram_size: NoRepeatOption = None,
     repetition_penalty: RepetitionOption = None,
     format_: FormatOption = MarkupFormat.text,
+    document: DocumentOption = False,
     attrs: AttributesOption = None,
     shortlist: ShortlistOption = False,
     batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True)] = None,
@@ -379,7 +383,8 @@ def translate(
                                 glossary_ignore_case or None, ban)
     stream.translate(stream.TranslateOptions(load=load, search=search, input=input_, output=output, force=force,
                                              buffer_size=buffer_size, skip=skip, errors=errors, guide=guide,
-                                             print_scores=print_scores, format=format_.value, attributes=_names(attrs)))
+                                             print_scores=print_scores, format=format_.value, document=document,
+                                             attributes=_names(attrs)))
 
 @app.command()
 @_panels({"Export": ("checkpoint", "format_", "quantization", "force"),

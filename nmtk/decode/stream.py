@@ -38,6 +38,7 @@ from nmtk.files import (
 from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import resolve_model
 from nmtk.pair import sources_of
+from nmtk.text.markup import parse
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class TranslateOptions:
     errors: InvalidUtf8 = InvalidUtf8.error
     print_scores: bool = False
     guide: GuideOptions = field(default_factory=lambda: GuideOptions())
-    format: str = "text"  # text (a line each), or html / xml: the whole input one document (`nmtk.decode.markup`)
+    format: str = "text"  # text, or html / xml: tags placed around their words (`nmtk.decode.markup`)
+    document: bool = False  # html / xml: the whole input is one document (else each line is one fragment)
     attributes: tuple[str, ...] = ()  # html: attributes whose values are translated too (alt, title)
 
     @property
@@ -136,6 +138,10 @@ def translate(options: TranslateOptions) -> None:
     engine = Engine(translator, search, options.guide.format, glossary, bans, _detects_sources(translator, options))
     engine.translator.check_guides(glossary, bans, options.guide.format.constraints, search)
     if options.format != "text":
+        _refuse_with_markup(engine, options)
+    elif options.document:
+        raise NmtkError("--document: for --format html or xml (a text's lines are translated one by one)")
+    if options.document:
         return _translate_document(engine, options, partial)
     source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
     done = [0]
@@ -168,17 +174,23 @@ def _detects_sources(translator: TranslatorBase, options: TranslateOptions) -> b
             and len(sources_of(translator.pairs, pair.target)) > 1)
 
 
-def _translate_document(engine: Engine, options: TranslateOptions, partial: Path | None) -> None:
-    """``--format html|xml``: the whole input is one document, translated with its tags in one search,
-    written whole (to ``-o``: through its partial file, renamed when done)."""
+def _refuse_with_markup(engine: Engine, options: TranslateOptions) -> None:
+    """One line for the options that markup cannot take (a fragment's sentences are nmtk's to cut, and its
+    output is the fragment with its tags), and for an engine that cannot place tags."""
     refused = [name for name, asked in (("--nbest", options.nbest > 1), ("--print-scores", options.print_scores),
-                                        ("--print-alignment", engine.search.align), ("--skip", options.skip),
+                                        ("--print-alignment", engine.search.align),
+                                        ("--skip", options.skip and options.document),
                                         ("--prefix/--constraints", not engine.format.plain),
                                         ("--source-lang auto", engine.detect)) if asked]
     if refused:
-        raise NmtkError(f"--format {options.format}: {', '.join(refused)} cannot be used with it (they work line by "
-                        "line, and a document's sentences are nmtk's to cut)")
+        raise NmtkError(f"--format {options.format}: {', '.join(refused)} cannot be used with it (the sentences of "
+                        "marked-up text are nmtk's to cut, and each output is the text with its tags)")
     check_engine(engine.translator, options.format)
+
+
+def _translate_document(engine: Engine, options: TranslateOptions, partial: Path | None) -> None:
+    """``--format html|xml --document``: the whole input is one document, translated with its tags in one
+    search, written whole (to ``-o``: through its partial file, renamed when done)."""
     raw = open(options.input, "rb").read() if options.input else sys.stdin.buffer.read()
     document = decode_text(raw, str(options.input or "stdin"), options.errors.value,
                            hint="use --errors replace to substitute U+FFFD")
@@ -328,6 +340,32 @@ def time_left(done: int, total: int | None, seconds: float) -> str:
     return (f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}") + " left"
 
 
+def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], first: int) -> list[str]:
+    """The output lines of a buffer of input lines (numbered from ``first``): with ``--format html|xml``
+    each line is one fragment, its tags in place, on one line, as `serve` translates a list's items."""
+    if options.format != "text":
+        try:
+            done = translate_markup(engine.translator, chunk, engine.search, options.format, options.attributes,
+                                    engine.glossary, engine.bans)
+        except NmtkError as exc:  # markup errors name a line and column of the fragment: of the input, here
+            raise NmtkError(_in_input(str(exc), options, chunk, first)) from None
+        return [" ".join(line.splitlines()) for line in done]
+    sources, guides = engine.guides(chunk, first)
+    hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
+                                              ids=engine.ids(sources, first), guides=guides)
+    return [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
+
+
+def _in_input(message: str, options: TranslateOptions, chunk: list[str], first: int) -> str:
+    """A markup error of one of ``chunk``'s fragments, named by its input line: ``FILE:LINE: column C: …``."""
+    for k, line in enumerate(chunk):
+        try:
+            parse(line, options.format, options.attributes)
+        except NmtkError as exc:
+            return f"{options.input or 'stdin'}:{first + k}: {str(exc).replace('line 1, ', '')}"
+    return message
+
+
 def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:
     """Translate ``--buffer-size`` lines at a time, writing and flushing each buffer's lines as soon as
     it is done; ``done[0]`` counts the input lines written so far.
@@ -350,10 +388,7 @@ def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: T
         start = time.perf_counter()
         for chunk in buffered(lines, options.buffer_size, waiting):
             first = options.skip + done[0] + 1
-            sources, guides = engine.guides(chunk, first)
-            hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
-                                                      ids=engine.ids(sources, first), guides=guides)
-            out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
+            out = _translated(engine, options, chunk, first)
             with deferred():  # a buffer is in the output whole, and counted, or not at all
                 sink.write("".join(f"{line}\n" for line in out))
                 sink.flush()

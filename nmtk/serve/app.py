@@ -42,7 +42,7 @@ from nmtk.errors import NmtkError
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
-from nmtk.text.markup import MarkupError
+from nmtk.text.markup import MarkupError, parse
 
 
 @dataclass(frozen=True)
@@ -415,7 +415,7 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
     try:
         marked = MarkedUp.of([items[i] for i in indices], "html", view, tuple(req.translate_attributes))
     except MarkupError as exc:
-        raise ApiError(400, f"malformed html: {exc}") from None
+        raise ApiError(400, f"malformed html: {_bad_item(items, indices, req.translate_attributes, exc)}") from None
     lines = marked.lines
     if not lines:  # markup and no word: nothing to translate
         return [{"translatedText": items[i]} for i in indices]
@@ -523,3 +523,14 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
     async def page() -> str:
         return resources.files("nmtk.serve").joinpath("page.html").read_text(encoding="utf-8")
 
+
+def _bad_item(items: list[str], indices: list[int], attributes: list[str], error: MarkupError) -> str:
+    """A markup error named by the item of a list ``q`` it is in (``q[2]: line 1, column 4: …``)."""
+    if len(items) < 2:
+        return str(error)
+    for i in indices:
+        try:
+            parse(items[i], "html", tuple(attributes))
+        except MarkupError as exc:
+            return f"q[{i}]: {exc}"
+    return str(error)

@@ -40,6 +40,10 @@ VOID = frozenset("area base br col embed hr img input link meta param source tra
 _SLOT = re.compile("\x00(\\d+)\x00")
 
 
+#: Text that starts like a tag (``<b class="x>red``): a tag whose attribute quote never closes.
+_BROKEN_TAG = re.compile(r"</?[A-Za-z]")
+
+
 class MarkupError(NmtkError):
     """Input that is not well-formed where it must be."""
 
@@ -79,10 +83,12 @@ class Segment:
     def sentences(self) -> list[tuple[int, int]]:
         """The segment's sentences as word ranges: a sentence ends after a word ending in ``.``, ``!`` or
         ``?`` (closing quotes and brackets aside) when the next word begins with a capital or a digit,
-        unless the word is an abbreviation (``Dr.``, ``e.g.``, ``J.``)."""
+        or an element with nothing to translate stands before it (``it. <code>nmtk</code> is``), unless
+        the word is an abbreviation (``Dr.``, ``e.g.``, ``J.``)."""
         cuts, start = [], 0
+        kept = {tag.first for tag in self.tags if tag.point}  # an element kept verbatim starts a sentence too
         for i in range(len(self.words) - 1):
-            if _ends_sentence(self.words[i]) and _starts_sentence(self.words[i + 1]):
+            if _ends_sentence(self.words[i]) and (_starts_sentence(self.words[i + 1]) or i + 1 in kept):
                 cuts.append((start, i + 1))
                 start = i + 1
         return [*cuts, (start, len(self.words))] if self.words else []
@@ -171,7 +177,8 @@ class _Parser(HTMLParser):
             return
         segment = Segment([text[a:b] for a, b in spans], entities=self.entities,
                           before=text[: spans[0][0]], after=text[spans[-1][1]:])
-        for start, end, lo, hi, parent in self.tags:
+        tags = self._outside_the_words(segment, spans, text)
+        for start, end, lo, hi, parent in tags:
             first, last = _covered(spans, lo, hi)
             pad = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and text[lo].isspace()
             glued = lo == hi and 0 < first and spans[first - 1][1] >= lo  # after the word before it, no space
@@ -182,6 +189,30 @@ class _Parser(HTMLParser):
         self.parts.append(len(self.segments))
         self.segments.append(segment)
         self._new_block()
+
+    def _outside_the_words(self, segment: Segment, spans: list[tuple[int, int]], text: str
+                           ) -> list[tuple[str, str, int, int, int | None]]:
+        """The block's tags, less the elements with nothing to translate that stand in the whitespace
+        before its first word or after its last (``<p><img> A dog</p>``): those stay in it, verbatim,
+        where they were (placed as points, the space after one moved before it and the first word glued
+        to it: ``<p> <img>Ein Hund</p>``). Parent indices are renumbered for the tags that remain."""
+        first, last = spans[0][0], spans[-1][1]
+        outside = {k for k, (_, _, lo, hi, parent) in enumerate(self.tags)
+                   if lo == hi and parent is None and (lo < first or lo > last)}
+        if not outside:
+            return self.tags
+        for edge, lo_text, hi_text in (("before", 0, first), ("after", last, len(text))):
+            at, parts = lo_text, []
+            here = sorted((k for k in outside if lo_text <= self.tags[k][2] <= hi_text), key=lambda k: self.tags[k][2])
+            for k in here:
+                start, end, lo, _, _ = self.tags[k]
+                parts += [text[at:lo], start + end]
+                at = lo
+            setattr(segment, edge, "".join(parts) + text[at:hi_text])
+        kept = [k for k in range(len(self.tags)) if k not in outside]
+        index = {old: new for new, old in enumerate(kept)}
+        return [(start, end, lo, hi, None if parent is None else index[parent])
+                for start, end, lo, hi, parent in (self.tags[k] for k in kept)]
 
     # ----------------------------------------------------------------- HTMLParser's events
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -275,6 +306,9 @@ class _Parser(HTMLParser):
             return
         if "\x00" in data:
             raise MarkupError(f"{self._where()}: a NUL character in the text")
+        if _BROKEN_TAG.match(data):  # HTMLParser passes on as text a tag it could not end
+            raise MarkupError(f"{self._where()}: {data[:40]!r} is not a complete tag (a quote of an attribute's "
+                              "value not closed?)")
         if self.kind == "xml" and "\n" in data:  # lines are xml's blocks
             lines = data.split("\n")
             for k, line in enumerate(lines):

@@ -34,7 +34,7 @@ def tagged_copy(copy_run):
     rng = random.Random(3)
     tagged_lines = [tagged(line, rng) for line in lines]
     document = "<html><body>\n" + "\n".join(f"<p>{t}</p>" for t in tagged_lines) + "\n</body></html>\n"
-    result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "html", stdin=document, env=env)
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "html", "--document", stdin=document, env=env)
     assert result.returncode == 0, result.stderr
     plain = run_nmtk("translate", "-m", str(tmp / "run"), stdin="\n".join(lines) + "\n", env=env)
     assert plain.returncode == 0, plain.stderr
@@ -58,12 +58,38 @@ def test_html_keeps_every_tag_once_around_the_words_it_covered(tagged_copy) -> N
     ET.fromstring(out)  # the whole document too
 
 
+def test_html_is_translated_line_for_line_unless_it_is_one_document(tagged_copy, tmp_path: Path) -> None:
+    """Each input line is one fragment, as serve's items are: as many lines out as in (two lines came
+    back as one), each the same as that paragraph of the whole document; ``--skip`` goes on."""
+    tmp, _, tagged_lines, _, out, _ = tagged_copy
+    env = {"NMTK_DATA": str(tmp / "root")}
+    fragments = "".join(f"{t}\n" for t in tagged_lines[:10])
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "html", stdin=fragments, env=env)
+    assert result.returncode == 0, result.stderr
+    paragraphs = [p.removeprefix("<p>").removesuffix("</p>") for p in out.splitlines()[1:11]]
+    assert result.stdout.splitlines() == paragraphs
+    source = tmp_path / "in.html"
+    source.write_text(fragments)
+    target = tmp_path / "out.html"
+    (tmp_path / "out.html.partial").write_text("".join(f"{p}\n" for p in paragraphs[:4]))
+    went_on = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "html", "-i", str(source), "-o", str(target),
+                       "--skip", "4", env=env)
+    assert went_on.returncode == 0 and target.read_text().splitlines() == paragraphs, went_on.stderr
+    bad = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "html", stdin=f"{tagged_lines[0]}\n"
+                   '<b class="x>red car.\n', env=env)
+    assert bad.returncode == 1 and "stdin:2: column 1: '<b class=\"x>' is not a complete tag" in bad.stderr, bad.stderr
+    text = run_nmtk("translate", "-m", str(tmp / "run"), "--document", stdin="a\n", env=env)
+    assert text.returncode == 1 and "--document: for --format html or xml" in text.stderr
+
+
 def test_html_errors_are_one_line_and_write_nothing(copy_run, exported, tmp_path: Path) -> None:
     tmp, _, env = copy_run
     run = str(tmp / "run")
     bad = run_nmtk("translate", "-m", run, "--format", "html", stdin="<p>a <b>dog</p>\n", env=env)
-    where = "line 1, column 6: <b> is not closed (its block ends at line 1, column 12)"
+    where = "stdin:1: column 6: <b> is not closed (its block ends at column 12)"
     assert bad.returncode == 1 and where in bad.stderr, bad.stderr
+    whole = run_nmtk("translate", "-m", run, "--format", "html", "--document", stdin="<p>a <b>dog</p>\n", env=env)
+    assert whole.returncode == 1 and "line 1, column 6: <b> is not closed" in whole.stderr, whole.stderr
     out = tmp_path / "out.html"
     refused = run_nmtk("translate", "-m", run, "--format", "html", "--nbest", "2", "-o", str(out), stdin="<p>a</p>",
                        env=env)
@@ -100,6 +126,8 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
 
         with pytest.raises(ApiError, match="malformed html: line 1, column 12: </b> where </i> was expected"):
             asyncio.run(translate(LibreRequest(q="<b>a <i>dog</b></i>", format="html")))
+        with pytest.raises(ApiError, match="malformed html: q\\[1\\]: line 1, column 5: </b> where </i>"):
+            asyncio.run(translate(LibreRequest(q=["<b>a dog</b>", "<i>a</b>", "<b>b</b>"], format="html")))
         with pytest.raises(ApiError, match='format "html": scores cannot be asked'):
             asyncio.run(translate(LibreRequest(q="<b>a</b>", format="html", scores=True)))
     finally:

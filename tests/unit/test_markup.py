@@ -33,6 +33,11 @@ def round_trip(markup: str, kind: str = "html") -> str:
     ("<p><b>Line one<br>line two</b> and <i>three<br/></i></p>",  # a <br> in a tag: a point, ending a word
      "<p><b>Line one<br> line two</b> and <i>three<br/></i></p>"),
     ("<!DOCTYPE html><html><head><title>T</title></head><body><P CLASS=x>Upper <B>case</B></P></body></html>", None),
+    # nothing to translate before the first word or after the last: the spaces stay where they were (issue 77)
+    ('<p><img src="a.png"> A dog runs.</p>', None),
+    ('<p>A dog runs. <img src="b.png"></p>', None),
+    ("<p><code>x = 1</code> is code.</p>", None),
+    ('<p> <span translate="no">nmtk</span>  works. <!-- c --> </p>', None),
 ])
 def test_a_copy_gives_the_markup_back(markup: str, expected: str | None) -> None:
     """With every word aligned to itself, every tag, entity, comment and verbatim element is where it was
@@ -97,6 +102,8 @@ def test_sentences_are_cut_where_one_ends_and_the_next_begins() -> None:
     segment = parse("<p>A dog runs. Then it sits! Dr. Who? no cut e.g. here. 3 cats.</p>").segments[0]
     assert [" ".join(segment.words[a:b]) for a, b in segment.sentences()] == [
         "A dog runs.", "Then it sits!", "Dr. Who? no cut e.g. here.", "3 cats."]
+    kept = parse('<p>I like it. <span translate="no">nmtk</span> is great.</p>').segments[0]
+    assert [" ".join(kept.words[a:b]) for a, b in kept.sentences()] == ["I like it.", "is great."]
 
 
 @pytest.mark.parametrize("markup, where", [
@@ -104,6 +111,7 @@ def test_sentences_are_cut_where_one_ends_and_the_next_begins() -> None:
     ("<p>An </i>end tag.</p>", "</i> where no end tag"),
     ("<p>Crossed <b><i>tags</b></i>.</p>", "</b> where </i> was expected"),
     ("<code>never closed", "<code> is not closed"),
+    ('<p>A <b class="x>red car.</p>', "line 1, column 6: '<b class=\"x>' is not a complete tag"),
 ])
 def test_malformed_markup_is_one_error_naming_where(markup: str, where: str) -> None:
     with pytest.raises(MarkupError, match=where):
