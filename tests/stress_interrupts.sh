@@ -16,7 +16,8 @@ case $LOAD in
   *) echo "LOAD: idle | busy1 | busy2 | io"; exit 2 ;;
 esac
 NMTK_INTERRUPT_REPEAT=$N NMTK_INTERRUPT_LOG=$LOG .venv/bin/python -m pytest tests/integration/test_interrupts.py -q \
-  -p no:cacheprovider 2>&1 | tail -3
+  -p no:cacheprovider > "$LOG.pytest" 2>&1
+grep -E "^(FAILED|E  )" "$LOG.pytest" | head -20; tail -1 "$LOG.pytest"; rm -f "$LOG.pytest"
 for p in "${PIDS[@]}"; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
 rm -f "$LOG.io"
 python3 - "$LOG" "$LOAD" <<'PY'
