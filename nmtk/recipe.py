@@ -667,7 +667,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     Pydantic then validates (and coerces) it with the field's own type, as for the file.
     """
     key, sep, raw = item.partition("=")
-    key = key.strip()
+    key = re.sub(r"\[\s*(\d+)\s*\]", r".\1", key.strip())  # data.train[1].weight: data.train.1.weight
     if not sep or not key:
         raise NmtkError(f"--set {item!r}: expected KEY=VALUE, e.g. --set model.dropout=0.3")
     try:
@@ -684,6 +684,10 @@ def _apply_override(data: dict[str, Any], key: str, value: Any) -> None:
         if isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
             continue
+        if isinstance(node, list):
+            where = ".".join(parts[:depth])
+            raise NmtkError(f"--set {key}: {where} has {len(node)} entries: {where}.0 to {where}.{len(node) - 1} "
+                            f"(or {where}[0] ...)")
         if not isinstance(node, dict):
             raise NmtkError(f"--set {key}: {'.'.join(parts[:depth]) or 'recipe'} is not a section")
         node = node.setdefault(part, {})

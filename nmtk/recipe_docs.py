@@ -56,7 +56,9 @@ def reference_markdown() -> str:
     lines = ["# Recipe reference", "",
              "Generated from the recipe models by `nmtk recipe docs`; `tests/unit/test_docs.py` fails when this",
              "page and the code disagree. Unknown keys are errors. Override any field on the command line with",
-             "`--set section.field=value` (validated like the file). `nmtk recipe schema` prints the JSON Schema.", ""]
+             "`--set section.field=value` (validated like the file); an entry of a list by its index from 0,",
+             "`--set data.train.1.weight=2` or `--set 'data.train[1].weight=2'`. `nmtk recipe schema` prints the",
+             "JSON Schema.", ""]
     for title, model in SECTIONS:
         lines += [f"## {title}", "", (model.__doc__ or "").strip().splitlines()[0], "",
                   "| field | type | default | description |", "|---|---|---|---|"]

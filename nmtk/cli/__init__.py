@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
-from . import app as _app
-from .app import app
+from typing import Any
 
 __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """The `nmtk` program (console script, ``python -m nmtk``): `app.main`, and an interrupted command's
+    """The `nmtk` program (console script, ``python -m nmtk``): `app.main`, imported here so that a Ctrl-C
+    while it loads (typer, rich: a few tenths of a second) is one line too; and an interrupted command's
     exit without the interpreter's teardown (`nmtk.interrupts.leave`): the command has cleaned up and
     said its line by then, and torch's teardown alone costs ~0.5 s of CPU, which ten commands stopped at
     once on a busy 2-core machine wait for in turn. (The tests' in-process runner calls `app.main`.)"""
+    from nmtk.interrupts import INTERRUPTED_CODES, exit_code, leave
+
+    try:
+        from . import app as _app
+    except KeyboardInterrupt as exc:
+        import sys
+
+        sys.stderr.write("error: interrupted\n")
+        leave(exit_code(exc))
+        raise SystemExit(exit_code(exc)) from None
     try:
         _app.main()
     except SystemExit as exc:
-        from nmtk.interrupts import INTERRUPTED_CODES, leave
-
         if exc.code in INTERRUPTED_CODES:
             leave(int(exc.code))
         raise
+
+
+def __getattr__(name: str) -> Any:
+    """``nmtk.cli.app``, the Typer object, loaded when asked for (`main` loads it itself)."""
+    if name == "app":
+        from .app import app
+
+        return app
+    raise AttributeError(name)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.syntax import Syntax
 
@@ -110,7 +111,23 @@ def _readable_help() -> None:
                 info.help = _paragraphs(info.callback.__doc__)
 
 
+class _Commands(typer.core.TyperGroup):
+    """nmtk's command group: a Ctrl-C or SIGTERM that no command turned into its own message (one in a
+    command's own imports or output) is one line too. Typer turns it into a silent exit 130 (SIGTERM
+    included, whose code is 143)."""
+
+    def invoke(self, ctx: typer.Context) -> object:
+        from nmtk.errors import Interrupted
+        from nmtk.interrupts import exit_code
+
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise Interrupted("interrupted", exit_code(exc)) from None
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="nmtk",
     help="Neural machine translation with the Transformer: prepare, train, average, translate, score.",
     no_args_is_help=True,

@@ -59,6 +59,7 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     from nmtk.device import keep_freed_memory, pick_device, resolve_precision
     from nmtk.text.pairs import model_pipelines
 
+    shortlist = run_shortlist(source.path) if options.shortlist else None  # refused before anything loads
     if options.threads:
         torch.set_num_threads(options.threads)
     manifest = source.manifest
@@ -81,7 +82,7 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     return Translator(pipelines=pipelines, pairs=pairs, model=model, device=device,
                       precision=precision, align_layer=(options.alignment_layer or layers) - 1,
                       longest_trained=manifest.longest_training_source,
-                      shortlist=run_shortlist(source.path) if options.shortlist else None)
+                      shortlist=shortlist)
 
 
 def _load_exported(source: ModelSource, options: LoadOptions) -> TranslatorBase:

@@ -116,6 +116,10 @@ class DetectRequest(BaseModel):
     q: str | list[str]
     api_key: str | None = None
 
+    @property
+    def texts(self) -> list[str]:
+        return [self.q] if isinstance(self.q, str) else self.q
+
 
 class OnmtSegment(BaseModel):
     """OpenNMT-py's segment, and nmtk's controls (as `LibreRequest`'s, for this one segment); any other
@@ -342,10 +346,12 @@ class _Service:
             return [chosen] * len(texts), None
         target = chosen.target if chosen else self.info.pairs[0].target
         sources = sources_of(self.info.pairs, target)
-        found = [self.detect(text, sources)[0] for text in texts]
+        every = [self.detect(text) for text in texts]  # among all the model's languages, as /detect answers
+        found = [languages[0] for languages in every]  # what is reported: what was detected
         if len(sources) == 1:
             return [chosen] * len(texts), found
-        return [Pair(lang, target) for lang, _ in found], found
+        # each text to the likeliest of the sources that have the target (German sent to a de+fr -> en model)
+        return [Pair(next(lang for lang, _ in languages if lang in sources), target) for languages in every], found
 
 
 def _per_line(value: Any, lines: int, name: str, one: type) -> list[Any]:
@@ -496,6 +502,8 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
         def languages(text: str) -> list[dict[str, Any]]:
             return [{"confidence": round(100 * p, 1), "language": lang} for lang, p in service.detect(text)]
 
+        if not req.texts or not any(text.strip() for text in req.texts):
+            raise ApiError(400, "q is empty")  # as /translate answers it
         if isinstance(req.q, str):
             return languages(req.q)
         return [languages(text) for text in req.q]

@@ -114,12 +114,31 @@ def is_other_language(text: str, code: str) -> bool:
 DETECT_LIMIT = 300
 
 
+#: Below this many letters a text says little of its language: the identifier's probability is scaled
+#: down in proportion ("Hund." alone reads as English with probability 0.73).
+SURE_LETTERS = 16
+
+
+@cache
+def _prior() -> list[tuple[str, float]]:
+    """What the identifier answers where it recognises nothing at all (one word outside its compressed
+    vocabulary, digits): the same distribution whatever the text."""
+    return guesses("", 3, DETECT_LIMIT)
+
+
 def detect(text: str, among: Sequence[str]) -> list[tuple[str, float]]:
-    """The languages ``among`` (a model's source languages, as its recipe spells them) that ``text``
-    may be in, likeliest first, each with the identifier's probability (0 for a language it does not
-    know). Asked of these only: a German-English model's user means one of them, even when a line
-    looks more like Dutch."""
+    """The languages ``among`` (a model's languages, as its recipe spells them) that ``text`` may be
+    in, likeliest first, each with the identifier's probability (0 for a language it does not know).
+    Asked of these only: a German-English model's user means one of them, even when a line looks more
+    like Dutch. Where the identifier recognises nothing (``xyz``, ``1234567890``, most single words)
+    every confidence is 0, and a short text's is scaled down (`SURE_LETTERS`): LibreTranslate's
+    clients read a low confidence as "unsure", a fixed guess as an answer."""
     sample = " ".join(text.split())[:DETECT_LIMIT]
-    scores = dict(guesses(sample, -1, DETECT_LIMIT)) if sample else {}  # every language it knows
-    found = [(lang, scores.get(code, 0.0) if (code := code_for(lang)) else 0.0) for lang in dict.fromkeys(among)]
+    letters = sum(c.isalpha() for c in sample)
+    scores = dict(guesses(sample, -1, DETECT_LIMIT)) if letters else {}  # every language it knows
+    if scores and guesses(sample, 3, DETECT_LIMIT) == _prior():
+        scores = {}
+    scale = min(1.0, letters / SURE_LETTERS)
+    found = [(lang, scale * scores.get(code, 0.0) if (code := code_for(lang)) else 0.0)
+             for lang in dict.fromkeys(among)]
     return sorted(found, key=lambda item: -item[1])

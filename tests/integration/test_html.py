@@ -124,6 +124,17 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
         assert auto["detectedLanguage"]["language"] == "en" and set(auto) == {"translatedText", "detectedLanguage"}
         from nmtk.serve.app import ApiError
 
+        # what was detected is reported, as /detect says it (issue 77: "en 1.1" for German on an en->de server)
+        german = asyncio.run(translate(LibreRequest(q="Ein Mann fährt mit dem Fahrrad.", source="auto")))
+        alone = asyncio.run(detect(DetectRequest(q="Ein Mann fährt mit dem Fahrrad.")))
+        assert german["detectedLanguage"] == alone[0] and alone[0]["language"] == "de"
+        for unknown in ("Hund", "xyz", "1234567890"):  # the identifier recognises nothing: no confidence
+            assert {f["confidence"] for f in asyncio.run(detect(DetectRequest(q=unknown)))} == {0.0}
+        short = asyncio.run(detect(DetectRequest(q="Hund.")))
+        assert short[0]["confidence"] < 25  # a word says little of its language
+        with pytest.raises(ApiError, match="q is empty"):
+            asyncio.run(detect(DetectRequest(q="")))
+
         with pytest.raises(ApiError, match="malformed html: line 1, column 12: </b> where </i> was expected"):
             asyncio.run(translate(LibreRequest(q="<b>a <i>dog</b></i>", format="html")))
         with pytest.raises(ApiError, match="malformed html: q\\[1\\]: line 1, column 5: </b> where </i>"):

@@ -67,6 +67,8 @@ def test_train_uses_prepared_data_without_the_corpora(nmtk, prepared, tmp_path: 
                "--set", "decode.max_len_a=0", "--set", "decode.max_len_b=1", env={"NMTK_DATA": str(empty)})
     assert run.returncode == 0, run.stderr
     assert "valid | update 1" in run.stderr, run.stderr
+    started = run.stderr.index("valid | update 1 | translating the valid set")  # said as it starts (it runs for
+    assert started < run.stderr.index("valid | update 1 | loss")                # minutes on a real valid set)
     assert "not re-checked" in run.stderr and (tmp_path / "run" / "checkpoint_1.pt").is_file()
     other = nmtk("train", "recipes/multi30k-en-de.toml", "--data", str(result.out_dir), "--run-dir",
                  str(tmp_path / "run2"), "--set", "tokenizer.vocab_size=9000", env={"NMTK_DATA": str(empty)})

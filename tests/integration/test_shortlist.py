@@ -126,4 +126,5 @@ def test_the_export_carries_it_as_ctranslate2s_vocabulary_map(listed, tmp_path: 
     assert short.returncode == 0 and short.stdout == plain.stdout, short.stderr
     missing = run_nmtk("translate", "-m", str(tmp / "run"), "--shortlist", stdin="dog\n", env=env)
     assert missing.returncode == 1 and "has no shortlist: make one with `nmtk shortlist" in missing.stderr
+    assert "precision:" not in missing.stderr and "checkpoint:" not in missing.stderr  # refused before loading
     assert np.load(run / "shortlist.npz")["table"].shape[1] == 3

@@ -96,3 +96,18 @@ def test_help_shows_flags_bare_ranges_folded_and_panels(nmtk) -> None:
     assert "--force" in out and "<bool>" not in out
     assert "range>" not in out and "x>=" not in out
     assert all(panel in out for panel in ("Model", "Search"))
+
+
+def test_a_signal_no_command_handled_is_one_line_with_its_exit_code(nmtk, monkeypatch) -> None:
+    """Typer turns a KeyboardInterrupt into a silent exit 130, SIGTERM's too (issue 77: a late Ctrl-C of
+    `prepare` exited 130 with no line): nmtk's command group says it, with 130 or 143."""
+    from nmtk import recipe as recipes
+    from nmtk.interrupts import Terminated
+
+    for raised, code in ((KeyboardInterrupt, 130), (Terminated, 143)):
+        def stopped(*args, raised=raised, **kwargs):
+            raise raised
+
+        monkeypatch.setattr(recipes, "load_recipe", stopped)
+        result = nmtk("recipe", "show", "recipes/multi30k-en-de.toml")
+        assert result.returncode == code and result.stderr == "error: interrupted\n", (code, result.stderr)

@@ -222,3 +222,13 @@ def test_renamed_options_still_work_with_one_notice(nmtk) -> None:
     result = nmtk("translate", "--max-tokens", "0", stdin="x\n")
     assert "notice: nmtk translate --max-tokens is now --beam-tokens" in result.stderr
     assert result.returncode != 0 and "--beam-tokens" in result.stderr.splitlines()[-1], result.stderr
+
+
+def test_a_list_entry_is_set_with_brackets_or_a_dot_and_a_wrong_index_names_the_range() -> None:
+    """``data.train[1].weight`` said "unknown field"; the working form ``data.train.1.weight`` was not
+    documented. Both work; an index past the list's end says which there are."""
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "multi30k-en-de.toml"
+    assert load_recipe(recipe, ["data.train[0].weight=2"]).data.train[0].weight == 2.0
+    assert load_recipe(recipe, ["data.train.0.weight=3"]).data.train[0].weight == 3.0
+    with pytest.raises(NmtkError, match=r"--set data.train.4.weight: data.train has 1 entries: data.train.0 to "):
+        load_recipe(recipe, ["data.train[4].weight=2"])
