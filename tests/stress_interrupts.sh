@@ -16,10 +16,11 @@ case $LOAD in
   *) echo "LOAD: idle | busy1 | busy2 | io"; exit 2 ;;
 esac
 NMTK_INTERRUPT_REPEAT=$N NMTK_INTERRUPT_LOG=$LOG .venv/bin/python -m pytest tests/integration/test_interrupts.py -q \
-  -p no:cacheprovider > "$LOG.pytest" 2>&1
+  -p no:cacheprovider --basetemp "$LOG.tmp" > "$LOG.pytest" 2>&1
 grep -E "^(FAILED|E  )" "$LOG.pytest" | head -20; tail -1 "$LOG.pytest"; rm -f "$LOG.pytest"
-for p in "${PIDS[@]}"; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
-rm -f "$LOG.io"
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done  # the loop first, then what it had started
+sleep 0.2; pkill -f "$LOG.io" 2>/dev/null
+rm -rf "$LOG.io" "$LOG.tmp"
 python3 - "$LOG" "$LOAD" <<'PY'
 import statistics, sys
 rows = [line.split("\t") for line in open(sys.argv[1])]

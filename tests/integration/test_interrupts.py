@@ -37,8 +37,20 @@ def tgkill(pid: int, tid: int, sig: int) -> None:
         raise OSError(ctypes.get_errno(), "tgkill")
 
 
-def other_threads(pid: int) -> list[int]:
-    return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+def other_threads(pid: int, sig: int = signal.SIGINT) -> list[int]:
+    """The process's threads but the main one that do not block ``sig``: those the kernel may hand a
+    signal sent to the process (it never picks one that blocks it; one told by `tgkill` would keep it
+    pending for ever, a hang of the test's making)."""
+    found = []
+    for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid):
+        try:
+            status = open(f"/proc/{pid}/task/{tid}/status").read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        blocked = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
+        if not blocked >> (sig - 1) & 1:
+            found.append(tid)
+    return found
 
 
 def _take_terminal() -> None:
@@ -70,7 +82,7 @@ class Waiting:
         if self.send == "^C":
             os.write(self.writer, b"\x03")
         elif self.send == "thread":
-            threads = other_threads(self.proc.pid)
+            threads = other_threads(self.proc.pid, self.sig)
             assert threads, "translate runs no thread besides the main one: nothing to test"
             tgkill(self.proc.pid, threads[-1], self.sig)
         else:
