@@ -120,7 +120,7 @@ def test_ctrl_c_says_the_exact_command_that_goes_on_never_with_force(distilled, 
     def interrupted_after_100(options):
         seen["buffer"] = options.buffer_size
         partial = options.output.with_name(options.output.name + ".partial")
-        partial.write_text("".join(f"-1.0\tx\n" for _ in range(100)))
+        partial.write_text("".join("-1.0\tx\n" for _ in range(100)))
         raise Interrupted("interrupted", 130)
 
     monkeypatch.setattr(distill_module, "translate", interrupted_after_100)
