@@ -387,7 +387,6 @@ def translate(
     _refuse_batch_size(batch_size)
     from nmtk.decode import stream
     from nmtk.decode.search.config import SamplingConfig
-
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   max_len_a=max_len_a, max_len_b=max_len_b, beam_tokens=beam_tokens, align=print_alignment,
                   sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None,
@@ -398,10 +397,9 @@ def translate(
                               source_lang=source_lang, shortlist=shortlist)
     guide = stream.GuideOptions(stream.InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
                                 glossary_ignore_case or None, ban)
-    stream.translate(stream.TranslateOptions(load=load, search=search, input=input_, output=output, force=force,
-                                             buffer_size=buffer_size, skip=skip, errors=errors, guide=guide,
-                                             print_scores=print_scores, format=format_.value, document=document,
-                                             attributes=_names(attrs)))
+    io = dict(input=input_, output=output, force=force, buffer_size=buffer_size, skip=skip, errors=errors)
+    stream.translate(stream.TranslateOptions(load=load, search=search, guide=guide, print_scores=print_scores,
+                                             format=format_.value, document=document, attributes=_names(attrs), **io))
 
 @app.command()
 @_panels({"Export": ("checkpoint", "format_", "quantization", "force"),

@@ -9,6 +9,8 @@ and resumed therefore reproduces the uninterrupted run bit for bit on CPU in fp3
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from functools import partial
 from typing import Any
@@ -274,17 +276,8 @@ class Trainer:
         Updates early-stopping state (the same on every rank: every rank gets the same result)."""
         devices = [self.device] if self.device.type == "cuda" else []
         s = self.state
-        if self.info.is_main:  # the final validation of a large valid set runs for minutes: say so as it starts
-            console.print(f"[dim]valid | update {s.update} | translating the valid set…[/]")
-        try:
-            with torch.random.fork_rng(devices=devices):  # every rank scores and translates its share
-                result = self.validator.run(self.model, self.precision, self.info)
-        except Exception as exc:  # a failed validation never loses the training before it
-            self.save(final=True)
-            self.writer.wait()
-            raise NmtkError(f"validation at update {s.update} failed ({type(exc).__name__}: {exc}); the training so "
-                            f"far is saved (checkpoint_last.pt, update {s.update}): the same command goes on from "
-                            "there") from exc
+        with _validating(self), torch.random.fork_rng(devices=devices):  # each rank translates its share
+            result = self.validator.run(self.model, self.precision, self.info)
         s.validated_update = s.update
         improved = s.best_bleu is None or result["bleu"] > s.best_bleu
         s.best_bleu, s.bad_validations = (result["bleu"], 0) if improved else (s.best_bleu, s.bad_validations + 1)
@@ -312,3 +305,20 @@ class Trainer:
     def close(self) -> None:
         self.metrics.close()
         barrier(self.info)
+
+
+@contextmanager
+def _validating(trainer: Trainer) -> Iterator[None]:
+    """A validation, said as it starts (the final one of a large valid set runs for minutes); one that
+    fails (any error) never loses the training before it: checkpoint_last.pt is written, then one line
+    says so."""
+    if trainer.info.is_main:
+        console.print(f"[dim]valid | update {trainer.state.update} | translating the valid set…[/]")
+    try:
+        yield
+    except Exception as exc:
+        update = trainer.state.update
+        trainer.save(final=True)
+        trainer.writer.wait()
+        raise NmtkError(f"validation at update {update} failed ({type(exc).__name__}: {exc}); the training so far "
+                        f"is saved (checkpoint_last.pt, update {update}): the same command goes on from there") from exc
