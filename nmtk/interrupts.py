@@ -175,11 +175,11 @@ def leave(code: int) -> None:
 
 
 def quiet_worker() -> None:
-    """Set up a worker process (the first thing it runs; started inside `deferred`, it holds signals
-    until then, so none can reach it half set up, even in a spawned interpreter's start): Ctrl-C typed at a
-    terminal reaches the whole process group, and a worker leaves it to its parent, which ends it,
-    instead of dying with a traceback of its own; SIGTERM (the parent's ``terminate``) ends it without
-    one; the parent's wakeup pipe is not the worker's to write."""
+    """Set up a worker process (the first thing it runs; forked inside `deferred`, it holds signals until
+    then, so none can reach it half set up): Ctrl-C typed at a terminal reaches the whole process group,
+    and a worker leaves it to its parent, which ends it, instead of dying with a traceback of its own;
+    SIGTERM (the parent's ``terminate``) ends it without one; the parent's wakeup pipe is not the
+    worker's to write."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
@@ -187,4 +187,3 @@ def quiet_worker() -> None:
     except ValueError:  # not the main thread: nothing was inherited there
         pass
     signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOPPING))  # started inside `deferred`: signals held until now
-

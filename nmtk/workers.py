@@ -41,24 +41,36 @@ def _serve(conn: Connection, setup: Callable[..., None] | None, setup_args: tupl
         except (EOFError, OSError):
             return
         try:
-            answer = ("ok", function(*args))
-        except Exception as exc:  # the parent raises it: its message is the user's
-            answer = ("error", exc)
-        try:
-            conn.send(answer)
+            conn.send(_answer(function, *args))
         except (BrokenPipeError, OSError):
             return
 
 
+def _answer(function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[str, Any]:
+    """A call's outcome as sent to the parent: ``("ok", result)`` or ``("error", exception)``."""
+    try:
+        return "ok", function(*args, **kwargs)
+    except Exception as exc:  # the parent raises it: its message is the user's
+        return "error", exc
+
+
+def _result(answer: tuple[str, Any]) -> Any:
+    """`_answer`'s outcome, in the parent: the result, or the call's exception raised here."""
+    status, value = answer
+    if status == "error":
+        raise value
+    return value
+
+
 class Workers:
     """``size`` worker processes, each set up once with ``setup(*setup_args)`` (Moses objects, a cleaner),
-    started with ``method`` (``fork`` shares the parent's objects without pickling them). A context
-    manager: leaving it ends them, whatever raised."""
+    forked where the system can (they share the parent's objects without pickling them; the signal mask
+    is inherited, so `deferred` covers their start). A context manager: leaving it ends them, whatever
+    raised."""
 
-    def __init__(self, size: int, setup: Callable[..., None] | None = None, setup_args: tuple = (),
-                 method: str | None = None) -> None:
+    def __init__(self, size: int, setup: Callable[..., None] | None = None, setup_args: tuple = ()) -> None:
         methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context(method or ("fork" if "fork" in methods else "spawn"))
+        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         self.workers: list[tuple[Any, Connection]] = []
         try:
             for index in range(size):
@@ -109,14 +121,12 @@ class Workers:
             if not process.is_alive():
                 break
         try:
-            status, value = conn.recv()
+            answer = conn.recv()
         except (EOFError, OSError):
             process.join(STOP_S)
             raise NmtkError(f"a worker process ended unexpectedly (exit code {process.exitcode}); "
                             "see the messages above") from None
-        if status == "error":
-            raise value
-        return value
+        return _result(answer)
 
     def close(self) -> None:
         """End every worker: its pipe closed (it leaves its loop), then SIGTERM, then SIGKILL."""
@@ -154,10 +164,7 @@ def in_child(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not answer:
             raise NmtkError(f"a child process ended unexpectedly (exit code {child.returncode}); see the messages "
                             "above")
-        status, value = pickle.loads(answer)
-        if status == "error":
-            raise value
-        return value
+        return _result(pickle.loads(answer))
     finally:
         if child.poll() is None:
             child.kill()
@@ -171,11 +178,7 @@ def _child_main() -> None:
     os.dup2(2, 1)
     sys.path[:] = pickle.load(sys.stdin.buffer)
     function, args, kwargs = pickle.load(sys.stdin.buffer)
-    try:
-        answer = ("ok", function(*args, **kwargs))
-    except Exception as exc:  # raised in the parent: its message is the user's
-        answer = ("error", exc)
-    answers.write(pickle.dumps(answer))
+    answers.write(pickle.dumps(_answer(function, *args, **kwargs)))
     answers.close()
 
 

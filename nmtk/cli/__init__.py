@@ -18,9 +18,9 @@ def main() -> None:
     try:
         from . import app as _app
     except KeyboardInterrupt as exc:
-        import sys
+        from nmtk.console import error_line
 
-        sys.stderr.write("error: interrupted\n")
+        error_line("interrupted")
         leave(exit_code(exc))
         raise SystemExit(exit_code(exc)) from None
     try:

@@ -14,7 +14,7 @@ from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.errors import NmtkError
-from nmtk.text.markup import Document, Target, owners, parse, place, token_spans
+from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, token_spans
 from nmtk.text.subword import word_index
 
 
@@ -43,7 +43,13 @@ class MarkedUp:
     @classmethod
     def of(cls, documents: list[str], kind: str, translator: TranslatorBase,
            attributes: tuple[str, ...] = ()) -> MarkedUp:
-        parsed = [parse(text, kind, attributes) for text in documents]
+        parsed = []
+        for d, text in enumerate(documents):
+            try:
+                parsed.append(parse(text, kind, attributes))
+            except MarkupError as exc:  # said of the document it is in (a file's line, a request's item)
+                exc.document = d
+                raise
         places = [(d, s, lo, hi) for d, doc in enumerate(parsed) for s, segment in enumerate(doc.segments)
                   for lo, hi in segment.sentences()]
         lines = [" ".join(parsed[d].segments[s].words[lo:hi]) for d, s, lo, hi in places]

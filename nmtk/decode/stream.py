@@ -38,7 +38,7 @@ from nmtk.files import (
 from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import resolve_model
 from nmtk.pair import sources_of
-from nmtk.text.markup import parse
+from nmtk.text.markup import MarkupError
 
 
 @dataclass(frozen=True)
@@ -347,23 +347,14 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
         try:
             done = translate_markup(engine.translator, chunk, engine.search, options.format, options.attributes,
                                     engine.glossary, engine.bans)
-        except NmtkError as exc:  # markup errors name a line and column of the fragment: of the input, here
-            raise NmtkError(_in_input(str(exc), options, chunk, first)) from None
+        except MarkupError as exc:  # its line and column are the fragment's: named by the input's line here
+            where = f"{options.input or 'stdin'}:{first + (exc.document or 0)}"
+            raise NmtkError(f"{where}: {str(exc).replace('line 1, ', '')}") from None
         return [" ".join(line.splitlines()) for line in done]
     sources, guides = engine.guides(chunk, first)
     hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
                                               ids=engine.ids(sources, first), guides=guides)
     return [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
-
-
-def _in_input(message: str, options: TranslateOptions, chunk: list[str], first: int) -> str:
-    """A markup error of one of ``chunk``'s fragments, named by its input line: ``FILE:LINE: column C: …``."""
-    for k, line in enumerate(chunk):
-        try:
-            parse(line, options.format, options.attributes)
-        except NmtkError as exc:
-            return f"{options.input or 'stdin'}:{first + k}: {str(exc).replace('line 1, ', '')}"
-    return message
 
 
 def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:

@@ -42,7 +42,7 @@ from nmtk.errors import NmtkError
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
-from nmtk.text.markup import MarkupError, parse
+from nmtk.text.markup import MarkupError
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,7 @@ class LibreRequest(BaseModel):
 
     @property
     def texts(self) -> list[str]:
-        """``q`` as a list: one string, or each of a list's."""
-        return [self.q] if isinstance(self.q, str) else self.q
+        return _texts(self.q)
 
 
 class DetectRequest(BaseModel):
@@ -118,7 +117,16 @@ class DetectRequest(BaseModel):
 
     @property
     def texts(self) -> list[str]:
-        return [self.q] if isinstance(self.q, str) else self.q
+        return _texts(self.q)
+
+
+def _texts(q: str | list[str]) -> list[str]:
+    """A request's ``q`` as a list: one string, or each of a list's; an empty one (nothing but
+    whitespace) is a 400, at ``/translate`` and ``/detect`` alike."""
+    items = [q] if isinstance(q, str) else q
+    if not items or not any(item.strip() for item in items):
+        raise ApiError(400, "q is empty")
+    return items
 
 
 class OnmtSegment(BaseModel):
@@ -421,7 +429,8 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
     try:
         marked = MarkedUp.of([items[i] for i in indices], "html", view, tuple(req.translate_attributes))
     except MarkupError as exc:
-        raise ApiError(400, f"malformed html: {_bad_item(items, indices, req.translate_attributes, exc)}") from None
+        item = f"q[{indices[exc.document]}]: " if len(items) > 1 and exc.document is not None else ""
+        raise ApiError(400, f"malformed html: {item}{exc}") from None
     lines = marked.lines
     if not lines:  # markup and no word: nothing to translate
         return [{"translatedText": items[i]} for i in indices]
@@ -441,8 +450,6 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
     async def translate(req: LibreRequest) -> dict[str, Any]:
         """LibreTranslate's request; ``q`` a string or a list of strings (``format: "html"``: documents)."""
         items = req.texts
-        if not items or not any(item.strip() for item in items):
-            raise ApiError(400, "q is empty")
         pairs, detected = service.route(req.source, req.target, items)
         answer = _html_answers if req.format == "html" else _text_answers
         groups = _groups(pairs)
@@ -502,11 +509,8 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
         def languages(text: str) -> list[dict[str, Any]]:
             return [{"confidence": round(100 * p, 1), "language": lang} for lang, p in service.detect(text)]
 
-        if not req.texts or not any(text.strip() for text in req.texts):
-            raise ApiError(400, "q is empty")  # as /translate answers it
-        if isinstance(req.q, str):
-            return languages(req.q)
-        return [languages(text) for text in req.q]
+        texts = req.texts
+        return languages(texts[0]) if isinstance(req.q, str) else [languages(text) for text in texts]
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -531,14 +535,3 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
     async def page() -> str:
         return resources.files("nmtk.serve").joinpath("page.html").read_text(encoding="utf-8")
 
-
-def _bad_item(items: list[str], indices: list[int], attributes: list[str], error: MarkupError) -> str:
-    """A markup error named by the item of a list ``q`` it is in (``q[2]: line 1, column 4: …``)."""
-    if len(items) < 2:
-        return str(error)
-    for i in indices:
-        try:
-            parse(items[i], "html", tuple(attributes))
-        except MarkupError as exc:
-            return f"q[{i}]: {exc}"
-    return str(error)

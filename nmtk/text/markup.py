@@ -45,7 +45,10 @@ _BROKEN_TAG = re.compile(r"</?[A-Za-z]")
 
 
 class MarkupError(NmtkError):
-    """Input that is not well-formed where it must be."""
+    """Input that is not well-formed where it must be; ``document``: which of several (`MarkedUp.of`'s
+    list: a file's lines, a request's items) it is in, where there were several."""
+
+    document: int | None = None
 
 
 @dataclass
@@ -193,9 +196,10 @@ class _Parser(HTMLParser):
     def _outside_the_words(self, segment: Segment, spans: list[tuple[int, int]], text: str
                            ) -> list[tuple[str, str, int, int, int | None]]:
         """The block's tags, less the elements with nothing to translate that stand in the whitespace
-        before its first word or after its last (``<p><img> A dog</p>``): those stay in it, verbatim,
-        where they were (placed as points, the space after one moved before it and the first word glued
-        to it: ``<p> <img>Ein Hund</p>``). Parent indices are renumbered for the tags that remain."""
+        before its first word or after its last (``<p><img> A dog</p>``): those go into the segment's
+        ``before`` / ``after``, verbatim, where they were (placed as points before the first target
+        word they put the space before themselves: ``<p> <img>Ein Hund</p>``). Parent indices are
+        renumbered for the tags that remain."""
         first, last = spans[0][0], spans[-1][1]
         outside = {k for k, (_, _, lo, hi, parent) in enumerate(self.tags)
                    if lo == hi and parent is None and (lo < first or lo > last)}
