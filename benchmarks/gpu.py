@@ -45,11 +45,13 @@ VOCAB = 37_000
 #: What users run: each WMT14 recipe as written on one GPU (its micro-batches nmtk's choice), the per-GPU
 #: shape of the paper's 8-GPU setup (one 3,125-token micro-batch per update) on one GPU, and the best
 #: shape (one 25,000-token micro-batch) as the reference. A row is MODEL:MODE:SHAPE, MODE eager,
-#: compiled (`compile_layers`), graphs (the same with CUDA graphs, ``reduce-overhead``) or model (the
-#: whole forward compiled: `compile_for_training`), SHAPE
+#: compiled (`compile_layers`), graphs (the same with CUDA graphs, ``reduce-overhead``), model (the
+#: whole forward compiled: `compile_for_training`), eager-cuda-graphs or compiled-cuda-graphs (each
+#: micro-batch one captured graph, ``train.cuda_graphs``: `nmtk.train.graphs`), SHAPE
 #: ``recipe`` or ``NxT`` (N micro-batches of ≤ T tokens per update).
 DEFAULT_ROWS = ("base:compiled:recipe,big:compiled:recipe,base:compiled:1x3125,base:compiled:1x25000,"
-                "big:compiled:1x25000")
+                "big:compiled:1x25000,base:compiled-cuda-graphs:1x3125,base:compiled-cuda-graphs:recipe,"
+                "base:compiled-cuda-graphs:1x25000,base:eager-cuda-graphs:1x3125")
 
 
 def synthetic_data(folder: Path, pairs: int, seed: int = 1) -> Any:
@@ -117,9 +119,10 @@ def train_row(name: str, mode: str, shape: str, updates: int, work: Path, info: 
     from nmtk.train.probe import update_costs
 
     device = torch.device("cuda", info.local_rank if info.enabled else 0)
-    compiled = mode != "eager"
+    compiled = mode not in ("eager", "eager-cuda-graphs")
+    graphed = mode.endswith("cuda-graphs")
     overrides = [*shape_overrides(shape, info.world_size), "train.precision=bf16",
-                 f"train.compile={'true' if compiled else 'false'}"]
+                 f"train.compile={'true' if compiled else 'false'}", f"train.cuda_graphs={str(graphed).lower()}"]
     if mode == "graphs":  # compile_layers with CUDA graphs
         os.environ["NMTK_COMPILE_MODE"] = "reduce-overhead"
     if mode == "model":  # the whole forward compiled, loss head included
@@ -129,6 +132,7 @@ def train_row(name: str, mode: str, shape: str, updates: int, work: Path, info: 
     trainer = trainer_for(name, work, [*overrides, f"train.max_updates={warm + updates}"], device, info)
     micro = trainer.plan_micro_batches()
     trainer.step.wrap()
+    captured = trainer.step.graphs.prepare() if trainer.step.graphs is not None else None
     for variable in ("NMTK_COMPILE_MODE", "NMTK_COMPILE_SCOPE"):
         os.environ.pop(variable, None)
     clock = UpdateClock(trainer, warm, device)
@@ -136,7 +140,7 @@ def train_row(name: str, mode: str, shape: str, updates: int, work: Path, info: 
     trainer.train()
     trainer.train_step = clock.original
     kernels = cuda_kernels_per_update(trainer, 3)
-    row = {"model": name, "mode": mode, "shape": shape, "micro_batches": micro,
+    row = {"model": name, "mode": mode, "shape": shape, "micro_batches": micro, "graphs": captured,
            **timings(trainer, clock, updates, info), "cuda_kernels_per_update": kernels}
     if COUNT_OPS:  # a Python dispatch mode makes dynamo run eagerly: ops and syncs of the eager update (the
         trainer.recipe.train.max_updates += 3  # compiled launches are `cuda_kernels_per_update`)
@@ -163,7 +167,7 @@ def timings(trainer: Any, clock: UpdateClock, updates: int, info: Any) -> dict[s
     return {"gpus": info.world_size, "gpu": gpu, "tgt_tokens_per_update": round(tgt / updates),
             "src_tokens_per_update": round(src / updates), "updates": updates,
             "tgt_tokens_per_s": round(float(np.median(rates))), "tgt_tokens_per_s_windows": [round(r) for r in rates],
-            "step_s": round(seconds / updates, 4),
+            "step_s": round(seconds / updates, 4), "host_cpu_s_per_update": round(clock.host_seconds() / updates, 4),
             "mfu_percent": round(100 * flops * updates / seconds / (peak * info.world_size), 1) if peak else None,
             "peak_flops": peak, "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
             "sync_in_update": clock.sync_error}
@@ -179,6 +183,7 @@ class UpdateClock:
         self.trainer, self.warm, self.device = trainer, warm, device
         self.original, self.done, self.stamps, self.groups = trainer.train_step, 0, [], []
         self.sync_error: str | None = None
+        self.host: list[float] = []  # the training thread's CPU time at the same points as ``stamps``
         trainer.train_step = self
 
     def __call__(self, group: list[np.ndarray], *args: Any) -> Any:
@@ -188,6 +193,7 @@ class UpdateClock:
         if self.done == self.warm:
             torch.cuda.synchronize(self.device)
             self.stamps.append(time.perf_counter())
+            self.host.append(time.thread_time())
         try:
             torch.cuda.set_sync_debug_mode("error" if timed and self.sync_error is None else "default")
             result = self.original(group, *args)
@@ -205,6 +211,7 @@ class UpdateClock:
             if (self.done - self.warm) % WINDOW == 0:
                 torch.cuda.synchronize(self.device)  # the benchmark's one sync per window
                 self.stamps.append(time.perf_counter())
+                self.host.append(time.thread_time())
         return result
 
     def tokens(self) -> tuple[int, int]:
@@ -220,6 +227,11 @@ class UpdateClock:
 
     def seconds(self) -> float:
         return self.stamps[-1] - self.stamps[0]
+
+    def host_seconds(self) -> float:
+        """CPU time the training thread spent over the timed updates (launching, not waiting: the
+        synchronize of each window spins, so it counts a little of the wait too)."""
+        return self.host[-1] - self.host[0]
 
     def window_rates(self, world_size: int) -> list[float]:
         """Target tokens/s of each window, all ranks (each rank's share of an update is alike)."""

@@ -488,6 +488,14 @@ class TrainSection(Section):
     compile: bool | Literal["auto"] = "auto"
     """``torch.compile`` the model's forward pass and loss: fewer, fused kernels and far fewer launches
     per update. ``auto``: on for CUDA, off for CPU (where it was measured slower, docs/training.md)."""
+    cuda_graphs: bool | Literal["auto"] = "auto"
+    """Run each micro-batch (forward, loss, backward) as a captured CUDA graph, padded to one of
+    ``graph_shapes`` shapes chosen from the data's lengths: a small micro-batch then costs its kernels,
+    not the host's launches (docs/distributed.md). ``auto``: off until measured faster on a GPU;
+    ``true`` needs a CUDA GPU, bf16 or fp32, and one output vocabulary."""
+    graph_shapes: int = Field(16, ge=1, le=64)
+    """With ``cuda_graphs``: the most micro-batch shapes (one graph each, one memory pool). More shapes,
+    less padding (the ``update:`` line says how much)."""
     loss_chunk_tokens: int | None = Field(None, ge=1)
     """Target positions per chunk of the output projection and loss; unset = auto: 512 on CPU (bounds
     memory), the whole micro-batch on CUDA (one large matrix product instead of many small ones)."""

@@ -160,7 +160,10 @@ class Transformer(nn.Module):
         if cfg.output_languages:  # buffers, so that checkpoints carry them (`set_output_languages`)
             self.register_buffer("output_tags", torch.zeros(cfg.output_languages, dtype=torch.long))
             self.register_buffer("output_allowed", torch.ones(cfg.output_languages, cfg.tgt_vocab, dtype=torch.bool))
-        self._languages: tuple[tuple[int, ...], LanguageTable] | None = None  # see `language_table`
+        self._languages: LanguageTable | None = None  # see `language_table`
+        if cfg.output_languages:
+            _make_language_table(self)
+            self.register_load_state_dict_post_hook(lambda module, _keys: _make_language_table(module))
 
     @classmethod
     def empty(cls, cfg: ModelConfig, device: torch.device) -> Transformer:
@@ -242,18 +245,17 @@ class Transformer(nn.Module):
         with torch.no_grad():
             self.output_tags.copy_(tags)
             self.output_allowed.copy_(allowed)
-        self.language_table  # made now, not inside the first training step  # noqa: B018
+        _make_language_table(self)
 
     @property
     def language_table(self) -> LanguageTable | None:
-        """`LanguageTable` of the buffers (None without `output_languages`), remade when they change."""
-        if not self.cfg.output_languages:
-            return None
-        key = tuple(t.data_ptr() for t in (self.output_tags, self.output_allowed)) + tuple(
-            t._version for t in (self.output_tags, self.output_allowed))
-        if self._languages is None or self._languages[0] != key:
-            self._languages = (key, LanguageTable(self.output_tags, self.output_allowed))
-        return self._languages[1]
+        return self._languages  # of the buffers (None without `output_languages`): `_make_language_table`
+
+    def _apply(self, fn: Callable[..., Tensor], recurse: bool = True) -> Transformer:
+        """`nn.Module._apply` (``to``, ``to_empty``...): the language table follows the buffers."""
+        super()._apply(fn, recurse)
+        _make_language_table(self)
+        return self
 
     def output_groups(self, language: Tensor, src_first: np.ndarray | None = None) -> list[OutputGroup]:
         """The batch's sentences by target language (`Encoded.language`), for training's loss head; from
@@ -429,6 +431,15 @@ class Transformer(nn.Module):
         # a language's foreign pieces do not exist for it, as in CTranslate2's vocabulary map
         rows = logits.view(-1, cache.beams, logits.size(-1))
         return rows.masked_fill(~cache.allowed[:, None, :], float("-inf")).view_as(logits)
+
+
+def _make_language_table(model: Transformer) -> None:
+    """`Transformer.language_table`, made again whenever the buffers change (`set_output_languages`, a
+    state loaded into them, the model moved), never inside a forward: a table made there would be a
+    tensor a captured CUDA graph allocated and then kept (`nmtk.train.graphs`), and making it reads the
+    device."""
+    if model.cfg.output_languages and model.output_tags.device.type != "meta":
+        model._languages = LanguageTable(model.output_tags, model.output_allowed)
 
 
 def parameter_count(model: nn.Module | ModelConfig) -> int:

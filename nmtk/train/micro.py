@@ -15,7 +15,7 @@ sentences in the same updates: the plan, not the micro-batch, is the data positi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,6 +25,8 @@ from nmtk.console import console
 from nmtk.data.dataset import collate
 from nmtk.errors import NmtkError
 from nmtk.train.distributed import DistInfo, all_gather_object
+from nmtk.train.graphs import GraphedMicroBatches
+from nmtk.train.shapes import ShapeSet
 
 if TYPE_CHECKING:
     from nmtk.data.batching import BatchingPlan
@@ -142,10 +144,12 @@ def candidates(share: int, longest: int) -> list[int]:
     return sizes or [longest]
 
 
-def plan(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, pinned: int | None, info: DistInfo) -> str:
+def plan(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, pinned: int | None, info: DistInfo,
+         graphed: Iterable[tuple[int, list[np.ndarray]]] | None = None) -> str:
     """Choose how this process runs its share of an update (`MicroBatches.choose`: on a GPU, a probe of
     the longest pairs at each size), the same on every rank (the smallest chosen). Before DDP wraps the
-    model: a probe's backward then waits for no other rank. Returns how an update runs, for the
+    model: a probe's backward then waits for no other rank. ``graphed``: the first epoch's updates on this
+    process, where ``train.cuda_graphs`` is on (`plan_graphs`). Returns how an update runs, for the
     ``update:`` line."""
     device = step.device.type
 
@@ -154,7 +158,24 @@ def plan(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, pinned: i
 
     micro.choose(pinned, device, fits)
     micro.set(min(all_gather_object(micro.tokens, info)), micro.why)
-    return micro.line("GPU" if device == "cuda" else device.upper())
+    line = micro.line("GPU" if device == "cuda" else device.upper())
+    return line if graphed is None else f"{line}; {plan_graphs(step, micro, (group for _, group in graphed))}"
+
+
+def plan_graphs(step: UpdateStep, micro: MicroBatches, groups: Iterable[list[np.ndarray]]) -> str:
+    """Choose the shapes of ``micro``'s micro-batches (`ShapeSet.chosen`, from the training lengths) and
+    hand ``step``'s updates to a `GraphedMicroBatches` over them; the line that says how many shapes
+    and how much padding they cost over ``groups`` (an epoch's updates on this process)."""
+    shapes = ShapeSet.chosen(micro.src_lengths, micro.tgt_lengths, micro.tokens, step.recipe.train.graph_shapes,
+                             micro.multiple)
+    dims = []
+    for group in groups:
+        for indices in micro.split(group):
+            src, tgt = micro.src_lengths[indices], micro.tgt_lengths[indices]
+            longest = (int(_padded(side.max(), micro.multiple)) for side in (src, tgt))
+            dims.append((len(indices), *longest, int(src.sum() + tgt.sum())))
+    step.graphs = GraphedMicroBatches(step, shapes)
+    return shapes.line(shapes.padding(dims))
 
 
 def largest(micro: MicroBatches, batching: BatchingPlan) -> np.ndarray:
@@ -174,6 +195,9 @@ def run_update(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, gro
         try:
             return step.run(batches, total_tokens)
         except torch.OutOfMemoryError:
+            if step.graphs is not None:
+                raise NmtkError(f"out of memory in update {step.state.update + 1} with train.cuda_graphs: set "
+                                "train.micro_batch_tokens lower (or cuda_graphs = false)") from None
             if step.info.enabled or step.device.type != "cuda":
                 raise
             step.optimizer.zero_grad(set_to_none=True)

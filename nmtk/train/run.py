@@ -177,8 +177,11 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     micro = trainer.plan_micro_batches()  # probes before DDP: no rank waits for another's
     trainer.step.wrap()
     trainer.check_memory()  # after DDP and with Adam's moments: what the run will hold
+    graphs = trainer.step.graphs.prepare() if trainer.step.graphs is not None else None  # train.cuda_graphs
     if info.is_main:
         console.print(f"{size}, {micro}")
+        if graphs:
+            console.print(graphs)
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "
                       f"{info.world_size} process(es) | precision {trainer.precision} ({trainer.precision_reason})")
     state = trainer.train()

@@ -12,6 +12,7 @@ import os
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -29,6 +30,16 @@ from nmtk.train.loss import fused_loss_head, projected_label_smoothed_loss
 from nmtk.train.schedule import inverse_sqrt_lr
 from nmtk.train.state import TrainState
 from nmtk.vocab import PAD_ID
+
+
+class UpdateRunner(Protocol):
+    """What runs `UpdateStep.run`'s updates in its place (`nmtk.train.graphs.GraphedMicroBatches`)."""
+
+    def run(self, batches: list[Batch], total_tokens: float) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def prepare(self) -> str: ...
+
+    def largest_batch(self) -> Batch: ...
 
 MIN_LOSS_SCALE = 2.0**-14
 
@@ -72,6 +83,7 @@ class UpdateStep:
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         self._skipped = torch.zeros((), dtype=torch.int64, device=device)  # fp16 updates skipped, unread
         self.ddp: DistributedDataParallel | None = None
+        self.graphs: UpdateRunner | None = None  # `train.cuda_graphs`: `run` hands over to it
 
     @property
     def module(self) -> torch.nn.Module:
@@ -93,6 +105,8 @@ class UpdateStep:
     def run(self, batches: list[Batch], total_tokens: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One update over ``batches`` (the rank's ``update_freq``), ``total_tokens`` the update's target
         tokens over all ranks; returns the local (loss sum, nll sum), on the device."""
+        if self.graphs is not None:
+            return self.graphs.run(batches, total_tokens)
         scale = self.info.world_size / total_tokens  # token losses / all tokens; DDP averages over ranks
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
@@ -125,8 +139,9 @@ class UpdateStep:
         else:
             self._scaled_step()
         # Under DDP the gradients are views of its buckets (gradient_as_bucket_view): zeroed in place they
-        # stay so; set to None, the reducer would allocate and copy fresh ones every update.
-        self.optimizer.zero_grad(set_to_none=self.ddp is None)
+        # stay so; set to None, the reducer would allocate and copy fresh ones every update. Graphs add into
+        # the gradients they were captured with: those too stay.
+        self.optimizer.zero_grad(set_to_none=self.ddp is None and self.graphs is None)
         self.state.update += 1
         t, update = self.recipe.train, self.state.update
         if self.scaler is not None and (update % t.log_every_updates == 0 or update == t.max_updates):
@@ -164,7 +179,7 @@ class UpdateStep:
         """DDP as fairseq and Megatron configure it: the sinusoidal table is a constant, not a buffer to
         broadcast every step; gradients live in the communication buckets (no copy); the graph is
         declared static where it is; bucket size and gradient compression from the recipe."""
-        if not self.info.enabled:
+        if not self.info.enabled or self.graphs is not None:  # graphs all-reduce after their replays
             return
         t = self.recipe.train
         ids = [self.device.index] if self.device.type == "cuda" else None
@@ -218,8 +233,9 @@ class UpdateStep:
                 torch.cuda.empty_cache()
 
     def check_memory(self, batch: Batch) -> None:
-        """`fits` on ``batch`` (the largest an update runs), so that an out-of-memory error shows at once
-        rather than hours later."""
+        """`fits` on ``batch`` (the largest an update runs; with graphs, their largest shape), so that an
+        out-of-memory error shows at once rather than hours later."""
+        batch = self.graphs.largest_batch() if self.graphs is not None else batch
         if not self.fits(batch, share=1.0):
             raise NmtkError(
                 f"out of memory on the largest batch ({batch.src.shape[0]} sentences, batching.batch_tokens = "

@@ -31,6 +31,7 @@ from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
 from nmtk.train.distributed import DistInfo, FlagSum, all_reduce_sum, barrier, per_process_update_freq
+from nmtk.train.graphs import use_graphs
 from nmtk.train.keeper import CheckpointKeeper
 from nmtk.train.loss import CHUNK_POSITIONS
 from nmtk.train.metrics import CurvesDrawer, MetricsLog, MetricsWindow, Progress, training_record
@@ -87,6 +88,7 @@ class Trainer:
         # the loss head sized for the device: bounded memory on a CPU, one large product on a GPU
         chunk = t.loss_chunk_tokens or (CHUNK_POSITIONS if device.type == "cpu" else None)
         self.step = UpdateStep(self.model, recipe, device, self.precision, chunk, info, self.state)
+        self.graphed = use_graphs(t.cuda_graphs, device, self.precision, self.cfg.output_languages)
         self.stopping = StopPolicy(t)
         self.keeper = CheckpointKeeper(run, t, time.monotonic())
         self._validator_args = (data, recipe, pipelines, device)
@@ -115,7 +117,9 @@ class Trainer:
 
     def plan_micro_batches(self) -> str:
         """`nmtk.train.micro.plan` (before DDP wraps the model): how an update runs, for the ``update:`` line."""
-        return plan(self.micro, self.step, self.train_split, self.recipe.train.micro_batch_tokens, self.info)
+        info = self.info  # with train.cuda_graphs, the first epoch's updates, for the shapes' padding
+        epoch = self.plan.iterate(0, 0, info.rank, info.world_size, self.update_freq) if self.graphed else None
+        return plan(self.micro, self.step, self.train_split, self.recipe.train.micro_batch_tokens, info, epoch)
 
     def check_memory(self) -> None:
         """`UpdateStep.check_memory` on the largest micro-batch, after DDP wrapping (its buckets count)."""
@@ -146,10 +150,8 @@ class Trainer:
                 gathered: list[Any] = [None] * self.info.world_size
                 torch.distributed.all_gather_object(gathered, rngs[0])
                 rngs = gathered
-            scaler = self.step.scaler
-            checkpoint.optimizer = self.step.optimizer.state_dict()
-            checkpoint.scaler = scaler.state_dict() if scaler else {}
-            checkpoint.rng = rngs
+            checkpoint.optimizer, checkpoint.rng = self.step.optimizer.state_dict(), rngs
+            checkpoint.scaler = self.step.scaler.state_dict() if self.step.scaler else {}
         return checkpoint.to_dict()
 
     def save(self, best: bool = False, final: bool = False) -> None:

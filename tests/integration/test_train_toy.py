@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import synthetic_pairs, toy_data, toy_recipe
+from helpers import synthetic_pairs, toy_data, toy_recipe, without_key_bias
 
 from nmtk.rundir import numbered_checkpoints
 
@@ -43,21 +43,6 @@ def train(tmp: Path, recipe: Path, env: dict, run: str, *extra: str, check: bool
     if check:
         assert result.returncode == 0, result.stderr
     return result
-
-
-def without_key_bias(name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` with the attention keys' bias zeroed. Softmax does not change when a constant is added
-    to every score, so the key bias has no gradient but the rounding of a sum: summed in another
-    order (4 batches on one process, 2 + 2 on two) that noise differs, and Adam, dividing by its own
-    square root, turns it into steps of the learning rate's size (4e-5 here, where every other
-    parameter agrees to 1e-7)."""
-    if name.endswith("self_attn.qkv.bias"):
-        third = tensor.numel() // 3
-        return torch.cat([tensor[:third], torch.zeros_like(tensor[third : 2 * third]), tensor[2 * third :]])
-    if name.endswith("cross_attn.kv.bias"):
-        half = tensor.numel() // 2
-        return torch.cat([torch.zeros_like(tensor[:half]), tensor[half:]])
-    return tensor
 
 
 def params(path: Path) -> dict[str, torch.Tensor]:
@@ -126,7 +111,8 @@ def test_sigterm_saves_and_exits_zero(toy) -> None:
 
 def test_one_two_and_four_processes_train_the_same_updates_under_any_launcher(toy) -> None:
     """train.update_freq is the whole update's: 1 process × 4 batches, 2 × 2 (torchrun) and 4 × 1
-    (--nproc) print the same update size and train the same updates; 3 processes are refused."""
+    (--nproc) print the same update size and train the same updates (so do 2 × 2 compiled, and 2 × 2
+    through train.cuda_graphs' static shapes); 3 processes are refused."""
     tmp, recipe, env = toy
     common = ("--set", "train.max_updates=3", "--set", "train.validate_every_updates=3", "--set", "train.update_freq=4")
     single = train(tmp, recipe, env, "single", *common)
@@ -144,11 +130,15 @@ def test_one_two_and_four_processes_train_the_same_updates_under_any_launcher(to
                               cwd=tmp, timeout=600)
     assert compiled.returncode == 0, compiled.stderr[-3000:]
     assert "graph(s) compiled, 0 recompilation(s)" in compiled.stderr, compiled.stderr[-3000:]
+    # Graphed micro-batches (static shapes, replayed eagerly on a CPU) all-reduce once per update, by hand
+    graphed = train(tmp, recipe, {**env, "NMTK_GRAPHS_EAGER": "1"}, "ddp-graphs", "--nproc", "2", *common,
+                    "--set", "train.cuda_graphs=true")
+    assert "static shapes run eagerly" in graphed.stderr and "shapes, padding" in graphed.stderr
     sizes = [" ".join(r.stderr.split()).split("update: ")[1].split(")")[0] for r in (single, two, four)]
     assert [s.split(" (")[0] for s in sizes] == ["4 batches of ≤ 256 tokens = ≤ 1,024 tokens per side"] * 3, sizes
     assert [s.split(" (")[1] for s in sizes] == ["1 process", "2 processes × 2", "4 processes × 1"]
     a = params(tmp / "single" / "checkpoint_last.pt")
-    for run in ("ddp", "four", "ddp-compiled"):
+    for run in ("ddp", "four", "ddp-compiled", "ddp-graphs"):
         b = params(tmp / run / "checkpoint_last.pt")
         for name in a:
             torch.testing.assert_close(without_key_bias(name, a[name]), without_key_bias(name, b[name]), atol=1e-5,
