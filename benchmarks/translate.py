@@ -2,8 +2,9 @@
 
 Each row runs in a fresh process, so its peak RSS is its own: the model is loaded (timed apart),
 50 sentences warm up, then the 1,000 are translated as `nmtk translate` does (length-sorted batches,
-its default --max-tokens and --buffer-size). A row is ENGINE:PRECISION: ``nmtk:fp32``, ``nmtk:bf16``,
-``nmtk:auto`` (what `translate` picks by default), ``ct2:float32``, ``ct2:int8``... (ct2 rows use a
+its default --beam-tokens and --buffer-size). A row is ENGINE:PRECISION: ``nmtk:fp32``, ``nmtk:bf16``,
+``nmtk:int8`` (int8 products, `nmtk/model/int8.py`), ``nmtk:auto`` (what `translate` picks by default),
+``ct2:float32``, ``ct2:int8``... (ct2 rows use a
 CTranslate2 export of the same checkpoint, made first with `nmtk export`); ``+shortlist`` after a row
 (``nmtk:fp32+shortlist``, ``ct2:int8+shortlist``) decodes with the run's lexical shortlist (made first
 with `nmtk shortlist RUN` if the run has none; its ct2 export carries it). Prints one JSON line:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
     from nmtk.decode.search.config import SearchConfig
 
-DEFAULT_ROWS = "nmtk:fp32,nmtk:bf16,nmtk:auto"
+DEFAULT_ROWS = "nmtk:fp32,nmtk:int8,nmtk:auto,ct2:float32,ct2:int8"
 
 
 def test_lines(lang: str) -> list[str]:

@@ -125,9 +125,29 @@ def load_model(path: Path, device: torch.device, expected_vocab: dict[str, str] 
         raise NmtkError(f"{path}: trained with another vocabulary than this run's subword model")
     from nmtk.model import ModelConfig, Transformer  # the model's code only where a model is loaded
 
-    model = Transformer.empty(ModelConfig(**checkpoint.model_config), device)
-    model.load_state_dict(checkpoint.model)
+    cfg = ModelConfig(**checkpoint.model_config)
+    model = _mapped(Transformer, cfg, checkpoint.model) if device.type == "cpu" else None
+    if model is None:
+        model = Transformer.empty(cfg, device)
+        model.load_state_dict(checkpoint.model)
     return model.eval()
+
+
+def _mapped(cls: type[Transformer], cfg: Any, state: dict[str, torch.Tensor]) -> Transformer | None:
+    """On a CPU, a model whose parameters are the checkpoint's own memory-mapped tensors (``assign``):
+    no second copy of the weights, and only the pages read are in memory (the demo model: 40 MiB less
+    at the peak of loading). None where a tensor's dtype or shape is not the model's (then it is copied
+    into a model of its own, as on a GPU)."""
+    with torch.device("meta"):
+        model = cls(cfg)
+    own = model.state_dict()
+    if any(k in own and (v.dtype != own[k].dtype or v.shape != own[k].shape) for k, v in state.items()):
+        return None
+    model.load_state_dict(state, assign=True)
+    for embed in (model.src_embed, model.tgt_embed):  # the sinusoids are in no state dict: computed here
+        embed.pe = torch.empty(embed.pe.shape)
+        embed.fill_positions()
+    return model
 
 
 def rng_state() -> dict[str, Any]:

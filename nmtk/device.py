@@ -95,6 +95,10 @@ def resolve_precision(precision: Precision | str, device: torch.device, shapes: 
     shapes' matrix products); fp32 elsewhere.
     """
     precision = Precision(precision)
+    if precision is Precision.int8 and (purpose != "decode" or device.type != "cpu"):
+        raise NmtkError("precision int8 is for decoding on a CPU (its products are int8 modules there): "
+                        + ("use bf16 on a GPU, or an int8 CTranslate2 export" if purpose == "decode"
+                           else "train in fp32, bf16 or fp16"))
     if precision is not Precision.auto:
         return precision, "asked for"
     if device.type == "cuda":  # not is_bf16_supported(): it says yes where bf16 is emulated (V100, T4)
@@ -133,8 +137,8 @@ def use_tf32(device: torch.device, precision: Precision | str) -> None:
 
 
 def autocast_for(device: torch.device, precision: Precision | str) -> AbstractContextManager:
-    """Autocast to bf16 or fp16 on ``device``; nothing for fp32."""
-    if precision == "fp32":
+    """Autocast to bf16 or fp16 on ``device``; nothing for fp32 (nor int8, whose products are int8 modules)."""
+    if precision in ("fp32", "int8"):
         return nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)

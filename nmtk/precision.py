@@ -11,12 +11,14 @@ from enum import Enum
 class Precision(str, Enum):
     """``auto``: bf16 where the hardware multiplies bf16 natively and, on a CPU, is measured faster, else fp32
     (`nmtk.device.resolve_precision`);
-    ``fp16`` trains with dynamic loss scaling."""
+    ``fp16`` trains with dynamic loss scaling; ``int8`` decodes on a CPU with int8 matrix products
+    (`nmtk.model.int8`), and trains nothing."""
 
     auto = "auto"
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
+    int8 = "int8"
 
     def __str__(self) -> str:  # f-strings and messages show the value, as the recipe spells it
         return self.value

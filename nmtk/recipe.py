@@ -35,8 +35,11 @@ else:  # pragma: no cover - exercised only on Python 3.10
 
 #: Decoding's batch budget by device when ``decode.beam_tokens`` is unset: source tokens × beam per batch
 #: (translate, validation, serving). Not ``batching.batch_tokens``, which counts tokens per side of a
-#: training batch. A GPU needs far larger batches than a CPU to be kept busy.
-DECODE_BEAM_TOKENS = {"cpu": 8_192, "cuda": 65_536}
+#: training batch. A GPU needs far larger batches than a CPU to be kept busy. On a CPU nmtk's own engine
+#: is as fast at 2,048 as it was at 8,192 and holds 363 instead of 713 MiB (docs/decoding.md); CTranslate2
+#: keeps 8,192 (at 2,048 it ran 28 % slower).
+DECODE_BEAM_TOKENS = {"cpu": 2_048, "cuda": 65_536}
+CT2_BEAM_TOKENS = {"cpu": 8_192, "cuda": 65_536}
 
 
 class Section(BaseModel):
@@ -485,6 +488,14 @@ class TrainSection(Section):
     bf16 natively (Ampere and later GPUs) and on a CPU with bf16 hardware where bf16 is measured faster for
     this model (a sub-second probe, cached), fp16 on older GPUs (V100, T4), else fp32 (with TF32 matrix
     products on a GPU)."""
+    @field_validator("precision")
+    @classmethod
+    def _trainable(cls, value: Precision) -> Precision:
+        if value is Precision.int8:
+            raise ValueError("int8 is a decoding precision (translate --precision int8): train in auto, fp32, "
+                             "bf16 or fp16")
+        return value
+
     compile: bool | Literal["auto"] = "auto"
     """``torch.compile`` the model's forward pass and loss: fewer, fused kernels and far fewer launches
     per update. ``auto``: on for CUDA, off for CPU (where it was measured slower, docs/training.md)."""
@@ -573,7 +584,8 @@ class DecodeSection(Section):
     """See ``max_len_a``."""
     beam_tokens: int | None = Field(None, ge=1)
     """Decoding batch budget: source tokens × beam per batch (translate and validation), not the
-    training batch's tokens per side (``batching.batch_tokens``); unset = 8,192 on CPU, 65,536 on CUDA."""
+    training batch's tokens per side (``batching.batch_tokens``); unset = on a CPU 2,048 in nmtk's engine and
+    8,192 in CTranslate2's, 65,536 on CUDA."""
     no_repeat_ngram_size: int = Field(0, ge=0)
     """Never produce an n-gram of subwords of this size twice in one translation (0: no limit);
     CTranslate2's and transformers' option of the same name."""

@@ -260,7 +260,8 @@ CheckpointOption = Annotated[Path | None, typer.Option(help="Checkpoint (default
                                                        "checkpoint_avg_last<N>.pt, else best, else last).")]
 DeviceOption = Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available).")]
 DecodePrecision = Annotated[Precision, typer.Option(help="Arithmetic of the decoder; auto = bf16 on a GPU with "
-                                                    "bf16, or where this CPU is measured faster in it, else fp32.")]
+                                                    "bf16, or where this CPU is measured faster in it, else fp32; "
+                                                    "int8: int8 matrix products on a CPU.")]
 TargetLangOption = Annotated[str | None, typer.Option("--target-lang", help="A multilingual model's target "
                                                      "language (its tag, >>xx<<, is put before each source).")]
 SourceLangOption = Annotated[str | None, typer.Option("--source-lang", help="A multilingual model's source "

@@ -29,7 +29,7 @@ from nmtk.text import text_pipelines
 from nmtk.text.pairs import model_pipelines
 
 #: ``--precision`` on an export: CTranslate2's compute type (the stored weights are converted on load).
-CT2_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+CT2_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
 def ct2_device(name: str, gpus: int) -> tuple[str, int]:
@@ -143,7 +143,7 @@ class Ct2Translator(TranslatorBase):
         limits = [search.output_limit(len(s), self.max_positions, len(c.prefix) if c else 0)
                   for s, c in zip(pieces, controls, strict=True)]
         out: list[list[Hypothesis]] = [[] for _ in pieces]
-        for batch in length_batches(lengths, search.budget(self.device), search.rows):
+        for batch in length_batches(lengths, search.budget(self.device, "ctranslate2"), search.rows):
             # CTranslate2 takes banned phrases (and, with a vocabulary map, the target's pieces) per
             # call: lines that differ in them are decoded apart
             by_bans: dict[tuple, list[int]] = {}

@@ -74,6 +74,11 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     shapes = Shapes(cfg.d_model, cfg.d_ff, cfg.tgt_vocab)
     precision, why = resolve_precision(options.precision, device, shapes, "decode", workload=step_probe(model, device))
     console.print(f"precision: {precision} ({why})")
+    if precision is Precision.int8:
+        from nmtk.model.int8 import quantize_for_decoding
+
+        for member in getattr(model, "models", [model]):
+            quantize_for_decoding(member)
     layers = model.cfg.decoder_layers
     if options.alignment_layer is not None and not 1 <= options.alignment_layer <= layers:
         raise NmtkError(f"--alignment-layer {options.alignment_layer}: the model has decoder layers 1 to {layers}")

@@ -72,11 +72,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causa
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
     """softmax(Q Kᵀ / √d_k) itself, (B, heads, T_q, T_k): what `attention` weighs V with."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if mask is not None:  # in place: the scores are this call's own (a decoding step's fewer copies)
+        scores = scores.masked_fill_(~mask, float("-inf"))
     if causal:
         hidden = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(hidden, float("-inf"))
+        scores = scores.masked_fill_(hidden, float("-inf"))
+    if scores.dtype == torch.float32:
+        return scores.softmax(dim=-1)
     return scores.float().softmax(dim=-1).to(q.dtype)
 
 
@@ -165,6 +167,11 @@ class CrossAttention(_Heads):
         return self.attend(q, k, v, mask).reshape(rows, 1, -1)
 
 
+#: Positions a `LayerCache` starts with and grows by when full: a copy of the cache every 16 steps, and
+#: at most 16 positions held for nothing (doubling held up to half of it).
+GROWTH = 16
+
+
 class LayerCache:
     """One decoder layer's state during incremental decoding.
 
@@ -172,23 +179,27 @@ class LayerCache:
     step writes one position in place (no ``torch.cat`` copying the history every step), and the
     attention reads the filled prefix as a view whose (rows, heads) fold into one batch of matrices
     (no copy before its matmuls). Reordering beams gathers the filled prefix once, straight into a
-    spare buffer (the two are swapped), so the history is copied once per reorder, not twice per step;
-    in this layout the gather copies a few long blocks per row (time-major, one 1 KB block per row and
-    position, it ran 1.8x slower: the reorder was a fifth of a small model's beam step on a CPU). The
-    attention's matmuls read this layout a little slower (the heads' blocks lie a capacity apart), the
-    reorder and the attention together faster (CHANGELOG). Buffers double when full. Encoder-decoder
-    keys/values are projected once, held once per sentence however many beams it has
-    (`DecoderCache.expand`), and only change when finished sentences leave the batch.
+    spare buffer, so the history is copied once per reorder, not twice per step. One spare serves
+    every buffer of the cache (`DecoderCache.reorder` hands it on: the buffer it replaces becomes the
+    next one's spare), so a cache holds 2 × layers + 1 buffers, not 4 × layers (demo model, beam 4,
+    the CPU's batch budget: 232 → 145 MiB at the peak). In this layout the gather copies a few long
+    blocks per row (time-major, one 1 KB block per row and position, it ran 1.8x slower: the reorder
+    was a fifth of a small model's beam step on a CPU). The attention's matmuls read this layout a
+    little slower (the heads' blocks lie a capacity apart), the reorder and the attention together
+    faster (CHANGELOG). Buffers start at `GROWTH` positions and grow by as many when full (doubling
+    from 32 held twice the memory at a batch's start and was slower: 6.0 against 6.4 s for
+    test_2016_flickr at the CPU's default budget). Encoder-decoder keys/values are projected once, held
+    once per sentence however many beams it has (`DecoderCache.expand`), and only change when finished
+    sentences leave the batch.
     """
 
-    def __init__(self, memory_k: Tensor, memory_v: Tensor, capacity: int = 32) -> None:
+    def __init__(self, memory_k: Tensor, memory_v: Tensor, capacity: int = GROWTH) -> None:
         self.memory_k = memory_k
         self.memory_v = memory_v
         self.capacity = capacity
         self.length = 0
         self.k: Tensor | None = None  # (rows, heads, capacity, d_head)
         self.v: Tensor | None = None
-        self._spare: tuple[Tensor, Tensor] | None = None
 
     def _empty(self, rows: int, like: Tensor) -> Tensor:
         _, heads, _, d_head = like.shape
@@ -198,30 +209,37 @@ class LayerCache:
         """Add this step's keys and values (rows, heads, 1, d_head); all so far, as (rows, heads, T, d_head)."""
         if self.k is None:
             self.k, self.v = self._empty(k.size(0), k), self._empty(k.size(0), v)
-        elif self.length == self.capacity:  # full: double (amortised: a copy per doubling, not per step)
-            self.capacity *= 2
+        elif self.length == self.capacity:  # full: grow by `GROWTH` positions (a copy every 16 steps)
+            self.capacity += GROWTH
             grown_k, grown_v = self._empty(k.size(0), k), self._empty(k.size(0), v)
             grown_k[:, :, : self.length] = self.k[:, :, : self.length]
             grown_v[:, :, : self.length] = self.v[:, :, : self.length]
-            self.k, self.v, self._spare = grown_k, grown_v, None
+            self.k, self.v = grown_k, grown_v
         self.k[:, :, self.length] = k[:, :, 0].detach()  # the cache holds values for decoding, never a graph
         self.v[:, :, self.length] = v[:, :, 0].detach()
         self.length += 1
         return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
-    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep rows ``index`` of the self-attention history; ``sentences`` (None: unchanged) selects
-        the encoder keys/values, which are held per sentence (`DecoderCache.expand`)."""
+    def reorder(self, index: Tensor, sentences: Tensor | None = None, spare: Tensor | None = None) -> Tensor | None:
+        """Keep rows ``index`` of the self-attention history, gathered into ``spare`` where it has the
+        shape (else a new buffer); ``sentences`` (None: unchanged) selects the encoder keys/values, which
+        are held per sentence (`DecoderCache.expand`). Returns the spare for the next buffer: one this
+        reorder replaced, where it has the new shape."""
         if self.k is not None:
-            rows = index.numel()
-            if self._spare is None or self._spare[0].size(0) != rows:
-                self._spare = (self._empty(rows, self.k), self._empty(rows, self.v))
-            spare_k, spare_v = self._spare
-            n = self.length
-            torch.index_select(self.k[:, :, :n], 0, index, out=spare_k[:, :, :n])
-            torch.index_select(self.v[:, :, :n], 0, index, out=spare_v[:, :, :n])
-            self._spare = (self.k, self.v) if self.k.size(0) == rows else None
-            self.k, self.v = spare_k, spare_v
+            rows, n = index.numel(), self.length
+            self.k, spare = self._gathered(self.k, index, n, spare)
+            self.v, spare = self._gathered(self.v, index, n, spare)
+            spare = spare if spare is not None and spare.size(0) == rows else None
         if sentences is not None:
             self.memory_k = self.memory_k.index_select(0, sentences)
             self.memory_v = self.memory_v.index_select(0, sentences)
+        return spare
+
+    def _gathered(self, buffer: Tensor, index: Tensor, n: int, spare: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``buffer``'s rows ``index`` (its first ``n`` positions) in ``spare`` (or a new buffer where
+        ``spare`` has another shape); and ``buffer``, the next spare."""
+        shape = (index.numel(), *buffer.shape[1:])
+        if spare is None or spare.shape != shape or spare.dtype != buffer.dtype:
+            spare = self._empty(index.numel(), buffer)
+        torch.index_select(buffer[:, :, :n], 0, index, out=spare[:, :, :n])
+        return spare, buffer

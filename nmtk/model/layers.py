@@ -32,8 +32,13 @@ class FeedForward(nn.Module):
             nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.dropout(self.activation(self.w1(x)), self.relu_dropout, self.training)
-        return self.w2(h)
+        return self.w2(dropout(self.activation(self.w1(x)), self.relu_dropout, self.training))
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout``, not called where it does nothing: a decoding step has nine of them, each a
+    dispatch to the identity."""
+    return F.dropout(x, p, training) if training and p > 0 else x
 
 
 class _Residual(nn.Module):
@@ -47,8 +52,8 @@ class _Residual(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.pre_norm:
-            return x + F.dropout(sublayer(self.norm(x)), self.dropout, self.training)
-        return self.norm(x + F.dropout(sublayer(x), self.dropout, self.training))
+            return x + dropout(sublayer(self.norm(x)), self.dropout, self.training)
+        return self.norm(x + dropout(sublayer(x), self.dropout, self.training))
 
 
 class EncoderLayer(nn.Module):

@@ -20,6 +20,7 @@ from nmtk.model.attention import KEPT, LayerCache
 from nmtk.model.config import ModelConfig
 from nmtk.model.languages import LanguageTable, OutputGroup
 from nmtk.model.layers import DecoderLayer, EncoderLayer
+from nmtk.model.output import OutputProjection
 
 if TYPE_CHECKING:
     import numpy as np
@@ -106,6 +107,7 @@ class DecoderCache:
         self.allowed = allowed  # (sentences, V) or None: see `Transformer.decode_step`
         self.length = 0  # target positions decoded so far
         self.beams = 1  # rows per source sentence, all attending to its one copy of the encoder output
+        self._spare: Tensor | None = None  # see `LayerCache.reorder`
 
     def expand(self, beams: int) -> None:
         """Each sentence's row becomes ``beams`` rows (sentence-major) that share its encoder keys and
@@ -123,8 +125,8 @@ class DecoderCache:
         sentences = None
         if memory:
             sentences = index if self.beams == 1 else index.view(-1, self.beams)[:, 0] // self.beams
-        for layer in self.layers:
-            layer.reorder(index, sentences)
+        for layer in self.layers:  # one spare buffer for the whole cache, kept between steps
+            self._spare = layer.reorder(index, sentences, self._spare)
         if sentences is not None and self.memory_mask is not None:
             self.memory_mask = self.memory_mask.index_select(0, sentences)
         if sentences is not None and self.allowed is not None:
@@ -155,8 +157,7 @@ class Transformer(nn.Module):
         # The paper's projection has no bias; Marian's (opus-mt) has one, added after the tied matrix.
         self.output_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab)) if cfg.output_bias else None
         self._compiled: dict[str, list[Callable[..., Tensor]]] = {}  # see `compile_layers`
-        self._output_columns: tuple[tuple[int, int, torch.dtype], Tensor] | None = None  # see `project`
-        self._shortlist: tuple[Tensor, Tensor, Tensor | None] | None = None  # see `restrict_output`
+        self._projection = OutputProjection()  # decoding's layout, shortlist and int8: see `project`
         if cfg.output_languages:  # buffers, so that checkpoints carry them (`set_output_languages`)
             self.register_buffer("output_tags", torch.zeros(cfg.output_languages, dtype=torch.long))
             self.register_buffer("output_allowed", torch.ones(cfg.output_languages, cfg.tgt_vocab, dtype=torch.bool))
@@ -266,23 +267,9 @@ class Transformer(nn.Module):
     # ------------------------------------------------------------------ decoder
 
     def project(self, h: Tensor) -> Tensor:
-        """Decoder states -> vocabulary logits (pre-softmax linear transformation, paper §3.4).
-
-        Without autograd on a CPU (decoding, validation) the states are multiplied by a (d, V) copy of
-        the matrix: the CPU GEMM reads that layout faster than the (V, d) weight taken transposed,
-        most at the few rows of a decoding step (one thread, d 256, V 8,000: 0.60 against 0.84 ms at
-        4 rows, 6.6 against 7.3 ms at 128). The copy follows the weights (see `_columns`), and is let go
-        as soon as the plain path is taken (a model moved to a GPU, training) or training mode is set.
-        """
-        weight = self.output_weight
-        if self._shortlist is not None:
-            return self._project_shortlisted(h)
-        if h.device.type != "cpu" or torch.is_grad_enabled() or weight.is_inference():  # (no version to key on)
-            self._output_columns = None
-            return F.linear(h, weight, self.output_bias)
-        flat, columns = h.reshape(-1, h.size(-1)), self._columns(weight)
-        logits = flat @ columns if self.output_bias is None else torch.addmm(self.output_bias, flat, columns)
-        return logits.view(*h.shape[:-1], logits.size(-1))
+        """Decoder states -> vocabulary logits (pre-softmax linear transformation, paper §3.4), through
+        decoding's layout, shortlist and int8 where they apply (`nmtk.model.output`)."""
+        return self._projection.logits(h, self.output_weight, self.output_bias)
 
     def restrict_output(self, ids: Tensor | None) -> None:
         """Project onto the target ``ids`` alone (a lexical shortlist's candidates for a batch:
@@ -290,44 +277,21 @@ class Transformer(nn.Module):
         searches map the columns back: `output_ids`); None: the whole vocabulary again. ``ids`` must be
         sorted and begin with the special ids (`Shortlist.candidates`), so that their columns are the
         specials' own. The rows of the output matrix are gathered once here, not at every step."""
-        if ids is None:
-            self._shortlist = None
-            return
-        if self.cfg.output_languages:
+        if ids is not None and self.cfg.output_languages:
             raise ValueError("a model with per-language output vocabularies takes no shortlist")
-        weight = self.output_weight.detach()
-        rows = weight.index_select(0, ids)
-        self._shortlist = (ids, rows.t().contiguous() if ids.device.type == "cpu" else rows,
-                           None if self.output_bias is None else self.output_bias.detach().index_select(0, ids))
+        self._projection.restrict(ids, self.output_weight, self.output_bias)
 
     @property
     def output_ids(self) -> Tensor | None:
         """The target ids `decode_step`'s logits are for when restricted (`restrict_output`), else None."""
-        return None if self._shortlist is None else self._shortlist[0]
-
-    def _project_shortlisted(self, h: Tensor) -> Tensor:
-        """`project` onto the shortlist's ids alone: (..., len(ids)) logits."""
-        ids, rows, bias = self._shortlist
-        flat = h.reshape(-1, h.size(-1))
-        part = flat @ rows.to(flat.dtype) if ids.device.type == "cpu" else F.linear(flat, rows.to(flat.dtype))
-        if bias is not None:
-            part = part + bias.to(part.dtype)
-        return part.view(*h.shape[:-1], part.size(-1))
+        return self._projection.ids
 
     def train(self, mode: bool = True) -> Transformer:
         """`nn.Module.train`; entering training mode also frees `project`'s decoding copy of the output
-        matrix (the size of the embedding table), which the optimizer steps would make stale anyway."""
+        matrix (the size of the embedding table)."""
         if mode:
-            self._output_columns = None
+            self._projection.reset()
         return super().train(mode)
-
-    def _columns(self, weight: Tensor) -> Tensor:
-        """``weight`` (`output_weight`) as a contiguous (d, V) matrix, remade when the weight is replaced
-        or changed in place (an optimizer step, `load_state_dict`): its storage and version are the key."""
-        key = (weight.data_ptr(), weight._version, weight.dtype)
-        if self._output_columns is None or self._output_columns[0] != key:
-            self._output_columns = (key, weight.detach().t().contiguous())
-        return self._output_columns[1]
 
     def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
         """Decoder states (B, T, d) for whole target prefixes, causally masked."""

@@ -75,7 +75,7 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     translator = load_translator(source, load)
     default = SearchConfig.from_recipe(source.recipe.decode, **options.search)
     translator.check_guides(glossary, bans, False, default)  # before serving: never a 422 for the server's own
-    budget = options.gather_tokens or default.budget("cuda" if on_gpu else "cpu")
+    budget = options.gather_tokens or default.budget("cuda" if on_gpu else "cpu", translator.engine)
     child_loader = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
     worker = Worker(translator, gather_tokens=budget, max_wait_ms=options.max_wait_ms, max_queue=options.max_queue,
                     workers=workers, child_loader=child_loader)

@@ -80,6 +80,11 @@ def test_translating_with_the_shortlist_keeps_the_translations_and_the_terms(lis
     short = run_nmtk("translate", "-m", str(run), "--shortlist", stdin=stdin, env=env)
     assert full.returncode == 0 and short.returncode == 0, short.stderr
     assert short.stdout == full.stdout
+    # int8: the shortlist's rows packed in int8 as the whole matrix is
+    full8, short8 = (run_nmtk("translate", "-m", str(run), "--precision", "int8", *extra, stdin=stdin, env=env)
+                     for extra in ([], ["--shortlist"]))
+    assert full8.returncode == 0 and short8.returncode == 0, short8.stderr
+    assert short8.stdout == full8.stdout
     termed = "\n".join(f"{line}\tcat" for line in lines if "cat" not in line.split()) + "\n"
     out = run_nmtk("translate", "-m", str(run), "--shortlist", "--constraints", "unordered", stdin=termed, env=env)
     assert out.returncode == 0, out.stderr

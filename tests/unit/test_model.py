@@ -154,12 +154,12 @@ def test_decoding_projection_follows_the_weights(share: str, bias: bool) -> None
     with torch.enable_grad():  # training: autograd through the weight itself
         model.project(h).sum().backward()
     assert model.output_weight.grad is not None
-    assert model._output_columns is None  # the plain path lets the copy go (no stale matrix kept)
+    assert model._projection._columns is None  # the plain path lets the copy go (no stale matrix kept)
     with torch.inference_mode():
         model.project(h)
-    assert model._output_columns is not None
+    assert model._projection._columns is not None
     model.train()  # training mode frees it too: the optimizer steps would make it stale
-    assert model._output_columns is None
+    assert model._projection._columns is None
 
 
 @pytest.mark.parametrize("capacity", [32, 2])

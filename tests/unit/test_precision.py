@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 
 @pytest.fixture
@@ -182,3 +183,47 @@ def test_an_explicit_bf16_where_it_is_emulated_is_warned_about(monkeypatch) -> N
     assert explicit_bf16_warning("bf16", cpu) is None
     for name in ("wmt14-en-de-base", "wmt14-en-de-big", "wmt14-en-fr-big", "multi30k-en-de"):
         assert load_recipe(recipes / f"{name}.toml").train.precision == "auto", name
+
+
+def test_int8_is_a_cpu_decoding_precision() -> None:
+    """`--precision int8` decodes on a CPU; training in it, or decoding on a GPU, is one line."""
+    from nmtk.device import resolve_precision
+    from nmtk.errors import NmtkError
+    from nmtk.precision import Precision
+
+    assert resolve_precision("int8", torch.device("cpu"), purpose="decode") == (Precision.int8, "asked for")
+    with pytest.raises(NmtkError, match="train in fp32, bf16 or fp16"):
+        resolve_precision("int8", torch.device("cpu"), purpose="train")
+    with pytest.raises(NmtkError, match="use bf16 on a GPU, or an int8 CTranslate2 export"):
+        resolve_precision("int8", torch.device("cuda"), purpose="decode")
+
+
+def test_an_int8_model_decodes_as_its_fp32_self_within_quantisation_error() -> None:
+    """Every linear layer of the encoder and decoder and the output projection in int8: a decoding step's
+    logits within a few percent of fp32's, on the whole vocabulary and on a shortlist's columns."""
+    from nmtk.model import ModelConfig, Transformer
+    from nmtk.model.int8 import Int8Linear, quantize_for_decoding
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(src_vocab=60, tgt_vocab=60, d_model=64, heads=4, d_ff=128, encoder_layers=2,
+                                    decoder_layers=2, dropout=0.0)).eval()
+    src = torch.randint(4, 60, (5, 9))
+    ids = torch.tensor([0, 1, 2, 3, 7, 11, 30, 59])
+
+    def steps() -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.inference_mode():
+            full = model.decode_step(torch.full((5,), 1), model.start_cache(model.encode(src)))
+            model.restrict_output(ids)
+            short = model.decode_step(torch.full((5,), 1), model.start_cache(model.encode(src)))
+            model.restrict_output(None)
+        return full, short
+
+    full, short = steps()
+    quantize_for_decoding(model)
+    assert isinstance(model.decoder[0].self_attn.qkv, Int8Linear) and isinstance(model.encoder[1].self_attn.out,
+                                                                                     Int8Linear)
+    full8, short8 = steps()
+    for a, b in ((full, full8), (short, short8)):
+        assert a.shape == b.shape
+        assert float((a - b).abs().max()) <= 0.05 * float(a.abs().max())
+    torch.testing.assert_close(short8, full8[:, ids], rtol=0, atol=1e-5)  # the same int8 rows either way

@@ -41,7 +41,8 @@ class Decoder(Protocol):
         """The decoding state before the first target position."""
 
     def decode_step(self, tokens: Tensor, cache: Cache) -> Tensor:
-        """Scores (B, V) of the next token after ``tokens`` (B,), log-softmax-normalised by the search."""
+        """Scores (B, V) of the next token after ``tokens`` (B,), log-softmax-normalised by the search in
+        place: a new tensor each call, which the search owns."""
 
     def parameters(self) -> Iterator[nn.Parameter]: ...
 

@@ -83,7 +83,8 @@ def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache, first: bool = F
     logits = model.decode_step(tokens, cache).float()
     if not compact:
         logits = in_vocabulary(model, logits)
-    lprobs = torch.log_softmax(logits if steer is None else steer(logits), dim=-1)
+    logits = logits if steer is None else steer(logits)
+    lprobs = torch.log_softmax(logits, dim=-1, out=logits)  # in place: the step's own (rows, V), the largest
     lprobs[:, PAD_ID] = NEG_INF
     lprobs[:, BOS_ID] = NEG_INF
     if first:
@@ -95,10 +96,11 @@ def only_eos_where(reached: Tensor, lprobs: Tensor) -> Tensor:
     """Rows of ``lprobs`` (..., V) where ``reached`` (a hypothesis at its length limit) may only end:
     every token but EOS gets -∞, and EOS keeps the model's own log-probability. (Scoring the forced
     EOS 0 would reward exactly the hypotheses that run to the limit, often degenerate repetitions.)
-    Searches call it only from the first step at which some row can reach its limit."""
+    Searches call it only from the first step at which some row can reach its limit, on the step's own
+    ``lprobs``, which it changes in place (no second (rows, V) tensor: the largest of a step)."""
     not_eos = torch.ones(lprobs.size(-1), dtype=torch.bool, device=lprobs.device)
     not_eos[EOS_ID] = False
-    return lprobs.masked_fill(reached[..., None] & not_eos, NEG_INF)
+    return lprobs.masked_fill_(reached[..., None] & not_eos, NEG_INF)
 
 
 def unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig, attention: Tensor | None = None

@@ -1,0 +1,94 @@
+"""int8 decoding on a CPU (``translate --precision int8``): every matrix product of the encoder, the
+decoder and the output projection in 8-bit integers, through PyTorch's own dynamically quantised linear
+product (``torch.ao``, the fbgemm kernels, VNNI/AMX where the CPU has them).
+
+"Dynamic": the weights are quantised once, per output row (one scale each, symmetric), and packed in
+the layout the kernel reads; each product quantises its input rows on the fly (one op: the scale is
+found, the input rounded and multiplied in int8, the int32 sums scaled back to fp32). Everything else
+(layer norms, softmax, attention over the cache, the search) stays fp32. ``reduce_range``: inputs in 7
+bits, so that AVX2 CPUs without VNNI, whose int8 multiply-add sums pairs in int16, cannot saturate; the
+rule ``torch.ao``'s own dynamic modules follow on every x86 CPU; nmtk follows it only where the CPU
+lacks VNNI (`reduce_range`), whose int8 products sum into int32 and cannot saturate.
+
+PyTorch marks these kernels deprecated in favour of the torchao package (pytorch#184982); they are what
+torch ships and what was measured here (docs/decoding.md). Their warnings are silenced where nmtk calls
+them, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+
+@functools.cache
+def reduce_range() -> bool:
+    """Whether inputs are quantised to 7 bits: on a CPU without VNNI (AVX2, AVX-512F alone), whose
+    int8 multiply-add sums pairs into int16 (255 × 127 × 2 overflows it); 8 bits where it has VNNI or AMX
+    (one more bit: on the demo model 0.09 BLEU nearer fp32). Read from /proc/cpuinfo; 7 bits where that
+    says nothing."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return True
+    return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
+
+
+def _quiet() -> warnings.catch_warnings:
+    """Leave out torch.ao's deprecation notices (one per quantised tensor created)."""
+    caught = warnings.catch_warnings()
+    caught.__enter__()
+    warnings.filterwarnings("ignore", message=".*deprecated.*", category=UserWarning)
+    warnings.filterwarnings("ignore", message=".*torch.ao.quantization.*", category=DeprecationWarning)
+    return caught
+
+
+def pack(weight: Tensor, bias: Tensor | None) -> object:
+    """``weight`` (out, in) as per-row symmetric int8 and ``bias`` (fp32), packed for
+    ``torch.ops.quantized.linear_dynamic``."""
+    caught = _quiet()
+    try:
+        weight = weight.float()
+        scales = (weight.abs().amax(dim=1) / 127.0).clamp(min=1e-8).double()
+        zeros = torch.zeros(weight.size(0), dtype=torch.long)
+        quantized = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
+        return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.float())
+    finally:
+        caught.__exit__(None, None, None)
+
+
+class Int8Linear(nn.Module):
+    """An ``nn.Linear`` for decoding only: its weight packed in int8 (`pack`), fp32 in and out."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = pack(linear.weight.detach(), None if linear.bias is None else linear.bias.detach())
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, x.size(-1)).float()
+        out = torch.ops.quantized.linear_dynamic(flat, self.packed, reduce_range())
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def quantize_for_decoding(model: nn.Module) -> nn.Module:
+    """``model`` (a `Transformer` on the CPU, in eval mode) with every linear layer of its encoder and
+    decoder an `Int8Linear` and, on a CPU with VNNI, its output projection int8 too (`OutputProjection.
+    quantize`), in place. Without VNNI (7-bit inputs, `reduce_range`) the output projection stays fp32:
+    there its int8 form cost the demo model 0.29 BLEU, the layers' alone 0.08. For decoding only:
+    nothing of it trains or saves (a checkpoint is written from a training model)."""
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("int8 decoding runs on a CPU")
+    model.eval()
+    for stack in (model.encoder, model.decoder):
+        for parent in stack.modules():
+            for name, child in list(parent.named_children()):
+                if isinstance(child, nn.Linear):
+                    setattr(parent, name, Int8Linear(child))
+    if not reduce_range():
+        model._projection.quantize(model.output_weight, model.output_bias)
+    return model
