@@ -22,10 +22,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from nmtk.errors import NmtkError
 from nmtk.interrupts import wait_readable
+
+if TYPE_CHECKING:  # numpy only where arrays are written: the command line starts without it
+    import numpy as np
 
 
 class InvalidUtf8(str, Enum):
@@ -79,6 +82,24 @@ def read_lines(path: Path, what: str, errors: Errors = "error", hint: str = "") 
         raise NmtkError(f"{path}: {what} file not found") from None
     except IsADirectoryError:
         raise NmtkError(f"{path}: is a directory, expected a {what} file") from None
+
+
+def write_array(handle: IO[bytes], array: np.ndarray) -> None:
+    """``array``'s bytes appended to an open binary file. Not ``ndarray.tofile``, nor ``np.fromfile``
+    below: numpy asks whether its argument is a path with an ``isinstance`` check that runs Python code,
+    and an exception raised there (a Ctrl-C or SIGTERM handler's) comes out as a TypeError, "expected
+    str, bytes or os.PathLike object, not BufferedWriter", instead of itself (numpy 2.4; a SIGTERM to
+    `prepare` ended in that line once in 600 runs of the suite)."""
+    import numpy as np
+
+    handle.write(np.ascontiguousarray(array).data)
+
+
+def read_array(path: Path, dtype: np.dtype | type) -> np.ndarray:
+    """A file's bytes as a (writable) array of ``dtype`` (see `write_array`: not ``np.fromfile``)."""
+    import numpy as np
+
+    return np.frombuffer(bytearray(path.read_bytes()), dtype=dtype)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nmtk.files import read_array, write_array
 from nmtk.manifest import PreparedData
 from nmtk.pair import Pair
 
@@ -47,8 +48,8 @@ class SideWriter:
             return
         lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
         flat = np.fromiter(chain.from_iterable(sentences), dtype=self.dtype, count=int(lengths.sum()))
-        flat.tofile(self._bin)
-        lengths.tofile(self._lengths)
+        write_array(self._bin, flat)
+        write_array(self._lengths, lengths)
         self.sentences += len(sentences)
         self.tokens += int(lengths.sum())
         self.max_len = max(self.max_len, int(lengths.max()))
@@ -57,10 +58,11 @@ class SideWriter:
         self._bin.close()
         self._lengths.close()
         tmp = _with(self.prefix, ".len.tmp")
-        lengths = np.fromfile(tmp, dtype=np.int64)
+        lengths = read_array(tmp, np.int64)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        offsets.tofile(_with(self.prefix, ".idx"))
+        with open(_with(self.prefix, ".idx"), "wb") as handle:
+            write_array(handle, offsets)
         tmp.unlink()
 
     def stats(self) -> dict[str, float]:
@@ -72,7 +74,7 @@ class SideReader:
     """Memory-mapped ids of one side of a split."""
 
     def __init__(self, prefix: Path, dtype: np.dtype) -> None:
-        self.offsets = np.fromfile(_with(prefix, ".idx"), dtype=np.int64)
+        self.offsets = read_array(_with(prefix, ".idx"), np.int64)
         bin_path = _with(prefix, ".bin")
         if self.offsets[-1] == 0:
             self.ids = np.zeros(0, dtype=dtype)

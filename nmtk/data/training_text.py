@@ -20,6 +20,7 @@ from typing import TextIO
 import numpy as np
 
 from nmtk.data.cleaning import Cleaner, CorpusCounts, DropLog, first_occurrences, pair_hash
+from nmtk.files import read_array, write_array
 from nmtk.text.moses import Moses
 from nmtk.workers import Workers
 
@@ -131,7 +132,7 @@ class TrainingText:
     def chunks(self, dedup: bool) -> Iterator[list[tuple[str, str, int, int, bool]]]:
         """The tokenised pairs, in order, as ``(source, target, corpus, line, first)`` chunks."""
         first = self.first(dedup)
-        meta = np.fromfile(self.meta_path, dtype=META) if self.lines else np.zeros(0, dtype=META)
+        meta = read_array(self.meta_path, META) if self.lines else np.zeros(0, dtype=META)
         with text_file(self.src_path, "r") as fs, text_file(self.tgt_path, "r") as ft:
             pairs = ((a.rstrip("\n"), b.rstrip("\n")) for a, b in zip(fs, ft, strict=True))
             start = 0
@@ -166,6 +167,6 @@ class TrainingText:
                     kept.append((corpus, line, digest))
                 if kept:
                     rows = np.array([(c, n) for c, n, _ in kept], dtype=META)
-                    rows.tofile(fm)
+                    write_array(fm, rows)
                     self.hashes.append(np.fromiter((d for _, _, d in kept), dtype=np.int64, count=len(kept)))
         return words[0], words[1]
