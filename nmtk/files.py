@@ -88,8 +88,8 @@ def write_array(handle: IO[bytes], array: np.ndarray) -> None:
     """``array``'s bytes appended to an open binary file. Not ``ndarray.tofile``, nor ``np.fromfile``
     below: numpy asks whether its argument is a path with an ``isinstance`` check that runs Python code,
     and an exception raised there (a Ctrl-C or SIGTERM handler's) comes out as a TypeError, "expected
-    str, bytes or os.PathLike object, not BufferedWriter", instead of itself (numpy 2.4; a SIGTERM to
-    `prepare` ended in that line once in 600 runs of the suite)."""
+    str, bytes or os.PathLike object, not BufferedWriter", instead of itself (numpy 2.4: a SIGTERM to
+    `prepare` ended in that line in one fresh-clone run of the suite)."""
     import numpy as np
 
     handle.write(np.ascontiguousarray(array).data)
