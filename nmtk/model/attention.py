@@ -182,7 +182,7 @@ class LayerCache:
     spare buffer, so the history is copied once per reorder, not twice per step. One spare serves
     every buffer of the cache (`DecoderCache.reorder` hands it on: the buffer it replaces becomes the
     next one's spare), so a cache holds 2 × layers + 1 buffers, not 4 × layers (demo model, beam 4,
-    the CPU's batch budget: 232 → 145 MiB at the peak). In this layout the gather copies a few long
+    8,192 source tokens × beam: 232 → 162 MiB at the peak). In this layout the gather copies a few long
     blocks per row (time-major, one 1 KB block per row and position, it ran 1.8x slower: the reorder
     was a fifth of a small model's beam step on a CPU). The attention's matmuls read this layout a
     little slower (the heads' blocks lie a capacity apart), the reorder and the attention together

@@ -747,3 +747,27 @@ def test_an_update_run_as_other_micro_batches_is_the_same_update_and_resumes_in_
     assert {r["micro_batch_tokens"] for r in logged if "loss" in r and "validation" not in r} == {512}
     for made in (straight, micro, resumed):
         made.metrics.close()
+
+
+def test_a_parameters_only_checkpoint_becomes_the_model_and_an_overwritten_file_cannot_change_it(
+        tmp_path: Path) -> None:
+    """On a CPU, an average's (or best's) tensors are read and become the model's parameters, no second
+    copy; read, not mapped: the file overwritten in place afterwards (``cp`` over it) leaves the loaded
+    model as it was. A checkpoint with optimizer state is copied from its mapping as before."""
+    from nmtk.checkpoint import load_model
+
+    state = small_state(3)
+    path = tmp_path / "checkpoint_avg.pt"
+    Checkpoint(**state).save(path)
+    model = load_model(path, torch.device("cpu"))
+    for name, tensor in state["model"].items():
+        torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:  # what `cp other.pt checkpoint_avg.pt` does to its inode
+        handle.write(b"\0" * size)
+    for name, tensor in state["model"].items():
+        torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
+    full = tmp_path / "checkpoint_last.pt"
+    Checkpoint(**state, full=True, optimizer={"state": {}, "param_groups": []}).save(full)
+    again = load_model(full, torch.device("cpu"))
+    torch.testing.assert_close(again.output_weight, state["model"]["tgt_embed.table.weight"], rtol=0, atol=0)
