@@ -62,6 +62,11 @@ def pad_multiple(device: torch.device) -> int:
     return 8 if device.type == "cuda" else 1
 
 
+def rounded_up(lengths: np.ndarray, multiple: int) -> np.ndarray:
+    """``lengths`` as batches hold them: rounded up to a multiple of ``multiple`` (`pad_multiple`)."""
+    return -(-lengths // multiple) * multiple if multiple > 1 else lengths
+
+
 def pad_sequences(seqs: list[np.ndarray], prefix: int | None = None, suffix: int | None = None,
                   multiple: int = 1) -> Tensor:
     """Right-padded (len(seqs), longest + extras, rounded up to ``multiple``) int64 tensor, optional

@@ -6,9 +6,9 @@ product (``torch.ao``, the fbgemm kernels, VNNI/AMX where the CPU has them).
 the layout the kernel reads; each product quantises its input rows on the fly (one op: the scale is
 found, the input rounded and multiplied in int8, the int32 sums scaled back to fp32). Everything else
 (layer norms, softmax, attention over the cache, the search) stays fp32. ``reduce_range``: inputs in 7
-bits, so that AVX2 CPUs without VNNI, whose int8 multiply-add sums pairs in int16, cannot saturate; the
-rule ``torch.ao``'s own dynamic modules follow on every x86 CPU; nmtk follows it only where the CPU
-lacks VNNI (`reduce_range`), whose int8 products sum into int32 and cannot saturate.
+bits, so that a CPU whose int8 multiply-add sums pairs in int16 (AVX2 without VNNI) cannot saturate.
+``torch.ao``'s own dynamic modules follow that rule on every x86 CPU; nmtk only where the CPU lacks VNNI
+(`reduce_range`): with it, int8 products sum into int32 and 8-bit inputs are safe.
 
 PyTorch marks these kernels deprecated in favour of the torchao package (pytorch#184982); they are what
 torch ships and what was measured here (docs/decoding.md). Their warnings are silenced where nmtk calls
@@ -38,27 +38,16 @@ def reduce_range() -> bool:
     return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
 
 
-def _quiet() -> warnings.catch_warnings:
-    """Leave out torch.ao's deprecation notices (one per quantised tensor created)."""
-    caught = warnings.catch_warnings()
-    caught.__enter__()
-    warnings.filterwarnings("ignore", message=".*deprecated.*", category=UserWarning)
-    warnings.filterwarnings("ignore", message=".*torch.ao.quantization.*", category=DeprecationWarning)
-    return caught
-
-
 def pack(weight: Tensor, bias: Tensor | None) -> object:
     """``weight`` (out, in) as per-row symmetric int8 and ``bias`` (fp32), packed for
-    ``torch.ops.quantized.linear_dynamic``."""
-    caught = _quiet()
-    try:
+    ``torch.ops.quantized.linear_dynamic``; torch.ao's deprecation notice (one per quantised tensor) left out."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*deprecated.*", category=UserWarning)
         weight = weight.float()
         scales = (weight.abs().amax(dim=1) / 127.0).clamp(min=1e-8).double()
         zeros = torch.zeros(weight.size(0), dtype=torch.long)
         quantized = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
         return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.float())
-    finally:
-        caught.__exit__(None, None, None)
 
 
 class Int8Linear(nn.Module):

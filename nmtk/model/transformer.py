@@ -13,13 +13,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtk.model.attention import KEPT, LayerCache
 from nmtk.model.config import ModelConfig
 from nmtk.model.languages import LanguageTable, OutputGroup
-from nmtk.model.layers import DecoderLayer, EncoderLayer
+from nmtk.model.layers import DecoderLayer, EncoderLayer, dropout
 from nmtk.model.output import OutputProjection
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ class Embeddings(nn.Module):
         if offset + length > self.max_positions:
             raise ValueError(f"sequence of {offset + length} positions exceeds max_positions={self.max_positions}")
         x = self.table(tokens) * self.scale + self.pe[offset : offset + length].to(self.table.weight.dtype)
-        return F.dropout(x, self.dropout, self.training)
+        return dropout(x, self.dropout, self.training)
 
 
 class Encoded(NamedTuple):
@@ -158,11 +157,10 @@ class Transformer(nn.Module):
         self.output_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab)) if cfg.output_bias else None
         self._compiled: dict[str, list[Callable[..., Tensor]]] = {}  # see `compile_layers`
         self._projection = OutputProjection()  # decoding's layout, shortlist and int8: see `project`
+        self._languages: LanguageTable | None = None  # see `language_table`
         if cfg.output_languages:  # buffers, so that checkpoints carry them (`set_output_languages`)
             self.register_buffer("output_tags", torch.zeros(cfg.output_languages, dtype=torch.long))
             self.register_buffer("output_allowed", torch.ones(cfg.output_languages, cfg.tgt_vocab, dtype=torch.bool))
-        self._languages: LanguageTable | None = None  # see `language_table`
-        if cfg.output_languages:
             _make_language_table(self)
             self.register_load_state_dict_post_hook(lambda module, _keys: _make_language_table(module))
 

@@ -151,15 +151,14 @@ class GraphedMicroBatches:
         loss_sum = torch.zeros((), device=step.device)
         nll_sum = torch.zeros((), device=step.device)
         for batch in batches:
-            batch = batch.to(step.device)
             shape = self.shapes.shape_for(batch.src.size(0), max(batch.src.size(1), batch.tgt_in.size(1)))
             if shape is None:  # cannot happen for the data the shapes were chosen from; eager, correctly
                 self.eager_batches += 1
-                loss, nll = step.loss(batch)
+                loss, nll = step.loss(batch.to(step.device))
                 (loss * self.scale).backward()
             else:
                 static = self.passes[shape]
-                pad_into(batch, static.src, static.tgt_in, static.tgt_out)
+                pad_into(batch, static.src, static.tgt_in, static.tgt_out)  # from the host: one copy
                 if static.graph is not None:
                     static.graph.replay()
                 else:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from nmtk.console import console
-from nmtk.data.dataset import collate
+from nmtk.data.dataset import collate, rounded_up
 from nmtk.errors import NmtkError
 from nmtk.train.distributed import DistInfo, all_gather_object
 from nmtk.train.graphs import GraphedMicroBatches
@@ -47,7 +47,7 @@ class MicroBatches:
         self.src_lengths, self.tgt_lengths, self.multiple = src_lengths, tgt_lengths, multiple
         self.batch_tokens, self.batches = batch_tokens, batches
         self.tokens, self.why = batch_tokens, PLANNED
-        self.longest = int(_padded(np.maximum(src_lengths, tgt_lengths), multiple).max()) if len(src_lengths) else 1
+        self.longest = int(rounded_up(np.maximum(src_lengths, tgt_lengths), multiple).max()) if len(src_lengths) else 1
 
     @property
     def as_planned(self) -> bool:
@@ -67,8 +67,8 @@ class MicroBatches:
         if self.as_planned:
             return group
         indices = np.concatenate(group)
-        src = _padded(self.src_lengths[indices], self.multiple)
-        tgt = _padded(self.tgt_lengths[indices], self.multiple)
+        src = rounded_up(self.src_lengths[indices], self.multiple)
+        tgt = rounded_up(self.tgt_lengths[indices], self.multiple)
         order = np.lexsort((src, tgt))
         indices, longest = indices[order], np.maximum(src, tgt)[order]
         return [indices[start:end] for start, end in _fill(longest, self.tokens)]
@@ -113,10 +113,6 @@ class MicroBatches:
         if self.as_planned:
             return f"run as {count} micro-batch{many} on this {device} ({self.why})"
         return f"run as {count} micro-batch{many} of ≤ {self.tokens:,} tokens on this {device} ({self.why})"
-
-
-def _padded(lengths: np.ndarray, multiple: int) -> np.ndarray:
-    return -(-lengths // multiple) * multiple if multiple > 1 else lengths
 
 
 def _fill(longest: np.ndarray, tokens: int) -> list[tuple[int, int]]:
@@ -172,7 +168,7 @@ def plan_graphs(step: UpdateStep, micro: MicroBatches, groups: Iterable[list[np.
     for group in groups:
         for indices in micro.split(group):
             src, tgt = micro.src_lengths[indices], micro.tgt_lengths[indices]
-            longest = (int(_padded(side.max(), micro.multiple)) for side in (src, tgt))
+            longest = (int(rounded_up(side.max(), micro.multiple)) for side in (src, tgt))
             dims.append((len(indices), *longest, int(src.sum() + tgt.sum())))
     step.graphs = GraphedMicroBatches(step, shapes)
     return shapes.line(shapes.padding(dims))

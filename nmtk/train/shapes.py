@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nmtk.data.dataset import Batch
+from nmtk.data.dataset import Batch, rounded_up
 from nmtk.errors import NmtkError
 from nmtk.vocab import PAD_ID
 
@@ -45,9 +45,7 @@ class Shape:
 def length_histogram(src_lengths: np.ndarray, tgt_lengths: np.ndarray, multiple: int = 1) -> np.ndarray:
     """Pairs per length, ``counts[L]`` = pairs whose longer side (as batches hold it, rounded up to
     ``multiple``) is ``L`` tokens."""
-    longest = np.maximum(src_lengths, tgt_lengths).astype(np.int64)
-    if multiple > 1:
-        longest = -(-longest // multiple) * multiple
+    longest = rounded_up(np.maximum(src_lengths, tgt_lengths).astype(np.int64), multiple)
     return np.bincount(longest) if len(longest) else np.zeros(1, dtype=np.int64)
 
 
@@ -106,10 +104,9 @@ def _groups(cut: np.ndarray, n: int, best: np.ndarray) -> list[tuple[int, int]]:
 
 class ShapeSet:
     """The shapes of micro-batches of ``tokens`` tokens over length groups ``bounds`` (`choose_bounds`):
-    ``Shape(tokens // lo, hi)`` each. `pad` fits a batch into the smallest that holds it."""
+    ``Shape(tokens // lo, hi)`` each; `shape_for` names the smallest that holds a batch, `pad_into` fills it."""
 
     def __init__(self, bounds: list[tuple[int, int]], tokens: int) -> None:
-        self.bounds, self.tokens = bounds, tokens
         self.shapes = [Shape(max(1, tokens // lo), hi) for lo, hi in bounds]
 
     @classmethod
@@ -124,13 +121,13 @@ class ShapeSet:
         fitting = [s for s in self.shapes if s.rows >= rows and s.length >= length]
         return min(fitting, key=lambda s: s.tokens) if fitting else None
 
-    def padding(self, batches: list[tuple[int, int, int]]) -> float:
+    def padding(self, batches: list[tuple[int, int, int, int]]) -> float:
         """Share of the shapes' tokens that is padding, for micro-batches given as (rows, src length,
-        tgt length) with their real tokens summed over both sides (a batch no shape holds counts as is)."""
+        tgt length, real tokens of both sides) (a batch no shape holds counts as it is)."""
         real = held = 0
-        for rows, src, tgt, *tokens in batches:
+        for rows, src, tgt, tokens in batches:
             shape = self.shape_for(rows, max(src, tgt))
-            real += tokens[0] if tokens else rows * (src + tgt)
+            real += tokens
             held += 2 * shape.tokens if shape else rows * (src + tgt)
         return 1.0 - real / held if held else 0.0
 
@@ -140,7 +137,8 @@ class ShapeSet:
 
 
 def pad_into(batch: Batch, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> None:
-    """Write ``batch`` into a shape's buffers (rows, length), in place, on the device, without waiting:
+    """Write ``batch`` (on the host, pinned on a GPU's way, or already on the device) into a shape's
+    buffers (rows, length), in place, on their device, without waiting:
     the real sentences at the top left, ``<pad>`` after them, the rows below them copies of the first
     sentence whose targets are all ``<pad>`` (see the module: they add nothing to loss or gradients)."""
     rows, s, t = batch.src.size(0), batch.src.size(1), batch.tgt_in.size(1)
