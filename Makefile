@@ -8,6 +8,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH_VERSION := 2.13.0
+OPUSTRAINER_VERSION := 0.5
 SHARED_DATA := $(abspath ../shared/data)
 export NMTK_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 
@@ -24,6 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==$(TORCH_VERSION)"
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps "opustrainer==$(OPUSTRAINER_VERSION)"  # its sentencepiece==0.1.99 pin would replace nmtk's
 	@touch $@
 
 install: $(VENV)/.installed

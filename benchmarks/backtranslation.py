@@ -9,13 +9,18 @@ trains, each for the same minutes:
 - ``half``: the first half alone;
 - ``full``: all of Multi30k's parallel data (the ceiling: the second half's real English);
 - ``bt_{beam,sampling}_{tagged,untagged}``: the first half plus the back-translated half, its sources
-  with the corpus tag ``<BT>`` (Caswell et al. 2019) or without.
+  with the corpus tag ``<BT>`` (Caswell et al. 2019) or without;
+- ``staged``: two stages (``[[train.stages]]``, OpusTrainer's curriculum): the first half plus the beam
+  back-translation (untagged) until the back-translation has been seen twice, then the first half only.
+
+``--models`` picks some of them; ``--seed`` trains the en->de models from another seed (runs named
+``run-<model>-s<seed>``; the de->en model and its back-translations are seed 1's, made once).
 
 Each is scored on test_2016_flickr (beam 4, the recipe's settings, last 5 checkpoints averaged) with
 sacreBLEU. Prints one JSON line: BLEU and updates per model, the back-translation's sentences/s.
 A run already trained is not trained again (`nmtk train` finds it finished).
 
-Usage: python benchmarks/backtranslation.py [--minutes 10] [--work DIR] [--seed 1]
+Usage: python benchmarks/backtranslation.py [--minutes 10] [--work DIR] [--seed 1] [--models half,staged,...]
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import tomli_w
 import tomllib
 from _util import ROOT, data_root, multi30k_lines, nmtk, test_bleu, train
 
-MODELS = ("half", "full", "bt_beam_tagged", "bt_beam_untagged", "bt_sampling_tagged", "bt_sampling_untagged")
+MODELS = ("half", "full", "bt_beam_tagged", "bt_beam_untagged", "bt_sampling_tagged", "bt_sampling_untagged", "staged")
+#: The staged model's curriculum: original + back-translation until it was seen twice, then original only.
+STAGES = [{"name": "mixed", "epochs": 2.0, "corpus": "bt-beam"}, {"name": "original", "weights": {"bt-beam": 0.0}}]
 
 
 def write_root(work: Path) -> Path:
@@ -52,10 +59,13 @@ def corpus(name: str, src: str, tgt: str, **extra: object) -> dict:
     return {"name": name, "source": src, "target": tgt, **extra}
 
 
-def recipe(work: Path, name: str, train_corpora: list[dict], reverse: bool = False) -> Path:
-    """The demo recipe with other training corpora (and de->en when ``reverse``)."""
+def recipe(work: Path, name: str, train_corpora: list[dict], reverse: bool = False,
+           stages: list[dict] | None = None) -> Path:
+    """The demo recipe with other training corpora (and de->en when ``reverse``; ``stages``: a curriculum)."""
     data = tomllib.loads((ROOT / "recipes" / "multi30k-en-de.toml").read_text())
     data["name"] = name
+    if stages:
+        data["train"]["stages"] = stages
     section = data["data"]
     section["train"] = train_corpora
     if reverse:
@@ -87,6 +97,8 @@ def training_corpora(model: str) -> list[dict]:
         return [half]
     if model == "full":
         return [corpus("train", "multi30k/train.en.gz", "multi30k/train.de.gz")]
+    if model == "staged":
+        return [half, corpus("bt-beam", "bt/beam.en", "mono/train.de")]
     _, kind, tagging = model.split("_")
     return [half, corpus(f"bt-{kind}", f"bt/{kind}.en", "mono/train.de",
                          **({"tag": "<BT>"} if tagging == "tagged" else {}))]
@@ -97,26 +109,32 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-backtranslation")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " + ", ".join(MODELS))
     args = parser.parse_args()
+    models = args.models.split(",")
+    if set(models) - set(MODELS):
+        parser.error(f"unknown model(s): {', '.join(sorted(set(models) - set(MODELS)))}")
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     root = write_root(work)
     result: dict = {"benchmark": "backtranslation", "minutes": args.minutes, "seed": args.seed}
 
-    def trained(name: str, path: Path) -> Path:
-        run = work / f"run-{name}"
-        updates = train(path, run, work / f"data-{name}", args.minutes, [5], args.seed, root)
+    def trained(name: str, path: Path, seed: int = args.seed) -> Path:
+        run = work / (f"run-{name}" if seed == 1 else f"run-{name}-s{seed}")
+        updates = train(path, run, work / f"data-{name}", args.minutes, [5], seed, root)
         result.setdefault("updates", {})[name] = updates
         return run
 
     reverse = trained("de_en", recipe(work, "bt-de-en", [corpus("half", "half/train.de", "half/train.en")],
-                                      reverse=True))
+                                      reverse=True), seed=1)
     result["de_en_bleu"] = test_bleu(reverse, work / "data-de_en", "de", "en")
-    result["bt_sentences_per_s"] = {kind: back_translate(reverse, root, kind == "sampling", args.seed)
-                                    for kind in ("beam", "sampling")}
+    kinds = {m.split("_")[1] for m in models if m.startswith("bt_")} | ({"beam"} if "staged" in models else set())
+    result["bt_sentences_per_s"] = {kind: back_translate(reverse, root, kind == "sampling", 1)
+                                    for kind in sorted(kinds)}
     result["bleu"] = {}
-    for model in MODELS:
-        run = trained(model, recipe(work, f"bt-{model}", training_corpora(model)))
+    for model in models:
+        run = trained(model, recipe(work, f"bt-{model}", training_corpora(model),
+                                    stages=STAGES if model == "staged" else None))
         result["bleu"][model] = test_bleu(run, work / f"data-{model}", "en", "de")
     print(json.dumps(result))
 

@@ -62,6 +62,9 @@ class Manifest(BaseModel):
     tags: dict[str, int] = {}
     """A multilingual model's language tag ids, by language (``>>de<<`` -> its id)."""
     tag_style: Literal["opus-mt", "m2m-100"] = "opus-mt"
+    hints: bool = False
+    """The source vocabulary holds the terminology hints' symbols and ``train.align.*`` the training pairs'
+    word alignments (a recipe with the ``terms`` modifier)."""
     """How a multilingual model reads its tags: ``opus-mt`` (and nmtk's): the target's tag before the
     source; ``m2m-100`` (M2M-100, NLLB): the source's code before it, the target's forced first."""
 
@@ -142,6 +145,10 @@ def raw_text(folder: Path, split: str, lang: str) -> Path:
     return Path(folder) / f"{split}.raw.{lang}"
 
 
+#: The training pairs' word alignments (`nmtk.data.alignment`): ``train.align.bin`` and ``.idx``.
+ALIGNMENT = "align"
+
+
 def split_prefix(folder: Path, split: str, lang: str) -> Path:
     """A binarised side's prefix: ``<prefix>.bin`` and ``<prefix>.idx`` (`nmtk.data.binarized`)."""
     return Path(folder) / f"{split}.{lang}"
@@ -178,3 +185,7 @@ class PreparedData:
 
     def prefix(self, split: str, lang: str) -> Path:
         return split_prefix(self.path, split, lang)
+
+    def alignments(self) -> Path:
+        """The training pairs' word alignments (prepared for the ``terms`` modifier), as a side's prefix."""
+        return split_prefix(self.path, "train", ALIGNMENT)

@@ -473,6 +473,69 @@ class OptimSection(Section):
 # -------------------------------------------------------------------------------------------- train
 
 
+#: The on-the-fly modifiers (`nmtk.data.modifiers`, OpusTrainer's): what each does to a chosen pair.
+MODIFIERS = ("uppercase", "titlecase", "typos", "noise", "merge", "terms")
+
+
+class Modifier(Section):
+    """A change made to a share of the training pairs as they are fed (OpusTrainer's modifiers): the pairs
+    are drawn afresh each epoch from the seed and the epoch, so a run is the same run twice, and resumes
+    exactly."""
+
+    name: Literal["uppercase", "titlecase", "typos", "noise", "merge", "terms"]
+    """``uppercase``/``titlecase``: both sides in capitals / each word capitalised; ``typos``: one of
+    OpusTrainer's typo classes per chosen source (swapped, missing, extra, nearby or repeated letters,
+    spaces); ``noise``: the pair becomes a random string on both sides (learn to copy what cannot be
+    translated); ``merge``: the pair joined with 1 to ``max_lines - 1`` others into one line; ``terms``:
+    aligned source words followed by their target word (``__source__ w __target__ t __done__``, Dinu et
+    al. 2019), so the model learns to take terms from its input (`translate --glossary`, any engine)."""
+    p: float = Field(ge=0.0, le=1.0)
+    """Share of the training pairs changed each epoch (0 to 1)."""
+    words: float = Field(0.2, ge=0.0, le=1.0)
+    """``terms``: the chance that each aligned word of a chosen pair gets its hint."""
+    replace: float = Field(0.0, ge=0.0, le=1.0)
+    """``terms``: the share of hints whose target word is another word of the target vocabulary, in the hint
+    and in the target alike (OpusTrainer's ``replace`` mode, with real words): the model learns to copy the
+    hint rather than translate the source word as it would anyway."""
+    max_lines: int = Field(3, ge=2, le=8)
+    """``merge``: the most pairs joined into one."""
+
+
+class Stage(Section):
+    """A stage of the curriculum: the corpora's weights while it lasts, and when it ends (OpusTrainer's
+    stages: e.g. original + back-translated data until the back-translation was seen twice, then original
+    only). Stages run in order; the last one may have no end (it runs until training stops)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """Shown on the ``update:`` line and in train.jsonl when the stage begins."""
+    weights: dict[str, float] = {}
+    """Corpus name -> weight during this stage (as a corpus's ``weight``; 0 leaves it out). A corpus not
+    named keeps its own ``weight``."""
+    updates: int | None = Field(None, ge=1)
+    """End the stage after this many updates in it."""
+    epochs: float | None = Field(None, gt=0.0)
+    """... or once ``corpus`` has been seen this many times (an epoch sees it ``weight`` times)."""
+    corpus: str | None = None
+    """The corpus whose epochs ``epochs`` counts."""
+    modifiers: list[Modifier] | None = None
+    """This stage's modifiers; unset: ``train.modifiers``."""
+
+    @model_validator(mode="after")
+    def _one_end(self) -> Stage:
+        if self.updates is not None and self.epochs is not None:
+            raise ValueError(f"stage {self.name}: give updates or epochs (of a corpus), not both")
+        if (self.epochs is None) != (self.corpus is None):
+            raise ValueError(f"stage {self.name}: epochs and corpus go together (epochs of which corpus)")
+        for corpus, weight in self.weights.items():
+            if not (weight >= 0 and weight < float("inf")):
+                raise ValueError(f"stage {self.name}: weight of {corpus} is {weight}: 0 or more")
+        return self
+
+    @property
+    def endless(self) -> bool:
+        return self.updates is None and self.epochs is None
+
+
 class TrainSection(Section):
     """When to stop, save and validate; precision and reproducibility."""
 
@@ -555,6 +618,11 @@ class TrainSection(Section):
     """Stop after this many validations without a better BLEU; unset = never stop early."""
     log_every_updates: int = Field(100, ge=1)
     """Write a line of metrics to ``train.jsonl`` every this many updates."""
+    modifiers: list[Modifier] = []
+    """On-the-fly modifiers (``[[train.modifiers]]``), applied in order (``terms`` last) to fresh pairs
+    each epoch; docs/training.md."""
+    stages: list[Stage] = []
+    """The curriculum (``[[train.stages]]``): corpus weights and modifiers per stage, in order."""
 
     @model_validator(mode="after")
     def _some_stopping_criterion(self) -> TrainSection:
@@ -641,6 +709,10 @@ class Recipe(Section):
             )
         if self.model.output_vocab == "per-target" and not self.data.multilingual:
             raise ValueError('model.output_vocab = "per-target" needs several target languages ([[data.pairs]])')
+        _check_stages(self.train.stages, [c.name for p in self.data.language_pairs() for c in p.train])
+        if self.uses_terms and (self.data.multilingual or self.tokenizer.reuse is not None):
+            raise ValueError("train.modifiers: terms needs one language pair and a vocabulary of its own "
+                             "(not tokenizer.reuse): prepare adds the hint symbols to it")
         if self.average.last > self.train.keep_last:
             raise ValueError(
                 f"average.last ({self.average.last}) exceeds train.keep_last ({self.train.keep_last}): "
@@ -648,10 +720,41 @@ class Recipe(Section):
             )
         return self
 
+    @property
+    def casing(self) -> dict[str, float]:
+        """The largest share of pairs each casing modifier (``uppercase``, ``titlecase``) changes in any stage:
+        `prepare` shows the subword learner as many lines so cased, so that capitals get pieces of their own
+        (otherwise a word in capitals is spelled letter by letter: 4x the tokens on Multi30k)."""
+        every = [*self.train.modifiers, *(m for s in self.train.stages for m in s.modifiers or ())]
+        shares = {name: max((m.p for m in every if m.name == name), default=0.0) for name in ("uppercase", "titlecase")}
+        return {name: p for name, p in shares.items() if p > 0}
+
+    @property
+    def uses_terms(self) -> bool:
+        """Whether training puts terminology hints in sources: `prepare` then adds their symbols to the
+        vocabulary and aligns the training pairs."""
+        every = [*self.train.modifiers, *(m for s in self.train.stages for m in s.modifiers or ())]
+        return any(m.name == "terms" for m in every)
+
     def hash(self) -> str:
         """sha256 of the canonical JSON of the resolved recipe (what a run was trained with)."""
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_stages(stages: list[Stage], corpora: list[str]) -> None:
+    """Stages name training corpora that exist, draw something, and only the last may be endless."""
+    for i, stage in enumerate(stages):
+        where = f"train.stages[{i}] ({stage.name})"
+        for name in [*stage.weights, *([stage.corpus] if stage.corpus else [])]:
+            if name not in corpora:
+                raise ValueError(f"{where}: no training corpus named {name!r} (the corpora: {', '.join(corpora)})")
+        if stage.weights and len(corpora) == len(stage.weights) and not any(stage.weights.values()):
+            raise ValueError(f"{where}: every weight is 0: the stage would draw no pair")
+        if stage.corpus and stage.weights.get(stage.corpus, 1.0) == 0:
+            raise ValueError(f"{where}: ends after epochs of {stage.corpus}, whose weight in it is 0")
+        if stage.endless and i < len(stages) - 1:
+            raise ValueError(f"{where}: has no end (updates, or epochs of a corpus) but is not the last stage")
 
 
 # ------------------------------------------------------------------------------------------ loading

@@ -20,8 +20,10 @@ from nmtk.recipe import (
     DecodeSection,
     LanguagePair,
     ModelSection,
+    Modifier,
     OptimSection,
     Recipe,
+    Stage,
     TokenizerSection,
     TrainSection,
 )
@@ -31,7 +33,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[[data.pairs]]", LanguagePair),
     ("[[data.train]], [data.valid], [[data.test]]", Corpus),
     ("corpus source / target", CorpusFile), ("[tokenizer]", TokenizerSection), ("[batching]", BatchingSection),
-    ("[model]", ModelSection), ("[optim]", OptimSection), ("[train]", TrainSection), ("[decode]", DecodeSection),
+    ("[model]", ModelSection), ("[optim]", OptimSection), ("[train]", TrainSection),
+    ("[[train.modifiers]]", Modifier), ("[[train.stages]]", Stage), ("[decode]", DecodeSection),
     ("[average]", AverageSection),
 ]
 

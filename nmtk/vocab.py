@@ -10,3 +10,14 @@ from __future__ import annotations
 SPECIAL_SYMBOLS = ("<pad>", "<unk>", "<s>", "</s>")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(len(SPECIAL_SYMBOLS))
 PAD, UNK, BOS, EOS = SPECIAL_SYMBOLS
+
+#: Terminology hints (Dinu et al. 2019, OpusTrainer's ``Tags``): a source word followed by the target word it
+#: must become, ``__source__ word __target__ Wort __done__``. Each marker is one vocabulary item, segmented
+#: from text like any word (so CTranslate2 and other runtimes given the text see the same pieces).
+HINT_SYMBOLS = ("__source__", "__target__", "__done__")
+HINT_TEMPLATE = "__source__ {src} __target__ {trg} __done__"
+
+
+def hinted(source: str, target: str) -> str:
+    """``source`` (tokens, space-separated) followed by its ``target`` as a hint."""
+    return HINT_TEMPLATE.format(src=source, trg=target)

@@ -37,6 +37,7 @@ from .options import (
     PlotAxis,
     Precision,
     Quantization,
+    TermsChoice,
     form_value,
 )
 
@@ -290,6 +291,12 @@ GlossaryOption = Annotated[Path | None, typer.Option(help="TSV of 'source term<T
 GlossaryCaseOption = Annotated[bool, typer.Option("--glossary-ignore-case", help="Match glossary source terms in "
                                                   "any case (default: the recipe's).")]
 BanOption = Annotated[Path | None, typer.Option(help="File of phrases never to produce, one a line.")]
+
+
+TermsOption = Annotated[TermsChoice, typer.Option(
+    "--terms", help="How glossary terms reach the translation: inline (hints in the source, for a model trained "
+                    "with the terms modifier; any engine), constrained (the search must produce them; nmtk's "
+                    "engine), auto (inline where the model was trained with hints).")]
 NoRepeatOption = Annotated[int | None, typer.Option(min=0, help="Never repeat a subword n-gram of this size "
                                                     "(default: the recipe's; 0 = off).")]
 RepetitionOption = Annotated[float | None, typer.Option(min=0.0, help="Penalty on subwords already produced (> 1 "
@@ -338,7 +345,7 @@ def _refuse_batch_size(batch_size: str | None) -> None:
           "Search": ("beam", "nbest", "lenpen", "lenpen_form", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
           "Prefix and terms": ("prefix", "constraints"),
-          "Glossary, bans, repetition": ("glossary", "glossary_ignore_case", "ban", "no_repeat_ngram_size",
+          "Glossary, bans, repetition": ("glossary", "glossary_ignore_case", "terms", "ban", "no_repeat_ngram_size",
                                          "repetition_penalty"),
           "What is printed": ("print_scores", "print_alignment", "alignment_layer")})
 def translate(
@@ -375,6 +382,7 @@ def translate(
     constraints: ConstraintsOption = None,
     glossary: GlossaryOption = None,
     glossary_ignore_case: GlossaryCaseOption = False,
+    terms: TermsOption = TermsChoice.auto,
     ban: BanOption = None,
     no_repeat_ngram_size: NoRepeatOption = None,
     repetition_penalty: RepetitionOption = None,
@@ -387,17 +395,16 @@ def translate(
     """Translate text with batched beam search (stdin to stdout by default)."""
     _refuse_batch_size(batch_size)
     from nmtk.decode import stream
-    from nmtk.decode.search.config import SamplingConfig
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   max_len_a=max_len_a, max_len_b=max_len_b, beam_tokens=beam_tokens, align=print_alignment,
-                  sampling=SamplingConfig(topk, topp, temperature, seed) if sampling else None,
+                  sampling=stream.SamplingConfig(topk, topp, temperature, seed) if sampling else None,
                   no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   ordered_constraints=constraints == ConstraintOrder.ordered if constraints else None)
     load = stream.LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
                               ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer, target_lang=target_lang,
                               source_lang=source_lang, shortlist=shortlist)
     guide = stream.GuideOptions(stream.InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
-                                glossary_ignore_case or None, ban)
+                                glossary_ignore_case or None, ban, terms.value)
     io = dict(input=input_, output=output, force=force, buffer_size=buffer_size, skip=skip, errors=errors)
     stream.translate(stream.TranslateOptions(load=load, search=search, guide=guide, print_scores=print_scores,
                                              format=format_.value, document=document, attributes=_names(attrs), **io))
@@ -467,7 +474,7 @@ def import_(
           "Server": ("host", "port", "api_key", "workers"),
           "Batching and limits": ("gather_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
           "Search": ("beam", "lenpen", "lenpen_form", "no_repeat_ngram_size", "repetition_penalty"),
-          "Control": ("glossary", "glossary_ignore_case", "ban")})
+          "Control": ("glossary", "glossary_ignore_case", "terms", "ban")})
 def serve(
     model: ModelOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on (another than 127.0.0.1 exposes the model: "
@@ -496,6 +503,7 @@ def serve(
     repetition_penalty: RepetitionOption = None,
     glossary: GlossaryOption = None,
     glossary_ignore_case: GlossaryCaseOption = False,
+    terms: TermsOption = TermsChoice.auto,
     ban: BanOption = None,
     shortlist: ShortlistOption = False,
 ) -> None:
@@ -513,7 +521,7 @@ def serve(
                   no_repeat_ngram_size=no_repeat_ngram_size,
                   repetition_penalty=repetition_penalty)
     run_server(ServeOptions(load=load, search=search, host=host, port=port, glossary=glossary,
-                            glossary_ignore_case=glossary_ignore_case or None, bans=ban,
+                            glossary_ignore_case=glossary_ignore_case or None, bans=ban, terms=terms.value,
                             gather_tokens=gather_tokens, max_wait_ms=max_wait_ms,
                             max_queue=max_queue, workers=workers,
                             limits=Limits(max_chars=max_chars, max_lines=max_lines),

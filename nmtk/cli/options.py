@@ -19,6 +19,14 @@ class ExportFormat(str, Enum):
     hf = "hf"
 
 
+class TermsChoice(str, Enum):
+    """``--terms``: how a glossary's terms reach the translation (`nmtk.decode.guide.TermsMode`)."""
+
+    auto = "auto"
+    inline = "inline"
+    constrained = "constrained"
+
+
 class LengthPenaltyForm(str, Enum):
     """``--lenpen-form``: the recipe's ``decode.length_penalty_form``."""
 

@@ -63,8 +63,13 @@ def data_settings(recipe: Recipe) -> dict[str, Any]:
         del data["clean"]  # every rule off: the data of the nmtk before cleaning, and its hash
     # exclude_none: a field added later with None as its default (tokenizer.reuse) leaves data prepared
     # before it valid.
-    return {"format": FORMAT_VERSION, "data": data,
-            "tokenizer": recipe.tokenizer.model_dump(mode="json", exclude_none=True)}
+    settings = {"format": FORMAT_VERSION, "data": data,
+                "tokenizer": recipe.tokenizer.model_dump(mode="json", exclude_none=True)}
+    if recipe.uses_terms:  # hint symbols in the vocabulary, alignments beside (absent: the hash as before)
+        settings["hints"] = True
+    if recipe.casing:  # the subword learner also sees lines in capitals / title case
+        settings["casing"] = recipe.casing
+    return settings
 
 
 def settings_hash(recipe: Recipe) -> str:

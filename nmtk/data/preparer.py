@@ -5,6 +5,7 @@ cleaning, and binarised splits (`Preparer`); `nmtk.data.prepare` decides when, a
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nmtk.data.binarized import SideWriter, id_dtype
+from nmtk.data.alignment import align, write_alignments
+from nmtk.data.binarized import SideReader, SideWriter, id_dtype
 from nmtk.data.cleaning import RULES, Cleaner, CorpusCounts, DropLog
 from nmtk.data.corpus import read_parallel
 from nmtk.data.fetch import ensure_file, sha256_file
@@ -29,10 +31,11 @@ from nmtk.data.training_text import (
     tokenize_chunk,
 )
 from nmtk.errors import NmtkError
-from nmtk.manifest import DROPPED, Manifest, raw_text, split_prefix
+from nmtk.manifest import ALIGNMENT, DROPPED, Manifest, raw_text, split_prefix
 from nmtk.recipe import Corpus, Recipe
 from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords, load_subword_model, model_file_name
+from nmtk.vocab import HINT_SYMBOLS
 from nmtk.workers import in_child
 
 FORMAT_VERSION = 1
@@ -154,16 +157,20 @@ class Preparer:
                        input_sentence_size=tok.input_sentence_size, seed=tok.seed, normalization=tok.normalization,
                        byte_fallback=tok.byte_fallback, threads=self.workers)
         langs, files, tags = (self.src_lang, self.tgt_lang), (text.src_path, text.tgt_path), tuple(self.corpus_tags())
+        cased = [cased_copy(path, self.recipe.casing, tok.seed) for path in files] if self.recipe.casing else []
         if tok.joint:
             names = dict.fromkeys(langs, model_file_name(tok.type))
-            jobs = {names[self.src_lang]: (list(files), tags)}
+            jobs = {names[self.src_lang]: ([*files, *cased], tags)}
         else:
             names = {lang: model_file_name(tok.type, lang) for lang in langs}
-            jobs = {names[self.src_lang]: ([files[0]], tags), names[self.tgt_lang]: ([files[1]], ())}
-        for name, (inputs, symbols) in jobs.items():
+            jobs = {names[self.src_lang]: ([files[0], *cased[:1]], tags),
+                    names[self.tgt_lang]: ([files[1], *cased[1:]], ())}
+        words = HINT_SYMBOLS if self.recipe.uses_terms else ()  # the source's (or the joint) model holds them
+        for k, (name, (inputs, symbols)) in enumerate(jobs.items()):
             try:
                 with self.stages.stage(f"learn {name} ({tok.type}, {tok.vocab_size:,} pieces)"):
-                    in_child(learn_subwords, inputs, out / name, **options, symbols=symbols)
+                    in_child(learn_subwords, inputs, out / name, **options, symbols=symbols,
+                             words=words if k == 0 else ())
             except ValueError as exc:
                 raise NmtkError(f"tokenizer.vocab_size: {exc}") from None
         return names
@@ -250,6 +257,18 @@ class Preparer:
         self._close(writers, stats)
         stats.total()
 
+    def align_training(self, out: Path, pipes: dict[str, TextPipeline]) -> None:
+        """The kept training pairs' word alignments (`nmtk.data.alignment`), for the ``terms`` modifier:
+        each side's ids decoded back to its Moses tokens (exactly the text they were encoded from)."""
+        sides, dtype = [], id_dtype(max(p.vocab_size for p in pipes.values()))
+        for lang in (self.src_lang, self.tgt_lang):
+            reader, subwords = SideReader(split_prefix(out, "train", lang), dtype), pipes[lang].subwords
+            sides.append([subwords.decode(reader[i].tolist()) for i in range(len(reader))])
+        with self.stages.stage("align words (eflomal, for the terms modifier)") as advance:
+            links = align(*sides)
+            advance(len(links))
+        write_alignments(split_prefix(out, "train", ALIGNMENT), links)
+
     def _writers(self, out: Path, split: str, pipes: dict[str, TextPipeline]) -> dict[str, SideWriter]:
         dtype = id_dtype(max(p.vocab_size for p in pipes.values()))
         return {lang: SideWriter(split_prefix(out, split, lang), dtype) for lang in (self.src_lang, self.tgt_lang)}
@@ -301,6 +320,8 @@ class Preparer:
             self.binarize_training(out, "train", text, pipes, train, drops)
             if train.kept == 0:
                 raise NmtkError("data.train: every training pair was dropped by cleaning (see data.max_len, max_ratio)")
+            if self.recipe.uses_terms:
+                self.align_training(out, pipes)
             train.seconds = time.perf_counter() - start
             with self.worker_pool() as pool:
                 splits = {"train": train, "valid": self.eval_split(out, "valid", self.recipe.data.valid, pool, pipes)}
@@ -319,7 +340,23 @@ class Preparer:
                       "sha256": {name: sha256_file(out / name) for name in set(models.values())}},
             "splits": {name: {"corpus": s.name, **s.to_dict()} for name, s in splits.items()},
             "test_sets": [c.name for c in self.recipe.data.test],
+            "hints": self.recipe.uses_terms,
         }
+
+
+def cased_copy(path: Path, shares: dict[str, float], seed: int) -> Path:
+    """``path``'s lines as the casing modifiers will make a share of them (OpusTrainer's ``uppercase``:
+    ``str.upper``; ``titlecase``: each word's first letter), ``shares[name]`` of the lines each (seeded), in
+    a file beside it: the subword learner reads it with the text, so capitals get pieces of their own."""
+    rng = random.Random(seed)
+    out = path.with_name(path.name + ".cased")
+    with open(path, encoding="utf-8", newline="\n") as lines, open(out, "w", encoding="utf-8", newline="\n") as sink:
+        for line in lines:
+            if rng.random() < shares.get("uppercase", 0.0):
+                sink.write(line.upper())
+            if rng.random() < shares.get("titlecase", 0.0):
+                sink.write(" ".join(w[:1].upper() + w[1:] for w in line.split()) + "\n")
+    return out
 
 
 def _length_rule(ls: int, lt: int, max_len: int, max_ratio: float) -> str | None:

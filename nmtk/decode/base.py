@@ -125,15 +125,21 @@ class TranslatorBase:
         per-target output vocabularies: `nmtk.model.languages`); None: every one."""
         return None
 
-    def encode(self, sentences: list[str], first_line: int = 1) -> list[list[int] | None]:
+    def encode(self, sentences: list[str], first_line: int = 1, hints: Glossary | None = None
+               ) -> list[list[int] | None]:
         """Source ids per sentence (None for an empty or blank one), as `hypotheses` takes them. A
         multilingual model's pipeline puts the target's tag first; a line that brings a tag of its own
-        is refused, naming the line: which target it meant would be a guess."""
+        is refused, naming the line: which target it meant would be a guess. ``hints``: a glossary whose
+        terms go into the source as hints (`Glossary.hinted`, ``--terms inline``)."""
         if self.src_pipe.prefix:
             for number, sentence in enumerate(sentences, first_line):
                 if tag := TAG_IN_TEXT.match(sentence):
                     raise NmtkError(f"input line {number}: starts with the tag {tag.group(0).strip()!r}: the target "
                                     "language is chosen with --target-lang (a request's target), not in the text")
+        if hints is not None:
+            src, tgt = self.src_pipe, self.tgt_pipe.moses.tokenize
+            return [src.encode_tokenized([hints.hinted(s, src.moses.tokenize, tgt)])[0] if s.strip() else None
+                    for s in sentences]
         return [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
 
     def hypotheses(self, sentences: list[str], search: SearchConfig, first_line: int = 1,
@@ -247,6 +253,15 @@ class TranslatorBase:
             out.append(LineControls(prefix=prefix, constraints=constraints, bans=bans,
                                     glue=self.glue if constraints else frozenset()))
         return out
+
+    def check_hints(self, glossary: Glossary) -> None:
+        """A glossary that goes into the source as hints (``--terms inline``): each target term must be
+        spelled by the source vocabulary (the hint is source text), one line naming its file and line."""
+        moses = self.tgt_pipe.moses.tokenize
+        for (_, target), where in zip(glossary.pairs, glossary.where_each(), strict=True):
+            if UNK_ID in self.src_pipe.subwords.encode(moses(target)):
+                raise NmtkError(f"{where}: the target term {target!r} has characters the model's source vocabulary "
+                                "cannot spell (<unk>): as a hint in the source it would be lost")
 
     def check_guides(self, glossary: Glossary | None, bans: tuple[str, ...], constraints: bool,
                      search: SearchConfig, bans_from: str = "--ban") -> None:

@@ -12,13 +12,16 @@ Input convention (fairseq's ``--constraints``, extended by the prefix): with ``-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from nmtk.errors import NmtkError
 from nmtk.files import read_lines
+from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe
+from nmtk.vocab import hinted
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Glossary:
     ignore_case: bool = False
     origins: tuple[str, ...] = field(default=(), compare=False)  # where each pair was read ("FILE: line N")
     _index: dict[str, list[tuple[tuple[str, ...], str]]] = field(default_factory=dict, compare=False, repr=False)
+    _hints: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # target term -> its tokens
 
     @classmethod
     def read(cls, path: Path, ignore_case: bool = False) -> Glossary:
@@ -108,19 +112,40 @@ class Glossary:
     def terms(self, source: str, tokenize: Callable[[str], str]) -> tuple[str, ...]:
         """Target terms of the pairs whose source term occurs in ``source`` (``tokenize``: the source
         side's Moses), in the order they occur, each once."""
+        found: list[str] = []
+        for _, _, target in self._matches(tokenize(source).split(), tokenize):
+            if target not in found:
+                found.append(target)
+        return tuple(found)
+
+    def _matches(self, words: list[str], tokenize: Callable[[str], str]) -> Iterator[tuple[int, int, str]]:
+        """(start, end, target term) of each source term in ``words`` (Moses tokens), left to right."""
         if not self.pairs:
-            return ()
+            return
         if not self._index:
             for src, tgt in self.pairs:
-                words = tuple(self._norm(tokenize(src)).split())
-                self._index.setdefault(words[0], []).append((words, tgt))
-        words = self._norm(tokenize(source)).split()
-        found: list[str] = []
-        for i, word in enumerate(words):
+                term = tuple(self._norm(tokenize(src)).split())
+                self._index.setdefault(term[0], []).append((term, tgt))
+        normed = [self._norm(w) for w in words]
+        for i, word in enumerate(normed):
             for term, target in self._index.get(word, ()):
-                if tuple(words[i : i + len(term)]) == term and target not in found:
-                    found.append(target)
-        return tuple(found)
+                if tuple(normed[i : i + len(term)]) == term:
+                    yield i, i + len(term), target
+
+    def hinted(self, source: str, tokenize: Callable[[str], str], tokenize_target: Callable[[str], str]) -> str:
+        """``source`` as Moses tokens with each source term followed by its target term as a hint
+        (``__source__ term __target__ Term __done__``: what a model trained with the ``terms`` modifier
+        reads; the longest term where several start at one word, none inside another)."""
+        words = tokenize(source).split()
+        out, at = [], 0
+        for start, end, target in sorted(self._matches(words, tokenize), key=lambda m: (m[0], m[0] - m[1])):
+            if start < at:
+                continue
+            if target not in self._hints:
+                self._hints[target] = tokenize_target(target)
+            out += words[at:start] + [hinted(" ".join(words[start:end]), self._hints[target])]
+            at = end
+        return " ".join(out + words[at:])
 
     def _norm(self, text: str) -> str:
         return text.casefold() if self.ignore_case else text
@@ -160,6 +185,23 @@ def read_phrases(path: Path) -> tuple[str, ...]:
     return phrases
 
 
+#: How a glossary's terms reach the translation: ``constrained`` (the search must produce them, nmtk's engine),
+#: ``inline`` (hints in the source, for a model trained with the ``terms`` modifier: any engine), ``auto``
+#: (inline where the model's vocabulary has the hint symbols, else constrained).
+TermsMode = Literal["auto", "inline", "constrained"]
+
+
+def inline_terms(mode: TermsMode, manifest: Manifest | None, where: str) -> bool:
+    """Whether a glossary goes into the source as hints (``--terms``, resolved for a model whose data
+    ``manifest`` says whether its vocabulary has the hint symbols): decided before the model loads;
+    ``inline`` for a model trained without hints is one line naming it."""
+    has = manifest is not None and manifest.hints
+    if mode == "inline" and not has:
+        raise NmtkError(f"--terms inline: {where} was not trained with terminology hints (train.modifiers "
+                        "with terms): its vocabulary has no __source__/__target__/__done__; use --terms constrained")
+    return has if mode == "auto" else mode == "inline"
+
+
 @dataclass(frozen=True)
 class GuideOptions:
     """What lines ask of their translations besides the model (`nmtk.decode.guide`): which fields
@@ -169,6 +211,7 @@ class GuideOptions:
     glossary: Path | None = None  # None: the recipe's decode.glossary, if any
     ignore_case: bool | None = None  # None: the recipe's decode.glossary_ignore_case
     bans: Path | None = None
+    terms: TermsMode = "auto"
 
 
 def read_guides(guide: GuideOptions, recipe: Recipe) -> tuple[Glossary | None, tuple[str, ...]]:

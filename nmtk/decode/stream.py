@@ -20,10 +20,10 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, read_guides
+from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, inline_terms, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.markup import check_engine, translate_markup
-from nmtk.decode.search.config import Hypothesis, SearchConfig
+from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
     InvalidUtf8,
@@ -75,26 +75,30 @@ class Engine:
     glossary: Glossary | None = None
     bans: tuple[str, ...] = ()
     detect: bool = False  # --source-lang auto, a model with the target from several sources
+    hints: bool = False  # the glossary goes into the sources as hints (--terms inline), not into the search
 
     def ids(self, sources: list[str], first: int) -> list[list[int] | None] | None:
-        """With ``--source-lang auto``, each line encoded by the pair of its detected language (None:
-        the translator's own pair encodes them all, in `hypotheses`)."""
+        """With ``--source-lang auto``, each line encoded by the pair of its detected language; with
+        inline terms, with the glossary's hints (None: the translator's own pair encodes them all, in
+        `hypotheses`)."""
+        hints = self.glossary if self.hints else None
         if not self.detect:
-            return None
-        return [self.translator.for_text(line).encode([line], first + k)[0] if line.strip() else None
+            return None if hints is None else self.translator.encode(sources, first, hints)
+        return [self.translator.for_text(line).encode([line], first + k, hints)[0] if line.strip() else None
                 for k, line in enumerate(sources)]
 
     def guides(self, lines: list[str], first: int) -> tuple[list[str], list[Guidance | None] | None]:
         """The sources of ``lines`` (numbered from ``first``) and each one's guidance (None: none at all,
         and the search runs exactly as without these options)."""
-        if self.format.plain and self.glossary is None and not self.bans:
+        glossary = None if self.hints else self.glossary
+        if self.format.plain and glossary is None and not self.bans:
             return lines, None
         sources, guides = [], []
         tokenize = self.translator.src_pipe.moses.tokenize
         for k, line in enumerate(lines):
             source, guide = self.format.split(line, first + k)
             sources.append(source)
-            guides.append(guided(source, guide, self.glossary, self.bans, tokenize))
+            guides.append(guided(source, guide, glossary, self.bans, tokenize))
         return sources, guides
 
 
@@ -134,9 +138,13 @@ def translate(options: TranslateOptions) -> None:
         raise NmtkError(f"--print-alignment: not available with an exported CTranslate2 model ({model.path}): "
                         "alignments come from nmtk's own model: pass the run directory")
     glossary, bans = read_guides(options.guide, model.recipe)
+    hints = glossary is not None and inline_terms(options.guide.terms, model.manifest, str(model.path))
     translator = load_translator(model, options.load)
-    engine = Engine(translator, search, options.guide.format, glossary, bans, _detects_sources(translator, options))
-    engine.translator.check_guides(glossary, bans, options.guide.format.constraints, search)
+    if hints:
+        translator.check_hints(glossary)
+    engine = Engine(translator, search, options.guide.format, glossary, bans, _detects_sources(translator, options),
+                    hints)
+    engine.translator.check_guides(None if hints else glossary, bans, options.guide.format.constraints, search)
     if options.format != "text":
         _refuse_with_markup(engine, options)
     elif options.document:
@@ -181,7 +189,8 @@ def _refuse_with_markup(engine: Engine, options: TranslateOptions) -> None:
                                         ("--print-alignment", engine.search.align),
                                         ("--skip", options.skip and options.document),
                                         ("--prefix/--constraints", not engine.format.plain),
-                                        ("--source-lang auto", engine.detect)) if asked]
+                                        ("--source-lang auto", engine.detect),
+                                        ("--terms inline (a glossary as hints)", engine.hints)) if asked]
     if refused:
         raise NmtkError(f"--format {options.format}: {', '.join(refused)} cannot be used with it (the sentences of "
                         "marked-up text are nmtk's to cut, and each output is the text with its tags)")

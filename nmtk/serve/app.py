@@ -151,6 +151,7 @@ class ServerGuides:
 
     glossary: Glossary | None = None
     bans: tuple[str, ...] = ()
+    hints: bool = False  # glossaries go into the sources as hints (serve --terms inline), not into the search
 
 
 def _json_error(status: int, message: str) -> JSONResponse:
@@ -269,16 +270,13 @@ class _Service:
         self.worker, self.info, self.default, self.limits, self.server_guides = worker, info, default, limits, guides
 
     def guides(self, lines: list[str], prefix: list[str | None], constraints: list[list[str]],
-               glossary: list[tuple[str, str]] | None, ignore_case: bool, ban: list[str] | None
-               ) -> list[Guidance | None] | None:
+               glossary: list[tuple[str, str]] | None, ignore_case: bool, ban: list[str] | None,
+               constrained: bool = False) -> list[Guidance | None] | None:
         """Each line's `Guidance`: its prefix and constraints, the terms of the server's and the
-        request's glossaries its source holds, and the banned phrases (None: nothing asked)."""
-        try:
-            extra = Glossary.of(glossary, ignore_case, "glossary") if glossary else None
-        except NmtkError as exc:
-            raise ApiError(422, str(exc)) from None
+        request's glossaries its source holds, and the banned phrases (None: nothing asked). With the
+        server's ``--terms inline`` the glossaries are hints (`hinted`), not constraints."""
         server = self.server_guides
-        every = server.glossary + extra if server.glossary and extra else (extra or server.glossary)
+        every = None if server.hints and not constrained else self.glossary(glossary, ignore_case)
         bans = tuple(server.bans) + tuple(b.strip() for b in ban or () if b.strip())
         if every is None and not bans and not any(prefix) and not any(constraints):
             return None
@@ -290,6 +288,29 @@ class _Service:
             guide = Guidance(prefix=(start or "").strip(), constraints=tuple(t.strip() for t in terms))
             out.append(guided(line, guide, every, bans, tokenize))
         return out
+
+    def glossary(self, glossary: list[tuple[str, str]] | None, ignore_case: bool) -> Glossary | None:
+        """The server's glossary with the request's added (None: neither)."""
+        try:
+            extra = Glossary.of(glossary, ignore_case, "glossary") if glossary else None
+        except NmtkError as exc:
+            raise ApiError(422, str(exc)) from None
+        server = self.server_guides.glossary
+        return server + extra if server and extra else (extra or server)
+
+    def hinted(self, lines: list[str], glossary: list[tuple[str, str]] | None, ignore_case: bool,
+               pair: Pair | None) -> list[list[int] | None] | None:
+        """With ``--terms inline``: the lines' ids with the glossaries' hints (None: no glossary, or not inline)."""
+        every = self.glossary(glossary, ignore_case) if self.server_guides.hints else None
+        if every is None:
+            return None
+        view = self.worker.translator.for_pair(pair)
+        try:
+            if glossary:
+                view.check_hints(Glossary.of(glossary, ignore_case, "glossary"))
+            return view.encode(lines, 1, every)
+        except NmtkError as exc:
+            raise ApiError(422, str(exc)) from None
 
     def search_for(self, **choices: Any) -> SearchConfig:
         """A request's search: ``default`` with its choices, by `SearchConfig`'s rules (one place)."""
@@ -394,7 +415,8 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     terms = _per_line(req.constraints, len(items), "constraints", list) if req.constraints else [[] for _ in items]
     guides = service.guides(lines, [prefix[i] for i in indices], [terms[i] for i in indices], req.glossary,
                             req.glossary_ignore_case, req.ban)
-    hyps, translator = await service.run(lines, search, guides, pair)
+    hints = service.hinted(lines, req.glossary, req.glossary_ignore_case, pair)
+    hyps, translator = await service.run(lines, search, guides, pair, hints)
     answers = []
     for h in hyps:
         answer: dict[str, Any] = {"translatedText": translator.detokenize(h[0]) if h else ""}
@@ -436,8 +458,8 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
         return [{"translatedText": items[i]} for i in indices]
     search = markup_search(service.search_for(beam=req.beam, no_repeat_ngram_size=req.no_repeat_ngram_size,
                                               repetition_penalty=req.repetition_penalty))
-    guides = service.guides(lines, [None] * len(lines), [[] for _ in lines], req.glossary,
-                             req.glossary_ignore_case, req.ban)
+    guides = service.guides(lines, [None] * len(lines), [[] for _ in lines], req.glossary,  # html: constrained,
+                            req.glossary_ignore_case, req.ban, constrained=True)  # its ids are the markup's
     hyps, translator = await service.run(lines, search, guides, pair, marked.ids(view))
     return [{"translatedText": text} for text in marked.render(hyps, translator)]
 

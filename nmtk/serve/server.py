@@ -17,7 +17,7 @@ from typing import Any
 
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.guide import GuideOptions, read_guides
+from nmtk.decode.guide import GuideOptions, TermsMode, inline_terms, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.search.config import SearchConfig
 from nmtk.errors import NmtkError
@@ -44,6 +44,7 @@ class ServeOptions:
     glossary: Path | None = None  # every request's glossary (None: the recipe's decode.glossary, if any)
     glossary_ignore_case: bool | None = None
     bans: Path | None = None  # phrases no request's translation may contain
+    terms: TermsMode = "auto"  # glossaries as hints in the source (inline) or in the search (constrained)
 
 
 def _on_gpu(device: str | None, export: bool) -> bool:
@@ -68,13 +69,16 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     source = resolve_model(options.load.model, options.load.checkpoint)
     glossary, bans = read_guides(GuideOptions(glossary=options.glossary, ignore_case=options.glossary_ignore_case,
                                               bans=options.bans), source.recipe)
+    hints = inline_terms(options.terms, source.manifest, str(source.path))
     on_gpu = _on_gpu(options.load.device, source.is_export)
     threads = options.load.threads or len(os.sched_getaffinity(0))
     workers = options.workers or (1 if on_gpu or threads < 2 else 2)
     load = replace(options.load, threads=max(1, threads // workers), searches=workers, any_pair=True)
     translator = load_translator(source, load)
     default = SearchConfig.from_recipe(source.recipe.decode, **options.search)
-    translator.check_guides(glossary, bans, False, default)  # before serving: never a 422 for the server's own
+    if hints and glossary is not None:
+        translator.check_hints(glossary)
+    translator.check_guides(None if hints else glossary, bans, False, default)  # never a 422 for the server's own
     budget = options.gather_tokens or default.budget("cuda" if on_gpu else "cpu", translator.engine)
     child_loader = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
     worker = Worker(translator, gather_tokens=budget, max_wait_ms=options.max_wait_ms, max_queue=options.max_queue,
@@ -88,7 +92,7 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     reload = None if source.is_export else (lambda: _reload(worker, info, source, load))
     api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(worker, info, default, options.limits, api_key=api_key, reload=reload,
-                     guides=ServerGuides(glossary, bans))
+                     guides=ServerGuides(glossary, bans, hints))
     worker.start()
     return app, worker, reload
 

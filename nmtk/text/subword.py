@@ -206,24 +206,28 @@ def model_file_name(model_type: str, lang: str | None = None) -> str:
 
 def learn_subwords(inputs: list[Path], model_path: Path, *, model_type: str, vocab_size: int,
                    character_coverage: float, input_sentence_size: int, seed: int, normalization: str = "identity",
-                   byte_fallback: bool = False, threads: int = 2, symbols: tuple[str, ...] = ()) -> None:
+                   byte_fallback: bool = False, threads: int = 2, symbols: tuple[str, ...] = (),
+                   words: tuple[str, ...] = ()) -> None:
     """Learn a subword model on text files (one sentence per line), write it to ``model_path``.
 
     The learner sees a seeded sample of at most ``input_sentence_size`` lines, so memory is bounded
     by the sample, not the corpus. ``symbols`` (a multilingual model's tags) become vocabulary items
     right after the special symbols that no text is ever segmented into: they are put in by id.
-    Raises ValueError when the library cannot learn such a model.
+    ``words`` (the terminology hints' markers) are vocabulary items too, but segmented from text wherever
+    they occur (sentencepiece: as ``▁word``, the space before them in the piece). Raises ValueError when
+    the library cannot learn such a model.
     """
     if model_type == "wordpiece":
-        _learn_wordpiece(inputs, model_path, vocab_size, input_sentence_size, seed, normalization, symbols)
+        _learn_wordpiece(inputs, model_path, vocab_size, input_sentence_size, seed, normalization, symbols + words)
     else:
         _learn_sentencepiece(inputs, model_path, model_type, vocab_size, character_coverage, input_sentence_size,
-                             seed, normalization, byte_fallback, threads, symbols)
+                             seed, normalization, byte_fallback, threads, symbols, words)
 
 
 def _learn_sentencepiece(inputs: list[Path], model_path: Path, model_type: str, vocab_size: int,
                          character_coverage: float, input_sentence_size: int, seed: int, normalization: str,
-                         byte_fallback: bool, threads: int, symbols: tuple[str, ...] = ()) -> None:
+                         byte_fallback: bool, threads: int, symbols: tuple[str, ...] = (),
+                         words: tuple[str, ...] = ()) -> None:
     import sentencepiece as spm
 
     spm.set_random_generator_seed(seed)
@@ -238,6 +242,8 @@ def _learn_sentencepiece(inputs: list[Path], model_path: Path, model_type: str, 
             bos_piece=SPECIAL_SYMBOLS[BOS_ID], eos_piece=SPECIAL_SYMBOLS[EOS_ID],
             num_threads=threads, max_sentence_length=16384, train_extremely_large_corpus=False,
             hard_vocab_limit=True, minloglevel=2, **({"control_symbols": list(symbols)} if symbols else {}),
+            # with the word boundary: " __source__" is one piece (bare, the space before it would be another)
+            **({"user_defined_symbols": ["\u2581" + w for w in words]} if words else {}),
         )
     except RuntimeError as exc:
         raise ValueError(f"sentencepiece could not learn a {model_type} model of {vocab_size} pieces: {exc}") from exc

@@ -49,6 +49,8 @@ _FROZEN = {
     "batching": "the data position (batches would be scrambled)",
     "train.seed": "the data position (batch order)",
     "train.update_freq": "the data position (batches per update)",
+    "train.stages": "the data position (which stage, which corpora)",
+    "train.modifiers": "the data position (which pairs each epoch changes)",
 }
 _MUTABLE_MODEL = {"dropout", "attention_dropout", "relu_dropout"}
 
@@ -180,6 +182,8 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     graphs = trainer.step.graphs.prepare() if trainer.step.graphs is not None else None  # train.cuda_graphs
     if info.is_main:
         console.print(f"{size}, {micro}")
+        if curriculum := trainer.curriculum.describe():
+            console.print(curriculum)
         if graphs:
             console.print(graphs)
         console.print(f"model: {parameter_count(trainer.model):,} parameters | device {device} | "

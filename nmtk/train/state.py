@@ -18,3 +18,6 @@ class TrainState:
     skipped_updates: int = 0  # fp16 overflows
     stop_reason: str | None = None
     validated_update: int = 0  # the update of the last validation (0: none yet)
+    stage: int = 0  # the curriculum's stage (train.stages), from 0
+    stage_update: int = 0  # the update it began after
+    stage_epochs: int = 0  # its epochs trained to the end

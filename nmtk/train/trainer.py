@@ -30,6 +30,7 @@ from nmtk.manifest import PreparedData
 from nmtk.model import Transformer
 from nmtk.recipe import Recipe, model_config
 from nmtk.rundir import RunDir
+from nmtk.train.curriculum import Curriculum
 from nmtk.train.distributed import DistInfo, FlagSum, all_reduce_sum, barrier, per_process_update_freq
 from nmtk.train.graphs import use_graphs
 from nmtk.train.keeper import CheckpointKeeper
@@ -73,8 +74,10 @@ class Trainer:
         self.train_split, pair_ids = training_split(data)
         src_len, self.tgt_lengths = split_lengths(self.train_split)
         b, t = recipe.batching, recipe.train
-        self.plan = BatchingPlan(src_len, self.tgt_lengths, b.batch_tokens, b.bucket_width, b.max_sentences, t.seed,
-                                 pair_ids, recipe.data.temperature or 1.0, corpus_draws(data, recipe, len(src_len)))
+        self.plan = self.base_plan = BatchingPlan(src_len, self.tgt_lengths, b.batch_tokens, b.bucket_width,
+            b.max_sentences, t.seed, pair_ids, recipe.data.temperature or 1.0, corpus_draws(data, recipe, len(src_len)))
+        self.curriculum = Curriculum(recipe, data, self.train_split, (src_len, self.tgt_lengths), info.is_main)
+        self.train_split = self.curriculum.split  # an epoch's modified pairs, where modifiers are asked for
         self.update_freq = per_process_update_freq(t.update_freq, info.world_size)  # this rank's batches
         self.micro = MicroBatches(src_len, self.tgt_lengths, b.batch_tokens, self.update_freq, pad_multiple(device))
         self.cfg = model_config(recipe, *manifest.vocab_sizes())
@@ -199,28 +202,26 @@ class Trainer:
     def _run_epoch(self, stop: StopSignal, progress: Progress) -> StopReason | None:
         """Train on the rest of the current epoch; the reason to stop, or None to go on with the next."""
         t, epoch, world, freq = self.recipe.train, self.state.epoch, self.info.world_size, self.update_freq
+        self.plan = self.curriculum.plan(self.base_plan, self.state, self.metrics)
         groups = self.plan.iterate(epoch, self.state.batch, self.info.rank, world, freq)
         prefetch = Prefetcher.on(self.device, self.train_split, groups, t.prefetch_updates, self.micro.split)
         try:
-            for k, group, batches in prefetch:
+            for k, group, batches in self.curriculum.within_stage(prefetch, self.state):
                 before = self.state.update
                 everyone = None if world == 1 else self.plan.update_batches(epoch, k, world, freq)
                 total = None if everyone is None else int(sum(int(self.tgt_lengths[b].sum()) for b in everyone))
                 self.window.add(*self.train_step(group, total, batches))
                 self.state.batch = k + len(group)
                 self._count_time()
-                if self.state.update <= before:  # fp16 overflows counted: no new update to log or save
-                    reason = self._should_stop(stop, epoch_done=False)
-                else:
-                    reason = self.after_update(stop, progress)
+                reason = (self._should_stop(stop, epoch_done=False) if self.state.update <= before  # fp16 overflows
+                          else self.after_update(stop, progress))  # counted: no new update to log or save
                 if reason:
                     if self.state.update <= before:
                         self.save(final=True)
                     return reason
         finally:
             prefetch.close()
-        self.state.epoch += 1
-        self.state.batch = 0
+        self.curriculum.next_epoch(self.state)
         reason = self._should_stop(stop, epoch_done=True)
         if reason:
             self.save(best=self._final_validation(reason), final=True)
@@ -297,7 +298,7 @@ class Trainer:
         sums = all_reduce_sum([float(w.loss), float(w.nll), float(w.tokens)], self.device, self.info)
         record = training_record(self.state.update, self.state.epoch + 1, tuple(sums), time.monotonic() - w.started,
                                  self.step.lr(self.state.update), self.state.seconds / 60, self.state.skipped_updates,
-                                 self.micro.tokens)
+                                 self.micro.tokens) | self.curriculum.label(self.state)
         self.metrics.write(record, "train", TRAIN_KEYS)
         self.session_tokens += sums[2]
         if progress is not None:

@@ -236,3 +236,15 @@ def test_a_repetition_penalty_of_zero_names_itself(copy_run) -> None:
     refused = nmtk("-m", str(tmp / "run"), "--repetition-penalty", "0", cwd=tmp, env=env, stdin="the cat\n")
     assert refused.returncode == 1 and "repetition_penalty 0: must be above 0" in refused.stderr
     assert "no_repeat" not in refused.stderr
+
+
+def test_terms_inline_on_a_model_trained_without_hints_is_one_line_and_writes_nothing(copy_run, tmp_path: Path
+                                                                                      ) -> None:
+    tmp, _, env = copy_run
+    glossary, out = tmp_path / "terms.tsv", tmp_path / "out.txt"
+    glossary.write_text("cat\tbike\n", encoding="utf-8")
+    result = nmtk("-m", str(tmp / "run"), "--glossary", str(glossary), "--terms", "inline", "-o", str(out),
+                  cwd=tmp, env=env, stdin="\n".join(LINES) + "\n")
+    assert result.returncode != 0 and "--terms inline:" in result.stderr and "trained with terminology hints" \
+        in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not out.exists() and not list(tmp_path.glob("out.txt*"))

@@ -430,3 +430,33 @@ def test_the_benchmarks_in_process_reference_decodes_as_translate(copy_run) -> N
     offline = run_nmtk("translate", "-m", str(tmp / "run"), stdin="\n".join(lines) + "\n")
     assert rate > 0
     assert translations == offline.stdout.splitlines()
+
+
+def test_a_model_trained_with_hints_takes_glossaries_as_hints_in_serve_and_translate(tmp_path: Path) -> None:
+    """`--terms auto` on a model whose vocabulary has the hint symbols: a request's glossary is written into
+    its source as hints (the server's answer equals `translate --glossary`'s, which hints too), and
+    `--terms constrained` still forces the term."""
+    from cli_runner import run_nmtk
+    from helpers import synthetic_pairs, toy_recipe, write_corpus
+
+    root = tmp_path / "root"
+    for name, seed in (("train", 0), ("valid", 1), ("test", 2)):
+        write_corpus(root, name, synthetic_pairs(300 if name == "train" else 20, seed))
+    recipe = toy_recipe(tmp_path, extra='[[train.modifiers]]\nname = "terms"\np = 0.5\n', vocab_size=90)
+    run = tmp_path / "run"
+    trained = run_nmtk("train", str(recipe), "--data-root", str(root), "--data", str(tmp_path / "data"),
+                       "--run-dir", str(run), "--set", "train.max_updates=3", "--set", "train.validate_at_end=false")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    line, glossary = "the dog runs in the park .", tmp_path / "terms.tsv"
+    glossary.write_text("dog\tKatze\n", encoding="utf-8")
+    translated = {mode: run_nmtk("translate", "-m", str(run), "--glossary", str(glossary), "--terms", mode,
+                                 "--precision", "fp32", stdin=line + "\n") for mode in ("auto", "constrained")}
+    assert all(r.returncode == 0 for r in translated.values()), [r.stderr for r in translated.values()]
+    assert "Katze" in translated["constrained"].stdout.split()
+    server = Server(run, "--precision", "fp32", "--workers", "1")
+    try:
+        status, answer = server.post("/translate", {"q": line, "source": "en", "target": "de",
+                                                    "glossary": [["dog", "Katze"]]})
+    finally:
+        server.stop()
+    assert status == 200 and answer["translatedText"] == translated["auto"].stdout.strip(), answer

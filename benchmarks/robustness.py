@@ -1,0 +1,186 @@
+"""Benchmark robustness to real input, and terminology from the input: the demo recipe's run against the
+robust recipe's (recipes/multi30k-en-de-robust.toml), on Multi30k test_2016_flickr, beam 4, 2 threads.
+
+One JSON line:
+
+- ``bleu``: per run, BLEU on the test set as it is (``clean``), in capitals (``upper``, references in
+  capitals too), in title case (``title``, references too) and with typos (``typos``: OpusTrainer's
+  typo classes, each word hit with probability 0.1, seed 1; references as they are); and each variant's
+  loss against clean.
+- ``terms``: a glossary per line from its reference, as benchmarks/constraints.py builds its terms:
+  1–2 (source word, reference word) pairs per line that eflomal aligns in both directions (content
+  words of 3+ letters, the target word absent from the robust run's plain output). Term recall, BLEU and
+  sentences/s with nothing, with inline hints (`--terms inline`) and with constrained decoding (nmtk's
+  engine), and with nothing and inline hints in the robust run's CTranslate2 int8 export. Speeds are
+  medians of ``--repeat`` passes in one process, alone.
+
+Usage: python benchmarks/robustness.py [--plain runs/multi30k-en-de] [--robust runs/multi30k-en-de-robust]
+       [--repeat 3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from _util import ROOT
+from constraints import has, timed
+from translate import test_lines
+
+TYPO_RATE, SEED = 0.1, 1
+FUNCTION_WORDS = frozenset("a an the and or of in on at to with from by for is are was were be his her its their "
+                           "this that these those while who which as into near up down out over".split())
+#: OpusTrainer's typo classes that apply to one word (the space-removing one needs two)
+WORD_TYPOS = ("char_swap", "missing_char", "extra_char", "nearby_char", "similar_char", "random_space",
+              "repeated_char", "unichar")
+
+
+def title(line: str) -> str:
+    """OpusTrainer's TitleCase: each space-separated word's first letter in capitals."""
+    return " ".join(w[0].upper() + w[1:] for w in line.split())
+
+
+def with_typos(lines: list[str], rate: float = TYPO_RATE, seed: int = SEED) -> list[str]:
+    """Each word, with probability ``rate``, hit by one of OpusTrainer's typo classes (the `typo` package
+    OpusTrainer uses), seeded."""
+    import typo
+
+    rng = random.Random(seed)
+    out = []
+    for line in lines:
+        words = []
+        for word in line.split():
+            if len(word) > 1 and rng.random() < rate:
+                errer = typo.StrErrer(word, seed=rng.getrandbits(32))
+                word = getattr(errer, rng.choice(WORD_TYPOS))().result
+            words.append(word)
+        out.append(" ".join(words))
+    return out
+
+
+def bleu(outputs: list[str], refs: list[str]) -> float:
+    from sacrebleu.metrics import BLEU
+
+    return round(BLEU().corpus_score(outputs, [refs]).score, 2)
+
+
+def texts(translator: Any, lines: list[str], search: Any, ids: list | None = None, guides: list | None = None
+          ) -> list[str]:
+    hyps = translator.hypotheses(lines, search, ids=ids, guides=guides)
+    return [translator.detokenize(h[0]) if h else "" for h in hyps]
+
+
+def robustness(run: Path, threads: int, sources: list[str], refs: list[str]) -> dict[str, float]:
+    """BLEU of ``run`` on the test set clean, in capitals, title case and with typos, and each one's loss."""
+    translator, search = load(run, threads)
+    variants = {"clean": (sources, refs), "upper": ([s.upper() for s in sources], [r.upper() for r in refs]),
+                "title": ([title(s) for s in sources], [title(r) for r in refs]),
+                "typos": (with_typos(sources), refs)}
+    scores = {name: bleu(texts(translator, src, search), ref) for name, (src, ref) in variants.items()}
+    return scores | {f"{name}_loss": round(scores["clean"] - scores[name], 2) for name in variants if name != "clean"}
+
+
+def load(run: Path, threads: int, **options: Any) -> tuple[Any, Any]:
+    import torch
+
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+
+    torch.set_num_threads(threads)
+    source = resolve_model(run)
+    return (load_translator(source, LoadOptions(threads=threads, **options)),
+            SearchConfig.from_recipe(source.recipe.decode, beam=4))
+
+
+def glossaries(translator: Any, sources: list[str], refs: list[str], plain: list[str]) -> list[list[tuple[str, str]]]:
+    """Per line, 1–2 (source word, reference word) pairs eflomal aligns both ways, the reference word absent
+    from the plain output (content words of 3+ letters; seed 1)."""
+    from nmtk.data.alignment import align
+
+    src_tok, tgt_tok = translator.src_pipe.moses.tokenize, translator.tgt_pipe.moses.tokenize
+    tokenized = [src_tok(s) for s in sources], [tgt_tok(r) for r in refs]
+    links = align(*tokenized)
+    rng = random.Random(SEED)
+    out = []
+    for words_s, words_t, pairs, output in zip(*(t for t in tokenized), links, plain, strict=False):
+        ws, wt = words_s.split(), words_t.split()
+        candidates = [(ws[s], wt[t]) for s, t in pairs if ws[s].isalpha() and wt[t].isalpha() and len(wt[t]) >= 3
+                      and ws[s].lower() not in FUNCTION_WORDS and not has(output, wt[t]) and ws[s] != wt[t]]
+        candidates = list(dict.fromkeys(candidates))
+        out.append(rng.sample(candidates, min(len(candidates), rng.choice((1, 2)))) if candidates else [])
+    return out
+
+
+def terms(run: Path, threads: int, repeat: int, sources: list[str], refs: list[str]) -> dict[str, Any]:
+    """Term recall, BLEU and speed with nothing, inline hints and constraints (nmtk), nothing and inline (CT2 int8)."""
+    from nmtk.decode.guide import Glossary, Guidance
+
+    translator, search = load(run, threads)
+    texts(translator, sources[:50], search)  # warm-up
+    plain, plain_s = timed(lambda: texts(translator, sources, search), repeat)
+    wanted = glossaries(translator, sources, refs, plain)
+    per_line = [Glossary(tuple(g)) if g else None for g in wanted]
+
+    def hinted(engine: Any) -> list:
+        """Each line encoded with its own glossary's hints (one glossary a line: each line's terms)."""
+        return [engine.encode([s], 1, g)[0] if g else engine.encode([s])[0] for s, g in zip(sources, per_line,
+                                                                                          strict=True)]
+
+    def recall(outputs: list[str]) -> float:
+        asked = [(i, t) for i, g in enumerate(wanted) for _, t in g]
+        return round(100 * sum(has(outputs[i], t) for i, t in asked) / max(len(asked), 1), 2)
+
+    ids = hinted(translator)
+    inline, inline_s = timed(lambda: texts(translator, sources, search, ids=hinted(translator)), repeat)
+    guides = [Guidance(constraints=tuple(t for _, t in g)) if g else None for g in wanted]
+    constrained, constrained_s = timed(lambda: texts(translator, sources, search, guides=guides), repeat)
+    ct2, ct2_search = exported(run, threads)
+    texts(ct2, sources[:50], ct2_search)
+    ct2_plain, ct2_plain_s = timed(lambda: texts(ct2, sources, ct2_search), repeat)
+    ct2_inline, ct2_inline_s = timed(lambda: texts(ct2, sources, ct2_search, ids=hinted(ct2)), repeat)
+    n = len(sources)
+    row = lambda outs, s, base: {"term_recall_pct": recall(outs), "bleu": bleu(outs, refs),  # noqa: E731
+                                 "sentences_per_s": round(n / s, 1), "speed_vs_plain": round(base / s, 3)}
+    return {"lines_with_terms": sum(1 for g in wanted if g), "terms": sum(len(g) for g in wanted),
+            "examples": [g for g in wanted if g][:5],
+            "hinted_example": next(translator.src_pipe.subwords.decode(i)
+                                   for i, g in zip(ids, wanted, strict=True) if g),
+            "nmtk": {"nothing": row(plain, plain_s, plain_s), "inline": row(inline, inline_s, plain_s),
+                     "constrained": row(constrained, constrained_s, plain_s)},
+            "ct2_int8": {"nothing": row(ct2_plain, ct2_plain_s, ct2_plain_s),
+                         "inline": row(ct2_inline, ct2_inline_s, ct2_plain_s)}}
+
+
+def exported(run: Path, threads: int) -> tuple[Any, Any]:
+    """The run's CTranslate2 int8 export (made once, beside the run), loaded."""
+    export = run / "export-int8"
+    if not (export / "model.bin").is_file():
+        subprocess.run([sys.executable, "-m", "nmtk", "export", str(run), "-o", str(export), "--quantization", "int8",
+                        "--force"], check=True, cwd=ROOT, capture_output=True)
+    return load(export, threads)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plain", type=Path, default=ROOT / "runs" / "multi30k-en-de")
+    parser.add_argument("--robust", type=Path, default=ROOT / "runs" / "multi30k-en-de-robust")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    sources, refs = test_lines("en"), test_lines("de")
+    report: dict[str, Any] = {"benchmark": "robustness", "sentences": len(sources), "beam": 4,
+                              "threads": args.threads, "typo_rate": TYPO_RATE}
+    report["bleu"] = {"plain": robustness(args.plain, args.threads, sources, refs),
+                      "robust": robustness(args.robust, args.threads, sources, refs)}
+    report["terms"] = terms(args.robust, args.threads, args.repeat, sources, refs)
+    print(json.dumps(report, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

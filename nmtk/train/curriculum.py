@@ -1,0 +1,159 @@
+"""The curriculum: which corpus weights and modifiers each epoch trains with (``[[train.stages]]``,
+``[[train.modifiers]]``), and when a stage ends.
+
+A stage's weights are corpus weights (`nmtk.data.batching.weighted_sample`) for as long as it lasts; it
+ends after a number of its updates (mid-epoch: the next epoch starts the next stage) or once a corpus
+has been seen a number of times (at the end of an epoch, which sees corpus c ``weight_c`` times). The
+stage, the update it began at and its finished epochs are part of the training state, so a resume
+inside a stage, or across stages, continues where the uninterrupted run would be: an epoch's batches
+and modified pairs are functions of the seed, the epoch and the stage alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from typing import TypeVar
+
+import numpy as np
+
+from nmtk.console import console
+from nmtk.data.alignment import Alignments
+from nmtk.data.batching import BatchingPlan, CorpusDraws
+from nmtk.data.modifiers import ModifiedSplit
+from nmtk.errors import NmtkError
+from nmtk.manifest import PreparedData
+from nmtk.recipe import Modifier, Recipe, Stage
+from nmtk.text.subword import load_subword_model
+from nmtk.train.metrics import MetricsLog
+from nmtk.train.state import TrainState
+
+T = TypeVar("T")
+
+
+def _corpus_ids(data: PreparedData, names: list[str], sentences: int) -> np.ndarray:
+    """Each training sentence's corpus (index into ``names``), from what `prepare` recorded."""
+    manifest = data.manifest()
+    recorded = [c for pair in manifest.language_pairs() for c in manifest.training_corpora(pair)]
+    if [c["name"].rpartition("/")[2] for c in recorded] != names or sum(c["kept"] for c in recorded) != sentences:
+        raise NmtkError(f"{data}: its record of each training corpus's pairs is not the recipe's corpora "
+                        f"({', '.join(names)}); prepare it again (nmtk prepare --force) to train in stages")
+    return np.repeat(np.arange(len(recorded), dtype=np.int32), [c["kept"] for c in recorded])
+
+
+class Curriculum:
+    """Stages and modifiers over the epochs of one run: the split and batching plan of each epoch."""
+
+    def __init__(self, recipe: Recipe, data: PreparedData, split: object, lengths: tuple[np.ndarray, np.ndarray],
+                 show: bool = True) -> None:
+        t = recipe.train
+        self.stages, self.modifiers, self.show, self.finished = list(t.stages), list(t.modifiers), show, True
+        self.corpora = [c for pair in recipe.data.language_pairs() for c in pair.train]
+        names = [c.name for c in self.corpora]
+        self.ids = _corpus_ids(data, names, len(lengths[0])) if self.stages else None
+        self.split = self._modified(recipe, data, split, lengths) if self._any_modifiers() else split
+
+    def _any_modifiers(self) -> bool:
+        return bool(self.modifiers) or any(s.modifiers for s in self.stages)
+
+    def _modified(self, recipe: Recipe, data: PreparedData, split: object,
+                  lengths: tuple[np.ndarray, np.ndarray]) -> ModifiedSplit:
+        manifest = data.manifest()
+        pair = manifest.language_pairs()[0]
+        models = [load_subword_model(data.path / manifest.vocab.models[lang]) for lang in (pair.source, pair.target)]
+        if recipe.uses_terms and not manifest.hints:
+            raise NmtkError(f"train.modifiers: terms needs data prepared with it (hint symbols and word alignments): "
+                            f"nmtk prepare --force (the data in {data.path} has neither)")
+        alignments = Alignments(data.alignments()) if manifest.hints else None
+        pieces = {p: i for i, p in enumerate(models[0].pieces())}
+        tags = [c.tag for c in self.corpora if c.tag] + list(manifest.tags)
+        keep = frozenset(pieces[t] for t in tags if t in pieces) | frozenset(manifest.tags.values())
+        limit = min(recipe.data.max_len + 1, recipe.batching.batch_tokens)  # what prepare and batching allow
+        return ModifiedSplit(split, (models[0], models[1]), lengths, recipe.train.seed, limit, keep, alignments)
+
+    def stage(self, state: TrainState) -> Stage | None:
+        return self.stages[state.stage] if self.stages else None
+
+    def plan(self, base: BatchingPlan, state: TrainState, log: MetricsLog | None = None) -> BatchingPlan:
+        """The epoch ``state.epoch``'s batching plan: ``base`` with the stage's corpus weights, its pairs
+        modified (the split's lengths changed in place first). A stage's first epoch is said (and
+        written to ``log``, train.jsonl)."""
+        self.finished = True
+        stage = self.stage(state)
+        if isinstance(self.split, ModifiedSplit):
+            modifiers: list[Modifier] = self.modifiers if stage is None or stage.modifiers is None else stage.modifiers
+            self.split.set_epoch(state.epoch, modifiers)
+        if stage is None:
+            return replace(base) if isinstance(self.split, ModifiedSplit) else base
+        if self.begins(state):
+            self._announce(stage, state)
+            if log is not None:
+                log.write(self.record(state), "stage", ())
+        weights = tuple(stage.weights.get(c.name, c.weight) for c in self.corpora)
+        return replace(base, draws=CorpusDraws(self.ids, weights))
+
+    def _announce(self, stage: Stage, state: TrainState) -> None:
+        if self.show:
+            weights = ", ".join(f"{c.name} ×{stage.weights.get(c.name, c.weight):g}" for c in self.corpora)
+            console.print(f"stage {state.stage + 1}/{len(self.stages)} {stage.name} from update {state.update} "
+                          f"(epoch {state.epoch + 1}): {weights}; until {self._end(stage)}")
+
+    @staticmethod
+    def _end(stage: Stage) -> str:
+        if stage.updates is not None:
+            return f"{stage.updates:,} updates"
+        return f"{stage.corpus} is seen {stage.epochs:g} times" if stage.epochs is not None else "training stops"
+
+    def begins(self, state: TrainState) -> bool:
+        """Whether the epoch about to run is the first of its stage, from its start."""
+        return bool(self.stages) and state.batch == 0 and state.stage_epochs == 0
+
+    def label(self, state: TrainState) -> dict[str, object]:
+        """What each train.jsonl line says of the curriculum: the stage's name (nothing without stages)."""
+        return {"stage": self.stages[state.stage].name} if self.stages else {}
+
+    def describe(self) -> str | None:
+        """The curriculum in a line, under the ``update:`` line (None: neither stages nor modifiers)."""
+        parts = []
+        if self.stages:
+            parts.append(f"{len(self.stages)} stages: " + ", ".join(f"{s.name} (until {self._end(s)})"
+                                                                    for s in self.stages))
+        if self.modifiers:
+            parts.append("modifiers: " + ", ".join(f"{m.name} {m.p:.0%}" for m in self.modifiers))
+        return "curriculum: " + "; ".join(parts) if parts else None
+
+    def record(self, state: TrainState) -> dict[str, object]:
+        """What train.jsonl says when a stage begins."""
+        stage = self.stage(state)
+        return {"stage": stage.name if stage else None, "stage_index": state.stage + 1, "update": state.update,
+                "epoch": state.epoch + 1}
+
+    def out_of_updates(self, state: TrainState) -> bool:
+        """Whether the stage has had its updates (then the epoch ends here and the next stage begins)."""
+        stage = self.stage(state)
+        return stage is not None and stage.updates is not None and state.update - state.stage_update >= stage.updates
+
+    def within_stage(self, updates: Iterable[T], state: TrainState) -> Iterator[T]:
+        """``updates`` (an epoch's) while the stage has updates left: one whose updates are spent ends the
+        epoch there (not finished), and the next epoch begins the next stage."""
+        for update in updates:
+            if self.out_of_updates(state):
+                self.finished = False
+                return
+            yield update
+
+    def next_epoch(self, state: TrainState) -> None:
+        """Move ``state`` to the next epoch, and to the next stage where this one ended (by its updates, or
+        by the epochs of its corpus, counted when an epoch is trained to its end)."""
+        stage = self.stage(state)
+        state.epoch, state.batch = state.epoch + 1, 0
+        if stage is None:
+            return
+        state.stage_epochs += self.finished
+        seen = stage.corpus is not None and stage.epochs is not None and \
+            state.stage_epochs * stage.weights.get(stage.corpus, self._weight(stage.corpus)) >= stage.epochs - 1e-9
+        if (seen or self.out_of_updates(state)) and state.stage < len(self.stages) - 1:
+            state.stage, state.stage_update, state.stage_epochs = state.stage + 1, state.update, 0
+
+    def _weight(self, name: str) -> float:
+        return next(c.weight for c in self.corpora if c.name == name)

@@ -1,0 +1,280 @@
+"""Training stages and on-the-fly modifiers (OpusTrainer's), and terminology hints from the input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import synthetic_pairs, toy_recipe, write_lines
+
+from nmtk.checkpoint import Checkpoint
+from nmtk.data.binarized import BinarizedSplit
+from nmtk.data.dataset import split_lengths
+from nmtk.data.modifiers import ModifiedSplit
+from nmtk.data.prepare import prepare
+from nmtk.decode.guide import Glossary, inline_terms
+from nmtk.errors import NmtkError
+from nmtk.pair import Pair
+from nmtk.recipe import Modifier, load_recipe
+from nmtk.rundir import RunDir
+from nmtk.text import text_pipelines
+from nmtk.text.subword import load_subword_model
+from nmtk.train.curriculum import Curriculum
+from nmtk.train.distributed import DistInfo
+from nmtk.train.trainer import Trainer
+from nmtk.vocab import HINT_SYMBOLS
+
+BT = """
+[[data.train]]
+name = "bt"
+source = "toy/bt.en.gz"
+target = "toy/bt.de.gz"
+tag = "<BT>"
+"""
+TERMS = """
+[[train.modifiers]]
+name = "terms"
+p = 0.5
+words = 0.5
+"""
+
+
+def _root(tmp: Path) -> Path:
+    root = tmp / "root"
+    for name, pairs in (("train", synthetic_pairs(200)), ("bt", synthetic_pairs(100, 5)),
+                        ("valid", synthetic_pairs(20, 1)), ("test", synthetic_pairs(20, 2))):
+        write_lines(root / "toy" / f"{name}.en.gz", [a for a, _ in pairs])
+        write_lines(root / "toy" / f"{name}.de.gz", [b for _, b in pairs])
+    return root
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory: pytest.TempPathFactory):
+    """Two corpora (original, tagged back-translation) prepared with the terms modifier's hints."""
+    tmp = tmp_path_factory.mktemp("staged")
+    root = _root(tmp)
+    text = toy_recipe(tmp, TERMS, vocab_size=90).read_text().replace("[data.valid]", BT + "[data.valid]", 1)
+    (tmp / "staged.toml").write_text(text)
+    recipe = load_recipe(tmp / "staged.toml")
+    return recipe, prepare(recipe, root, tmp / "data"), tmp
+
+
+def _trainer(tmp: Path, recipe_path: Path, data, overrides: list[str], run: str = "run") -> Trainer:
+    recipe = load_recipe(recipe_path, overrides)
+    out = RunDir(tmp / run)
+    out.path.mkdir()
+    pipes = text_pipelines(recipe.tokenizer, ("en", "de"), data.manifest.model_paths(data.out_dir))
+    return Trainer(recipe, data.data, pipes, out, torch.device("cpu"), DistInfo())
+
+
+def _split(result) -> tuple[ModifiedSplit, list, BinarizedSplit]:
+    split = BinarizedSplit(result.data, "train", Pair("en", "de"))
+    models = [load_subword_model(result.out_dir / "spm.model")] * 2
+    recipe = load_recipe(result.out_dir.parent / "staged.toml")
+    curriculum = Curriculum(recipe, result.data, split, split_lengths(split), show=False)
+    assert isinstance(curriculum.split, ModifiedSplit)
+    return curriculum.split, models, split
+
+
+def _texts(split, models, i: int) -> tuple[str, str]:
+    return models[0].decode(split.src[i].tolist()), models[1].decode(split.tgt[i].tolist())
+
+
+# ----------------------------------------------------------------------------------------------- modifiers
+
+
+@pytest.mark.parametrize("name", ["uppercase", "titlecase", "typos", "noise", "merge", "terms"])
+def test_each_modifier_changes_the_chosen_pairs_as_opustrainer_does(staged, name: str) -> None:
+    _, result, _ = staged
+    modified, models, base = _split(result)
+    counts = modified.set_epoch(0, [Modifier(name=name, p=1.0, words=1.0)])
+    assert counts[name] == len(base)
+    changed = sorted(modified.changed_src)
+    assert len(changed) >= 0.9 * len(base) if name != "terms" else len(changed) > 0.5 * len(base)
+    for i in changed[:40]:
+        src, tgt = _texts(modified, models, i)
+        old_src, old_tgt = _texts(base, models, i)
+        assert modified.src_lengths[i] == len(modified.src[i]) + 1  # batching sees the new lengths
+        if name == "uppercase":  # the toy vocabulary has no capitals: compare the ids they encode to
+            assert modified.src[i].tolist()[-len(models[0].encode(old_src.upper())):] == models[0].encode(
+                old_src.upper()) and modified.tgt[i].tolist() == models[1].encode(old_tgt.upper())
+        elif name == "titlecase":
+            title = " ".join(w[0].upper() + w[1:] for w in old_tgt.split())
+            assert modified.tgt[i].tolist() == models[1].encode(title)
+        elif name == "typos":
+            assert tgt == old_tgt  # typos are the source's
+        elif name == "noise":
+            assert src == tgt and src != old_src  # a random string to copy
+        elif name == "merge":
+            assert src.startswith(old_src) and len(src) > len(old_src) and tgt.startswith(old_tgt)
+        else:
+            assert "__source__" in src and tgt == old_tgt
+            for hint in src.split("__source__")[1:]:
+                term = hint.split("__target__")[1].split("__done__")[0].strip()
+                assert term in tgt.split()  # the hint is the aligned target word
+    if name == "typos":
+        assert sum(_texts(modified, models, i)[0] != _texts(base, models, i)[0] for i in changed) > 0.4 * len(changed)
+
+
+def test_modified_pairs_are_drawn_afresh_each_epoch_from_the_seed_and_put_back(staged) -> None:
+    _, result, _ = staged
+    modified, _, base = _split(result)
+    mods = [Modifier(name="uppercase", p=0.3), Modifier(name="typos", p=0.3), Modifier(name="terms", p=0.3)]
+    original = modified.src_lengths.copy()
+    modified.set_epoch(0, mods)
+    first = {i: modified.src[i].tolist() for i in modified.changed_src}
+    modified.set_epoch(1, mods)
+    assert set(modified.changed_src) != set(first)  # another share each epoch
+    modified.set_epoch(0, mods)
+    assert {i: modified.src[i].tolist() for i in modified.changed_src} == first  # the same run twice
+    modified.set_epoch(2, [])
+    assert not modified.changed_src and np.array_equal(modified.src_lengths, original)
+    assert all(modified.src[i].tolist() == base.src[i].tolist() for i in range(len(base)))
+
+
+def test_a_corpus_tag_stays_first_and_a_too_long_change_keeps_its_original(staged) -> None:
+    _, result, _ = staged
+    modified, models, base = _split(result)
+    tag = models[0].pieces().index("<BT>")
+    modified.set_epoch(0, [Modifier(name="uppercase", p=1.0)])
+    assert all(modified.src[i][0] == tag for i in range(200, 300))
+    modified.limit = 8  # few pairs fit: the others keep their original pair
+    counts = modified.set_epoch(0, [Modifier(name="merge", p=1.0)])
+    assert counts["too long"] > 0 and len(modified.changed_src) == len(base) - counts["too long"]
+    assert all(len(modified.src[i]) + 1 <= 8 for i in modified.changed_src)
+
+
+# -------------------------------------------------------------------------------------------------- stages
+
+STAGES = """
+[[train.stages]]
+name = "mixed"
+epochs = 1
+corpus = "bt"
+[[train.stages]]
+name = "original"
+weights = { bt = 0 }
+"""
+
+
+def test_stages_switch_where_they_should_and_say_so(staged) -> None:
+    recipe, result, tmp = staged
+    path = tmp / "stages.toml"
+    path.write_text((tmp / "staged.toml").read_text() + STAGES)
+    trainer = _trainer(tmp, path, result, ["train.max_updates=1000", "train.max_epochs=3",
+                                           "train.validate_every_updates=1000", "train.validate_at_end=false"])
+    trainer.train()
+    assert trainer.state.epoch == 3 and trainer.state.stage == 1 and trainer.state.stage_epochs == 2
+    records = [json.loads(line) for line in trainer.run.log_path.read_text().splitlines()]
+    begun = [(r["stage"], r["epoch"]) for r in records if "stage_index" in r]
+    assert begun == [("mixed", 1), ("original", 2)]
+    curriculum = trainer.curriculum
+    for stage, drawn_bt in ((0, True), (1, False)):
+        state = type(trainer.state)(epoch=stage, stage=stage)
+        plan = curriculum.plan(trainer.base_plan, state)
+        drawn = np.concatenate(plan.epoch_batches(stage))
+        assert (drawn >= 200).any() == drawn_bt and (drawn < 200).sum() == 200
+    trainer.metrics.close()
+
+
+def test_a_stage_ends_after_its_updates_mid_epoch_and_a_resume_inside_and_across_stages_is_exact(staged) -> None:
+    _, result, tmp = staged
+    path = tmp / "by_updates.toml"
+    path.write_text((tmp / "staged.toml").read_text() + STAGES.replace('epochs = 1\ncorpus = "bt"', "updates = 3")
+                    + '[[train.modifiers]]\nname = "uppercase"\np = 0.3\n')
+    common = ["train.validate_every_updates=1000", "train.validate_at_end=false", "train.save_every_updates=1"]
+    whole = _trainer(tmp, path, result, ["train.max_updates=8", *common], "whole")
+    whole.train()
+    assert whole.state.stage == 1 and whole.state.stage_update == 3 and whole.state.epoch >= 1
+    records = [json.loads(line) for line in whole.run.log_path.read_text().splitlines()]
+    assert [(r["stage"], r["update"]) for r in records if "stage_index" in r] == [("mixed", 0), ("original", 3)]
+    for stop in (2, 3, 5):  # inside the first stage, at its end, inside the second
+        part = _trainer(tmp, path, result, [f"train.max_updates={stop}", *common], f"part{stop}")
+        part.train()
+        resumed = _trainer(tmp, path, result, ["train.max_updates=8", *common], f"resumed{stop}")
+        resumed.resume(Checkpoint.read(part.run.resume_checkpoint()))
+        resumed.train()
+        for name, value in whole.model.state_dict().items():
+            assert torch.equal(value, resumed.model.state_dict()[name]), (stop, name)
+        for t in (part, resumed):
+            t.metrics.close()
+    whole.metrics.close()
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('[[train.modifiers]]\nname = "capitals"\np = 0.1\n', r"train.modifiers.0.name: Input should be 'uppercase'"),
+    ('[[train.modifiers]]\nname = "typos"\np = 1.5\n', r"train.modifiers.0.p: Input should be less than or equal to 1"),
+    ('[[train.stages]]\nname = "a"\nweights = { news = 1 }\n', r"train.stages\[0\] \(a\): no training corpus named "
+                                                              r"'news'"),
+    ('[[train.stages]]\nname = "a"\n[[train.stages]]\nname = "b"\n', r"stages\[0\] \(a\): has no end"),
+    ('[[train.stages]]\nname = "a"\nupdates = 5\nepochs = 1\ncorpus = "train"\n', "give updates or epochs"),
+])
+def test_bad_modifiers_and_stages_are_one_line_naming_the_field_and_nothing_is_written(
+        tmp_path: Path, extra: str, message: str) -> None:
+    path = toy_recipe(tmp_path, extra)
+    with pytest.raises(NmtkError, match=message) as error:
+        load_recipe(path)
+    assert "\n" not in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy.toml"]
+
+
+def test_terms_need_data_prepared_with_them(tmp_path: Path) -> None:
+    from helpers import toy_prepared
+
+    recipe, out, _ = toy_prepared(tmp_path)
+    with_terms = load_recipe(toy_recipe(tmp_path, TERMS, name="terms"))
+    with pytest.raises(NmtkError, match=r"terms needs data prepared with it .*nmtk prepare --force"):
+        Curriculum(with_terms, out.data, BinarizedSplit(out.data, "train", Pair("en", "de")),
+                   split_lengths(BinarizedSplit(out.data, "train", Pair("en", "de"))))
+
+
+# ------------------------------------------------------------------------------------------ terms in input
+
+
+def test_a_glossary_becomes_hints_in_the_source_longest_term_first() -> None:
+    glossary = Glossary((("hard hat", "Schutzhelm"), ("hat", "Hut"), ("dog", "Hund")))
+    tokenize = lambda text: text.replace(".", " .")  # noqa: E731
+    assert glossary.hinted("A dog in a hard hat.", tokenize, str) == (
+        "A __source__ dog __target__ Hund __done__ in a __source__ hard hat __target__ Schutzhelm __done__ .")
+    assert glossary.hinted("A cat.", tokenize, str) == "A cat ."
+
+
+def test_inline_terms_are_chosen_by_the_data_and_refused_without_hints(staged) -> None:
+    _, result, _ = staged
+    hinted, plain = result.manifest, result.manifest.model_copy(update={"hints": False})
+    assert inline_terms("auto", hinted, "m") and not inline_terms("auto", plain, "m")
+    assert not inline_terms("constrained", hinted, "m") and not inline_terms("auto", None, "m")
+    with pytest.raises(NmtkError, match=r"--terms inline: runs/x was not trained with terminology hints"):
+        inline_terms("inline", plain, "runs/x")
+
+
+def test_hints_are_one_piece_each_and_survive_the_export(staged, tmp_path: Path) -> None:
+    """The hint symbols are vocabulary items segmented from text: nmtk's pipeline and the CTranslate2
+    export read a hinted source as the same pieces, so either engine takes terms from its input."""
+    from conftest import run_nmtk
+
+    from nmtk.convert.formats import export_model
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.model_source import resolve_model
+
+    _, result, tmp = staged
+    run = tmp / "export-run"
+    done = run_nmtk("train", str(tmp / "staged.toml"), "--data", str(result.out_dir), "--data-root", str(tmp / "root"),
+                    "--run-dir", str(run), "--set", "train.max_updates=2", "--set", "train.validate_at_end=false")
+    assert done.returncode == 0, done.stderr
+    ours = load_translator(resolve_model(run), LoadOptions(threads=1))
+    pieces = ours.src_pipe.subwords.pieces()
+    assert all("\u2581" + s in pieces for s in HINT_SYMBOLS)  # with the space before it: one piece
+    export = tmp_path / "ct2"
+    export_model(resolve_model(run), export, "ctranslate2", "int8")
+    theirs = load_translator(resolve_model(export), LoadOptions(threads=1))
+    glossary = Glossary((("dog", "Hund"),))
+    a = ours.encode(["the dog runs ."], 1, glossary)[0]
+    b = theirs.encode(["the dog runs ."], 1, glossary)[0]
+    assert a == b and all(pieces.index("\u2581" + s) in a for s in HINT_SYMBOLS)
+    assert all("\u2581" + s in json.loads((export / "shared_vocabulary.json").read_text()) for s in HINT_SYMBOLS)
+    with pytest.raises(NmtkError, match=r"glossary\[0\]: the target term '☃' has characters"):
+        ours.check_hints(Glossary.of([("dog", "☃")]))
