@@ -46,7 +46,7 @@ def write_root(work: Path) -> Path:
     for folder in ("half", "mono", "bt"):
         (root / folder).mkdir(parents=True, exist_ok=True)
     if not (root / "multi30k").exists():
-        (root / "multi30k").symlink_to(data_root() / "multi30k")
+        (root / "multi30k").symlink_to((data_root() / "multi30k").resolve())  # NMTK_DATA may be relative
     en, de = multi30k_lines("train.en.gz"), multi30k_lines("train.de.gz")
     middle = len(en) // 2
     for lang, lines in (("en", en), ("de", de)):

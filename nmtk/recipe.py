@@ -721,13 +721,12 @@ class Recipe(Section):
         return self
 
     @property
-    def casing(self) -> dict[str, float]:
-        """The largest share of pairs each casing modifier (``uppercase``, ``titlecase``) changes in any stage:
-        `prepare` shows the subword learner as many lines so cased, so that capitals get pieces of their own
-        (otherwise a word in capitals is spelled letter by letter: 4x the tokens on Multi30k)."""
-        every = [*self.train.modifiers, *(m for s in self.train.stages for m in s.modifiers or ())]
-        shares = {name: max((m.p for m in every if m.name == name), default=0.0) for name in ("uppercase", "titlecase")}
-        return {name: p for name, p in shares.items() if p > 0}
+    def casing(self) -> list[str]:
+        """The casing modifiers (``uppercase``, ``titlecase``) training uses in any stage: `prepare` shows the
+        subword learner lines so cased too, so that capitals get pieces of their own (otherwise a word in
+        capitals is spelled letter by letter: 4x the tokens on Multi30k)."""
+        every = {m.name for m in [*self.train.modifiers, *(m for s in self.train.stages for m in s.modifiers or ())]}
+        return [name for name in ("uppercase", "titlecase") if name in every]
 
     @property
     def uses_terms(self) -> bool:

@@ -344,17 +344,23 @@ class Preparer:
         }
 
 
-def cased_copy(path: Path, shares: dict[str, float], seed: int) -> Path:
-    """``path``'s lines as the casing modifiers will make a share of them (OpusTrainer's ``uppercase``:
-    ``str.upper``; ``titlecase``: each word's first letter), ``shares[name]`` of the lines each (seeded), in
-    a file beside it: the subword learner reads it with the text, so capitals get pieces of their own."""
+#: The share of training lines the subword learner also sees in capitals, and in title case, when training
+#: uses those modifiers: an uppercased Multi30k sentence 4.0x -> 1.35x the tokens, a clean one +2 %.
+CASED_SHARE = 0.05
+
+
+def cased_copy(path: Path, casing: list[str], seed: int) -> Path:
+    """``path``'s lines as the casing modifiers will make some of them (OpusTrainer's ``uppercase``:
+    ``str.upper``; ``titlecase``: each word's first letter), `CASED_SHARE` of the lines each (seeded), in a
+    file beside it: the subword learner reads it with the text, so capitals get pieces of their own. A
+    fixed share, not the modifiers' own: changing a probability does not make new data."""
     rng = random.Random(seed)
     out = path.with_name(path.name + ".cased")
     with open(path, encoding="utf-8", newline="\n") as lines, open(out, "w", encoding="utf-8", newline="\n") as sink:
         for line in lines:
-            if rng.random() < shares.get("uppercase", 0.0):
+            if "uppercase" in casing and rng.random() < CASED_SHARE:
                 sink.write(line.upper())
-            if rng.random() < shares.get("titlecase", 0.0):
+            if "titlecase" in casing and rng.random() < CASED_SHARE:
                 sink.write(" ".join(w[:1].upper() + w[1:] for w in line.split()) + "\n")
     return out
 

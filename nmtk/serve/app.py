@@ -505,7 +505,7 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
         glossary = [pair for s in segments for pair in s.glossary or ()]
         guides = service.guides(lines, [s.prefix for s in segments], [s.constraints or [] for s in segments],
                                 glossary, False, [b for s in segments for b in s.ban or ()])
-        hyps, translator = await service.run(lines, search, guides)
+        hyps, translator = await service.run(lines, search, guides, None, service.hinted(lines, glossary, False, None))
         return [[{"src": s.src, "tgt": translator.detokenize(h[0]) if h else "", "n_best": 1,
                   "pred_score": h[0].score if h else 0.0, "align": None}] for s, h in zip(segments, hyps, strict=True)]
 

@@ -278,3 +278,21 @@ def test_hints_are_one_piece_each_and_survive_the_export(staged, tmp_path: Path)
     assert all("\u2581" + s in json.loads((export / "shared_vocabulary.json").read_text()) for s in HINT_SYMBOLS)
     with pytest.raises(NmtkError, match=r"glossary\[0\]: the target term '☃' has characters"):
         ours.check_hints(Glossary.of([("dog", "☃")]))
+
+
+def test_the_subword_learner_sees_capitals_when_training_will(tmp_path: Path) -> None:
+    from nmtk.data.prepare import data_settings
+    from nmtk.data.preparer import CASED_SHARE, cased_copy
+
+    lines = [f"a dog number {i} runs ." for i in range(2000)]
+    text = tmp_path / "train.tok.en"
+    text.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    cased = cased_copy(text, ["uppercase", "titlecase"], seed=1).read_text(encoding="utf-8").splitlines()
+    upper = [x for x in cased if x.isupper()]
+    assert set(upper) <= {x.upper() for x in lines} and abs(len(upper) - CASED_SHARE * 2000) < 40
+    assert all(x == " ".join(w[0].upper() + w[1:] for w in x.split()) for x in cased if not x.isupper())
+    plain = load_recipe(toy_recipe(tmp_path))
+    capitals = load_recipe(toy_recipe(tmp_path, '[[train.modifiers]]\nname = "uppercase"\np = 0.2\n', name="caps"))
+    more = load_recipe(toy_recipe(tmp_path, '[[train.modifiers]]\nname = "uppercase"\np = 0.5\n', name="more"))
+    assert "casing" not in data_settings(plain) and data_settings(capitals)["casing"] == ["uppercase"]
+    assert data_settings(capitals) == data_settings(more)  # a probability is no data setting
