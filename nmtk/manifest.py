@@ -62,11 +62,11 @@ class Manifest(BaseModel):
     tags: dict[str, int] = {}
     """A multilingual model's language tag ids, by language (``>>de<<`` -> its id)."""
     tag_style: Literal["opus-mt", "m2m-100"] = "opus-mt"
+    """How a multilingual model reads its tags: ``opus-mt`` (and nmtk's): the target's tag before the
+    source; ``m2m-100`` (M2M-100, NLLB): the source's code before it, the target's forced first."""
     hints: bool = False
     """The source vocabulary holds the terminology hints' symbols and ``train.align.*`` the training pairs'
     word alignments (a recipe with the ``terms`` modifier)."""
-    """How a multilingual model reads its tags: ``opus-mt`` (and nmtk's): the target's tag before the
-    source; ``m2m-100`` (M2M-100, NLLB): the source's code before it, the target's forced first."""
 
     def language_pairs(self) -> list[Pair]:
         """The directions the data (and a model trained on it) translates: a multilingual model's pairs,

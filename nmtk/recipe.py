@@ -473,10 +473,6 @@ class OptimSection(Section):
 # -------------------------------------------------------------------------------------------- train
 
 
-#: The on-the-fly modifiers (`nmtk.data.modifiers`, OpusTrainer's): what each does to a chosen pair.
-MODIFIERS = ("uppercase", "titlecase", "typos", "noise", "merge", "terms")
-
-
 class Modifier(Section):
     """A change made to a share of the training pairs as they are fed (OpusTrainer's modifiers): the pairs
     are drawn afresh each epoch from the seed and the epoch, so a run is the same run twice, and resumes
@@ -721,19 +717,23 @@ class Recipe(Section):
         return self
 
     @property
+    def all_modifiers(self) -> list[Modifier]:
+        """Every modifier training uses: ``train.modifiers`` and each stage's own."""
+        return [*self.train.modifiers, *(m for s in self.train.stages for m in s.modifiers or ())]
+
+    @property
     def casing(self) -> list[str]:
         """The casing modifiers (``uppercase``, ``titlecase``) training uses in any stage: `prepare` shows the
         subword learner lines so cased too, so that capitals get pieces of their own (otherwise a word in
         capitals is spelled letter by letter: 4x the tokens on Multi30k)."""
-        every = {m.name for m in [*self.train.modifiers, *(m for s in self.train.stages for m in s.modifiers or ())]}
-        return [name for name in ("uppercase", "titlecase") if name in every]
+        used = {m.name for m in self.all_modifiers}
+        return [name for name in ("uppercase", "titlecase") if name in used]
 
     @property
     def uses_terms(self) -> bool:
         """Whether training puts terminology hints in sources: `prepare` then adds their symbols to the
         vocabulary and aligns the training pairs."""
-        every = [*self.train.modifiers, *(m for s in self.train.stages for m in s.modifiers or ())]
-        return any(m.name == "terms" for m in every)
+        return any(m.name == "terms" for m in self.all_modifiers)
 
     def hash(self) -> str:
         """sha256 of the canonical JSON of the resolved recipe (what a run was trained with)."""

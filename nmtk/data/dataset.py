@@ -109,17 +109,24 @@ def corpus_draws(data: PreparedData, recipe: Recipe, sentences: int) -> CorpusDr
     """Each training sentence's corpus and the recipe's corpus weights (None: every weight 1, the
     unweighted plan). The prepared data records each corpus's kept pairs in order; the recipe's
     corpora must be those, by name."""
-    manifest = data.manifest()
     corpora = [c for pair in recipe.data.language_pairs() for c in pair.train]
     if all(c.weight == 1.0 for c in corpora):
         return None
+    return CorpusDraws(corpus_ids(data, [c.name for c in corpora], sentences, "weight corpora"),
+                       tuple(c.weight for c in corpora))
+
+
+def corpus_ids(data: PreparedData, names: list[str], sentences: int, purpose: str) -> np.ndarray:
+    """Each training sentence's corpus (int32 index into ``names``, the recipe's training corpora), from
+    what `prepare` recorded; one line naming the data where its record is not those corpora (``purpose``:
+    what the recipe needs them for)."""
+    manifest = data.manifest()
     recorded = [c for pair in manifest.language_pairs() for c in manifest.training_corpora(pair)]
-    names, kept = [c["name"].rpartition("/")[2] for c in recorded], [c["kept"] for c in recorded]
-    if names != [c.name for c in corpora] or sum(kept) != sentences:
-        raise NmtkError(f"{data}: its record of each training corpus's pairs ({', '.join(names) or 'none'}) is not "
-                        "the recipe's corpora; prepare it again (nmtk prepare --force) to weight corpora")
-    ids = np.repeat(np.arange(len(recorded), dtype=np.int32), kept)
-    return CorpusDraws(ids, tuple(c.weight for c in corpora))
+    found, kept = [c["name"].rpartition("/")[2] for c in recorded], [c["kept"] for c in recorded]
+    if found != names or sum(kept) != sentences:
+        raise NmtkError(f"{data}: its record of each training corpus's pairs ({', '.join(found) or 'none'}) is not "
+                        f"the recipe's corpora; prepare it again (nmtk prepare --force) to {purpose}")
+    return np.repeat(np.arange(len(recorded), dtype=np.int32), kept)
 
 
 def target_pieces(data: PreparedData, targets: list[str]) -> tuple[list[int], list[np.ndarray]]:

@@ -120,13 +120,6 @@ class _Side:
         ids = self.changed.get(int(i))
         return self.base[i] if ids is None else ids
 
-    @property
-    def lengths(self) -> np.ndarray:
-        lengths = self.base.lengths
-        for i, ids in self.changed.items():
-            lengths[i] = len(ids)
-        return lengths
-
 
 class ModifiedSplit:
     """A training split whose pairs may change from epoch to epoch (`set_epoch`).

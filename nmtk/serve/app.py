@@ -276,7 +276,8 @@ class _Service:
         request's glossaries its source holds, and the banned phrases (None: nothing asked). With the
         server's ``--terms inline`` the glossaries are hints (`hinted`), not constraints."""
         server = self.server_guides
-        every = None if server.hints and not constrained else self.glossary(glossary, ignore_case)
+        hinted = server.hints and not constrained  # the glossaries go into the sources instead (`hinted`)
+        every = None if hinted else self.with_server(self.request_glossary(glossary, ignore_case))
         bans = tuple(server.bans) + tuple(b.strip() for b in ban or () if b.strip())
         if every is None and not bans and not any(prefix) and not any(constraints):
             return None
@@ -289,25 +290,32 @@ class _Service:
             out.append(guided(line, guide, every, bans, tokenize))
         return out
 
-    def glossary(self, glossary: list[tuple[str, str]] | None, ignore_case: bool) -> Glossary | None:
-        """The server's glossary with the request's added (None: neither)."""
+    @staticmethod
+    def request_glossary(glossary: list[tuple[str, str]] | None, ignore_case: bool) -> Glossary | None:
+        """A request's glossary (None: none); a bad pair is a 422 naming it."""
         try:
-            extra = Glossary.of(glossary, ignore_case, "glossary") if glossary else None
+            return Glossary.of(glossary, ignore_case, "glossary") if glossary else None
         except NmtkError as exc:
             raise ApiError(422, str(exc)) from None
+
+    def with_server(self, extra: Glossary | None) -> Glossary | None:
+        """The server's glossary with a request's added (None: neither)."""
         server = self.server_guides.glossary
         return server + extra if server and extra else (extra or server)
 
     def hinted(self, lines: list[str], glossary: list[tuple[str, str]] | None, ignore_case: bool,
                pair: Pair | None) -> list[list[int] | None] | None:
         """With ``--terms inline``: the lines' ids with the glossaries' hints (None: no glossary, or not inline)."""
-        every = self.glossary(glossary, ignore_case) if self.server_guides.hints else None
+        if not self.server_guides.hints:
+            return None
+        extra = self.request_glossary(glossary, ignore_case)
+        every = self.with_server(extra)
         if every is None:
             return None
         view = self.worker.translator.for_pair(pair)
         try:
-            if glossary:
-                view.check_hints(Glossary.of(glossary, ignore_case, "glossary"))
+            if extra is not None:  # the server's own were checked at its start
+                view.check_hints(extra)
             return view.encode(lines, 1, every)
         except NmtkError as exc:
             raise ApiError(422, str(exc)) from None

@@ -20,6 +20,7 @@ import numpy as np
 from nmtk.console import console
 from nmtk.data.alignment import Alignments
 from nmtk.data.batching import BatchingPlan, CorpusDraws
+from nmtk.data.dataset import corpus_ids
 from nmtk.data.modifiers import ModifiedSplit
 from nmtk.errors import NmtkError
 from nmtk.manifest import PreparedData
@@ -31,16 +32,6 @@ from nmtk.train.state import TrainState
 T = TypeVar("T")
 
 
-def _corpus_ids(data: PreparedData, names: list[str], sentences: int) -> np.ndarray:
-    """Each training sentence's corpus (index into ``names``), from what `prepare` recorded."""
-    manifest = data.manifest()
-    recorded = [c for pair in manifest.language_pairs() for c in manifest.training_corpora(pair)]
-    if [c["name"].rpartition("/")[2] for c in recorded] != names or sum(c["kept"] for c in recorded) != sentences:
-        raise NmtkError(f"{data}: its record of each training corpus's pairs is not the recipe's corpora "
-                        f"({', '.join(names)}); prepare it again (nmtk prepare --force) to train in stages")
-    return np.repeat(np.arange(len(recorded), dtype=np.int32), [c["kept"] for c in recorded])
-
-
 class Curriculum:
     """Stages and modifiers over the epochs of one run: the split and batching plan of each epoch."""
 
@@ -50,11 +41,8 @@ class Curriculum:
         self.stages, self.modifiers, self.show, self.finished = list(t.stages), list(t.modifiers), show, True
         self.corpora = [c for pair in recipe.data.language_pairs() for c in pair.train]
         names = [c.name for c in self.corpora]
-        self.ids = _corpus_ids(data, names, len(lengths[0])) if self.stages else None
-        self.split = self._modified(recipe, data, split, lengths) if self._any_modifiers() else split
-
-    def _any_modifiers(self) -> bool:
-        return bool(self.modifiers) or any(s.modifiers for s in self.stages)
+        self.ids = corpus_ids(data, names, len(lengths[0]), "train in stages") if self.stages else None
+        self.split = self._modified(recipe, data, split, lengths) if recipe.all_modifiers else split
 
     def _modified(self, recipe: Recipe, data: PreparedData, split: object,
                   lengths: tuple[np.ndarray, np.ndarray]) -> ModifiedSplit:
