@@ -614,6 +614,9 @@ class TrainSection(Section):
     """Stop after this many validations without a better BLEU; unset = never stop early."""
     log_every_updates: int = Field(100, ge=1)
     """Write a line of metrics to ``train.jsonl`` every this many updates."""
+    curves: bool = True
+    """Redraw ``curves.png`` (matplotlib) at each validation, to look at during the run; false: no
+    picture while training (a second a drawing on a CPU), ``nmtk plot`` draws it from train.jsonl."""
     modifiers: list[Modifier] = []
     """On-the-fly modifiers (``[[train.modifiers]]``), applied in order (``terms`` last) to fresh pairs
     each epoch; docs/training.md."""

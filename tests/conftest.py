@@ -67,7 +67,8 @@ def copy_run(tmp_path_factory: pytest.TempPathFactory):
     write_corpus(root, "train", copy_pairs(3000, 1))
     write_corpus(root, "valid", copy_pairs(40, 2))
     write_corpus(root, "test", copy_pairs(40, 3))
-    recipe = toy_recipe(tmp, extra="log_every_updates = 20", precision="auto")  # bf16 where the session's auto is
+    # bf16 where the session's auto is; curves.png drawn as in a user's run (tests/integration/test_copy_run.py)
+    recipe = toy_recipe(tmp, extra="log_every_updates = 20", precision="auto", curves=True)
     env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
     result = run_nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "run"), "--threads",
                       "2", "--set", "train.max_updates=700", "--set", "train.validate_every_updates=350",

@@ -66,12 +66,13 @@ numbers = false
 
 
 def toy_recipe(tmp: Path, extra: str = "", vocab_size: int = 64, name: str = "toy", precision: str = "fp32",
-               clean: bool = False) -> Path:
+               clean: bool = False, curves: bool = False) -> Path:
     """A recipe over toy/{train,valid,test}.{en,de}.gz under a data root, with a tiny model.
 
     fp32 unless asked: its trainings are compared with each other to the bit or to 1e-5 (resume, DDP,
     several nodes), which must not hang on the precision `auto` picks on the host. Cleaning only when
-    asked (`NO_CLEANING`)."""
+    asked (`NO_CLEANING`). No curves.png unless asked: matplotlib's second a validation, in every
+    short training of the suite."""
     path = tmp / f"{name}.toml"
     path.write_text(f"""
 [data]
@@ -116,6 +117,7 @@ save_every_minutes = 60
 validate_every_updates = 50
 keep_last = 5
 precision = "{precision}"
+curves = {str(curves).lower()}
 {extra}
 """)
     return path

@@ -135,14 +135,16 @@ class Progress:
 
 
 class CurvesDrawer:
-    """RUN/curves.png, redrawn at each validation so that it can be looked at during the run. A
-    picture that cannot be drawn is a warning, once: it never stops training."""
+    """RUN/curves.png, redrawn at each validation so that it can be looked at during the run (unless
+    ``train.curves`` is off). A picture that cannot be drawn is a warning, once: it never stops training."""
 
-    def __init__(self, run_dir: Path, name: str) -> None:
-        self.run_dir, self.name = run_dir, name
+    def __init__(self, run_dir: Path, name: str, enabled: bool = True) -> None:
+        self.run_dir, self.name, self.enabled = run_dir, name, enabled
         self.failed = False
 
     def draw(self) -> None:
+        if not self.enabled:
+            return
         try:
             from nmtk.pictures import training_curves
 

@@ -97,7 +97,7 @@ class Trainer:
         self._validator_args = (data, recipe, pipelines, device)
         self._validator: Validator | PairValidators | None = None
         self.metrics = MetricsLog(run.log_path, run.path / "tensorboard", enabled=info.is_main)
-        self.curves = CurvesDrawer(run.path, recipe.name)
+        self.curves = CurvesDrawer(run.path, recipe.name, enabled=t.curves)
         self.writer = BackgroundWriter()  # checkpoints are written off the loop, from buffers reserved now
         self.buffers = SnapshotBuffers(self.model.state_dict() if info.is_main else None)
         self.window = MetricsWindow()

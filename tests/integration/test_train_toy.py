@@ -156,6 +156,7 @@ def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) ->
     tmp, recipe, env = toy
     train(tmp, recipe, env, "run", "--set", "train.max_updates=3")
     files = {p.name: p.read_bytes() for p in (tmp / "run").iterdir() if p.is_file()}
+    assert "curves.png" not in files  # train.curves = false (the toy recipe): validated, but no picture
     refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "model.d_ff=128", check=False)
     assert refused.returncode == 1
     assert "cannot resume: model.d_ff changed from 64 to 128" in refused.stderr and "--restart" in refused.stderr
