@@ -234,7 +234,9 @@ def _learn_sentencepiece(inputs: list[Path], model_path: Path, model_type: str, 
     stream = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            input=[str(p) for p in inputs], model_writer=stream, model_type=model_type, vocab_size=vocab_size,
+            # lines from Python, not file names: the model file records the names it was given (prepare's
+            # temporary folder), so the same data prepared twice gave the same pieces in another file
+            sentence_iterator=_lines(inputs), model_writer=stream, model_type=model_type, vocab_size=vocab_size,
             character_coverage=character_coverage, input_sentence_size=input_sentence_size,
             shuffle_input_sentence=True, normalization_rule_name=normalization, byte_fallback=byte_fallback,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,

@@ -65,6 +65,7 @@ def test_prepare_builds_then_is_up_to_date(toy) -> None:
     recipe = load_recipe(recipe_path)
     first = prepare(recipe, root, out)
     assert not first.up_to_date
+    learned = (out / "spm.model").read_bytes()
     manifest = json.loads((out / "manifest.json").read_text())
     train = manifest["splits"]["train"]
     assert train["pairs_in"] == 400 and train["kept"] == 400
@@ -87,6 +88,9 @@ def test_prepare_builds_then_is_up_to_date(toy) -> None:
     assert not prepare(changed, root, out, force=True).up_to_date
     write_corpus(root, "valid", synthetic_pairs(40, 99))  # changed inputs, same settings: rebuilt
     assert not prepare(changed, root, out).up_to_date
+    # the same training data and settings learn the same file, byte for byte (it named prepare's temporary
+    # input files, so that a run's resume refused data prepared again as "another vocabulary")
+    assert not prepare(recipe, root, out, force=True).up_to_date and (out / "spm.model").read_bytes() == learned
     assert leftovers(out) == ["toy"]
 
 
