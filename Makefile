@@ -9,6 +9,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH_VERSION := 2.13.0
 OPUSTRAINER_VERSION := 0.5
+EFLOMAL := eflomal>=2.0,<3
 SHARED_DATA := $(abspath ../shared/data)
 export NMTK_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 
@@ -24,6 +25,9 @@ $(VENV)/.installed: pyproject.toml
 	  else $(PYTHON) -m venv $(VENV); fi; \
 	fi
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==$(TORCH_VERSION)"
+	@# eflomal (the terms modifier's aligner) has no wheel for this Python: pip builds its C aligner with
+	@# -march=native, and a wheel pip cached on another CPU (AVX-512/AMX) dies with SIGILL on this one (AVX2)
+	$(PY) -m pip install -q --no-cache-dir "$(EFLOMAL)"
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps "opustrainer==$(OPUSTRAINER_VERSION)"  # its sentencepiece==0.1.99 pin would replace nmtk's
 	@touch $@

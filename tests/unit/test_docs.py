@@ -91,3 +91,15 @@ def test_the_cli_holds_no_library_work() -> None:
     offenders = [str(p.relative_to(ROOT)) for folder in ("nmtk", "benchmarks") for p in (ROOT / folder).rglob("*.py")
                  if "from nmtk.cli" in p.read_text() and p != ROOT / "nmtk" / "__main__.py"]
     assert offenders == []
+
+
+def test_the_makefile_builds_the_eflomal_pyproject_asks_for_on_this_machine() -> None:
+    """`make install` builds eflomal itself, without pip's cache (its C aligner is compiled for the CPU
+    that builds it: a wheel cached on another CPU can die with SIGILL); the same version range as the
+    ``terms`` and ``dev`` extras, so that the editable install after it changes nothing."""
+    from nmtk.recipe import tomllib  # tomli below Python 3.11
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (spec,) = re.findall(r"^EFLOMAL := (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert spec in extras["terms"] and spec in extras["dev"]
+    assert '--no-cache-dir "$(EFLOMAL)"' in (ROOT / "Makefile").read_text()
