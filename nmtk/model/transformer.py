@@ -172,7 +172,8 @@ class Transformer(nn.Module):
         on a CPU instead of 0.8, and a model bound for a GPU was first a full copy in host memory.
         The sinusoid tables are in no state dict (they are not saved), so they are computed here.
         Allocated by ``torch.empty``, not ``to_empty``: the latter's ``empty_like`` of a meta tensor
-        imports torch's Python meta kernels and sympy, 0.4 s of every `translate`'s start on a CPU.
+        imports torch's Python meta kernels and sympy: 0.4 s of a CPU start that loads a full checkpoint
+        (`nmtk.checkpoint.load_model`) or imports a Marian or M2M-100 model.
         """
         with torch.device("meta"):
             model = cls(cfg)

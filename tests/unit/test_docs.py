@@ -100,6 +100,7 @@ def test_the_makefile_builds_the_eflomal_pyproject_asks_for_on_this_machine() ->
     from nmtk.recipe import tomllib  # tomli below Python 3.11
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    (spec,) = re.findall(r"^EFLOMAL := (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    makefile = (ROOT / "Makefile").read_text()
+    (spec,) = re.findall(r"^EFLOMAL := (.+)$", makefile, re.M)
     assert spec in extras["terms"] and spec in extras["dev"]
-    assert '--no-cache-dir "$(EFLOMAL)"' in (ROOT / "Makefile").read_text()
+    assert '--no-cache-dir "$(EFLOMAL)"' in makefile
