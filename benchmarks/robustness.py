@@ -6,7 +6,8 @@ One JSON line:
 - ``bleu``: per run, BLEU on the test set as it is (``clean``), in capitals (``upper``, references in
   capitals too), in title case (``title``, references too) and with typos (``typos``: OpusTrainer's
   typo classes, each word hit with probability 0.1, seed 1; references as they are); and each variant's
-  loss against clean.
+  loss against clean. As `translate` reads lines by default (``--casing auto``: capitals and title
+  case folded to sentence case, the case given back), and in ``bleu_casing_keep`` as typed.
 - ``terms``: a glossary per line from its reference, as benchmarks/constraints.py builds its terms:
   1–2 (source word, reference word) pairs per line that eflomal aligns in both directions (content
   words of 3+ letters, the target word absent from the robust run's plain output). Term recall, BLEU and
@@ -75,9 +76,11 @@ def texts(translator: Any, lines: list[str], search: Any, ids: list | None = Non
     return [translator.detokenize(h[0]) if h else "" for h in hyps]
 
 
-def robustness(run: Path, threads: int, sources: list[str], refs: list[str]) -> dict[str, float]:
-    """BLEU of ``run`` on the test set clean, in capitals, title case and with typos, and each one's loss."""
-    translator, search = load(run, threads)
+def robustness(run: Path, threads: int, sources: list[str], refs: list[str], casing: str = "auto"
+               ) -> dict[str, float]:
+    """BLEU of ``run`` on the test set clean, in capitals, title case and with typos, and each one's loss;
+    ``casing``: translate's ``--casing`` (auto: capitals and title case read in sentence case)."""
+    translator, search = load(run, threads, casing=casing)
     variants = {"clean": (sources, refs), "upper": ([s.upper() for s in sources], [r.upper() for r in refs]),
                 "title": ([title(s) for s in sources], [title(r) for r in refs]),
                 "typos": (with_typos(sources), refs)}
@@ -176,8 +179,9 @@ def main() -> None:
     sources, refs = test_lines("en"), test_lines("de")
     report: dict[str, Any] = {"benchmark": "robustness", "sentences": len(sources), "beam": 4,
                               "threads": args.threads, "typo_rate": TYPO_RATE}
-    report["bleu"] = {"plain": robustness(args.plain, args.threads, sources, refs),
-                      "robust": robustness(args.robust, args.threads, sources, refs)}
+    for key, casing in (("bleu", "auto"), ("bleu_casing_keep", "keep")):
+        report[key] = {"plain": robustness(args.plain, args.threads, sources, refs, casing),
+                       "robust": robustness(args.robust, args.threads, sources, refs, casing)}
     report["terms"] = terms(args.robust, args.threads, args.repeat, sources, refs)
     print(json.dumps(report, ensure_ascii=False))
 

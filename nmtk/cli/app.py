@@ -28,6 +28,7 @@ from nmtk.errors import NmtkError
 from .options import (
     AttentionKind,
     AttentionStyle,
+    CasingChoice,
     ConstraintOrder,
     ExportFormat,
     InvalidUtf8,
@@ -271,6 +272,9 @@ SourceLangOption = Annotated[str | None, typer.Option("--source-lang", help="A m
 ShortlistOption = Annotated[bool, typer.Option("--shortlist", help="Project each batch onto its sources' "
                                                 "candidate pieces (the run's `nmtk shortlist`; an export's "
                                                 "vmap.txt).")]
+CasingOption = Annotated[CasingChoice, typer.Option(
+    "--casing", help="auto: a line typed in capitals (or With Every Word Capitalised) is translated as sentence-cased "
+                     "text and its translation given back in capitals (title case); keep: every line as typed.")]
 FormatOption = Annotated[MarkupFormat, typer.Option(
     "--format", help="text: a line each; html or xml (inline tags): each line one fragment, its tags kept around "
                      "the words they covered (--document: the whole input one document).")]
@@ -341,7 +345,7 @@ def _refuse_batch_size(batch_size: str | None) -> None:
 @_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision",
                     "shortlist"),
           "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size", "format_", "document",
-                               "attrs"),
+                               "attrs", "casing"),
           "Search": ("beam", "nbest", "lenpen", "lenpen_form", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
           "Prefix and terms": ("prefix", "constraints"),
@@ -390,10 +394,10 @@ def translate(
     document: DocumentOption = False,
     attrs: AttributesOption = None,
     shortlist: ShortlistOption = False,
-    batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True)] = None,
+    casing: CasingOption = CasingChoice.auto,
+    batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True, callback=_refuse_batch_size)] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
-    _refuse_batch_size(batch_size)
     from nmtk.decode import stream
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   max_len_a=max_len_a, max_len_b=max_len_b, beam_tokens=beam_tokens, align=print_alignment,
@@ -402,7 +406,7 @@ def translate(
                   ordered_constraints=constraints == ConstraintOrder.ordered if constraints else None)
     load = stream.LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
                               ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer, target_lang=target_lang,
-                              source_lang=source_lang, shortlist=shortlist)
+                              source_lang=source_lang, shortlist=shortlist, casing=casing.value)
     guide = stream.GuideOptions(stream.InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
                                 glossary_ignore_case or None, ban, terms.value)
     io = dict(input=input_, output=output, force=force, buffer_size=buffer_size, skip=skip, errors=errors)
@@ -474,7 +478,7 @@ def import_(
           "Server": ("host", "port", "api_key", "workers"),
           "Batching and limits": ("gather_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
           "Search": ("beam", "lenpen", "lenpen_form", "no_repeat_ngram_size", "repetition_penalty"),
-          "Control": ("glossary", "glossary_ignore_case", "terms", "ban")})
+          "Control": ("glossary", "glossary_ignore_case", "terms", "ban", "casing")})
 def serve(
     model: ModelOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on (another than 127.0.0.1 exposes the model: "
@@ -506,6 +510,7 @@ def serve(
     terms: TermsOption = TermsChoice.auto,
     ban: BanOption = None,
     shortlist: ShortlistOption = False,
+    casing: CasingOption = CasingChoice.auto,
 ) -> None:
     """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
     at / to try it. SIGTERM finishes the requests in flight; SIGHUP reloads the run's checkpoint. Glossary
@@ -516,7 +521,7 @@ def serve(
     from nmtk.serve.server import serve as run_server
 
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
-                       shortlist=shortlist)
+                       shortlist=shortlist, casing=casing.value)
     search = dict(beam=beam, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   no_repeat_ngram_size=no_repeat_ngram_size,
                   repetition_penalty=repetition_penalty)

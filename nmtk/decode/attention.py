@@ -67,7 +67,9 @@ def draw(options: AttentionOptions) -> list[Path]:
     if source.is_export:
         raise NmtkError(f"{source.path}: an exported CTranslate2 model; draw attention with the run it was exported "
                         "from")
-    translator = load_translator(source, LoadOptions(target_lang=options.target_lang, source_lang=options.source_lang))
+    # the model's attention over the sentence as typed: no folding of capitals (`nmtk.text.casing`)
+    translator = load_translator(source, LoadOptions(target_lang=options.target_lang, source_lang=options.source_lang,
+                                                     casing="keep"))
     assert isinstance(translator, Translator)
     if (options.source_lang or "").lower() == "auto":  # the sentence's detected language
         translator = translator.for_text(sentence)

@@ -22,6 +22,7 @@ from nmtk.errors import NmtkError
 from nmtk.pair import Pair, sources_of
 from nmtk.precision import Precision
 from nmtk.text import TextPipeline, langid
+from nmtk.text.casing import Casing, recased
 from nmtk.text.spellings import Speller
 from nmtk.text.subword import word_starts
 from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID
@@ -78,6 +79,7 @@ class TranslatorBase:
     max_positions: int = 1024  # source tokens the model accepts, EOS included
     longest_trained: int | None = None  # subwords of the longest training source (the run's manifest)
     precision: Precision = Precision.fp32
+    casing: Casing = Casing()  # lines in capitals or title case (`nmtk.text.casing`, --casing)
 
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
@@ -137,10 +139,10 @@ class TranslatorBase:
                     raise NmtkError(f"input line {number}: starts with the tag {tag.group(0).strip()!r}: the target "
                                     "language is chosen with --target-lang (a request's target), not in the text")
         if hints is not None:
-            src, tgt = self.src_pipe, self.tgt_pipe.moses.tokenize
-            return [src.encode_tokenized([hints.hinted(s, src.moses.tokenize, tgt)])[0] if s.strip() else None
-                    for s in sentences]
-        return [self.src_pipe.encode(s) if s.strip() else None for s in sentences]
+            src, tgt = self.src_pipe, self.tgt_pipe.moses.tokenize  # the hints go into the text as the model reads it
+            return [src.encode_tokenized([hints.hinted(self.casing.folded(s), src.moses.tokenize, tgt)])[0] if s.strip()
+                    else None for s in sentences]
+        return [self.src_pipe.encode(self.casing.folded(s)) if s.strip() else None for s in sentences]
 
     def hypotheses(self, sentences: list[str], search: SearchConfig, first_line: int = 1,
                    ids: list[list[int] | None] | None = None,
@@ -150,7 +152,7 @@ class TranslatorBase:
         ``guides``: per sentence, its prefix, constraints and banned phrases as text."""
         ids = self.encode(sentences, first_line) if ids is None else ids
         controls = self.controls(guides, ids, search, first_line) if guides is not None else None
-        return self.hypotheses_of_ids(ids, search, first_line, controls)
+        return self.casing.marked(sentences, self.hypotheses_of_ids(ids, search, first_line, controls))
 
     def hypotheses_of_ids(self, ids: list[list[int] | None], search: SearchConfig, first_line: int = 1,
                           controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
@@ -246,8 +248,9 @@ class TranslatorBase:
             if guide.constraints and search.sampling is not None:
                 raise NmtkError(f"line {line}: constraints need beam search; leave out --sampling")
             limit = search.output_limit(len(src), self.max_positions)
-            prefix = self._phrase(guide.prefix, "prefix", line, self.max_positions - 2) if guide.prefix else ()
-            constraints = tuple(self._phrase(c, "constraint", line, limit) for c in guide.constraints)
+            prefix = (self._checked(guide.prefix, f"line {line}: the prefix", self.max_positions - 2)
+                      if guide.prefix else ())
+            constraints = tuple(self._checked(c, f"line {line}: the constraint", limit) for c in guide.constraints)
             bans = tuple(spelling for b in guide.bans for spelling in self._ban(b, line))
             self._check_together(line, guide, prefix, constraints, search)
             out.append(LineControls(prefix=prefix, constraints=constraints, bans=bans,
@@ -337,9 +340,6 @@ class TranslatorBase:
     def _bans(self) -> dict[str, tuple[tuple[int, ...], ...]]:
         return {}
 
-    def _phrase(self, text: str, what: str, line: int, limit: int | None) -> tuple[int, ...]:
-        return self._checked(text, f"line {line}: the {what}", limit)
-
     def _checked(self, text: str, what: str, limit: int | None) -> tuple[int, ...]:
         """``text`` as target ids; one error starting with ``what`` where it encodes to nothing, to
         unknown pieces, or to more than ``limit`` (the line's output limit)."""
@@ -354,7 +354,7 @@ class TranslatorBase:
         return ids
 
     def detokenize(self, hyp: Hypothesis) -> str:
-        return self.tgt_pipe.decode(hyp.tokens)
+        return recased(self.tgt_pipe.decode(hyp.tokens), hyp.case)
 
     def keep_text_only(self) -> None:
         """Free what only a search needs, keeping the text pipelines: for a translator that encodes and

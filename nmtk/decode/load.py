@@ -16,6 +16,7 @@ from nmtk.console import console
 from nmtk.errors import NmtkError
 from nmtk.model_source import ModelSource
 from nmtk.precision import Precision
+from nmtk.text.casing import Casing
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
@@ -37,6 +38,7 @@ class LoadOptions:
     source_lang: str | None = None  # where a multilingual model has that target from several sources
     any_pair: bool = False  # a multilingual model without target_lang: its first pair (the server's requests say)
     shortlist: bool = False  # project onto the run's lexical shortlist (`nmtk shortlist`; an export's vmap.txt)
+    casing: str = "auto"  # lines in capitals or title case translated in sentence case (`nmtk.text.casing`); "keep"
 
 
 def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
@@ -44,7 +46,9 @@ def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase
     exported model with CTranslate2. ``options.model``/``options.checkpoint`` were resolved into ``source``."""
     if source.found:
         console.print(f"model: {source.path} ({source.found})")
-    return _load_exported(source, options) if source.is_export else _load_run(source, options)
+    translator = _load_exported(source, options) if source.is_export else _load_run(source, options)
+    translator.casing = Casing(options.casing, translator.src_pipe.moses.lang)
+    return translator
 
 
 def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:

@@ -58,7 +58,8 @@ class MarkedUp:
 
     def ids(self, translator: TranslatorBase) -> list[list[int] | None]:
         """The sentences' source ids (`TranslatorBase.encode`'s), from the tokens already made."""
-        return list(translator.src_pipe.encode_tokenized(self.tokens)) if self.tokens else []
+        tokens = [translator.casing.folded(t) for t in self.tokens]  # in sentence case, as `encode` reads text
+        return list(translator.src_pipe.encode_tokenized(tokens)) if tokens else []
 
     def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase) -> list[str]:
         """The documents translated (``hyps``: one list per line, aligned), tags in place."""
@@ -126,6 +127,6 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     guides = None
     if glossary is not None or bans:
         tokenize = translator.src_pipe.moses.tokenize
-        guides = [guided(line, Guidance(), glossary, bans, tokenize) for line in lines]
+        guides = [guided(translator.casing.folded(line), Guidance(), glossary, bans, tokenize) for line in lines]
     hyps = translator.hypotheses(lines, markup_search(search), ids=marked.ids(translator), guides=guides)
     return marked.render(hyps, translator)

@@ -220,6 +220,36 @@ def test_export_translates_as_nmtk_does(copy_run, exported) -> None:
     assert again.returncode == 1 and "--force" in again.stderr
 
 
+def test_lines_in_capitals_or_title_case_are_read_in_sentence_case_by_both_engines(copy_run, exported,
+                                                                                   tmp_path: Path) -> None:
+    """`--casing auto` (the default): a line typed in capitals is translated as its sentence-cased form and
+    the translation given back in capitals, a title-cased line in title case; `--casing keep` reads
+    them as typed. The same in nmtk's engine and in the CTranslate2 export; a glossary's source term
+    is found in the line as the model reads it."""
+    from nmtk.text.casing import folded
+
+    tmp, _, env = copy_run
+    lines = [a for a, _ in copy_pairs(12, 12) if len(a.split()) >= 3]
+    upper, titled = [x.upper() for x in lines], [" ".join(w.capitalize() for w in x.split()) for x in lines]
+    sentence = [folded(x, "upper") for x in upper]
+    assert sentence == [folded(x, "title") for x in titled]
+
+    def out(model: Path, text: list[str], *args: str) -> list[str]:
+        result = nmtk("translate", "-m", str(model), "--precision", "fp32", *args, cwd=tmp, env=env,
+                      stdin="\n".join(text) + "\n")
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    for model in (tmp / "run", exported):
+        plain = out(model, sentence)
+        assert out(model, upper) == [x.upper() for x in plain]
+        assert out(model, titled) == [" ".join(w[:1].upper() + w[1:] for w in x.split(" ")) for x in plain]
+        assert out(model, upper, "--casing", "keep") != [x.upper() for x in plain]  # capitals as typed
+    glossary = tmp_path / "glossary.tsv"
+    glossary.write_text(f"{lines[0].split()[1]}\tbike\n")
+    assert "BIKE" in out(tmp / "run", upper[:1], "--glossary", str(glossary))[0].split()
+
+
 def _number(text: str) -> bool:
     try:
         float(text)

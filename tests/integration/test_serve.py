@@ -95,7 +95,7 @@ def _test_lines(tmp: Path, n: int = 40) -> list[str]:
 
 def test_outputs_equal_translate_and_concurrent_requests_are_batched(served) -> None:
     server, tmp = served
-    lines = _test_lines(tmp, 32)
+    lines = [line.upper() if i % 8 == 3 else line for i, line in enumerate(_test_lines(tmp, 32))]  # some shouted
     before = server.get("/health")["batches"]
     with ThreadPoolExecutor(32) as pool:
         answers = list(pool.map(lambda line: server.post("/translate", {"q": line, "source": "en", "target": "de"}),
@@ -175,10 +175,12 @@ def test_controls_in_both_request_shapes_equal_translate_and_are_batched(served)
     for i, (w, text) in enumerate(zip(words, texts, strict=True)):
         out = text.split()
         assert [out[:2] == w[:2], "dog" in out, "bike" in out, w[-1] not in out][i % 4], (i, w, text)
+    shouted = server.post("/translate", {"q": lines[1].upper(), "constraints": ["dog"]})  # capitals: folded, recased
     cons = run_nmtk("translate", "-m", str(tmp / "run"), "--constraints", "unordered",
-                    stdin="".join(f"{lines[i]}\tdog\n" for i in range(1, 32, 4)))
+                    stdin="".join(f"{lines[i]}\tdog\n" for i in range(1, 32, 4)) + f"{lines[1].upper()}\tdog\n")
     assert cons.returncode == 0, cons.stderr
-    assert cons.stdout.splitlines() == texts[1::4]
+    assert cons.stdout.splitlines() == [*texts[1::4], shouted[1]["translatedText"]]
+    assert shouted[1]["translatedText"] == shouted[1]["translatedText"].upper()
     status, body = server.post("/translator/translate", [{"id": 1, "src": lines[0], "prefix": " ".join(words[0][:2]),
                                                           "no_repeat_ngram_size": 2}])
     assert status == 200 and body[0][0]["tgt"].split()[:2] == words[0][:2]

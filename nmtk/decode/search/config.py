@@ -29,6 +29,7 @@ class Hypothesis:
     alignment: Alignment | None = None  # word alignment, when asked for (`nmtk.decode.search.alignment`)
     # the watched cross-attention of each token's step (tokens × source positions), when the search kept it
     attention: Any = field(default=None, compare=False, repr=False)
+    case: str | None = None  # the case its source line was typed in, given back to the text (`nmtk.text.casing`)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,78 @@
+"""Lines typed in capitals or in title case: translated as ordinary sentence-cased text, the translation
+given back in the same case.
+
+A model learns from text as it is written, and sentence case is almost all of it: an ALL-CAPS line
+is a string of pieces it has rarely or never seen (Multi30k's demo model answers "A MAN IS SLEEPING"
+with ``Ein MEEEEEE…`` to its length limit), and a line With Every Word Capitalised reads to it like a
+list of names. Training on such lines (the ``uppercase``/``titlecase`` modifiers, docs/training.md)
+costs the model clean-text quality; folding the line to sentence case before it is encoded costs
+nothing and holds for every model and engine. What folding loses is the case a word had for its own
+sake (a name inside a line in capitals comes out as a common word would); a line is folded only where
+its form is unmistakable (`case_of`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+Case = Literal["upper", "title"]
+
+#: The first letter of a line, and of every sentence in it (after ., ! or ? and a space).
+_SENTENCE_START = re.compile(r"(^|[.!?]\s+)([^\W\d_])", re.UNICODE)
+#: English's "I" (and "I'm", "I've", …), which sentence case writes in capitals wherever it stands.
+_ENGLISH_I = re.compile(r"\bi\b(?=$|[\s'’,.!?;:])")
+
+
+def case_of(text: str) -> Case | None:
+    """``upper`` for a line in capitals (no lower-case letter, and two or more words of two or more
+    capitals: a lone acronym is not shouting), ``title`` for a line of three or more words that all
+    begin with a capital and not all in capitals; None for anything else (a line as people write)."""
+    words = text.split()
+    if not any(c.islower() for c in text):
+        return "upper" if sum(sum(c.isupper() for c in w) >= 2 for w in words) >= 2 else None
+    lettered = [w for w in words if w[0].isalpha()]
+    if len(lettered) >= 3 and all(w[0].isupper() for w in lettered):
+        return "title"
+    return None
+
+
+def folded(text: str, case: Case | None, lang: str = "") -> str:
+    """``text`` in sentence case where ``case`` says it is in another (None: as it is): lower case, the
+    first letter of each sentence in capitals (and English's "I")."""
+    if case is None:
+        return text
+    out = _SENTENCE_START.sub(lambda m: m.group(1) + m.group(2).upper(), text.lower())
+    return _ENGLISH_I.sub("I", out) if lang == "en" else out
+
+
+def recased(text: str, case: Case | None) -> str:
+    """A translation written in the case its source line was typed in (`case_of`)."""
+    if case == "upper":
+        return text.upper()
+    if case == "title":
+        return " ".join(w[:1].upper() + w[1:] for w in text.split(" "))
+    return text
+
+
+@dataclass(frozen=True)
+class Casing:
+    """A translator's setting (``--casing``): ``auto`` folds lines in capitals or title case and gives
+    their translations the case back; ``keep`` reads every line as typed."""
+
+    mode: str = "auto"
+    lang: str = ""  # the source language (English's "I" is written in capitals)
+
+    def case_of(self, text: str) -> Case | None:
+        return case_of(text) if self.mode == "auto" else None
+
+    def folded(self, text: str) -> str:
+        """``text`` as the model reads it: in sentence case where typed in capitals or title case."""
+        return folded(text, self.case_of(text), self.lang)
+
+    def marked(self, sentences: list[str], results: list[list[Any]]) -> list[list[Any]]:
+        """Each line's hypotheses (dataclasses with a ``case`` field) marked with the case its source was
+        typed in, which the translator's ``detokenize`` gives back (`recased`)."""
+        cases = [self.case_of(s) for s in sentences]
+        return [[replace(h, case=c) for h in hyps] if c else hyps for c, hyps in zip(cases, results, strict=True)]
