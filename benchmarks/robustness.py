@@ -1,22 +1,25 @@
 """Benchmark robustness to real input, and terminology from the input: the demo recipe's run against the
-robust recipe's (recipes/multi30k-en-de-robust.toml), on Multi30k test_2016_flickr, beam 4, 2 threads.
+robust recipe's (recipes/multi30k-en-de-robust.toml: typos corrected) and the terms recipe's
+(recipes/multi30k-en-de-terms.toml: OpusTrainer's modifiers), on Multi30k test_2016_flickr, beam 4,
+2 threads.
 
 One JSON line:
 
 - ``bleu``: per run, BLEU on the test set as it is (``clean``), in capitals (``upper``, references in
   capitals too), in title case (``title``, references too) and with typos (``typos``: OpusTrainer's
   typo classes, each word hit with probability 0.1, seed 1; references as they are); and each variant's
-  loss against clean. As `translate` reads lines by default (``--casing auto``: capitals and title
-  case folded to sentence case, the case given back), and in ``bleu_casing_keep`` as typed.
+  loss against clean. As `translate` reads lines by default (capitals and title case folded to
+  sentence case and the case given back; typos corrected where the run's recipe has
+  ``tokenizer.correct_typos``), and in ``bleu_as_typed`` as they came (``--as-typed``).
 - ``terms``: a glossary per line from its reference, as benchmarks/constraints.py builds its terms:
   1–2 (source word, reference word) pairs per line that eflomal aligns in both directions (content
-  words of 3+ letters, the target word absent from the robust run's plain output). Term recall, BLEU and
+  words of 3+ letters, the target word absent from the terms run's plain output). Term recall, BLEU and
   sentences/s with nothing, with inline hints (`--terms inline`) and with constrained decoding (nmtk's
-  engine), and with nothing and inline hints in the robust run's CTranslate2 int8 export. Speeds are
+  engine), and with nothing and inline hints in the terms run's CTranslate2 int8 export. Speeds are
   medians of ``--repeat`` passes in one process, alone.
 
 Usage: python benchmarks/robustness.py [--plain runs/multi30k-en-de] [--robust runs/multi30k-en-de-robust]
-       [--repeat 3] [--threads 2]
+       [--terms runs/multi30k-en-de-terms] [--repeat 3] [--threads 2]
 """
 
 from __future__ import annotations
@@ -76,11 +79,11 @@ def texts(translator: Any, lines: list[str], search: Any, ids: list | None = Non
     return [translator.detokenize(h[0]) if h else "" for h in hyps]
 
 
-def robustness(run: Path, threads: int, sources: list[str], refs: list[str], casing: str = "auto"
+def robustness(run: Path, threads: int, sources: list[str], refs: list[str], as_typed: bool = False
                ) -> dict[str, float]:
     """BLEU of ``run`` on the test set clean, in capitals, title case and with typos, and each one's loss;
-    ``casing``: translate's ``--casing`` (auto: capitals and title case read in sentence case)."""
-    translator, search = load(run, threads, casing=casing)
+    ``as_typed``: translate's ``--as-typed``."""
+    translator, search = load(run, threads, as_typed=as_typed)
     variants = {"clean": (sources, refs), "upper": ([s.upper() for s in sources], [r.upper() for r in refs]),
                 "title": ([title(s) for s in sources], [title(r) for r in refs]),
                 "typos": (with_typos(sources), refs)}
@@ -173,16 +176,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plain", type=Path, default=ROOT / "runs" / "multi30k-en-de")
     parser.add_argument("--robust", type=Path, default=ROOT / "runs" / "multi30k-en-de-robust")
+    parser.add_argument("--terms", type=Path, default=ROOT / "runs" / "multi30k-en-de-terms")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     sources, refs = test_lines("en"), test_lines("de")
     report: dict[str, Any] = {"benchmark": "robustness", "sentences": len(sources), "beam": 4,
                               "threads": args.threads, "typo_rate": TYPO_RATE}
-    for key, casing in (("bleu", "auto"), ("bleu_casing_keep", "keep")):
-        report[key] = {"plain": robustness(args.plain, args.threads, sources, refs, casing),
-                       "robust": robustness(args.robust, args.threads, sources, refs, casing)}
-    report["terms"] = terms(args.robust, args.threads, args.repeat, sources, refs)
+    for key, as_typed in (("bleu", False), ("bleu_as_typed", True)):
+        report[key] = {name: robustness(run, args.threads, sources, refs, as_typed)
+                       for name, run in (("plain", args.plain), ("robust", args.robust), ("terms", args.terms))}
+    report["terms"] = terms(args.terms, args.threads, args.repeat, sources, refs)
     print(json.dumps(report, ensure_ascii=False))
 
 

@@ -9,6 +9,7 @@ by a later (or much earlier) nmtk is refused with one line instead of failing so
     data-bin/<name>/<split>.<lang>.bin  ids of every sentence, and .idx offsets (`nmtk.data.binarized`)
     data-bin/<name>/<split>.raw.<lang>  the split's raw text (references for validation and scoring)
     data-bin/<name>/spm*.model ...      the subword model(s), named in ``vocab.models``
+    data-bin/<name>/words.<lang>.tsv    the training sources' word counts (``words``; correct_typos)
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ from nmtk.pair import Pair
 MANIFEST = "manifest.json"
 #: Beside the prepared data: every training pair cleaning dropped (corpus, line, rule).
 DROPPED = "dropped.tsv"
+
+
+def words_file(lang: str) -> str:
+    """The name of a language's training word counts (``Manifest.words``) in prepared data, a run, an export."""
+    return f"words.{lang}.tsv"
+
+
 #: Version 1 is the first typed manifest; manifests written before it carried no version and are the same.
 MANIFEST_VERSION = 1
 
@@ -64,6 +72,9 @@ class Manifest(BaseModel):
     tag_style: Literal["opus-mt", "m2m-100"] = "opus-mt"
     """How a multilingual model reads its tags: ``opus-mt`` (and nmtk's): the target's tag before the
     source; ``m2m-100`` (M2M-100, NLLB): the source's code before it, the target's forced first."""
+    words: dict[str, str] = {}
+    """The source language's training words and their counts, by language (``tokenizer.correct_typos``:
+    `nmtk.text.typos`); a file beside the subword model, copied wherever it goes."""
     hints: bool = False
     """The source vocabulary holds the terminology hints' symbols and ``train.align.*`` the training pairs'
     word alignments (a recipe with the ``terms`` modifier)."""
@@ -134,6 +145,11 @@ class Manifest(BaseModel):
 
     def write(self, path: Path) -> None:
         write_text_atomic(path, self.model_dump_json(indent=2))
+
+    @property
+    def text_files(self) -> set[str]:
+        """The files the text pipeline needs beside the manifest: the subword model(s) and word counts."""
+        return set(self.vocab.models.values()) | set(self.words.values())
 
     def model_paths(self, folder: Path) -> dict[str, Path]:
         """The subword model file of each language, inside ``folder``."""

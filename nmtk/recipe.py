@@ -319,6 +319,11 @@ class TokenizerSection(Section):
     """Sentences sampled from the training text to learn the subword model (bounds its memory)."""
     seed: int = 1
     """Seed for subword learning and sampling, so that `prepare` is reproducible."""
+    correct_typos: bool = False
+    """Before translation (`translate`, `serve`, either engine), a source word the training data never had
+    that is one edit (two for 8+ letters) from words it had becomes the most frequent of them (SymSpell):
+    `prepare` writes the training sources' word counts, which the run and its export keep. One language
+    pair; ``translate --as-typed`` reads lines as they came (docs/decoding.md)."""
     reuse: str | None = None
     """A run directory (or prepared-data folder) whose subword models and vocabulary `prepare` copies
     instead of learning new ones: how a recipe fine-tunes a model made elsewhere (``nmtk import``
@@ -712,6 +717,8 @@ class Recipe(Section):
         if self.uses_terms and (self.data.multilingual or self.tokenizer.reuse is not None):
             raise ValueError("train.modifiers: terms needs one language pair and a vocabulary of its own "
                              "(not tokenizer.reuse): prepare adds the hint symbols to it")
+        if self.tokenizer.correct_typos and self.data.multilingual:
+            raise ValueError("tokenizer.correct_typos: one language pair only (the words are one source language's)")
         if self.average.last > self.train.keep_last:
             raise ValueError(
                 f"average.last ({self.average.last}) exceeds train.keep_last ({self.train.keep_last}): "

@@ -2,7 +2,7 @@
 
     runs/<name>/recipe.toml          the resolved recipe the run trains with (frozen)
     runs/<name>/manifest.json        the prepared data's manifest (`nmtk.manifest.Manifest`)
-    runs/<name>/spm*.model, wordpiece*.json   the subword model(s)
+    runs/<name>/spm*.model, wordpiece*.json   the subword model(s); words.<lang>.tsv (correct_typos)
     runs/<name>/checkpoint_<N>.pt    numbered checkpoints; checkpoint_last.pt, checkpoint_best.pt
     runs/<name>/checkpoint_avg_*.pt  averaged checkpoints (`nmtk average`)
     runs/<name>/train.jsonl          one JSON object of metrics per log interval
@@ -112,7 +112,7 @@ class RunDir:
         write_text_atomic(self.path / RECIPE, recipe_to_toml(recipe))
         manifest = data.manifest()
         manifest.write(self.path / MANIFEST)
-        for name in set(manifest.vocab.models.values()):
+        for name in manifest.text_files:
             copy_atomic(data.path / name, self.path / name)
         write_text_atomic(self.path / TRAINED_ON, json.dumps({"prepared": str(data.path.resolve())}, indent=2))
 
@@ -222,7 +222,7 @@ class ExportDir:
         """The run's recipe, manifest and subword model(s): what the text pipeline needs."""
         write_text_atomic(self.path / RECIPE, recipe_to_toml(recipe))
         manifest.write(self.path / MANIFEST)
-        for name in set(manifest.vocab.models.values()):
+        for name in manifest.text_files:
             copy_atomic(run.path / name, self.path / name)
 
     def write_meta(self, meta: dict[str, Any]) -> None:

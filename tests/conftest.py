@@ -58,8 +58,9 @@ def multi30k_root() -> Path:
 @pytest.fixture(scope="session")
 def copy_run(tmp_path_factory: pytest.TempPathFactory):
     """A small run trained by `nmtk train` to copy its input (700 updates, validated at 350 and 700, saved
-    every 100; ~30 s on 2 cores), shared by the tests that need a trained model: (folder, recipe,
-    environment). Tests that change a run work on a copy of ``folder / "run"``."""
+    every 100; ~30 s on 2 cores; its training words kept for typo correction), shared by the tests that
+    need a trained model: (folder, recipe, environment). Tests that change a run work on a copy of
+    ``folder / "run"``."""
     from helpers import copy_pairs, toy_recipe, write_corpus
 
     tmp = tmp_path_factory.mktemp("copy")
@@ -69,6 +70,7 @@ def copy_run(tmp_path_factory: pytest.TempPathFactory):
     write_corpus(root, "test", copy_pairs(40, 3))
     # bf16 where the session's auto is; curves.png drawn as in a user's run (tests/integration/test_copy_run.py)
     recipe = toy_recipe(tmp, extra="log_every_updates = 20", precision="auto", curves=True)
+    recipe.write_text(recipe.read_text().replace("[tokenizer]\n", "[tokenizer]\ncorrect_typos = true\n", 1))
     env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1"}
     result = run_nmtk("train", str(recipe), "--data", str(tmp / "data"), "--run-dir", str(tmp / "run"), "--threads",
                       "2", "--set", "train.max_updates=700", "--set", "train.validate_every_updates=350",

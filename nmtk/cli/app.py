@@ -28,7 +28,6 @@ from nmtk.errors import NmtkError
 from .options import (
     AttentionKind,
     AttentionStyle,
-    CasingChoice,
     ConstraintOrder,
     ExportFormat,
     InvalidUtf8,
@@ -272,9 +271,11 @@ SourceLangOption = Annotated[str | None, typer.Option("--source-lang", help="A m
 ShortlistOption = Annotated[bool, typer.Option("--shortlist", help="Project each batch onto its sources' "
                                                 "candidate pieces (the run's `nmtk shortlist`; an export's "
                                                 "vmap.txt).")]
-CasingOption = Annotated[CasingChoice, typer.Option(
-    "--casing", help="auto: a line typed in capitals (or With Every Word Capitalised) is translated as sentence-cased "
-                     "text and its translation given back in capitals (title case); keep: every line as typed.")]
+AsTypedOption = Annotated[bool, typer.Option(
+    "--as-typed", help="Read every line as it came. By default a line in capitals (or With Every Word "
+                       "Capitalised) is translated as sentence-cased text and given back in capitals (title "
+                       "case), and, where the recipe has tokenizer.correct_typos, unknown words near a "
+                       "training word are corrected.")]
 FormatOption = Annotated[MarkupFormat, typer.Option(
     "--format", help="text: a line each; html or xml (inline tags): each line one fragment, its tags kept around "
                      "the words they covered (--document: the whole input one document).")]
@@ -345,7 +346,7 @@ def _refuse_batch_size(batch_size: str | None) -> None:
 @_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision",
                     "shortlist"),
           "Input and output": ("input_", "output", "force", "skip", "errors", "buffer_size", "format_", "document",
-                               "attrs", "casing"),
+                               "attrs", "as_typed"),
           "Search": ("beam", "nbest", "lenpen", "lenpen_form", "max_len_a", "max_len_b", "beam_tokens"),
           "Sampling": ("sampling", "topk", "topp", "temperature", "seed"),
           "Prefix and terms": ("prefix", "constraints"),
@@ -394,7 +395,7 @@ def translate(
     document: DocumentOption = False,
     attrs: AttributesOption = None,
     shortlist: ShortlistOption = False,
-    casing: CasingOption = CasingChoice.auto,
+    as_typed: AsTypedOption = False,
     batch_size: Annotated[str | None, typer.Option("--batch-size", hidden=True, callback=_refuse_batch_size)] = None,
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
@@ -406,7 +407,7 @@ def translate(
                   ordered_constraints=constraints == ConstraintOrder.ordered if constraints else None)
     load = stream.LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
                               ensemble=tuple(ensemble or ()), alignment_layer=alignment_layer, target_lang=target_lang,
-                              source_lang=source_lang, shortlist=shortlist, casing=casing.value)
+                              source_lang=source_lang, shortlist=shortlist, as_typed=as_typed)
     guide = stream.GuideOptions(stream.InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
                                 glossary_ignore_case or None, ban, terms.value)
     io = dict(input=input_, output=output, force=force, buffer_size=buffer_size, skip=skip, errors=errors)
@@ -478,7 +479,7 @@ def import_(
           "Server": ("host", "port", "api_key", "workers"),
           "Batching and limits": ("gather_tokens", "max_wait_ms", "max_chars", "max_lines", "max_queue"),
           "Search": ("beam", "lenpen", "lenpen_form", "no_repeat_ngram_size", "repetition_penalty"),
-          "Control": ("glossary", "glossary_ignore_case", "terms", "ban", "casing")})
+          "Control": ("glossary", "glossary_ignore_case", "terms", "ban", "as_typed")})
 def serve(
     model: ModelOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on (another than 127.0.0.1 exposes the model: "
@@ -510,7 +511,7 @@ def serve(
     terms: TermsOption = TermsChoice.auto,
     ban: BanOption = None,
     shortlist: ShortlistOption = False,
-    casing: CasingOption = CasingChoice.auto,
+    as_typed: AsTypedOption = False,
 ) -> None:
     """Serve a model over HTTP: LibreTranslate and OpenNMT-py request formats, batching across requests, a page
     at / to try it. SIGTERM finishes the requests in flight; SIGHUP reloads the run's checkpoint. Glossary
@@ -521,7 +522,7 @@ def serve(
     from nmtk.serve.server import serve as run_server
 
     load = LoadOptions(model=model, checkpoint=checkpoint, device=device, threads=threads, precision=precision,
-                       shortlist=shortlist, casing=casing.value)
+                       shortlist=shortlist, as_typed=as_typed)
     search = dict(beam=beam, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   no_repeat_ngram_size=no_repeat_ngram_size,
                   repetition_penalty=repetition_penalty)

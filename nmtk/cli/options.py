@@ -27,13 +27,6 @@ class TermsChoice(str, Enum):
     constrained = "constrained"
 
 
-class CasingChoice(str, Enum):
-    """``--casing``: whether lines in capitals or title case are read in sentence case (`nmtk.text.casing`)."""
-
-    auto = "auto"
-    keep = "keep"
-
-
 class LengthPenaltyForm(str, Enum):
     """``--lenpen-form``: the recipe's ``decode.length_penalty_form``."""
 

@@ -28,13 +28,15 @@ from nmtk.data.training_text import (
     WorkerPool,
     chunked,
     clean_and_tokenize_chunk,
+    text_file,
     tokenize_chunk,
 )
 from nmtk.errors import NmtkError
-from nmtk.manifest import ALIGNMENT, DROPPED, Manifest, raw_text, split_prefix
+from nmtk.manifest import ALIGNMENT, DROPPED, Manifest, raw_text, split_prefix, words_file
 from nmtk.recipe import Corpus, Recipe
 from nmtk.text.pipeline import TextPipeline, moses_for
 from nmtk.text.subword import learn_subwords, load_subword_model, model_file_name
+from nmtk.text.typos import count_words, write_words
 from nmtk.vocab import HINT_SYMBOLS
 from nmtk.workers import in_child
 
@@ -322,6 +324,9 @@ class Preparer:
                 raise NmtkError("data.train: every training pair was dropped by cleaning (see data.max_len, max_ratio)")
             if self.recipe.uses_terms:
                 self.align_training(out, pipes)
+            if self.recipe.tokenizer.correct_typos:
+                with text_file(text.src_path, "r") as lines:
+                    write_words(out / words_file(self.src_lang), count_words(lines))
             train.seconds = time.perf_counter() - start
             with self.worker_pool() as pool:
                 splits = {"train": train, "valid": self.eval_split(out, "valid", self.recipe.data.valid, pool, pipes)}
@@ -341,6 +346,7 @@ class Preparer:
             "splits": {name: {"corpus": s.name, **s.to_dict()} for name, s in splits.items()},
             "test_sets": [c.name for c in self.recipe.data.test],
             "hints": self.recipe.uses_terms,
+            "words": {self.src_lang: words_file(self.src_lang)} if self.recipe.tokenizer.correct_typos else {},
         }
 
 

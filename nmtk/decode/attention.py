@@ -67,9 +67,9 @@ def draw(options: AttentionOptions) -> list[Path]:
     if source.is_export:
         raise NmtkError(f"{source.path}: an exported CTranslate2 model; draw attention with the run it was exported "
                         "from")
-    # the model's attention over the sentence as typed: no folding of capitals (`nmtk.text.casing`)
+    # the model's attention over the sentence as typed: no folding of capitals, no typo correction
     translator = load_translator(source, LoadOptions(target_lang=options.target_lang, source_lang=options.source_lang,
-                                                     casing="keep"))
+                                                     as_typed=True))
     assert isinstance(translator, Translator)
     if (options.source_lang or "").lower() == "auto":  # the sentence's detected language
         translator = translator.for_text(sentence)

@@ -22,7 +22,8 @@ from nmtk.errors import NmtkError
 from nmtk.pair import Pair, sources_of
 from nmtk.precision import Precision
 from nmtk.text import TextPipeline, langid
-from nmtk.text.casing import Casing, recased
+from nmtk.text.casing import recased
+from nmtk.text.reading import Reading
 from nmtk.text.spellings import Speller
 from nmtk.text.subword import word_starts
 from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID
@@ -79,7 +80,7 @@ class TranslatorBase:
     max_positions: int = 1024  # source tokens the model accepts, EOS included
     longest_trained: int | None = None  # subwords of the longest training source (the run's manifest)
     precision: Precision = Precision.fp32
-    casing: Casing = Casing()  # lines in capitals or title case (`nmtk.text.casing`, --casing)
+    reading: Reading = Reading()  # capitals and title case folded, typos corrected (`nmtk.text.reading`)
 
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
@@ -140,9 +141,9 @@ class TranslatorBase:
                                     "language is chosen with --target-lang (a request's target), not in the text")
         if hints is not None:
             src, tgt = self.src_pipe, self.tgt_pipe.moses.tokenize  # the hints go into the text as the model reads it
-            return [src.encode_tokenized([hints.hinted(self.casing.folded(s), src.moses.tokenize, tgt)])[0] if s.strip()
+            return [src.encode_tokenized([hints.hinted(self.reading.read(s), src.moses.tokenize, tgt)])[0] if s.strip()
                     else None for s in sentences]
-        return [self.src_pipe.encode(self.casing.folded(s)) if s.strip() else None for s in sentences]
+        return [self.src_pipe.encode(self.reading.read(s)) if s.strip() else None for s in sentences]
 
     def hypotheses(self, sentences: list[str], search: SearchConfig, first_line: int = 1,
                    ids: list[list[int] | None] | None = None,
@@ -152,7 +153,7 @@ class TranslatorBase:
         ``guides``: per sentence, its prefix, constraints and banned phrases as text."""
         ids = self.encode(sentences, first_line) if ids is None else ids
         controls = self.controls(guides, ids, search, first_line) if guides is not None else None
-        return self.casing.marked(sentences, self.hypotheses_of_ids(ids, search, first_line, controls))
+        return self.reading.marked(sentences, self.hypotheses_of_ids(ids, search, first_line, controls))
 
     def hypotheses_of_ids(self, ids: list[list[int] | None], search: SearchConfig, first_line: int = 1,
                           controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:

@@ -16,7 +16,7 @@ from nmtk.console import console
 from nmtk.errors import NmtkError
 from nmtk.model_source import ModelSource
 from nmtk.precision import Precision
-from nmtk.text.casing import Casing
+from nmtk.text.reading import Reading
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
@@ -38,7 +38,7 @@ class LoadOptions:
     source_lang: str | None = None  # where a multilingual model has that target from several sources
     any_pair: bool = False  # a multilingual model without target_lang: its first pair (the server's requests say)
     shortlist: bool = False  # project onto the run's lexical shortlist (`nmtk shortlist`; an export's vmap.txt)
-    casing: str = "auto"  # lines in capitals or title case translated in sentence case (`nmtk.text.casing`); "keep"
+    as_typed: bool = False  # no folding of capitals, no typo correction (`nmtk.text.reading`)
 
 
 def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
@@ -47,8 +47,21 @@ def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase
     if source.found:
         console.print(f"model: {source.path} ({source.found})")
     translator = _load_exported(source, options) if source.is_export else _load_run(source, options)
-    translator.casing = Casing(options.casing, translator.src_pipe.moses.lang)
+    translator.reading = _reading(source, translator.src_pipe.moses.lang, options.as_typed)
     return translator
+
+
+def _reading(source: ModelSource, lang: str, as_typed: bool) -> Reading:
+    """How the translator reads its lines: capitals folded, and typos corrected where the recipe asked
+    for it (its training words beside the model); every line as it came with ``as_typed``."""
+    if as_typed:
+        return Reading(fold_case=False)
+    words = source.manifest.words.get(lang) if source.manifest else None
+    if words is None:
+        return Reading(lang=lang)
+    from nmtk.text.typos import TypoCorrector
+
+    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words))
 
 
 def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:

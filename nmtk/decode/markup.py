@@ -58,7 +58,7 @@ class MarkedUp:
 
     def ids(self, translator: TranslatorBase) -> list[list[int] | None]:
         """The sentences' source ids (`TranslatorBase.encode`'s), from the tokens already made."""
-        tokens = [translator.casing.folded(t) for t in self.tokens]  # in sentence case, as `encode` reads text
+        tokens = [translator.reading.read(t) for t in self.tokens]  # in sentence case, as `encode` reads text
         return list(translator.src_pipe.encode_tokenized(tokens)) if tokens else []
 
     def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase) -> list[str]:
@@ -127,6 +127,6 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     guides = None
     if glossary is not None or bans:
         tokenize = translator.src_pipe.moses.tokenize
-        guides = [guided(translator.casing.folded(line), Guidance(), glossary, bans, tokenize) for line in lines]
+        guides = [guided(translator.reading.read(line), Guidance(), glossary, bans, tokenize) for line in lines]
     hyps = translator.hypotheses(lines, markup_search(search), ids=marked.ids(translator), guides=guides)
     return marked.render(hyps, translator)

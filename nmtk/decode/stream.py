@@ -98,7 +98,7 @@ class Engine:
         for k, line in enumerate(lines):
             source, guide = self.format.split(line, first + k)
             sources.append(source)
-            guides.append(guided(self.translator.casing.folded(source), guide, glossary, self.bans, tokenize))
+            guides.append(guided(self.translator.reading.read(source), guide, glossary, self.bans, tokenize))
         return sources, guides
 
 

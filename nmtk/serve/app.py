@@ -287,7 +287,7 @@ class _Service:
             if any(not t.strip() for t in terms):
                 raise ApiError(422, "constraints: an empty term")
             guide = Guidance(prefix=(start or "").strip(), constraints=tuple(t.strip() for t in terms))
-            out.append(guided(self.worker.translator.casing.folded(line), guide, every, bans, tokenize))
+            out.append(guided(self.worker.translator.reading.read(line), guide, every, bans, tokenize))
         return out
 
     @staticmethod

@@ -36,7 +36,7 @@ def searched(translator: TranslatorBase, search: SearchConfig, lines: list[str],
     """One batch's hypotheses, its lines already encoded (``ids``) and their controls checked."""
     if controls is None:
         return translator.hypotheses(lines, search, ids=ids)
-    return translator.casing.marked(lines, translator.hypotheses_of_ids(ids, search, controls=controls))
+    return translator.reading.marked(lines, translator.hypotheses_of_ids(ids, search, controls=controls))
 
 
 class SearchProcess:

@@ -14,8 +14,7 @@ its form is unmistakable (`case_of`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 Case = Literal["upper", "title"]
 
@@ -55,24 +54,3 @@ def recased(text: str, case: Case | None) -> str:
         return " ".join(w[:1].upper() + w[1:] for w in text.split(" "))
     return text
 
-
-@dataclass(frozen=True)
-class Casing:
-    """A translator's setting (``--casing``): ``auto`` folds lines in capitals or title case and gives
-    their translations the case back; ``keep`` reads every line as typed."""
-
-    mode: str = "auto"
-    lang: str = ""  # the source language (English's "I" is written in capitals)
-
-    def case_of(self, text: str) -> Case | None:
-        return case_of(text) if self.mode == "auto" else None
-
-    def folded(self, text: str) -> str:
-        """``text`` as the model reads it: in sentence case where typed in capitals or title case."""
-        return folded(text, self.case_of(text), self.lang)
-
-    def marked(self, sentences: list[str], results: list[list[Any]]) -> list[list[Any]]:
-        """Each line's hypotheses (dataclasses with a ``case`` field) marked with the case its source was
-        typed in, which the translator's ``detokenize`` gives back (`recased`)."""
-        cases = [self.case_of(s) for s in sentences]
-        return [[replace(h, case=c) for h in hyps] if c else hyps for c, hyps in zip(cases, results, strict=True)]

@@ -220,12 +220,20 @@ def test_export_translates_as_nmtk_does(copy_run, exported) -> None:
     assert again.returncode == 1 and "--force" in again.stderr
 
 
+def translated(model: Path, lines: list[str], cwd: Path, env: dict, *args: str) -> list[str]:
+    """`nmtk translate -m MODEL ARGS` of ``lines`` in fp32: its output lines."""
+    result = nmtk("translate", "-m", str(model), "--precision", "fp32", *args, cwd=cwd, env=env,
+                  stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
 def test_lines_in_capitals_or_title_case_are_read_in_sentence_case_by_both_engines(copy_run, exported,
                                                                                    tmp_path: Path) -> None:
-    """`--casing auto` (the default): a line typed in capitals is translated as its sentence-cased form and
-    the translation given back in capitals, a title-cased line in title case; `--casing keep` reads
-    them as typed. The same in nmtk's engine and in the CTranslate2 export; a glossary's source term
-    is found in the line as the model reads it."""
+    """By default a line typed in capitals is translated as its sentence-cased form and the translation
+    given back in capitals, a title-cased line in title case; `--as-typed` reads them as they came. The
+    same in nmtk's engine and in the CTranslate2 export; a glossary's source term is found in the line as
+    the model reads it."""
     from nmtk.text.casing import folded
 
     tmp, _, env = copy_run
@@ -235,19 +243,32 @@ def test_lines_in_capitals_or_title_case_are_read_in_sentence_case_by_both_engin
     assert sentence == [folded(x, "title") for x in titled]
 
     def out(model: Path, text: list[str], *args: str) -> list[str]:
-        result = nmtk("translate", "-m", str(model), "--precision", "fp32", *args, cwd=tmp, env=env,
-                      stdin="\n".join(text) + "\n")
-        assert result.returncode == 0, result.stderr
-        return result.stdout.splitlines()
+        return translated(model, text, tmp, env, *args)
 
     for model in (tmp / "run", exported):
         plain = out(model, sentence)
         assert out(model, upper) == [x.upper() for x in plain]
         assert out(model, titled) == [" ".join(w[:1].upper() + w[1:] for w in x.split(" ")) for x in plain]
-        assert out(model, upper, "--casing", "keep") != [x.upper() for x in plain]  # capitals as typed
+        assert out(model, upper, "--as-typed") != [x.upper() for x in plain]  # capitals as typed
     glossary = tmp_path / "glossary.tsv"
     glossary.write_text(f"{lines[0].split()[1]}\tbike\n")
     assert "BIKE" in out(tmp / "run", upper[:1], "--glossary", str(glossary))[0].split()
+
+
+def test_typos_are_corrected_against_the_training_words_in_both_engines(copy_run, exported) -> None:
+    """A recipe with ``tokenizer.correct_typos``: prepare's word counts travel with the run and its export,
+    and a line with typos translates as the line without them, in both engines; ``--as-typed`` not."""
+    tmp, _, env = copy_run
+    assert (tmp / "run" / "words.en.tsv").is_file() and (exported / "words.en.tsv").is_file()
+    clean = ["the dog runs with a ball", "a small cat sits under the car"]
+    typos = ["the dgo runs with a bal", "a smal cat sist under teh car"]
+
+    def out(model: Path, lines: list[str], *args: str) -> list[str]:
+        return translated(model, lines, tmp, env, *args)
+
+    for model in (tmp / "run", exported):
+        assert out(model, typos) == out(model, clean) == clean  # the copy model copies the corrected words
+        assert out(model, typos, "--as-typed") != clean
 
 
 def _number(text: str) -> bool:

@@ -94,6 +94,13 @@ def test_invalid_recipe_is_one_line_naming_the_field(nmtk, tmp_path: Path, old: 
     assert "Traceback" not in result.stderr
 
 
+def test_typo_correction_needs_one_pair(nmtk) -> None:
+    result = nmtk("recipe", "validate", str(ROOT / "recipes" / "multi30k-en-many.toml"),
+                   "--set", "tokenizer.correct_typos=true")
+    assert result.returncode != 0 and "tokenizer.correct_typos: one language pair only" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [

@@ -1,0 +1,36 @@
+"""How a translator reads a line before encoding it: its case folded (`nmtk.text.casing`) and its typos
+corrected (`nmtk.text.typos`), and how the translation is given the line's case back. ``translate``/
+``serve --as-typed`` reads every line as it came."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from nmtk.text.casing import Case, case_of, folded
+from nmtk.text.typos import TypoCorrector
+
+
+@dataclass(frozen=True)
+class Reading:
+    """``fold_case``: lines in capitals or title case read in sentence case; ``lang``: the source
+    language (English's "I"); ``typos``: the run's corrector (a recipe with ``tokenizer.correct_typos``)."""
+
+    fold_case: bool = True
+    lang: str = ""
+    typos: TypoCorrector | None = None
+
+    def case_of(self, text: str) -> Case | None:
+        return case_of(text) if self.fold_case else None
+
+    def read(self, text: str) -> str:
+        """``text`` as the model reads it: in sentence case where typed in capitals or title case, its
+        typos corrected."""
+        text = folded(text, self.case_of(text), self.lang)
+        return self.typos.corrected(text) if self.typos is not None else text
+
+    def marked(self, sentences: list[str], results: list[list[Any]]) -> list[list[Any]]:
+        """Each line's hypotheses (dataclasses with a ``case`` field) marked with the case its source was
+        typed in, which the translator's ``detokenize`` gives back (`nmtk.text.casing.recased`)."""
+        cases = [self.case_of(s) for s in sentences]
+        return [[replace(h, case=c) for h in hyps] if c else hyps for c, hyps in zip(cases, results, strict=True)]

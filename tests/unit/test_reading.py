@@ -1,0 +1,83 @@
+"""How a translator reads a line: capitals and title case folded to sentence case and the case given
+back (`nmtk.text.casing`), typos corrected against the training words (`nmtk.text.typos`). The engines'
+round trips are in tests/integration/test_copy_run.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nmtk.errors import NmtkError
+from nmtk.text.casing import case_of, folded, recased
+from nmtk.text.reading import Reading
+from nmtk.text.typos import TypoCorrector, count_words, write_words
+
+
+@pytest.mark.parametrize(("line", "case"), [
+    ("A MAN IS SLEEPING ON A BENCH.", "upper"),
+    ("I LOVE YOU", "upper"),
+    ("ÜBER ALLES, GRÜẞE!", "upper"),
+    ("A Man In A Blue Shirt Stands Near 3 Dogs.", "title"),
+    ("A man in New York.", None),  # names in a sentence: as typed
+    ("NASA", None),  # a lone acronym is not shouting
+    ("The EU and NATO met.", None),
+    ("Two Dogs", None),  # too short to tell a title from a name
+    ("", None),
+    ("1234 56", None),
+])
+def test_only_unmistakable_forms_are_folded(line: str, case: str | None) -> None:
+    assert case_of(line) == case
+
+
+def test_folding_writes_sentence_case_and_english_i() -> None:
+    assert folded("A MAN IS SLEEPING. TWO DOGS RUN!", "upper") == "A man is sleeping. Two dogs run!"
+    assert folded("I THINK I'M LATE, AREN'T I?", "upper", "en") == "I think I'm late, aren't I?"
+    assert folded("I THINK I'M LATE", "upper", "de") == "I think i'm late"  # "I" is English's alone
+    assert folded("A Man In A Blue Shirt", "title") == "A man in a blue shirt"
+    assert folded("As Typed", None) == "As Typed"
+
+
+def test_the_translation_gets_the_case_back() -> None:
+    assert recased("Ein Mann schläft auf der Straße.", "upper") == "EIN MANN SCHLÄFT AUF DER STRASSE."
+    assert recased("ein Mann  im blauen Hemd", "title") == "Ein Mann  Im Blauen Hemd"
+    assert recased("as it came", None) == "as it came"
+
+
+# ------------------------------------------------------------------------- typos (`nmtk.text.typos`)
+
+def corrector(tmp_path: Path) -> TypoCorrector:
+    """Training words as `prepare` writes them, read back."""
+    lines = ["A dog runs on the grass .", "The dog sits .", "A dog and a cat .", "dogs do n't sit in the house ."]
+    write_words(tmp_path / "words.en.tsv", count_words(lines))
+    return TypoCorrector.read(tmp_path / "words.en.tsv")
+
+
+def test_words_are_counted_lower_cased_most_frequent_first(tmp_path: Path) -> None:
+    corrector(tmp_path)
+    rows = (tmp_path / "words.en.tsv").read_text().splitlines()
+    assert rows[:3] == ["a\t3", "dog\t3", "the\t3"]  # most frequent first, ties by word
+    counts = dict(r.split("\t") for r in rows)
+    assert counts["dogs"] == "1" and "n" not in counts and "." not in counts  # "n't": not a word of letters
+
+
+def test_an_unknown_word_near_training_words_becomes_the_most_frequent_of_them(tmp_path: Path) -> None:
+    fix = corrector(tmp_path).corrected
+    assert fix("A dgo runs on teh grsas.") == "A dog runs on the grass."  # swaps, one letter each
+    assert fix("Dgo and DGO and dgos") == "Dog and DOG and dogs"  # the typed word's case kept; "dogs" is known
+    assert fix("A dog in Berlin, a cta.") == "A dog in Berlin, a cat."  # nothing near "Berlin": as it came
+    assert fix("xa dg") == "xa dg"  # shorter than three letters: never corrected
+    assert fix("dgo's dgo-like __source__ dgo2") == "dgo's dgo-like __source__ dgo2"  # parts of longer tokens
+
+
+def test_a_damaged_word_list_is_one_line_naming_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "words.en.tsv"
+    path.write_text("dog\t3\ncat three\n")
+    with pytest.raises(NmtkError, match=r"words.en.tsv:2: expected 'word<TAB>count'"):
+        TypoCorrector.read(path)
+
+
+def test_reading_folds_then_corrects_and_as_typed_does_neither(tmp_path: Path) -> None:
+    typos = corrector(tmp_path)
+    assert Reading(lang="en", typos=typos).read("A DGO RUNS ON THE GRSAS") == "A dog runs on the grass"
+    assert Reading(fold_case=False).read("A DGO RUNS") == "A DGO RUNS"
