@@ -63,8 +63,10 @@ def data_settings(recipe: Recipe) -> dict[str, Any]:
         del data["clean"]  # every rule off: the data of the nmtk before cleaning, and its hash
     # exclude_none: a field added later with None as its default (tokenizer.reuse) leaves data prepared
     # before it valid.
-    settings = {"format": FORMAT_VERSION, "data": data,
-                "tokenizer": recipe.tokenizer.model_dump(mode="json", exclude_none=True)}
+    tokenizer = recipe.tokenizer.model_dump(mode="json", exclude_none=True)
+    if not tokenizer["correct_typos"]:  # a field added later: off, the hash of data prepared before it
+        del tokenizer["correct_typos"]
+    settings = {"format": FORMAT_VERSION, "data": data, "tokenizer": tokenizer}
     if recipe.uses_terms:  # hint symbols in the vocabulary, alignments beside (absent: the hash as before)
         settings["hints"] = True
     if recipe.casing:  # the subword learner also sees lines in capitals / title case

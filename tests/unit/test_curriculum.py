@@ -27,6 +27,7 @@ from nmtk.train.distributed import DistInfo
 from nmtk.train.trainer import Trainer
 from nmtk.vocab import HINT_SYMBOLS
 
+ROOT = Path(__file__).resolve().parents[2]
 BT = """
 [[data.train]]
 name = "bt"
@@ -296,3 +297,14 @@ def test_the_subword_learner_sees_capitals_when_training_will(tmp_path: Path) ->
     more = load_recipe(toy_recipe(tmp_path, '[[train.modifiers]]\nname = "uppercase"\np = 0.5\n', name="more"))
     assert "casing" not in data_settings(plain) and data_settings(capitals)["casing"] == ["uppercase"]
     assert data_settings(capitals) == data_settings(more)  # a probability is no data setting
+
+
+def test_data_prepared_before_a_new_tokenizer_field_is_still_up_to_date() -> None:
+    """``tokenizer.correct_typos`` (added later) off leaves the settings hash of data prepared before it:
+    the demo's data-bin, prepared by the nmtk before the field, is not refused as "other settings"."""
+    from nmtk.data.prepare import data_settings, settings_hash
+
+    demo = load_recipe(ROOT / "recipes" / "multi30k-en-de.toml")
+    assert settings_hash(demo) == "c088184051783f8a3cef69f3869bd2bb6de0f58a46fb5bb1181d75ed89deb590"
+    robust = load_recipe(ROOT / "recipes" / "multi30k-en-de-robust.toml")
+    assert data_settings(robust)["tokenizer"]["correct_typos"] is True and settings_hash(robust) != settings_hash(demo)
