@@ -924,6 +924,18 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any
     return [(key, a.get(key), b.get(key)) for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 
+def added_later(field: str, old: Any, new: Any) -> bool:
+    """Whether a `differences` entry is a field the older recipe lacks (a later nmtk added it), at its
+    default: a run or data of the nmtk before it reads as unchanged."""
+    section, _, rest = field.partition(".")
+    info = Recipe.model_fields.get(section)
+    if old is not None or not rest or info is None or info.is_required():
+        return False
+    default = info.get_default(call_default_factory=True)
+    flat = _flat(default.model_dump(mode="json")) if isinstance(default, BaseModel) else {}
+    return rest in flat and flat[rest] == new
+
+
 def first_difference(old: dict[str, Any], new: dict[str, Any], skip: Callable[[str], bool] = lambda _: False
                      ) -> tuple[str, Any, Any] | None:
     """The first of `differences` whose field ``skip`` does not leave out; None when they agree."""

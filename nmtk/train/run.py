@@ -23,7 +23,7 @@ from nmtk.manifest import Manifest, PreparedData
 from nmtk.model import Transformer, parameter_count
 from nmtk.model.languages import allowed_pieces
 from nmtk.model_source import resolve_model
-from nmtk.recipe import Recipe, differences, with_current_names
+from nmtk.recipe import Recipe, added_later, differences, with_current_names
 from nmtk.rundir import RunDir, default_run_dir
 from nmtk.text.pairs import training_pipelines
 from nmtk.train.distributed import (
@@ -65,7 +65,8 @@ def _frozen(field: str) -> str | None:
 def check_resumable(run: RunDir, checkpoint: Checkpoint, recipe: Recipe, manifest: Manifest,
                     info: DistInfo) -> None:
     """Refuse, naming the field, a recipe change that would break the checkpoint."""
-    changed = differences(with_current_names(checkpoint.recipe or {}, str(run.path)), recipe.model_dump(mode="json"))
+    changed = [d for d in differences(with_current_names(checkpoint.recipe or {}, str(run.path)),
+                                      recipe.model_dump(mode="json")) if not added_later(*d)]
     for field, old, new in changed:
         if _frozen(field) is not None:
             raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old!r} to {new!r}, which changes "

@@ -94,6 +94,20 @@ def test_invalid_recipe_is_one_line_naming_the_field(nmtk, tmp_path: Path, old: 
     assert "Traceback" not in result.stderr
 
 
+def test_a_field_added_later_at_its_default_is_no_change() -> None:
+    """A run trained (or data prepared) by the nmtk before ``tokenizer.correct_typos`` existed resumes:
+    `check_resumable` leaves out a field the checkpoint's recipe lacks when it is at its default."""
+    from nmtk.recipe import added_later, differences
+
+    recipe = load_recipe(SMALL)
+    old = recipe.model_dump(mode="json")
+    del old["tokenizer"]["correct_typos"]
+    assert differences(old, recipe.model_dump(mode="json")) == [("tokenizer.correct_typos", None, False)]
+    assert not [d for d in differences(old, recipe.model_dump(mode="json")) if not added_later(*d)]
+    on = load_recipe(SMALL, ["tokenizer.correct_typos=true"]).model_dump(mode="json")
+    assert [d for d in differences(old, on) if not added_later(*d)] == [("tokenizer.correct_typos", None, True)]
+
+
 def test_typo_correction_needs_one_pair(nmtk) -> None:
     result = nmtk("recipe", "validate", str(ROOT / "recipes" / "multi30k-en-many.toml"),
                    "--set", "tokenizer.correct_typos=true")
