@@ -926,7 +926,7 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any
 
 def added_later(field: str, old: Any, new: Any) -> bool:
     """Whether a `differences` entry is a field the older recipe lacks (a later nmtk added it), at its
-    default: a run or data of the nmtk before it reads as unchanged."""
+    default: a run trained by the nmtk before it resumes as unchanged (`nmtk.train.run.check_resumable`)."""
     section, _, rest = field.partition(".")
     info = Recipe.model_fields.get(section)
     if old is not None or not rest or info is None or info.is_required():

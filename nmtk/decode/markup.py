@@ -58,7 +58,7 @@ class MarkedUp:
 
     def ids(self, translator: TranslatorBase) -> list[list[int] | None]:
         """The sentences' source ids (`TranslatorBase.encode`'s), from the tokens already made."""
-        tokens = [translator.reading.read(t) for t in self.tokens]  # in sentence case, as `encode` reads text
+        tokens = [translator.reading.read(t) for t in self.tokens]  # read as `encode` reads text (`Reading`)
         return list(translator.src_pipe.encode_tokenized(tokens)) if tokens else []
 
     def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase) -> list[str]:

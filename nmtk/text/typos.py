@@ -55,11 +55,13 @@ class TypoCorrector:
     """The training data's words, and the correction of a line's unknown ones (`corrected`)."""
 
     def __init__(self, counts: dict[str, int]) -> None:
+        """``counts``: the most frequent first, as `write_words` writes them (not sorted again here: a
+        big corpus's word list is read at every start of `translate` and `serve`)."""
         from symspellpy import SymSpell
 
         self.counts = counts
         self.index = SymSpell(max_dictionary_edit_distance=2, prefix_length=7)
-        for word, count in islice(sorted(counts.items(), key=lambda item: -item[1]), MAX_CORRECTIONS):
+        for word, count in islice(counts.items(), MAX_CORRECTIONS):
             self.index.create_dictionary_entry(word, count)
 
     @classmethod
