@@ -26,8 +26,13 @@ from nmtk.errors import NmtkError
 from nmtk.files import read_lines, write_text_atomic
 
 #: A word of letters alone, not part of a longer token (digits, underscores, an apostrophe's "don't",
-#: a hyphenated word or a hint symbol ``__source__`` are left alone).
+#: a hyphenated word or a hint symbol ``__source__`` are left alone): what `count_words` counts.
 WORD = re.compile(r"(?<![\w'’-])[^\W\d_]+(?![\w'’-])")
+#: What `TypoCorrector.corrected` may change: a whole token between spaces that is letters alone, with
+#: only punctuation before or after it ("(hlil," or "hlil." at a sentence's end). A word inside a longer
+#: token is left alone, as `WORD`'s are, and so are the words of web addresses, e-mail addresses and
+#: file names ("www.exmaple.com", "jon@gmial.com", "cta.txt"): a "correction" there breaks them.
+TOKEN_WORD = re.compile(r"(?<!\S)([^\w\s]*)([^\W\d_]+)(?=[^\w\s]*(?!\S))")
 #: Words shorter than this are never corrected: too many real words are one edit apart.
 MIN_LETTERS = 3
 #: Words of this many letters or more may be two edits from their correction, shorter ones one.
@@ -77,7 +82,7 @@ class TypoCorrector:
 
     def corrected(self, text: str) -> str:
         """``text`` with each unknown word replaced by its correction, where it has one."""
-        return WORD.sub(lambda m: self.word(m.group()), text)
+        return TOKEN_WORD.sub(lambda m: m.group(1) + self.word(m.group(2)), text)
 
     def word(self, word: str) -> str:
         """The most frequent known word closest to ``word`` (its first letter's case kept), or ``word``."""

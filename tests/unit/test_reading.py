@@ -68,6 +68,9 @@ def test_an_unknown_word_near_training_words_becomes_the_most_frequent_of_them(t
     assert fix("A dog in Berlin, a cta.") == "A dog in Berlin, a cat."  # nothing near "Berlin": as it came
     assert fix("xa dg") == "xa dg"  # shorter than three letters: never corrected
     assert fix("dgo's dgo-like __source__ dgo2") == "dgo's dgo-like __source__ dgo2"  # parts of longer tokens
+    assert fix("(dgo, „cta“ dgo!?") == "(dog, „cat“ dog!?"  # punctuation around a word is not part of it
+    kept = "www.cta.com jon@dgo.com dgo.txt dgo/cta"  # addresses and file names: a "correction" breaks them
+    assert fix(kept) == kept
 
 
 def test_a_damaged_word_list_is_one_line_naming_its_line(tmp_path: Path) -> None:
