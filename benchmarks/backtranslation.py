@@ -11,7 +11,8 @@ trains, each for the same minutes:
 - ``bt_{beam,sampling}_{tagged,untagged}``: the first half plus the back-translated half, its sources
   with the corpus tag ``<BT>`` (Caswell et al. 2019) or without;
 - ``staged``: two stages (``[[train.stages]]``, OpusTrainer's curriculum): the first half plus the beam
-  back-translation (untagged) until the back-translation has been seen twice, then the first half only.
+  back-translation (untagged) until the back-translation has been seen twice (``--staged-epochs``), then
+  the first half only. With another ``--staged-epochs`` its run is ``run-staged_e<N>``.
 
 ``--models`` picks some of them; ``--seed`` trains the en->de models from another seed (runs named
 ``run-<model>-s<seed>``; the de->en model and its back-translations are seed 1's, made once).
@@ -21,6 +22,7 @@ sacreBLEU. Prints one JSON line: BLEU and updates per model, the back-translatio
 A run already trained is not trained again (`nmtk train` finds it finished).
 
 Usage: python benchmarks/backtranslation.py [--minutes 10] [--work DIR] [--seed 1] [--models half,staged,...]
+       [--staged-epochs 2]
 """
 
 from __future__ import annotations
@@ -35,8 +37,12 @@ import tomllib
 from _util import ROOT, data_root, multi30k_lines, nmtk, test_bleu, train
 
 MODELS = ("half", "full", "bt_beam_tagged", "bt_beam_untagged", "bt_sampling_tagged", "bt_sampling_untagged", "staged")
-#: The staged model's curriculum: original + back-translation until it was seen twice, then original only.
-STAGES = [{"name": "mixed", "epochs": 2.0, "corpus": "bt-beam"}, {"name": "original", "weights": {"bt-beam": 0.0}}]
+
+
+def stages(epochs: float) -> list[dict]:
+    """The staged model's curriculum: original + back-translation until it was seen ``epochs`` times, then
+    original only."""
+    return [{"name": "mixed", "epochs": epochs, "corpus": "bt-beam"}, {"name": "original", "weights": {"bt-beam": 0.0}}]
 
 
 def write_root(work: Path) -> Path:
@@ -110,6 +116,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-backtranslation")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " + ", ".join(MODELS))
+    parser.add_argument("--staged-epochs", type=float, default=2.0,
+                        help="the staged model's first stage ends when the back-translation was seen this often")
     args = parser.parse_args()
     models = args.models.split(",")
     if set(models) - set(MODELS):
@@ -119,9 +127,9 @@ def main() -> None:
     root = write_root(work)
     result: dict = {"benchmark": "backtranslation", "minutes": args.minutes, "seed": args.seed}
 
-    def trained(name: str, path: Path, seed: int = args.seed) -> Path:
+    def trained(name: str, path: Path, seed: int = args.seed, data: str = "") -> Path:
         run = work / (f"run-{name}" if seed == 1 else f"run-{name}-s{seed}")
-        updates = train(path, run, work / f"data-{name}", args.minutes, [5], seed, root)
+        updates = train(path, run, work / f"data-{data or name}", args.minutes, [5], seed, root)
         result.setdefault("updates", {})[name] = updates
         return run
 
@@ -133,9 +141,10 @@ def main() -> None:
                                     for kind in sorted(kinds)}
     result["bleu"] = {}
     for model in models:
-        run = trained(model, recipe(work, f"bt-{model}", training_corpora(model),
-                                    stages=STAGES if model == "staged" else None))
-        result["bleu"][model] = test_bleu(run, work / f"data-{model}", "en", "de")
+        name = f"staged_e{args.staged_epochs:g}" if model == "staged" and args.staged_epochs != 2.0 else model
+        run = trained(name, recipe(work, f"bt-{name}", training_corpora(model),
+                                   stages=stages(args.staged_epochs) if model == "staged" else None), data=model)
+        result["bleu"][name] = test_bleu(run, work / f"data-{model}", "en", "de")
     print(json.dumps(result))
 
 
