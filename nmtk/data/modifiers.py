@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,7 @@ def apply(modifier: Modifier, lines: list[str], partners: list[list[str]], words
 @contextmanager
 def _replacing_with(placeholders: Any, words: Sequence[str]) -> Iterator[None]:
     """OpusTrainer's ``replace`` mode draws random Unicode strings (letters of a dozen scripts: unknown pieces
-    to a vocabulary learned on the corpus); here it draws a word of the target vocabulary instead."""
+    to a vocabulary learned on the corpus); here it draws one of ``words`` instead (`epoch_words`)."""
     draw = placeholders.get_random_unicode_words
     if words:
         placeholders.get_random_unicode_words = lambda *_, **__: [random.choice(words)]
@@ -101,10 +101,20 @@ def _kept(change: Callable[[str], str], line: str) -> str:
 
 def target_words(pieces: list[str]) -> list[str]:
     """Whole words of a vocabulary (a piece that begins a word, then only letters, 3 or more): what a
-    ``replace`` hint puts in place of the target word."""
+    ``replace`` hint puts in place of the target word when the epoch's pairs have none (`epoch_words`)."""
     starts = word_starts(pieces)
     words = [p.removeprefix("\u2581") for p, start in zip(pieces, starts, strict=True) if start]
     return sorted({w for w in words if len(w) >= 3 and w.isalpha()})
+
+
+def epoch_words(lines: Iterable[str]) -> list[str]:
+    """The words of letters (3 or more) of the target sides of ``lines`` (``source<TAB>target…``): what a
+    ``replace`` hint puts in place of the target word. Words of the corpus, not of the vocabulary: a term
+    a glossary asks for is mostly several pieces ("Schneemobilen"), and a model that learned to copy only
+    one-piece words breaks the others (10-minute Multi30k runs wrote "Iglu" as "Ichchuuuu"). Sorted: the
+    same lines give the same draws."""
+    words = {w for line in lines for w in line.split("\t")[1].split() if len(w) >= 3 and w.isalpha()}
+    return sorted(words)
 
 
 class _Side:
@@ -161,10 +171,12 @@ class ModifiedSplit:
         text = {i: self._line(i, align=any(m.name == "terms" for m in ordered)) for i in sorted(wanted)}
         lines = {i: line for i, (_, line) in text.items()}
         counts: Counter = Counter()
+        replacing = any(m.name == "terms" and m.replace for m in ordered)
+        words = (replacing and epoch_words(line for _, line in text.values())) or self.words
         with seeded_random(int(rng.integers(2**63))):
             for modifier, indices, more in zip(ordered, chosen, partners, strict=True):
                 joined = [[text[int(j)][1] for j in m] for m in more]
-                changed = apply(modifier, [lines[int(i)] for i in indices], joined, self.words)
+                changed = apply(modifier, [lines[int(i)] for i in indices], joined, words)
                 for i, line in zip(indices, changed, strict=True):
                     lines[int(i)] = line
                 counts[modifier.name] += len(indices)

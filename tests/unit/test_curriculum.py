@@ -120,6 +120,23 @@ def test_each_modifier_changes_the_chosen_pairs_as_opustrainer_does(staged, name
         assert sum(_texts(modified, models, i)[0] != _texts(base, models, i)[0] for i in changed) > 0.4 * len(changed)
 
 
+def test_a_replaced_hint_is_a_word_of_the_corpus_targets_and_in_the_target_in_its_place(staged) -> None:
+    """``replace``: the hint and the target both get another word of the corpus's targets, words of
+    several pieces too (a model must learn to copy those: glossary terms mostly are)."""
+    _, result, _ = staged
+    modified, models, base = _split(result)
+    corpus_words = {w for i in range(len(base)) for w in _texts(base, models, i)[1].split()}
+    modified.set_epoch(0, [Modifier(name="terms", p=1.0, words=1.0, replace=1.0)])
+    terms = []
+    for i in sorted(modified.changed_src):
+        src, tgt = _texts(modified, models, i)
+        for hint in src.split("__source__")[1:]:
+            terms.append(hint.split("__target__")[1].split("__done__")[0].strip())
+            assert terms[-1] in tgt.split() and terms[-1] in corpus_words
+    assert len(terms) > 50 and len(set(terms)) > 10
+    assert any(len(models[1].encode(term)) > 1 for term in terms)  # not only the vocabulary's one-piece words
+
+
 def test_modified_pairs_are_drawn_afresh_each_epoch_from_the_seed_and_put_back(staged) -> None:
     _, result, _ = staged
     modified, _, base = _split(result)
