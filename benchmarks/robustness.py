@@ -1,6 +1,6 @@
 """Benchmark robustness to real input, and terminology from the input: the demo recipe's run against the
 robust recipe's (recipes/multi30k-en-de-robust.toml: typos corrected) and the terms recipe's
-(recipes/multi30k-en-de-terms.toml: OpusTrainer's modifiers), on Multi30k test_2016_flickr, beam 4,
+(recipes/multi30k-en-de-terms.toml: terminology hints), on Multi30k test_2016_flickr, beam 4,
 2 threads.
 
 One JSON line:
