@@ -37,6 +37,8 @@ import tomllib
 from _util import ROOT, data_root, multi30k_lines, nmtk, test_bleu, train
 
 MODELS = ("half", "full", "bt_beam_tagged", "bt_beam_untagged", "bt_sampling_tagged", "bt_sampling_untagged", "staged")
+#: The staged model's first stage ends when the back-translation was seen this often (run ``run-staged``).
+STAGED_EPOCHS = 2.0
 
 
 def stages(epochs: float) -> list[dict]:
@@ -116,7 +118,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-backtranslation")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " + ", ".join(MODELS))
-    parser.add_argument("--staged-epochs", type=float, default=2.0,
+    parser.add_argument("--staged-epochs", type=float, default=STAGED_EPOCHS,
                         help="the staged model's first stage ends when the back-translation was seen this often")
     args = parser.parse_args()
     models = args.models.split(",")
@@ -141,7 +143,7 @@ def main() -> None:
                                     for kind in sorted(kinds)}
     result["bleu"] = {}
     for model in models:
-        name = f"staged_e{args.staged_epochs:g}" if model == "staged" and args.staged_epochs != 2.0 else model
+        name = f"staged_e{args.staged_epochs:g}" if model == "staged" and args.staged_epochs != STAGED_EPOCHS else model
         run = trained(name, recipe(work, f"bt-{name}", training_corpora(model),
                                    stages=stages(args.staged_epochs) if model == "staged" else None), data=model)
         result["bleu"][name] = test_bleu(run, work / f"data-{model}", "en", "de")
