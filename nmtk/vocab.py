@@ -7,6 +7,8 @@ that says so; everything else imports these names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 SPECIAL_SYMBOLS = ("<pad>", "<unk>", "<s>", "</s>")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(len(SPECIAL_SYMBOLS))
 PAD, UNK, BOS, EOS = SPECIAL_SYMBOLS
@@ -21,3 +23,20 @@ HINT_TEMPLATE = "__source__ {src} __target__ {trg} __done__"
 def hinted(source: str, target: str) -> str:
     """``source`` (tokens, space-separated) followed by its ``target`` as a hint."""
     return HINT_TEMPLATE.format(src=source, trg=target)
+
+
+def unhinted_length(ids: Sequence[int], markers: tuple[int, int, int] | None) -> int:
+    """How many of ``ids`` are the source's own words: hints' markup left out (``__source__``, and
+    ``__target__ Wort __done__`` whole). ``markers``: the ids of `HINT_SYMBOLS` (None: a vocabulary
+    without them, every id counts). A translation is about as long as the source's words, however many
+    hints they carry: decoding batches are cut by this length (`TextPipeline.batch_lengths`)."""
+    if markers is None or markers[1] not in ids:
+        return len(ids)
+    source, target, done = markers
+    count, inside = 0, False
+    for i in ids:
+        if i == target or i == done:
+            inside = i == target
+        elif not inside and i != source:
+            count += 1
+    return count

@@ -139,9 +139,10 @@ class Ct2Translator(TranslatorBase):
         if any(c and c.constraints for c in controls):
             raise NmtkError("constraints need nmtk's own engine: CTranslate2 has no constrained search")
         self._say_form(search)
-        lengths = np.fromiter((len(s) + 1 for s in pieces), dtype=np.int64, count=len(pieces))
-        limits = [search.output_limit(len(s), self.max_positions, len(c.prefix) if c else 0)
-                  for s, c in zip(pieces, controls, strict=True)]
+        counted = self.src_pipe.batch_lengths(pieces)  # hints' markup aside, as nmtk's searches count |x|
+        lengths = np.fromiter((n + 1 for n in counted), dtype=np.int64, count=len(pieces))
+        limits = [search.output_limit(n, self.max_positions, len(c.prefix) if c else 0)
+                  for n, c in zip(counted, controls, strict=True)]
         out: list[list[Hypothesis]] = [[] for _ in pieces]
         for batch in length_batches(lengths, search.budget(self.device, "ctranslate2"), search.rows):
             # CTranslate2 takes banned phrases (and, with a vocabulary map, the target's pieces) per

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import torch
@@ -52,6 +52,8 @@ class Translator(TranslatorBase):
                       controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
         if self.text_only:
             raise NmtkError("this translator's weights were freed (keep_text_only): it cannot search")
+        if self.src_pipe.hint_markers is not None:
+            search = replace(search, hint_markers=self.src_pipe.hint_markers)
         return decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
                           generator=self._generator(search.sampling), controls=controls, shortlist=self.shortlist,
                           aligner=(self.align_layer, self._align) if search.align else None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -269,7 +270,7 @@ def test_inline_terms_are_chosen_by_the_data_and_refused_without_hints(staged) -
         inline_terms("inline", plain, "runs/x")
 
 
-def test_hints_are_one_piece_each_and_survive_the_export(staged, tmp_path: Path) -> None:
+def test_hints_are_one_piece_each_and_survive_the_export(staged, tmp_path: Path, monkeypatch) -> None:
     """The hint symbols are vocabulary items segmented from text: nmtk's pipeline and the CTranslate2
     export read a hinted source as the same pieces, so either engine takes terms from its input."""
     from conftest import run_nmtk
@@ -293,9 +294,54 @@ def test_hints_are_one_piece_each_and_survive_the_export(staged, tmp_path: Path)
     a = ours.encode(["the dog runs ."], 1, glossary)[0]
     b = theirs.encode(["the dog runs ."], 1, glossary)[0]
     assert a == b and all(pieces.index("\u2581" + s) in a for s in HINT_SYMBOLS)
+    assert ours.src_pipe.encode_tokenized(["the dog ."]) == ours.src_pipe.encode_tokenized(["the dog .", "x"])[:1]
+    _batched_as_written_without_hints(ours, theirs, a, ours.encode(["the dog runs ."])[0], monkeypatch)
     assert all("\u2581" + s in json.loads((export / "shared_vocabulary.json").read_text()) for s in HINT_SYMBOLS)
     with pytest.raises(NmtkError, match=r"glossary\[0\]: the target term '☃' has characters"):
         ours.check_hints(Glossary.of([("dog", "☃")]))
+
+
+def _batched_as_written_without_hints(ours, theirs, hinted: list[int], plain: list[int], monkeypatch) -> None:
+    """Both engines cut decoding batches by a source's words, its hints' markup left out: a hinted line
+    takes the room of the line without hints (its translation is about as long)."""
+    import nmtk.decode.ct2
+    import nmtk.decode.search.batches
+    from nmtk.data.batching import length_batches
+    from nmtk.decode.search.config import SearchConfig
+
+    seen = []
+
+    def recorded(lengths, *args):
+        seen.append(lengths.tolist())
+        return length_batches(lengths, *args)
+
+    for module in (nmtk.decode.search.batches, nmtk.decode.ct2):
+        monkeypatch.setattr(module, "length_batches", recorded)
+    for engine in (ours, theirs):
+        assert engine.src_pipe.hint_markers is not None and len(hinted) > len(plain)
+        engine.hypotheses_of_ids([hinted, plain], SearchConfig(beam=2, max_len_b=3))
+    assert seen == [[len(plain) + 1] * 2] * 2
+
+
+def test_a_length_without_hints_counts_the_source_words_only() -> None:
+    from nmtk.vocab import unhinted_length
+
+    source, target, done = markers = (4, 5, 6)
+    assert unhinted_length([9, source, 10, target, 11, 12, done, 13], markers) == 3  # 9, 10, 13
+    assert unhinted_length([9, source, 10, target, 11, done, source, 14, target, 15, done], markers) == 3
+    assert unhinted_length([9, 10, 5], None) == 3 and unhinted_length([9, 10], markers) == 2
+    # nmtk's searches count |x| of a·|x| + b alike, as tensors (CTranslate2's calls take `unhinted_length`)
+    from types import SimpleNamespace
+
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.decode.search.step import max_lengths
+    from nmtk.vocab import EOS_ID, PAD_ID
+
+    src = torch.tensor([[9, source, 10, target, 11, 12, done, 13, EOS_ID], [9, 10, EOS_ID] + [PAD_ID] * 6])
+    model = SimpleNamespace(cfg=SimpleNamespace(max_positions=100))
+    cfg = SearchConfig(max_len_a=2.0, max_len_b=5)
+    assert max_lengths(src, cfg, model).tolist() == [2 * 8 + 5, 2 * 2 + 5]
+    assert max_lengths(src, replace(cfg, hint_markers=markers), model).tolist() == [2 * 3 + 5, 2 * 2 + 5]
 
 
 def test_the_subword_learner_sees_capitals_when_training_will(tmp_path: Path) -> None:

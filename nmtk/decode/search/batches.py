@@ -20,7 +20,7 @@ from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.decode.search.contract import Decoder
 from nmtk.device import autocast_for
 from nmtk.precision import Precision
-from nmtk.vocab import BOS_ID, EOS_ID, SPECIAL_SYMBOLS
+from nmtk.vocab import BOS_ID, EOS_ID, SPECIAL_SYMBOLS, unhinted_length
 
 __all__ = ["decode_ids", "length_batches"]
 
@@ -40,9 +40,12 @@ def decode_ids(model: Decoder, sources: Sequence[Sequence[int]], cfg: SearchConf
     pieces of their prefixes and constraints) instead of the whole vocabulary. ``aligner``: its layer's
     cross-attention is watched through the search, and its function called with each batch's sources,
     hypotheses and the encoder's output for them (`Encoded`: the search's own), to attach alignments.
+    A source's length counts its words, not hints' markup (``cfg.hint_markers``, `unhinted_length`): its
+    translation is about as long as the line's without hints.
     """
     device = device or next(model.parameters()).device
-    lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
+    lengths = np.fromiter((unhinted_length(s, cfg.hint_markers) + 1 for s in sources), dtype=np.int64,
+                          count=len(sources))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     run = _BatchSearch(model, sources, cfg, generator, device, precision,
                        pad_multiple(device) if pad_to is None else pad_to, controls, shortlist, aligner)

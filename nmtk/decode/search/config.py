@@ -82,6 +82,9 @@ class SearchConfig:
     no_repeat_ngram_size: int = _DEFAULTS.no_repeat_ngram_size  # 0: no limit
     repetition_penalty: float = _DEFAULTS.repetition_penalty  # 1: none
     ordered_constraints: bool = False  # a line's constraints must appear in the order given
+    # the source vocabulary's hint symbols (`TextPipeline.hint_markers`, set by the translator): a·|x| + b
+    # counts the source's words, not hints' markup (`nmtk.vocab.unhinted_length`)
+    hint_markers: tuple[int, int, int] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.beam < 1 or self.nbest < 1:

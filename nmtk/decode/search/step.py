@@ -34,9 +34,13 @@ def stops_at_beam_finished(cfg: SearchConfig) -> bool:
 
 
 def max_lengths(src: Tensor, cfg: SearchConfig, model: Decoder, steering: Steering | None = None) -> Tensor:
-    """Per sentence: a·|x| + b output tokens (|x| without EOS), never past the model's positions; a
-    line with a prefix may always go one token past it."""
+    """Per sentence: a·|x| + b output tokens (|x| without EOS and hints' markup), never past the model's
+    positions; a line with a prefix may always go one token past it."""
     src_len = src.ne(PAD_ID).sum(dim=1) - 1
+    if cfg.hint_markers is not None:
+        source, target, done = cfg.hint_markers  # ``__target__ Wort __done__`` whole, and ``__source__``
+        inside = src.eq(target).cumsum(dim=1) - src.eq(done).cumsum(dim=1)
+        src_len = src_len - (inside.gt(0) | src.eq(done) | src.eq(source)).sum(dim=1)
     limit = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
     if steering is not None:
         limit = steering.limits(limit)
