@@ -138,8 +138,10 @@ def kept_glossaries(run: Path, translator: Any, sources: list[str], refs: list[s
     key = hashlib.sha256("\n".join([*sources, *refs, *plain]).encode()).hexdigest()
     if path.is_file() and (kept := json.loads(path.read_text(encoding="utf-8")))["key"] == key:
         return [[(a, b) for a, b in line] for line in kept["glossaries"]]
+    from nmtk.files import write_text_atomic
+
     wanted = glossaries(translator, sources, refs, plain)
-    path.write_text(json.dumps({"key": key, "glossaries": wanted}, ensure_ascii=False), encoding="utf-8")
+    write_text_atomic(path, json.dumps({"key": key, "glossaries": wanted}, ensure_ascii=False))
     return wanted
 
 

@@ -28,8 +28,10 @@ def hinted(source: str, target: str) -> str:
 def unhinted_length(ids: Sequence[int], markers: tuple[int, int, int] | None) -> int:
     """How many of ``ids`` are the source's own words: hints' markup left out (``__source__``, and
     ``__target__ Wort __done__`` whole). ``markers``: the ids of `HINT_SYMBOLS` (None: a vocabulary
-    without them, every id counts). A translation is about as long as the source's words, however many
-    hints they carry: decoding batches are cut by this length (`TextPipeline.batch_lengths`)."""
+    without them, every id counts: `TextPipeline.hint_markers`). A translation is about as long as the
+    source's words, however many hints they carry, so both engines cut decoding batches and the output
+    limit a·|x| + b by this length: counted whole, a hinted line took the room of a third more source
+    words (43 batches instead of 31 for Multi30k's test set with a glossary; docs/training.md)."""
     if markers is None or markers[1] not in ids:
         return len(ids)
     source, target, done = markers

@@ -27,6 +27,7 @@ from nmtk.model_source import ModelSource
 from nmtk.rundir import ExportDir
 from nmtk.text import text_pipelines
 from nmtk.text.pairs import model_pipelines
+from nmtk.vocab import unhinted_length
 
 #: ``--precision`` on an export: CTranslate2's compute type (the stored weights are converted on load).
 CT2_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
@@ -139,7 +140,7 @@ class Ct2Translator(TranslatorBase):
         if any(c and c.constraints for c in controls):
             raise NmtkError("constraints need nmtk's own engine: CTranslate2 has no constrained search")
         self._say_form(search)
-        counted = self.src_pipe.batch_lengths(pieces)  # hints' markup aside, as nmtk's searches count |x|
+        counted = [unhinted_length(s, self.src_pipe.hint_markers) for s in pieces]  # as nmtk's searches count |x|
         lengths = np.fromiter((n + 1 for n in counted), dtype=np.int64, count=len(pieces))
         limits = [search.output_limit(n, self.max_positions, len(c.prefix) if c else 0)
                   for n, c in zip(counted, controls, strict=True)]

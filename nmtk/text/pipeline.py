@@ -8,14 +8,13 @@ scored against raw references.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from nmtk.text.moses import Moses
 from nmtk.text.subword import SubwordModel, load_subword_model
-from nmtk.vocab import HINT_SYMBOLS, unhinted_length
+from nmtk.vocab import HINT_SYMBOLS
 
 if TYPE_CHECKING:
     from nmtk.recipe import TokenizerSection
@@ -60,13 +59,6 @@ class TextPipeline:
         ids = {piece: i for i, piece in enumerate(self.subwords.pieces())}
         found = tuple(ids.get("\u2581" + symbol) for symbol in HINT_SYMBOLS)
         return None if None in found else found  # type: ignore[return-value]
-
-    def batch_lengths(self, sources: Sequence[Sequence[int]]) -> list[int]:
-        """Each encoded source's length as decoding batches count it: its tokens, hints' markup left out
-        (`nmtk.vocab.unhinted_length`). Counted whole, a line with a term would take the room of a third
-        more source words in its batch while its translation grows by a token or two: 43 batches instead
-        of 31 for Multi30k's test set with a glossary, 0.83x the speed without one (docs/decoding.md)."""
-        return [unhinted_length(s, self.hint_markers) for s in sources]
 
     def decode(self, ids: list[int]) -> str:
         if self.hidden:
