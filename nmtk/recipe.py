@@ -36,10 +36,9 @@ else:  # pragma: no cover - exercised only on Python 3.10
 #: Decoding's batch budget by device when ``decode.beam_tokens`` is unset: source tokens × beam per batch
 #: (translate, validation, serving). Not ``batching.batch_tokens``, which counts tokens per side of a
 #: training batch. A GPU needs far larger batches than a CPU to be kept busy. On a CPU nmtk's own engine
-#: holds 356 instead of 688 MiB at 2,048, for 5–9 % of its translation speed (docs/decoding.md);
-#: CTranslate2 keeps 8,192 (at 2,048 it ran 28 % slower).
+#: holds 356 instead of 688 MiB at 2,048, for 5–9 % of its translation speed, and CTranslate2, whose
+#: searches run a thread each (`nmtk.decode.ct2.thread_layout`), is fastest there (docs/decoding.md).
 DECODE_BEAM_TOKENS = {"cpu": 2_048, "cuda": 65_536}
-CT2_BEAM_TOKENS = {"cpu": 8_192, "cuda": 65_536}
 
 
 class Section(BaseModel):
@@ -656,8 +655,8 @@ class DecodeSection(Section):
     """See ``max_len_a``."""
     beam_tokens: int | None = Field(None, ge=1)
     """Decoding batch budget: source tokens × beam per batch (translate and validation), not the
-    training batch's tokens per side (``batching.batch_tokens``); unset = on a CPU 2,048 in nmtk's engine and
-    8,192 in CTranslate2's, 65,536 on CUDA."""
+    training batch's tokens per side (``batching.batch_tokens``); unset = 2,048 on a CPU (either engine),
+    65,536 on CUDA."""
     no_repeat_ngram_size: int = Field(0, ge=0)
     """Never produce an n-gram of subwords of this size twice in one translation (0: no limit);
     CTranslate2's and transformers' option of the same name."""

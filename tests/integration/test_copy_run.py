@@ -220,6 +220,39 @@ def test_export_translates_as_nmtk_does(copy_run, exported) -> None:
     assert again.returncode == 1 and "--force" in again.stderr
 
 
+def test_ctranslate2_on_a_cpu_decodes_batches_side_by_side_as_one_search_would(exported) -> None:
+    """A file's translation on a CPU runs CTranslate2 as one-thread searches taking batches side by side
+    (`thread_layout`): every line comes back in its place, the same as from one search, the lines a
+    batch's larger limit let run to their own decoded again, and sampling draws from one search so a
+    seed samples alike."""
+    import random
+
+    from helpers import WORDS
+
+    from nmtk.decode.ct2 import thread_layout
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SamplingConfig, SearchConfig
+    from nmtk.model_source import resolve_model
+
+    assert thread_layout("cpu", 2, 1) == (1, 2) and thread_layout("cpu", 0, 1)[0] == 1
+    assert thread_layout("cuda", 2, 1) == (2, 1) and thread_layout("cpu", 1, 2) == (1, 2)  # a server's searches
+    side_by_side = load_translator(resolve_model(exported), LoadOptions(threads=2, device="cpu"))
+    one = load_translator(resolve_model(exported), LoadOptions(threads=1, device="cpu"))
+    assert (side_by_side.ct2.num_translators, one.ct2.num_translators) == (2, 1)
+    rng = random.Random(11)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 16))) for _ in range(90)]
+    # 32 source tokens × beam a batch: ~20 calls; a·|x| + b under the copy's length: lines reach their limit
+    search = SearchConfig(beam=4, beam_tokens=32 * 4, max_len_a=0.5, max_len_b=2)
+    ours, theirs = side_by_side.hypotheses(lines, search), one.hypotheses(lines, search)
+    assert [[h.tokens for h in x] for x in ours] == [[h.tokens for h in x] for x in theirs]
+    assert sum(len(x[0].tokens) == search.output_limit(len(side_by_side.encode([line])[0]), 1024, 0)
+               for x, line in zip(ours, lines, strict=True)) >= 10
+    sampled = SearchConfig(beam=1, sampling=SamplingConfig(seed=3), beam_tokens=32)
+    draws = [load_translator(resolve_model(exported), LoadOptions(threads=2, device="cpu")).hypotheses(lines, sampled)
+             for _ in range(2)]
+    assert [x[0].tokens for x in draws[0]] == [x[0].tokens for x in draws[1]]
+
+
 def translated(model: Path, lines: list[str], cwd: Path, env: dict, *args: str) -> list[str]:
     """`nmtk translate -m MODEL ARGS` of ``lines`` in fp32: its output lines."""
     result = nmtk("translate", "-m", str(model), "--precision", "fp32", *args, cwd=cwd, env=env,

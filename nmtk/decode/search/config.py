@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from nmtk.errors import NmtkError
-from nmtk.recipe import CT2_BEAM_TOKENS, DECODE_BEAM_TOKENS, DecodeSection
+from nmtk.recipe import DECODE_BEAM_TOKENS, DecodeSection
 
 if TYPE_CHECKING:
     from nmtk.decode.search.alignment import Alignment
@@ -114,11 +114,9 @@ class SearchConfig:
         limit = int(self.max_len_a * source_len + self.max_len_b)
         return min(max(limit, prefix + 1) if prefix else limit, max_positions - 1)
 
-    def budget(self, device_type: str, engine: str = "torch") -> int:
-        """Source tokens × beam per batch on a device of this type (``cpu``, ``cuda``), in this engine
-        (``torch``: nmtk's own, or ``ctranslate2``)."""
-        table = CT2_BEAM_TOKENS if engine == "ctranslate2" else DECODE_BEAM_TOKENS
-        return self.beam_tokens or table.get(device_type, table["cpu"])
+    def budget(self, device_type: str) -> int:
+        """Source tokens × beam per batch on a device of this type (``cpu``, ``cuda``), in either engine."""
+        return self.beam_tokens or DECODE_BEAM_TOKENS.get(device_type, DECODE_BEAM_TOKENS["cpu"])
 
     @property
     def rows(self) -> int:
