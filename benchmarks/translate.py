@@ -5,7 +5,8 @@ Each row runs in a fresh process, so its peak RSS is its own: the model is loade
 its default --beam-tokens and --buffer-size). A row is ENGINE:PRECISION: ``nmtk:fp32``, ``nmtk:bf16``,
 ``nmtk:int8`` (int8 products, `nmtk/model/int8.py`), ``nmtk:auto`` (what `translate` picks by default),
 ``ct2:float32``, ``ct2:int8``... (ct2 rows use a
-CTranslate2 export of the same checkpoint, made first with `nmtk export`); ``+shortlist`` after a row
+CTranslate2 export of the same checkpoint, made first with `nmtk export`, run as `nmtk translate` runs
+it: ``--threads`` searches of one thread each, `nmtk.decode.ct2.thread_layout`); ``+shortlist`` after a row
 (``nmtk:fp32+shortlist``, ``ct2:int8+shortlist``) decodes with the run's lexical shortlist (made first
 with `nmtk shortlist RUN` if the run has none; its ct2 export carries it). Prints one JSON line:
 per row sentences/s, target tokens/s, model load seconds, peak RSS and sacreBLEU; a shortlist row also
