@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_runner import run_nmtk
 from helpers import copy_pairs
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="tgkill and /proc: Linux")]
@@ -218,5 +219,5 @@ def _record(test: str, seconds: float) -> None:
 
 
 def _run(env: dict, cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmtk", *args], input=stdin, capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+    """A command that needs no signal: in this process (`cli_runner`), without a new interpreter's start."""
+    return run_nmtk(*args, stdin=stdin, cwd=cwd, env=env)

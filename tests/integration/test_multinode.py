@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_runner import run_nmtk
 from helpers import toy_data, toy_recipe
 
 pytestmark = pytest.mark.slow
@@ -40,10 +41,14 @@ def toy(tmp_path_factory: pytest.TempPathFactory):
     env = {**os.environ, "NMTK_DATA": str(root), "OMP_NUM_THREADS": "1", "NMTK_DIST_TIMEOUT": str(TIMEOUT_S)}
     common = ["--data", str(tmp_path / "data"), "--threads", "1", "--set", "train.validate_every_updates=1000",
               "--set", "train.save_every_updates=5", "--set", "train.update_freq=2"]  # two nodes × 1 batch
-    single = [sys.executable, "-m", "nmtk", "train", str(recipe), *common]
-    subprocess.run([*single, "--run-dir", str(tmp_path / "prep"), "--set", "train.max_updates=1"], env=env,
-                   cwd=tmp_path, check=True, capture_output=True)  # prepares the data once
+    one_process(tmp_path, recipe, env, common, "prep", "--set", "train.max_updates=1")  # prepares the data once
     return tmp_path, recipe, env, common
+
+
+def one_process(tmp: Path, recipe: Path, env: dict, common: list[str], run: str, *extra: str) -> None:
+    """`nmtk train` as one process, in the test's own (`cli_runner`: no new interpreter to start)."""
+    result = run_nmtk("train", str(recipe), *common, "--run-dir", str(tmp / run), *extra, env=env, cwd=tmp)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def node(tmp: Path, recipe: Path, env: dict, common: list[str], run: str, rank: int, port: int,
@@ -84,8 +89,7 @@ def assert_close(a: Path, b: Path) -> None:
 
 def test_two_nodes_equal_one_process_write_once_and_resume(toy) -> None:
     tmp, recipe, env, common = toy
-    single = [sys.executable, "-m", "nmtk", "train", str(recipe), *common, "--run-dir", str(tmp / "single")]
-    subprocess.run([*single, "--set", "train.max_updates=10"], env=env, cwd=tmp, check=True, capture_output=True)
+    one_process(tmp, recipe, env, common, "single", "--set", "train.max_updates=10")
 
     two_nodes(tmp, recipe, env, common, "nodes", "--set", "train.max_updates=10")
     assert_close(tmp / "single" / "checkpoint_10.pt", tmp / "nodes" / "checkpoint_10.pt")
@@ -96,7 +100,7 @@ def test_two_nodes_equal_one_process_write_once_and_resume(toy) -> None:
 
     errs = two_nodes(tmp, recipe, env, common, "nodes", "--set", "train.max_updates=14")
     assert any("from update 10" in err.replace("\n", "") for err in errs)
-    subprocess.run([*single, "--set", "train.max_updates=14"], env=env, cwd=tmp, check=True, capture_output=True)
+    one_process(tmp, recipe, env, common, "single", "--set", "train.max_updates=14")
     assert_close(tmp / "single" / "checkpoint_last.pt", tmp / "nodes" / "checkpoint_last.pt")
     assert torch.load(tmp / "nodes" / "checkpoint_last.pt", weights_only=True)["state"]["update"] == 14
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_nmtk
 
 from nmtk.errors import NmtkError
 from nmtk.manifest import MANIFEST_VERSION, Manifest, PreparedData
@@ -49,8 +48,7 @@ def test_a_run_with_a_manifest_of_another_version_is_refused_by_translate(tmp_pa
     run = tmp_path / "run"
     write(run, {**GOOD, "version": 7})
     (run / "recipe.toml").write_text("")
-    result = subprocess.run([sys.executable, "-m", "nmtk", "translate", "-m", str(run)], input="a\n",
-                            capture_output=True, text=True, timeout=120)
+    result = run_nmtk("translate", "-m", str(run), stdin="a\n")
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1 and "manifest version 7" in lines[0]
     assert "Traceback" not in result.stderr
