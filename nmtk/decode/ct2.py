@@ -107,9 +107,10 @@ class Ct2Translator(TranslatorBase):
                 raise NmtkError(f"--precision: CTranslate2 cannot compute in {compute_type} on this {device} (it can: "
                                 f"{', '.join(sorted(ctranslate2.get_supported_compute_types(device)))})")
             intra, inter = thread_layout(device, threads, searches)
-            reload = dict(model_path=str(folder.path), device=device, device_index=index,
-                          compute_type=compute_type or "default")
-            ct2 = ctranslate2.Translator(**reload, intra_threads=intra, inter_threads=inter)
+            model_args = dict(model_path=str(folder.path), device=device, device_index=index,
+                              compute_type=compute_type or "default")
+            ct2 = ctranslate2.Translator(**model_args, intra_threads=intra, inter_threads=inter)
+            one_search = dict(model_args, intra_threads=intra * inter, inter_threads=1) if inter > searches else {}
         except NmtkError:
             raise
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
@@ -121,7 +122,7 @@ class Ct2Translator(TranslatorBase):
         return cls(directory=folder.path, pipelines=pipelines, pairs=pairs, ct2=ct2,
                    max_positions=int(meta.get("max_positions", 1024)), longest_trained=longest,
                    quantization=compute_type or meta.get("quantization", ""), device=device, shortlist=shortlist,
-                   one_search=dict(reload, intra_threads=intra * inter, inter_threads=1) if inter > searches else {})
+                   one_search=one_search)
 
     def __post_init__(self) -> None:
         super().__post_init__()
