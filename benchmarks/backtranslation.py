@@ -12,7 +12,8 @@ trains, each for the same minutes:
   with the corpus tag ``<BT>`` (Caswell et al. 2019) or without;
 - ``staged``: two stages (``[[train.stages]]``, OpusTrainer's curriculum): the first half plus the beam
   back-translation (untagged) until the back-translation has been seen twice (``--staged-epochs``), then
-  the first half only. With another ``--staged-epochs`` its run is ``run-staged_e<N>``.
+  the first half only. With another ``--staged-epochs`` its run is ``run-staged_e<N>``; with
+  ``--staged-bt sampling`` the sampled back-translation instead (``run-staged_sampling``).
 
 ``--models`` picks some of them; ``--seed`` trains the en->de models from another seed (runs named
 ``run-<model>-s<seed>``; the de->en model and its back-translations are seed 1's, made once).
@@ -22,7 +23,7 @@ sacreBLEU. Prints one JSON line: BLEU and updates per model, the back-translatio
 A run already trained is not trained again (`nmtk train` finds it finished).
 
 Usage: python benchmarks/backtranslation.py [--minutes 10] [--work DIR] [--seed 1] [--models half,staged,...]
-       [--staged-epochs 2]
+       [--staged-epochs 2] [--staged-bt beam|sampling]
 """
 
 from __future__ import annotations
@@ -41,10 +42,16 @@ MODELS = ("half", "full", "bt_beam_tagged", "bt_beam_untagged", "bt_sampling_tag
 STAGED_EPOCHS = 2.0
 
 
-def stages(epochs: float) -> list[dict]:
-    """The staged model's curriculum: original + back-translation until it was seen ``epochs`` times, then
-    original only."""
-    return [{"name": "mixed", "epochs": epochs, "corpus": "bt-beam"}, {"name": "original", "weights": {"bt-beam": 0.0}}]
+def stages(epochs: float, kind: str = "beam") -> list[dict]:
+    """The staged model's curriculum: original + the ``kind`` back-translation until it was seen ``epochs``
+    times, then original only."""
+    return [{"name": "mixed", "epochs": epochs, "corpus": f"bt-{kind}"},
+            {"name": "original", "weights": {f"bt-{kind}": 0.0}}]
+
+
+def staged_name(epochs: float, kind: str) -> str:
+    """The staged model's run and data name: ``staged``, with what differs from the default appended."""
+    return "staged" + (f"_e{epochs:g}" if epochs != STAGED_EPOCHS else "") + ("_sampling" if kind == "sampling" else "")
 
 
 def write_root(work: Path) -> Path:
@@ -99,14 +106,14 @@ def back_translate(run: Path, root: Path, sampling: bool, seed: int) -> float:
     return round(lines / (time.perf_counter() - start), 1)
 
 
-def training_corpora(model: str) -> list[dict]:
+def training_corpora(model: str, staged_kind: str = "beam") -> list[dict]:
     half = corpus("half", "half/train.en", "half/train.de")
     if model == "half":
         return [half]
     if model == "full":
         return [corpus("train", "multi30k/train.en.gz", "multi30k/train.de.gz")]
     if model == "staged":
-        return [half, corpus("bt-beam", "bt/beam.en", "mono/train.de")]
+        return [half, corpus(f"bt-{staged_kind}", f"bt/{staged_kind}.en", "mono/train.de")]
     _, kind, tagging = model.split("_")
     return [half, corpus(f"bt-{kind}", f"bt/{kind}.en", "mono/train.de",
                          **({"tag": "<BT>"} if tagging == "tagged" else {}))]
@@ -120,6 +127,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " + ", ".join(MODELS))
     parser.add_argument("--staged-epochs", type=float, default=STAGED_EPOCHS,
                         help="the staged model's first stage ends when the back-translation was seen this often")
+    parser.add_argument("--staged-bt", choices=("beam", "sampling"), default="beam",
+                        help="the back-translation the staged model's first stage mixes in")
     args = parser.parse_args()
     models = args.models.split(",")
     if set(models) - set(MODELS):
@@ -138,15 +147,18 @@ def main() -> None:
     reverse = trained("de_en", recipe(work, "bt-de-en", [corpus("half", "half/train.de", "half/train.en")],
                                       reverse=True), seed=1)
     result["de_en_bleu"] = test_bleu(reverse, work / "data-de_en", "de", "en")
-    kinds = {m.split("_")[1] for m in models if m.startswith("bt_")} | ({"beam"} if "staged" in models else set())
+    kinds = {m.split("_")[1] for m in models if m.startswith("bt_")}
+    kinds |= {args.staged_bt} if "staged" in models else set()
     result["bt_sentences_per_s"] = {kind: back_translate(reverse, root, kind == "sampling", 1)
                                     for kind in sorted(kinds)}
     result["bleu"] = {}
     for model in models:
-        name = f"staged_e{args.staged_epochs:g}" if model == "staged" and args.staged_epochs != STAGED_EPOCHS else model
-        run = trained(name, recipe(work, f"bt-{name}", training_corpora(model),
-                                   stages=stages(args.staged_epochs) if model == "staged" else None), data=model)
-        result["bleu"][name] = test_bleu(run, work / f"data-{model}", "en", "de")
+        staged = model == "staged"
+        name = staged_name(args.staged_epochs, args.staged_bt) if staged else model
+        data = "staged_sampling" if staged and args.staged_bt == "sampling" else model  # the corpora it holds
+        run = trained(name, recipe(work, f"bt-{name}", training_corpora(model, args.staged_bt),
+                                   stages=stages(args.staged_epochs, args.staged_bt) if staged else None), data=data)
+        result["bleu"][name] = test_bleu(run, work / f"data-{data}", "en", "de")
     print(json.dumps(result))
 
 
