@@ -155,7 +155,7 @@ def main() -> None:
     for model in models:
         staged = model == "staged"
         name = staged_name(args.staged_epochs, args.staged_bt) if staged else model
-        data = "staged_sampling" if staged and args.staged_bt == "sampling" else model  # the corpora it holds
+        data = staged_name(STAGED_EPOCHS, args.staged_bt) if staged else model  # its corpora: epochs change none
         run = trained(name, recipe(work, f"bt-{name}", training_corpora(model, args.staged_bt),
                                    stages=stages(args.staged_epochs, args.staged_bt) if staged else None), data=data)
         result["bleu"][name] = test_bleu(run, work / f"data-{data}", "en", "de")

@@ -63,6 +63,11 @@ def thread_layout(device: str, threads: int, searches: int) -> tuple[int, int]:
     return 1, max(1, threads or len(os.sched_getaffinity(0)))
 
 
+def by_limit(lines: list[int], limits: list[int]) -> list[tuple[list[int], int]]:
+    """``lines`` by their own output limit (``limits[i]``), smallest first: one CTranslate2 call each."""
+    return [([i for i in lines if limits[i] == limit], limit) for limit in sorted({limits[i] for i in lines})]
+
+
 @dataclass(kw_only=True)
 class Ct2Translator(TranslatorBase):
     """An exported model run by CTranslate2, through the same text pipeline as nmtk's own."""
@@ -176,20 +181,14 @@ class Ct2Translator(TranslatorBase):
         first: list[Call] = []  # every batch is queued before any is awaited: several searches take them
         for batch in length_batches(lengths, search.budget(self.device), search.rows):
             for todo in self._call_groups([int(i) for i in batch], pieces, controls):
-                if search.sampling is None:
-                    first.append(self._submit(pieces, todo, max(limits[i] for i in todo), search, controls))
-                else:
-                    for limit in sorted({limits[i] for i in todo}):
-                        first.append(self._submit(pieces, [i for i in todo if limits[i] == limit], limit, search,
-                                                  controls))
+                groups = [(todo, max(limits[i] for i in todo))] if search.sampling is None else by_limit(todo, limits)
+                first += [self._call(pieces, group, limit, search, controls) for group, limit in groups]
         self._collect(out, first)
         if search.sampling is None:  # the lines a larger limit than their own let run to theirs
-            again = []
-            for todo, top, _ in first:
-                cut = [i for i in todo if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
-                for limit in sorted({limits[i] for i in cut}):
-                    again.append(self._submit(pieces, [i for i in cut if limits[i] == limit], limit, search,
-                                              controls))
+            cut = [[i for i in todo if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
+                   for todo, top, _ in first]  # per first call: its lines share their bans
+            again = [self._call(pieces, group, limit, search, controls) for lines in cut
+                     for group, limit in by_limit(lines, limits)]
             self._collect(out, again)
         return out
 
@@ -213,11 +212,6 @@ class Ct2Translator(TranslatorBase):
                           f"with α {search.length_penalty} in its form (length_penalty_form = power; "
                           "a run translates alike with --lenpen-form power)")
 
-    def _submit(self, pieces: list[list[int]], group: list[int], limit: int, search: SearchConfig,
-                controls: list[LineControls | None]) -> Call:
-        """One CTranslate2 call for ``group`` under ``limit``, queued: the next is queued while it runs."""
-        return group, limit, self._call([pieces[i] for i in group], limit, search, [controls[i] for i in group])
-
     def _collect(self, out: list[list[Hypothesis]], calls: list[Call]) -> None:
         """``out[i]`` for each line of ``calls``, awaited in the order they were queued."""
         for group, _, pending in calls:
@@ -236,10 +230,11 @@ class Ct2Translator(TranslatorBase):
             self._sampler = ctranslate2.Translator(**self.one_search)
         return self._sampler
 
-    def _call(self, sources: list[list[int]], limit: int, search: SearchConfig,
-              controls: list[LineControls | None]) -> list[Any]:
-        """CTranslate2's pending results (``AsyncTranslationResult``) of one call."""
-        sampling = search.sampling
+    def _call(self, pieces: list[list[int]], group: list[int], limit: int, search: SearchConfig,
+              every: list[LineControls | None]) -> Call:
+        """One CTranslate2 call for the lines ``group`` of ``pieces`` under ``limit``, queued: its results
+        are awaited by `_collect`, and the next call is queued while it runs."""
+        sampling, controls = search.sampling, [every[i] for i in group]
         # at most `limit` tokens besides EOS, as nmtk's searches (which force EOS at the limit): a
         # hypothesis CTranslate2 stops at the limit is the same text
         options: dict[str, Any] = dict(max_decoding_length=max(limit, 1), min_decoding_length=1, max_input_length=0,
@@ -257,5 +252,5 @@ class Ct2Translator(TranslatorBase):
             options["target_prefix"] = [[words[t] for t in c.prefix] if c and c.prefix else None for c in controls]
         if controls and controls[0] and controls[0].bans:  # one set per call (grouped by `decode_pieces`)
             options["suppress_sequences"] = [[words[t] for t in ban] for ban in controls[0].bans]
-        return self._searcher(search).translate_batch([[self.source_pieces[t] for t in s] for s in sources],
-                                                      asynchronous=True, **options)
+        sources = [[self.source_pieces[t] for t in pieces[i]] for i in group]
+        return group, limit, self._searcher(search).translate_batch(sources, asynchronous=True, **options)
