@@ -73,17 +73,23 @@ def apply(modifier: Modifier, lines: list[str], partners: list[list[str]], words
     if name == "merge":
         return [merge.merge_sents([line, *more]) for line, more in zip(lines, partners, strict=True)]
     tags = placeholders.PlaceholderTagModifier(modifier.words, replace=modifier.replace, tag=1.0 - modifier.replace)
-    with _replacing_with(placeholders, words):
+    with _replacing_with(placeholders, words, modifier.max_words):
         return [_kept(tags.apply, line) for line in lines]
 
 
 @contextmanager
-def _replacing_with(placeholders: Any, words: Sequence[str]) -> Iterator[None]:
-    """OpusTrainer's ``replace`` mode draws random Unicode strings (letters of a dozen scripts: unknown pieces
-    to a vocabulary learned on the corpus); here it draws one of ``words`` instead (`epoch_words`)."""
+def _replacing_with(placeholders: Any, words: Sequence[str], most: int = 1) -> Iterator[None]:
+    """OpusTrainer's ``replace`` mode draws 1–3 random Unicode words (letters of a dozen scripts: unknown
+    pieces to a vocabulary learned on the corpus); here it draws 1 to ``most`` of ``words`` instead
+    (`epoch_words`; the modifier's ``max_words``: a glossary's terms of several words need several)."""
     draw = placeholders.get_random_unicode_words
     if words:
-        placeholders.get_random_unicode_words = lambda *_, **__: [random.choice(words)]
+        # One string of 1–``most`` words, not a list of them: OpusTrainer counts the target's tokens after
+        # a replaced word as if the replacement were one token (a second hint in the line then overwrote
+        # the earlier hint's second word), and a string with spaces is one token to it.
+        # With ``most`` 1 no count is drawn: a run trained before ``max_words`` existed resumes exactly.
+        placeholders.get_random_unicode_words = lambda *_, **__: [
+            " ".join(random.choice(words) for _ in range(random.randint(1, most) if most > 1 else 1))]
     try:
         yield
     finally:

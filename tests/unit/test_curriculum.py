@@ -121,21 +121,26 @@ def test_each_modifier_changes_the_chosen_pairs_as_opustrainer_does(staged, name
         assert sum(_texts(modified, models, i)[0] != _texts(base, models, i)[0] for i in changed) > 0.4 * len(changed)
 
 
-def test_a_replaced_hint_is_a_word_of_the_corpus_targets_and_in_the_target_in_its_place(staged) -> None:
-    """``replace``: the hint and the target both get another word of the corpus's targets, words of
-    several pieces too (a model must learn to copy those: glossary terms mostly are)."""
+def test_a_replaced_hint_is_one_to_three_words_of_the_corpus_targets_and_in_the_target_in_their_place(staged) -> None:
+    """``replace``: the hint and the target both get 1 to ``max_words`` other words of the corpus's
+    targets, words of several pieces too (a model must learn to copy those: glossary terms mostly are),
+    several words in one hint with ``max_words`` 3 (two-word terms), one by default."""
     _, result, _ = staged
     modified, models, base = _split(result)
     corpus_words = {w for i in range(len(base)) for w in _texts(base, models, i)[1].split()}
-    modified.set_epoch(0, [Modifier(name="terms", p=1.0, words=1.0, replace=1.0)])
+    modified.set_epoch(0, [Modifier(name="terms", p=1.0, words=1.0, replace=1.0, max_words=3)])
     terms = []
     for i in sorted(modified.changed_src):
         src, tgt = _texts(modified, models, i)
         for hint in src.split("__source__")[1:]:
             terms.append(hint.split("__target__")[1].split("__done__")[0].strip())
-            assert terms[-1] in tgt.split() and terms[-1] in corpus_words
+            assert f" {terms[-1]} " in f" {tgt} " and set(terms[-1].split()) <= corpus_words, (src, tgt)
     assert len(terms) > 50 and len(set(terms)) > 10
-    assert any(len(models[1].encode(term)) > 1 for term in terms)  # not only the vocabulary's one-piece words
+    assert {len(term.split()) for term in terms} == {1, 2, 3}
+    assert any(len(models[1].encode(term)) > 1 for term in terms if " " not in term)  # not only one-piece words
+    modified.set_epoch(0, [Modifier(name="terms", p=1.0, words=1.0, replace=1.0)])  # max_words 1: as before it
+    assert all(len(hint.split("__target__")[1].split("__done__")[0].split()) == 1
+               for i in modified.changed_src for hint in _texts(modified, models, i)[0].split("__source__")[1:])
 
 
 def test_modified_pairs_are_drawn_afresh_each_epoch_from_the_seed_and_put_back(staged) -> None:
