@@ -113,18 +113,21 @@ def load(run: Path, threads: int, **options: Any) -> tuple[Any, Any]:
             SearchConfig.from_recipe(source.recipe.decode, beam=4))
 
 
-def glossaries(translator: Any, sources: list[str], refs: list[str], plain: list[str]) -> list[list[tuple[str, str]]]:
-    """Per line, 1–2 (source word, reference word) pairs eflomal aligns both ways, the reference word absent
-    from the plain output (content words of 3+ letters; seed 1)."""
+def aligned(translator: Any, sources: list[str], refs: list[str]) -> list[tuple[list[str], list[str], list]]:
+    """Per line, its source and reference words (Moses tokens) and the links eflomal finds both ways."""
     from nmtk.data.alignment import align
 
     src_tok, tgt_tok = translator.src_pipe.moses.tokenize, translator.tgt_pipe.moses.tokenize
     tokenized = [src_tok(s) for s in sources], [tgt_tok(r) for r in refs]
-    links = align(*tokenized)
+    return [(s.split(), t.split(), pairs) for s, t, pairs in zip(*tokenized, align(*tokenized), strict=True)]
+
+
+def glossaries(translator: Any, sources: list[str], refs: list[str], plain: list[str]) -> list[list[tuple[str, str]]]:
+    """Per line, 1–2 (source word, reference word) pairs eflomal aligns both ways, the reference word absent
+    from the plain output (content words of 3+ letters; seed 1)."""
     rng = random.Random(SEED)
     out = []
-    for words_s, words_t, pairs, output in zip(*(t for t in tokenized), links, plain, strict=False):
-        ws, wt = words_s.split(), words_t.split()
+    for (ws, wt, pairs), output in zip(aligned(translator, sources, refs), plain, strict=False):
         candidates = [(ws[s], wt[t]) for s, t in pairs if ws[s].isalpha() and wt[t].isalpha() and len(wt[t]) >= 3
                       and ws[s].lower() not in FUNCTION_WORDS and not has(output, wt[t]) and ws[s] != wt[t]]
         candidates = list(dict.fromkeys(candidates))
@@ -138,14 +141,10 @@ def phrase_glossaries(translator: Any, sources: list[str], refs: list[str], plai
     to two adjacent reference words in the same order ("red car", "rotes Auto"), neither source word
     a function word, the reference phrase absent from the plain output (seed 1). Single-word hints alone never
     teach a model to copy such a term whole."""
-    from nmtk.data.alignment import align
-
-    src_tok, tgt_tok = translator.src_pipe.moses.tokenize, translator.tgt_pipe.moses.tokenize
-    tokenized = [src_tok(s) for s in sources], [tgt_tok(r) for r in refs]
     rng = random.Random(SEED)
     out = []
-    for words_s, words_t, pairs, output in zip(*tokenized, align(*tokenized), plain, strict=True):
-        ws, wt, linked = words_s.split(), words_t.split(), set(pairs)
+    for (ws, wt, pairs), output in zip(aligned(translator, sources, refs), plain, strict=True):
+        linked = set(pairs)
         candidates = [(f"{ws[s]} {ws[s + 1]}", f"{wt[t]} {wt[t + 1]}") for s, t in pairs
                       if (s + 1, t + 1) in linked and all(w.isalpha() for w in (*ws[s:s + 2], *wt[t:t + 2]))
                       and not {ws[s].lower(), ws[s + 1].lower()} & FUNCTION_WORDS
@@ -171,36 +170,49 @@ def kept_glossaries(run: Path, translator: Any, sources: list[str], refs: list[s
     return wanted
 
 
-def terms(run: Path, threads: int, repeat: int, sources: list[str], refs: list[str]) -> dict[str, Any]:
-    """Term recall, BLEU and speed with nothing, inline hints and constraints (nmtk), nothing and inline (CT2 int8)."""
-    from nmtk.decode.guide import Glossary, Guidance
+def hinted(engine: Any, sources: list[str], wanted: list[list[tuple[str, str]]]) -> list:
+    """Each line encoded with its own glossary's hints (one glossary a line: each line's terms)."""
+    from nmtk.decode.guide import Glossary
 
-    translator, search = load(run, threads)
+    return [engine.encode([s], 1, Glossary(tuple(g)))[0] if g else engine.encode([s])[0]
+            for s, g in zip(sources, wanted, strict=True)]
+
+
+def constraints(wanted: list[list[tuple[str, str]]]) -> list:
+    """Each line's target terms as constraints (nmtk's engine)."""
+    from nmtk.decode.guide import Guidance
+
+    return [Guidance(constraints=tuple(t for _, t in g)) if g else None for g in wanted]
+
+
+def recall(outputs: list[str], wanted: list[list[tuple[str, str]]]) -> float:
+    """The share of the target terms asked for that the outputs hold, in %."""
+    asked = [(i, t) for i, g in enumerate(wanted) for _, t in g]
+    return round(100 * sum(has(outputs[i], t) for i, t in asked) / max(len(asked), 1), 2)
+
+
+Engines = tuple[Any, Any, Any, Any]
+"""The terms run's nmtk translator and search, and its CTranslate2 int8 export's (`load`, `exported`)."""
+
+
+def terms(run: Path, engines: Engines, repeat: int, sources: list[str], refs: list[str]) -> dict[str, Any]:
+    """Term recall, BLEU and speed with nothing, inline hints and constraints (nmtk), nothing and inline (CT2 int8)."""
+    translator, search, ct2, ct2_search = engines
     texts(translator, sources[:50], search)  # warm-up
     plain = texts(translator, sources, search)
     wanted = kept_glossaries(run, translator, sources, refs, plain)
-    per_line = [Glossary(tuple(g)) if g else None for g in wanted]
-
-    def hinted(engine: Any) -> list:
-        """Each line encoded with its own glossary's hints (one glossary a line: each line's terms)."""
-        return [engine.encode([s], 1, g)[0] if g else engine.encode([s])[0] for s, g in zip(sources, per_line,
-                                                                                          strict=True)]
-
-    def recall(outputs: list[str]) -> float:
-        asked = [(i, t) for i, g in enumerate(wanted) for _, t in g]
-        return round(100 * sum(has(outputs[i], t) for i, t in asked) / max(len(asked), 1), 2)
-
-    ids = hinted(translator)
-    guides = [Guidance(constraints=tuple(t for _, t in g)) if g else None for g in wanted]
+    ids = hinted(translator, sources, wanted)
+    guides = constraints(wanted)
     (plain, plain_s), (inline, inline_s), (constrained, constrained_s) = alternated(
-        (lambda: texts(translator, sources, search), lambda: texts(translator, sources, search, ids=hinted(translator)),
+        (lambda: texts(translator, sources, search),
+         lambda: texts(translator, sources, search, ids=hinted(translator, sources, wanted)),
          lambda: texts(translator, sources, search, guides=guides)), repeat)
-    ct2, ct2_search = exported(run, threads)
     texts(ct2, sources[:50], ct2_search)
     (ct2_plain, ct2_plain_s), (ct2_inline, ct2_inline_s) = alternated(
-        (lambda: texts(ct2, sources, ct2_search), lambda: texts(ct2, sources, ct2_search, ids=hinted(ct2))), repeat)
+        (lambda: texts(ct2, sources, ct2_search),
+         lambda: texts(ct2, sources, ct2_search, ids=hinted(ct2, sources, wanted))), repeat)
     n = len(sources)
-    row = lambda outs, s, base: {"term_recall_pct": recall(outs), "bleu": bleu(outs, refs),  # noqa: E731
+    row = lambda outs, s, base: {"term_recall_pct": recall(outs, wanted), "bleu": bleu(outs, refs),  # noqa: E731
                                  "sentences_per_s": round(n / s, 1), "speed_vs_plain": round(base / s, 3)}
     return {"lines_with_terms": sum(1 for g in wanted if g), "terms": sum(len(g) for g in wanted),
             "examples": [g for g in wanted if g][:5],
@@ -212,34 +224,24 @@ def terms(run: Path, threads: int, repeat: int, sources: list[str], refs: list[s
                          "inline": row(ct2_inline, ct2_inline_s, ct2_plain_s)}}
 
 
-def phrases(run: Path, threads: int, sources: list[str], refs: list[str]) -> dict[str, Any]:
+def phrases(run: Path, engines: Engines, sources: list[str], refs: list[str]) -> dict[str, Any]:
     """Recall and BLEU of two-word terms (`phrase_glossaries`): nothing, inline hints and constrained
     decoding in nmtk's engine, nothing and inline hints in CTranslate2 int8 (one pass each, untimed)."""
-    from nmtk.decode.guide import Glossary, Guidance
-
-    translator, search = load(run, threads)
+    translator, search, ct2, ct2_search = engines
     plain = texts(translator, sources, search)
     wanted = kept_glossaries(run, translator, sources, refs, plain, phrase_glossaries, "benchmark-phrases.json")
-    per_line = [Glossary(tuple(g)) if g else None for g in wanted]
-    asked = [(i, t) for i, g in enumerate(wanted) for _, t in g]
-    picked = [i for i, _ in asked]
-
-    def hinted(engine: Any) -> list:
-        return [engine.encode([s], 1, g)[0] if g else engine.encode([s])[0] for s, g in zip(sources, per_line,
-                                                                                          strict=True)]
+    picked = [i for i, g in enumerate(wanted) for _ in g]
 
     def row(outputs: list[str]) -> dict[str, float]:
-        return {"term_recall_pct": round(100 * sum(has(outputs[i], t) for i, t in asked) / max(len(asked), 1), 2),
-                "bleu": bleu(outputs, refs), "bleu_lines_with_terms": bleu([outputs[i] for i in picked],
-                                                                           [refs[i] for i in picked])}
+        return {"term_recall_pct": recall(outputs, wanted), "bleu": bleu(outputs, refs),
+                "bleu_lines_with_terms": bleu([outputs[i] for i in picked], [refs[i] for i in picked])}
 
-    guides = [Guidance(constraints=tuple(t for _, t in g)) if g else None for g in wanted]
-    ct2, ct2_search = exported(run, threads)
-    return {"terms": len(asked), "examples": [g for g in wanted if g][:5],
-            "nmtk": {"nothing": row(plain), "inline": row(texts(translator, sources, search, ids=hinted(translator))),
-                     "constrained": row(texts(translator, sources, search, guides=guides))},
+    return {"terms": len(picked), "examples": [g for g in wanted if g][:5],
+            "nmtk": {"nothing": row(plain),
+                     "inline": row(texts(translator, sources, search, ids=hinted(translator, sources, wanted))),
+                     "constrained": row(texts(translator, sources, search, guides=constraints(wanted)))},
             "ct2_int8": {"nothing": row(texts(ct2, sources, ct2_search)),
-                         "inline": row(texts(ct2, sources, ct2_search, ids=hinted(ct2)))}}
+                         "inline": row(texts(ct2, sources, ct2_search, ids=hinted(ct2, sources, wanted)))}}
 
 
 def alternated(calls: tuple[Callable[[], list[str]], ...], repeat: int) -> list[tuple[list[str], float]]:
@@ -281,8 +283,9 @@ def main() -> None:
     for key, as_typed in (() if args.terms_only else (("bleu", False), ("bleu_as_typed", True))):
         report[key] = {name: robustness(run, args.threads, sources, refs, as_typed)
                        for name, run in (("plain", args.plain), ("robust", args.robust), ("terms", args.terms))}
-    report["terms"] = terms(args.terms, args.threads, args.repeat, sources, refs)
-    report["phrases"] = phrases(args.terms, args.threads, sources, refs)
+    engines = (*load(args.terms, args.threads), *exported(args.terms, args.threads))  # loaded once for both
+    report["terms"] = terms(args.terms, engines, args.repeat, sources, refs)
+    report["phrases"] = phrases(args.terms, engines, sources, refs)
     print(json.dumps(report, ensure_ascii=False))
 
 
