@@ -77,8 +77,9 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     from nmtk.text.pairs import model_pipelines
 
     shortlist = run_shortlist(source.path) if options.shortlist else None  # refused before anything loads
-    if options.threads:
-        torch.set_num_threads(options.threads)
+    threads, searches = torch_layout(options)
+    if threads:
+        torch.set_num_threads(threads)
     manifest = source.manifest
     console.print(f"checkpoint: {source.checkpoint} ({source.why})")
     device = pick_device(options.device)
@@ -104,7 +105,22 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     return Translator(pipelines=pipelines, pairs=pairs, model=model, device=device,
                       precision=precision, align_layer=(options.alignment_layer or layers) - 1,
                       longest_trained=manifest.longest_training_source,
-                      shortlist=shortlist)
+                      shortlist=shortlist, searches=searches if device.type == "cpu" else 1)
+
+
+def torch_layout(options: LoadOptions) -> tuple[int | None, int]:
+    """nmtk's engine's (torch threads, searches side by side) for these options. A file's translation on a
+    CPU (one caller, ``searches`` 1) runs ``threads`` one-thread searches (torch's own count when unset:
+    every core, or ``OMP_NUM_THREADS``), as CTranslate2 does (`nmtk.decode.ct2.thread_layout`; why:
+    `nmtk.decode.search.batches.side_by_side`); a call of a single batch, and sampling, search on all
+    of them. A server's searches keep what they asked (each in a process of its own on a CPU:
+    `nmtk.serve.process`)."""
+    import torch
+
+    if options.searches != 1:
+        return options.threads, 1
+    threads = options.threads or torch.get_num_threads()
+    return threads, threads
 
 
 def _load_exported(source: ModelSource, options: LoadOptions) -> TranslatorBase:

@@ -32,6 +32,7 @@ class Translator(TranslatorBase):
     device: torch.device
     align_layer: int = -1  # decoder layer (0-based, negative from the end) whose cross-attention aligns
     shortlist: Shortlist | None = None  # each batch projects onto its sources' candidates (`nmtk shortlist`)
+    searches: int = 1  # on a CPU, one-thread searches taking a call's batches side by side (`side_by_side`)
     # One generator per sampling setting, made at its first call: the batches of one input, and the
     # calls of one server, continue its stream instead of repeating it.
     _generators: dict[SamplingConfig, torch.Generator] = field(default_factory=dict, init=False, repr=False)
@@ -56,7 +57,7 @@ class Translator(TranslatorBase):
             search = replace(search, hint_markers=self.src_pipe.hint_markers)
         return decode_ids(self.model, pieces, search, device=self.device, precision=self.precision,
                           generator=self._generator(search.sampling), controls=controls, shortlist=self.shortlist,
-                          aligner=(self.align_layer, self._align) if search.align else None)
+                          aligner=(self.align_layer, self._align) if search.align else None, searches=self.searches)
 
     def _generator(self, sampling: SamplingConfig | None) -> torch.Generator | None:
         """Sampling's random stream, one per setting, made at its first call (None: no sampling)."""

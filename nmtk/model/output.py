@@ -9,12 +9,15 @@ decoding step on a CPU is different in three ways, each owned here:
   d 256, V 8,000: 0.60 against 0.84 ms at 4 rows, 6.6 against 7.3 ms at 128). The copy follows the
   weight (its storage and version are the key) and is let go as soon as the plain path is taken;
 - **columns**: a lexical shortlist's candidates alone (`OutputProjection.restrict`), gathered once per
-  batch, not at every step;
+  batch, not at every step, and per thread: searches side by side (`nmtk.decode.search.batches`) each
+  project onto their own batch's;
 - **int8**: with `quantize`, the matrix (or a shortlist's rows) as packed int8 weights, multiplied by
   PyTorch's dynamically quantised product (`nmtk.model.int8`).
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -29,8 +32,24 @@ class OutputProjection:
 
     def __init__(self) -> None:
         self._columns: tuple[tuple[int, int, torch.dtype], Tensor] | None = None
-        self._shortlist: tuple[Tensor, Tensor, Tensor | None] | None = None  # ids, their rows, their bias
+        self._restricted = threading.local()  # .shortlist: ids, their rows, their bias (this thread's batch)
         self._int8: object | None = None  # the packed int8 matrix (`quantize`)
+
+    def __getstate__(self) -> dict[str, object]:
+        """A copied model (`copy.deepcopy`, pickling) projects onto the whole vocabulary: a restriction is
+        its thread's batch's, not the copy's."""
+        return {**self.__dict__, "_restricted": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state, _restricted=threading.local())
+
+    @property
+    def _shortlist(self) -> tuple[Tensor, Tensor | object, Tensor | None] | None:
+        return getattr(self._restricted, "shortlist", None)
+
+    @_shortlist.setter
+    def _shortlist(self, value: tuple[Tensor, Tensor | object, Tensor | None] | None) -> None:
+        self._restricted.shortlist = value
 
     def logits(self, h: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """``h`` (..., d) times ``weight`` (V, d) transposed, plus ``bias``: (..., V), or (..., len(ids))
@@ -57,7 +76,7 @@ class OutputProjection:
         self._int8 = pack(weight.detach(), None if bias is None else bias.detach())
 
     def restrict(self, ids: Tensor | None, weight: Tensor, bias: Tensor | None) -> None:
-        """Project onto the target ``ids`` alone (None: the whole vocabulary again); see
+        """Project onto the target ``ids`` alone (None: the whole vocabulary again), in this thread; see
         `Transformer.restrict_output`. An int8 projection packs the candidates' rows in int8 too."""
         if ids is None:
             self._shortlist = None

@@ -277,7 +277,8 @@ class Transformer(nn.Module):
         `nmtk.data.shortlist`): `decode_step` then gives their logits, in the order of ``ids`` (the
         searches map the columns back: `output_ids`); None: the whole vocabulary again. ``ids`` must be
         sorted and begin with the special ids (`Shortlist.candidates`), so that their columns are the
-        specials' own. The rows of the output matrix are gathered once here, not at every step."""
+        specials' own. The rows of the output matrix are gathered once here, not at every step. Per
+        thread: searches side by side each restrict to their own batch's candidates."""
         if ids is not None and self.cfg.output_languages:
             raise ValueError("a model with per-language output vocabularies takes no shortlist")
         self._projection.restrict(ids, self.output_weight, self.output_bias)

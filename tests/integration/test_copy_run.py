@@ -253,6 +253,42 @@ def test_ctranslate2_on_a_cpu_decodes_batches_side_by_side_as_one_search_would(e
     assert [x[0].tokens for x in draws[0]] == [x[0].tokens for x in draws[1]]
 
 
+def test_nmtk_on_a_cpu_decodes_batches_side_by_side_as_one_search_would(copy_run) -> None:
+    """nmtk's engine on a CPU with 2 threads runs two one-thread searches taking batches side by side
+    (`side_by_side`): alignments (kept through the beam and from a second pass, greedy) and constraints
+    come back as from one search, line by line; sampling stays one search, so a seed samples alike."""
+    import random
+
+    from helpers import WORDS
+
+    from nmtk.decode.guide import Guidance
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SamplingConfig, SearchConfig
+    from nmtk.model_source import resolve_model
+
+    tmp, _, _ = copy_run
+    two, one = (load_translator(resolve_model(tmp / "run"), LoadOptions(threads=threads, device="cpu"))
+                for threads in (2, 1))
+    assert (two.searches, one.searches) == (2, 1)
+    rng = random.Random(12)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12))) for _ in range(40)]
+    guides = [Guidance(constraints=(rng.choice(WORDS),)) if k % 3 == 0 else None for k in range(len(lines))]
+    for search in (SearchConfig(beam=3, nbest=2, beam_tokens=24 * 3, align=True),
+                   SearchConfig(beam=1, beam_tokens=24, align=True)):
+        ours, theirs = two.hypotheses(lines, search), one.hypotheses(lines, search)
+        assert [[(h.tokens, h.score, str(h.alignment)) for h in x] for x in ours] == \
+            [[(h.tokens, h.score, str(h.alignment)) for h in x] for x in theirs]
+        assert all(x[0].alignment.pairs for x in ours)
+    search = SearchConfig(beam=2, beam_tokens=24 * 2)
+    ours, theirs = two.hypotheses(lines, search, guides=guides), one.hypotheses(lines, search, guides=guides)
+    assert [x[0].tokens for x in ours] == [x[0].tokens for x in theirs]
+    assert all(g.constraints[0] in two.detokenize(x[0]).split() for x, g in zip(ours, guides, strict=True) if g)
+    sampled = SearchConfig(beam=1, sampling=SamplingConfig(seed=3), beam_tokens=24)
+    draws = [load_translator(resolve_model(tmp / "run"), LoadOptions(threads=2, device="cpu")).hypotheses(
+        lines, sampled) for _ in range(2)]
+    assert [x[0].tokens for x in draws[0]] == [x[0].tokens for x in draws[1]]
+
+
 def translated(model: Path, lines: list[str], cwd: Path, env: dict, *args: str) -> list[str]:
     """`nmtk translate -m MODEL ARGS` of ``lines`` in fp32: its output lines."""
     result = nmtk("translate", "-m", str(model), "--precision", "fp32", *args, cwd=cwd, env=env,

@@ -118,6 +118,31 @@ def test_a_batch_searches_only_its_candidates(listed) -> None:
     assert set(hyps[0][0].tokens) <= set(allowed.tolist())
 
 
+def test_searches_side_by_side_each_project_onto_their_own_batchs_candidates(listed) -> None:
+    """Two one-thread searches (a CPU's default with 2 threads) restrict the output to their own batch's
+    candidates, in their own thread: the lines come back as from one search. A restriction leaked to
+    the other search's batch would lose words its sentences need (here each batch's words are its own)."""
+    import random
+
+    from helpers import WORDS
+
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+
+    _, run, _ = listed
+    two = load_translator(resolve_model(run), LoadOptions(model=run, shortlist=True, threads=2, device="cpu"))
+    one = load_translator(resolve_model(run), LoadOptions(model=run, shortlist=True, threads=1, device="cpu"))
+    assert (two.searches, one.searches) == (2, 1)
+    rng = random.Random(5)
+    words = sorted(WORDS)
+    lines = [" ".join(rng.choice(words[k % 4 :: 4]) for _ in range(rng.randint(2, 9))) for k in range(60)]
+    search = SearchConfig(beam=3, beam_tokens=16 * 3)
+    ours = two.hypotheses(lines, search)
+    assert [[h.tokens for h in x] for x in ours] == [[h.tokens for h in x] for x in one.hypotheses(lines, search)]
+    assert sum(two.detokenize(x[0]) == line for x, line in zip(ours, lines, strict=True)) >= 50  # copied
+
+
 def test_the_export_carries_it_as_ctranslate2s_vocabulary_map(listed, tmp_path: Path) -> None:
     tmp, run, env = listed
     out = tmp_path / "ct2"

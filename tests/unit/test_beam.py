@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -354,6 +356,53 @@ def test_a_batch_that_runs_out_of_memory_is_searched_in_halves(model, sources, c
     monkeypatch.setattr(batches, "search", never)
     with pytest.raises(torch.OutOfMemoryError):
         decode_ids(model, [[5, 6, 7]], cfg)
+
+
+@pytest.mark.parametrize("cfg", [SearchConfig(beam=4, nbest=2, beam_tokens=12 * 4),
+                                 SearchConfig(beam=1, beam_tokens=12)])
+def test_searches_side_by_side_give_what_one_search_gives(model, sources, cfg, monkeypatch) -> None:
+    """Two one-thread searches taking the batches (`side_by_side`) give every line's hypotheses, scores
+    and all, in its place, as one search does; each search thread runs on one torch thread, and the
+    caller's thread count is its own again after."""
+    lines = [row[row.ne(PAD_ID)][:-1].tolist() for row in sources]
+    seen: list[tuple[str, int]] = []
+
+    def recorded(*args, **kwargs):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(batches, "search", recorded)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        alone = decode_ids(model, lines, cfg)
+        assert {name for name, _ in seen} == {threading.current_thread().name}
+        seen.clear()
+        together = decode_ids(model, lines, cfg, searches=2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert len(seen) >= 4 and {threads for _, threads in seen} == {1}
+    assert {name for name, _ in seen} <= {"nmtk-search-0", "nmtk-search-1"}
+    assert [[(h.tokens, h.score) for h in x] for x in together] == [[(h.tokens, h.score) for h in x] for x in alone]
+
+
+def test_a_failing_batch_among_searches_side_by_side_fails_the_call_and_no_new_batch_starts(
+        model, sources, monkeypatch) -> None:
+    lines = [row[row.ne(PAD_ID)][:-1].tolist() for row in sources]
+    calls: list[int] = []
+
+    def third_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("a broken batch")
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(batches, "search", third_fails)
+    with pytest.raises(ValueError, match="a broken batch"):
+        decode_ids(model, lines, SearchConfig(beam=2, beam_tokens=4 * 2), searches=2)
+    time.sleep(0.5)  # the other thread finishes the batch in its hands, and takes no other
+    assert 3 <= len(calls) <= 4 < len(lines)
 
 
 @pytest.mark.parametrize("cfg", [SearchConfig(beam=4, max_len_b=8), SearchConfig(beam=1, max_len_b=8),
