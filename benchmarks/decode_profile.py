@@ -1,5 +1,6 @@
 """Where a decoding step's time goes in nmtk's own engine: the `make demo` model on test_2016_flickr (1,000
-lines, beam 4, 2 threads, as benchmarks/translate.py runs it), under torch's profiler.
+lines, beam 4, as benchmarks/translate.py runs it but as one search of ``--threads`` threads, not
+one-thread searches side by side), under torch's profiler.
 
 Each ATen op's own CPU time (``self_cpu_time_total``, so that nested ops are not counted twice) is put
 in one of a few kinds: matrix products, attention's softmax, cache reorders and the beam's selections
@@ -52,6 +53,7 @@ def profile(args: argparse.Namespace) -> dict[str, object]:
     from translate import load, test_lines
 
     translator, search = load(args.row, args.run, args.threads, args.beam, "cpu")
+    translator.searches = 1  # one search of --threads threads: a step's profile, not side-by-side searches'
     if args.beam_tokens:
         search = dataclasses.replace(search, beam_tokens=args.beam_tokens)
     sources = test_lines("en")

@@ -373,8 +373,7 @@ def translate(
     errors: ErrorsOption = InvalidUtf8.error,
     print_scores: ScoresOption = False,
     device: DeviceOption = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads: that many one-thread searches, batches "
-                                                "side by side (default: every core).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads: one-thread searches, side by side.")] = None,
     precision: DecodePrecision = Precision.auto,
     sampling: Annotated[bool, typer.Option("--sampling", help="Sample instead of beam search.")] = False,
     topk: Annotated[int, typer.Option(min=0, help="Sampling: keep the k most likely tokens (0 = all).")] = 0,
