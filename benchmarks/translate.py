@@ -2,7 +2,8 @@
 
 Each row runs in a fresh process, so its peak RSS is its own: the model is loaded (timed apart),
 50 sentences warm up, then the 1,000 are translated as `nmtk translate` does (length-sorted batches,
-its default --beam-tokens and --buffer-size). A row is ENGINE:PRECISION: ``nmtk:fp32``, ``nmtk:bf16``,
+its default --beam-tokens and --buffer-size; on a CPU both engines run ``--threads`` one-thread
+searches taking batches side by side: each row's ``searches``). A row is ENGINE:PRECISION: ``nmtk:fp32``, ``nmtk:bf16``,
 ``nmtk:int8`` (int8 products, `nmtk/model/int8.py`), ``nmtk:auto`` (what `translate` picks by default),
 ``ct2:float32``, ``ct2:int8``... (ct2 rows use a
 CTranslate2 export of the same checkpoint, made first with `nmtk export`, run as `nmtk translate` runs
@@ -88,7 +89,8 @@ def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dic
     from sacrebleu.metrics import BLEU
 
     bleu = BLEU().corpus_score([detok(t) for t in out], [refs]).score
-    return {"precision": chosen, "sentences_per_s": round(len(sources) / seconds, 1),
+    searches = getattr(translator, "searches", None) or translator.ct2.num_translators  # the layout measured
+    return {"precision": chosen, "searches": searches, "sentences_per_s": round(len(sources) / seconds, 1),
             "tgt_tokens_per_s": round(sum(len(t) + 1 for t in out) / seconds), "seconds": round(seconds, 2),
             "model_load_s": round(load_s, 2), "bleu": round(bleu, 2),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
