@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 import threading
 import time
 
@@ -403,6 +405,30 @@ def test_a_failing_batch_among_searches_side_by_side_fails_the_call_and_no_new_b
         decode_ids(model, lines, SearchConfig(beam=2, beam_tokens=4 * 2), searches=2)
     time.sleep(0.5)  # the other thread finishes the batch in its hands, and takes no other
     assert 3 <= len(calls) <= 4 < len(lines)
+
+
+def test_ctrl_c_ends_the_wait_for_searches_side_by_side_at_once(model, sources, monkeypatch) -> None:
+    """A SIGINT (whichever thread the kernel hands it to) ends the caller's wait within a poll, while both
+    search threads are still busy; they take no new batch after it."""
+    lines = [row[row.ne(PAD_ID)][:-1].tolist() for row in sources]
+    release, calls = threading.Event(), []
+
+    def stuck(*args, **kwargs):
+        calls.append(1)
+        release.wait(20)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(batches, "search", stuck)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            decode_ids(model, lines, SearchConfig(beam=2, beam_tokens=4 * 2), searches=2)
+        assert time.monotonic() - start < 5 and len(calls) == 2
+    finally:
+        release.set()
+    time.sleep(0.5)
+    assert len(calls) == 2
 
 
 @pytest.mark.parametrize("cfg", [SearchConfig(beam=4, max_len_b=8), SearchConfig(beam=1, max_len_b=8),
