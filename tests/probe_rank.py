@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers import toy_trainer  # noqa: E402
 
-from nmtk.train.distributed import init_distributed  # noqa: E402
+from nmtk.train.distributed import init_distributed, shutdown  # noqa: E402
 from nmtk.train.probe import update_costs  # noqa: E402
 
 
@@ -29,6 +29,7 @@ def main() -> None:
     (tmp / f"costs{info.rank}.json").write_text(json.dumps({"costs": [[c.update, c.syncs] for c in costs],
                                                             "sites": sites}))
     trainer.close()
+    shutdown(info)  # the gloo group freed now, not in the interpreter's finalisation (SIGABRT: pytorch#179291)
 
 
 if __name__ == "__main__":  # prepare's worker processes are spawned and import this file again
