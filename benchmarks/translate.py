@@ -48,9 +48,12 @@ def test_lines(lang: str) -> list[str]:
         return [line.rstrip("\n") for line in handle]
 
 
-def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> tuple[TranslatorBase, SearchConfig]:
+def load(row: str, run_dir: Path, threads: int, beam: int, device: str, one_search: bool = False,
+         form: str | None = None) -> tuple[TranslatorBase, SearchConfig]:
     """The translator of one row: the run's model (nmtk:PRECISION) or its CTranslate2 export (ct2:TYPE),
-    and the search: the recipe's with this beam."""
+    and the search: the recipe's with this beam. ``one_search``: an nmtk row as one search of ``threads``
+    threads (the layout before searches side by side; `LoadOptions.searches` as a server sets it); ``form``:
+    the length penalty's form (None: the recipe's; CTranslate2's is always ``power``)."""
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
     from nmtk.model_source import resolve_model
@@ -66,14 +69,17 @@ def load(row: str, run_dir: Path, threads: int, beam: int, device: str) -> tuple
     else:
         model, precision = export_dir(run_dir, precision, listed), Precision.auto
     source = resolve_model(model)
-    options = LoadOptions(precision=precision, device=device, threads=threads, shortlist=listed)
-    return load_translator(source, options), SearchConfig.from_recipe(source.recipe.decode, beam=beam)
+    searches = threads if one_search and engine == "nmtk" else 1
+    options = LoadOptions(precision=precision, device=device, threads=threads, shortlist=listed, searches=searches)
+    return load_translator(source, options), SearchConfig.from_recipe(source.recipe.decode, beam=beam,
+                                                                      length_penalty_form=form)
 
 
-def worker(row: str, run_dir: Path, threads: int, beam: int, device: str) -> dict[str, float]:
+def worker(row: str, run_dir: Path, threads: int, beam: int, device: str, one_search: bool = False,
+           form: str | None = None) -> dict[str, float]:
     """One row, in this process: load, warm up, translate the test set, score."""
     start = time.perf_counter()
-    translator, search = load(row, run_dir, threads, beam, device)
+    translator, search = load(row, run_dir, threads, beam, device, one_search, form)
     chosen = str(translator.precision) if row.startswith("nmtk:") else row.split(":", 1)[1].removesuffix("+shortlist")
     detok = translator.tgt_pipe.decode
 
@@ -111,7 +117,8 @@ def export_for(run_dir: Path, quantization: str, shortlist: bool = False) -> Non
 
 def rows(args: argparse.Namespace) -> dict[str, object]:
     report: dict[str, object] = {"benchmark": "translate", "run": str(args.run), "sentences": 1000,
-                                 "beam": args.beam, "threads": args.threads, "device": args.device}
+                                 "beam": args.beam, "threads": args.threads, "device": args.device,
+                                 "one_search": args.one_search, "length_penalty_form": args.length_penalty_form}
     lines: dict[str, list[str]] = {}
     for row in args.rows.split(","):
         listed = row.endswith("+shortlist")
@@ -147,7 +154,8 @@ def identical(plain: list[str], other: list[str]) -> float:
 
 def one_row(row: str, args: argparse.Namespace) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--worker", row, "--run", str(args.run), "--threads", str(args.threads),
-           "--beam", str(args.beam), "--device", args.device]
+           "--beam", str(args.beam), "--device", args.device] + (["--one-search"] if args.one_search else []) + (
+               ["--length-penalty-form", args.length_penalty_form] if args.length_penalty_form else [])
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if result.returncode:
         sys.exit(f"row {row} failed: {result.stderr.strip()[-2000:]}")
@@ -189,10 +197,15 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeat", type=int, default=3, help="fresh processes per row; the median row is reported")
     parser.add_argument("--lines", default=None, help="stream this many lines per run instead (e.g. 20000,200000)")
+    parser.add_argument("--one-search", action="store_true",
+                        help="nmtk rows as one search of --threads threads, not that many one-thread searches")
+    parser.add_argument("--length-penalty-form", choices=["gnmt", "power"], default=None,
+                        help="nmtk rows' length penalty (default: the recipe's; power stops as CTranslate2 does)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.run, args.threads, args.beam, args.device)))
+        print(json.dumps(worker(args.worker, args.run, args.threads, args.beam, args.device, args.one_search,
+                                args.length_penalty_form)))
     elif args.lines:
         print(json.dumps(streamed(args)))
     else:
