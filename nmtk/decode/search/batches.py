@@ -79,10 +79,13 @@ def side_by_side(search: Callable[[list[int]], list[list[Hypothesis]]], batches:
 
     Why: one search of 2 threads meets at every op of a step, hundreds a step, and waits there for the
     slower thread; two one-thread searches never wait for each other, and their Python (which takes
-    turns at the interpreter lock) overlaps the other's kernels. Same batches, same arithmetic:
-    byte-identical translations. The demo model, test_2016_flickr, beam 4, fp32 (2-core Intel Xeon,
-    2026-11-29, medians of 3 in turns): 109.0 sentences/s as one search of 2 threads, 149.4 as two of
-    one in a busy hour; 234.9 and 233.5 in a quiet one (the interpreter lock bounds it there). The
+    turns at the interpreter lock) overlaps the other's kernels. Same batches, each searched as one
+    search on one thread searches it (a search of 2 threads may sum some ops in another order: on an
+    AMD EPYC Zen 4, 8 of 1,000 greedy scores moved in their last bits; the translations of the demo
+    model were byte-identical on both CPUs, beam 4 and greedy). The demo model, test_2016_flickr,
+    beam 4, fp32 (2-core Intel Xeon, 2026-11-29, medians of 3 in turns): 109.0 sentences/s as one
+    search of 2 threads, 149.4 as two of one in a busy hour; 234.9 and 233.5 in a quiet one (the
+    interpreter lock bounds it there); 2-core AMD EPYC Zen 4: 107.1 and 158.5. The
     waits are `nmtk.interrupts.get`'s, so Ctrl-C ends them at once; the threads are daemons that take
     no new batch after an error or interrupt (the batch in hand runs out on its own)."""
     todo: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
