@@ -16,6 +16,7 @@ import pytest
 import torch
 from cli_runner import run_nmtk
 from helpers import copy_pairs, toy_data
+from sacrebleu.metrics import CHRF
 
 pytestmark = pytest.mark.slow
 
@@ -360,8 +361,12 @@ def test_a_quantised_export_still_translates(copy_run) -> None:
     assert got.returncode == 0 and full.returncode == 0, got.stderr + full.stderr
     lines, reference = got.stdout.splitlines(), full.stdout.splitlines()
     assert len(lines) == 20 and all(lines)
-    # int8 weights: nearly the same output (tests/measure_spread.py copy-run, 20 trainings: worst 18/20)
-    assert sum(a == b for a, b in zip(lines, reference, strict=True)) >= 16
+    # int8 weights: nearly the same output. tests/measure_spread.py copy-run, 20 trainings on AVX-512
+    # CPUs: worst 18/20 lines; with oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2:
+    # CTranslate2's int8 products on an AMD CPU without VNNI), 6 trainings: 14-18, chrF against fp32 95.6
+    # at 16 (a repeated or dropped copy word, not garbage). So: most lines, and close in characters.
+    assert sum(a == b for a, b in zip(lines, reference, strict=True)) >= 11
+    assert CHRF().corpus_score(lines, [reference]).score >= 85
     ours = nmtk("translate", "-m", str(tmp / "run"), "--precision", "int8", cwd=tmp, env=env, stdin=text)
     assert ours.returncode == 0 and "precision: int8 (asked for)" in ours.stderr, ours.stderr
     ours_lines = ours.stdout.splitlines()
