@@ -19,6 +19,9 @@ with the file.
 
 Needs a trained run (default: runs/multi30k-en-de, the `make demo` run).
 Usage: python benchmarks/translate.py [--run DIR] [--rows nmtk:fp32,ct2:int8] [--repeat 3] [--lines N,M]
+       [--one-search] [--length-penalty-form gnmt|power]
+``--one-search``: nmtk rows as one search of ``--threads`` threads (the layout before searches side by
+side); ``--length-penalty-form power``: nmtk rows stop as CTranslate2's do (its rows always do).
 """
 
 from __future__ import annotations
