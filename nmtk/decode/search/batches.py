@@ -92,18 +92,20 @@ def side_by_side(search: Callable[[list[int]], list[list[Hypothesis]]], batches:
     for batch in batches:
         todo.put(batch)
     done: queue.Queue[tuple[list[int], list[list[Hypothesis]] | None, BaseException | None]] = queue.Queue()
-    stop = threading.Event()
+    stop, taking = threading.Event(), threading.Lock()
+
+    def take() -> list[int] | None:
+        with taking:  # no batch is taken once a search has failed (``stop`` is set under the same lock)
+            return None if stop.is_set() or todo.empty() else todo.get_nowait()
 
     def work() -> None:
         torch.set_num_threads(1)  # this thread's own (OpenMP and MKL keep one per thread)
-        while not stop.is_set():
-            try:
-                batch = todo.get_nowait()
-            except queue.Empty:
-                return
+        while (batch := take()) is not None:
             try:
                 done.put((batch, search(batch), None))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
+                with taking:  # at once, not when the caller wakes: the other search takes no new batch
+                    stop.set()
                 done.put((batch, None, exc))
                 return
 
