@@ -95,8 +95,12 @@ def side_by_side(search: Callable[[list[int]], list[list[Hypothesis]]], batches:
     stop, taking = threading.Event(), threading.Lock()
 
     def take() -> list[int] | None:
-        with taking:  # no batch is taken once a search has failed (``stop`` is set under the same lock)
+        with taking:  # no batch is taken once `halt` has run (``stop`` is set under the same lock)
             return None if stop.is_set() or todo.empty() else todo.get_nowait()
+
+    def halt() -> None:
+        with taking:
+            stop.set()
 
     def work() -> None:
         torch.set_num_threads(1)  # this thread's own (OpenMP and MKL keep one per thread)
@@ -104,8 +108,7 @@ def side_by_side(search: Callable[[list[int]], list[list[Hypothesis]]], batches:
             try:
                 done.put((batch, search(batch), None))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
-                with taking:  # at once, not when the caller wakes: the other search takes no new batch
-                    stop.set()
+                halt()  # at once, not when the caller wakes: the other search takes no new batch
                 done.put((batch, None, exc))
                 return
 
@@ -119,7 +122,7 @@ def side_by_side(search: Callable[[list[int]], list[list[Hypothesis]]], batches:
                 raise error
             yield batch, hyps
     finally:
-        stop.set()
+        halt()  # an interrupt or the caller's exit: as after a failure
         torch.set_num_threads(threads)  # the count new threads start with is torch's one global: this thread's
 
 
