@@ -90,19 +90,27 @@ class Glossary:
             pairs.append(_pair(line.split("\t"), origins[-1]))
         if not pairs:
             raise NmtkError(f"{path}: holds no term pairs (one 'source term<TAB>target term' a line)")
-        return cls(tuple(pairs), ignore_case, tuple(origins))
+        kept, where = _distinct(pairs, origins, ignore_case)
+        return cls(kept, ignore_case, where)
 
     @classmethod
     def of(cls, pairs: Iterable[Sequence[str]], ignore_case: bool = False, where: str = "glossary") -> Glossary:
         """Pairs given as lists (a server request's ``glossary``)."""
         pairs = list(pairs)
-        origins = tuple(f"{where}[{i}]" for i in range(len(pairs)))
-        return cls(tuple(_pair(list(p), origin) for p, origin in zip(pairs, origins, strict=True)), ignore_case,
-                   origins)
+        origins = [f"{where}[{i}]" for i in range(len(pairs))]
+        checked = [_pair(list(p), origin) for p, origin in zip(pairs, origins, strict=True)]
+        kept, where = _distinct(checked, origins, ignore_case)
+        return cls(kept, ignore_case, where)
 
     def __add__(self, other: Glossary) -> Glossary:
-        return Glossary(self.pairs + other.pairs, self.ignore_case or other.ignore_case,
-                        self.where_each() + other.where_each())
+        """This glossary with ``other``'s pairs; where both translate a source term, ``other``'s target
+        (a request's glossary over the server's: the more particular one)."""
+        ignore_case = self.ignore_case or other.ignore_case
+        theirs = {_key(src, ignore_case) for src, _ in other.pairs}
+        kept = [(pair, where) for pair, where in zip(self.pairs, self.where_each(), strict=True)
+                if _key(pair[0], ignore_case) not in theirs]
+        return Glossary(tuple(p for p, _ in kept) + other.pairs, ignore_case,
+                        tuple(w for _, w in kept) + other.where_each())
 
     def where_each(self) -> tuple[str, ...]:
         """Where each pair was read, for errors about it (``glossary[i]`` where nothing was said)."""
@@ -113,10 +121,20 @@ class Glossary:
         """Target terms of the pairs whose source term occurs in ``source`` (``tokenize``: the source
         side's Moses), in the order they occur, each once."""
         found: list[str] = []
-        for _, _, target in self._matches(tokenize(source).split(), tokenize):
+        for _, _, target in self._chosen(tokenize(source).split(), tokenize):
             if target not in found:
                 found.append(target)
         return tuple(found)
+
+    def _chosen(self, words: list[str], tokenize: Callable[[str], str]) -> list[tuple[int, int, str]]:
+        """The matches a line gets, left to right: the longest term where several start at one word,
+        none inside or across another ("running dog" → "Rennhund", not that and "dog" → "Hund" too)."""
+        chosen, at = [], 0
+        for start, end, target in sorted(self._matches(words, tokenize), key=lambda m: (m[0], m[0] - m[1])):
+            if start >= at:
+                chosen.append((start, end, target))
+                at = end
+        return chosen
 
     def _matches(self, words: list[str], tokenize: Callable[[str], str]) -> Iterator[tuple[int, int, str]]:
         """(start, end, target term) of each source term in ``words`` (Moses tokens), left to right."""
@@ -138,9 +156,7 @@ class Glossary:
         reads; the longest term where several start at one word, none inside another)."""
         words = tokenize(source).split()
         out, at = [], 0
-        for start, end, target in sorted(self._matches(words, tokenize), key=lambda m: (m[0], m[0] - m[1])):
-            if start < at:
-                continue
+        for start, end, target in self._chosen(words, tokenize):
             if target not in self._hints:
                 self._hints[target] = tokenize_target(target)
             out += words[at:start] + [hinted(" ".join(words[start:end]), self._hints[target])]
@@ -165,6 +181,29 @@ def guided(source: str, guide: Guidance, glossary: Glossary | None, bans: tuple[
     if bans:
         guide = replace(guide, bans=bans)
     return guide or None
+
+
+def _key(source: str, ignore_case: bool) -> str:
+    """A source term as the glossary matches it: its words, in any case where it ignores case."""
+    words = " ".join(source.split())
+    return words.casefold() if ignore_case else words
+
+
+def _distinct(pairs: list[tuple[str, str]], origins: list[str], ignore_case: bool
+              ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """The pairs and where each was read, a pair given twice once; a source term given two targets is
+    one error naming both places (which of them a line should get would be a guess)."""
+    seen: dict[str, tuple[str, str]] = {}
+    kept, where = [], []
+    for (src, tgt), origin in zip(pairs, origins, strict=True):
+        first = seen.setdefault(_key(src, ignore_case), (tgt, origin))
+        if first[1] != origin and first[0] != tgt:
+            raise NmtkError(f"{origin}: the source term {src!r} has another target term at {first[1]} "
+                            f"({first[0]!r} there, {tgt!r} here): one source term, one target")
+        if first[1] == origin:
+            kept.append((src, tgt))
+            where.append(origin)
+    return tuple(kept), tuple(where)
 
 
 def _pair(fields: list[str], where: str) -> tuple[str, str]:

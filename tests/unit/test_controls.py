@@ -142,6 +142,28 @@ def test_input_lines_and_glossaries_parse_or_name_their_line(tmp_path: Path) -> 
             Glossary.read(bad)
 
 
+def test_a_glossary_gives_each_source_term_one_target_and_the_longest_match(tmp_path: Path) -> None:
+    """A term inside a longer one is not forced beside it, the same pair twice is one pair, a source
+    term with two targets is refused naming both lines, and a request's pair overrides the server's."""
+    nested = Glossary((("running dog", "Rennhund"), ("dog", "Hund"), ("cat", "Katze")))
+    assert nested.terms("a running dog and a dog and a cat", str) == ("Rennhund", "Hund", "Katze")
+    assert nested.terms("a running dog", str) == ("Rennhund",)
+    path = tmp_path / "terms.tsv"
+    path.write_text("dog\tHund\ncat\tKatze\ndog\tHund\n", encoding="utf-8")
+    assert Glossary.read(path).pairs == (("dog", "Hund"), ("cat", "Katze"))
+    path.write_text("dog\tHund\nDog\tKöter\n", encoding="utf-8")
+    assert len(Glossary.read(path).pairs) == 2  # two terms where case counts
+    with pytest.raises(NmtkError, match=r"terms.tsv: line 2: the source term 'Dog' has another target term at "
+                                        r".*terms.tsv: line 1 \('Hund' there, 'Köter' here\)"):
+        Glossary.read(path, ignore_case=True)
+    with pytest.raises(NmtkError, match=r"glossary\[1\]: the source term 'dog'"):
+        Glossary.of([["dog", "Hund"], ["dog", "Köter"]])
+    server, request = Glossary.read(tmp_path / "terms.tsv"), Glossary.of([["dog", "Köter"]], where="glossary")
+    both = server + request
+    assert both.terms("a dog", str) == ("Köter",) and both.terms("a Dog", str) == ("Köter",)
+    assert both.where_each() == (f"{tmp_path / 'terms.tsv'}: line 2", "glossary[0]")
+
+
 @pytest.mark.parametrize(("form", "alpha"), [("gnmt", round(0.6 * 14.8 / 20.8, 4)),
                                              ("power", round(0.6 * 14.8 / 15.8, 4))])
 def test_the_hugging_face_export_maps_alpha_for_each_length_penalty_form(form: str, alpha: float) -> None:
