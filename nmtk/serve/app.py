@@ -42,7 +42,7 @@ from nmtk.errors import NmtkError
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
-from nmtk.text.markup import MarkupError
+from nmtk.text.markup import MarkupError, text_of
 
 
 @dataclass(frozen=True)
@@ -480,7 +480,8 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
     async def translate(req: LibreRequest) -> dict[str, Any]:
         """LibreTranslate's request; ``q`` a string or a list of strings (``format: "html"``: documents)."""
         items = req.texts
-        pairs, detected = service.route(req.source, req.target, items)
+        read = [text_of(item) for item in items] if req.format == "html" else items  # detected by its words
+        pairs, detected = service.route(req.source, req.target, read)
         answer = _html_answers if req.format == "html" else _text_answers
         groups = _groups(pairs)
         answers: list[dict[str, Any]] = [{} for _ in items]

@@ -409,6 +409,17 @@ def parse(markup: str, kind: str = "html", attributes: Sequence[str] = ()) -> Do
     return Document([_shift_slots(p, offset) if isinstance(p, str) else p for p in parser.parts], segments)
 
 
+def text_of(markup: str, kind: str = "html") -> str:
+    """The words of ``markup``'s text, without its tags (what language identification should read: the
+    tag names of ``<p>A <b>dog</b>.</p>`` are not English); the markup itself where it does not parse
+    (the error is said where it is translated)."""
+    try:
+        document = parse(markup, kind)
+    except MarkupError:
+        return markup
+    return " ".join(word for segment in document.segments for word in segment.words)
+
+
 def _shift_slots(raw: str, offset: int) -> str:
     """Slots number the attribute values from 0; in the document they follow the text's segments."""
     return _SLOT.sub(lambda m: f"\x00{int(m.group(1)) + offset}\x00", raw) if "\x00" in raw else raw
