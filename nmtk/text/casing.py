@@ -20,6 +20,8 @@ Case = Literal["upper", "title"]
 
 #: The first letter of a line, and of every sentence in it (after ., ! or ? and a space).
 _SENTENCE_START = re.compile(r"(^|[.!?]\s+)([^\W\d_])", re.UNICODE)
+#: The space after a sentence's end (., ! or ?): `re.split` keeps it between the sentences.
+_SENTENCE_END = re.compile(r"(?<=[.!?])(\s+)")
 #: English's "I" (and "I'm", "I've", …), which sentence case writes in capitals wherever it stands.
 _ENGLISH_I = re.compile(r"\bi\b(?=$|[\s'’,.!?;:])")
 
@@ -44,6 +46,19 @@ def folded(text: str, case: Case | None, lang: str = "") -> str:
         return text
     out = _SENTENCE_START.sub(lambda m: m.group(1) + m.group(2).upper(), text.lower())
     return _ENGLISH_I.sub("I", out) if lang == "en" else out
+
+
+def folded_sentences(text: str, lang: str = "") -> str:
+    """A line that is not in capitals as a whole (`case_of` None) with each of its sentences that is
+    in sentence case ("THE KIDS ARE PLAYING. They laugh." → "The kids are playing. They laugh."): read as
+    typed, the shouted sentence is the string of unseen pieces a line in capitals is (the demo model
+    wrote ``Ein TCCCEEEE…``). The translation is given back as it comes: which of its words a shouted
+    sentence became is not known."""
+    parts = _SENTENCE_END.split(text)
+    if len(parts) == 1:
+        return text
+    return "".join(folded(part, "upper", lang) if i % 2 == 0 and case_of(part) == "upper" else part
+                   for i, part in enumerate(parts))
 
 
 def recased(text: str, case: Case | None) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nmtk.text.casing import Case, case_of, folded
+from nmtk.text.casing import Case, case_of, folded, folded_sentences
 from nmtk.text.typos import TypoCorrector
 
 
@@ -24,9 +24,11 @@ class Reading:
         return case_of(text) if self.fold_case else None
 
     def read(self, text: str) -> str:
-        """``text`` as the model reads it: in sentence case where typed in capitals or title case, its
-        typos corrected."""
-        text = folded(text, self.case_of(text), self.lang)
+        """``text`` as the model reads it: in sentence case where typed in capitals or title case (the
+        line, or a sentence of it), its typos corrected."""
+        if self.fold_case:
+            case = case_of(text)
+            text = folded(text, case, self.lang) if case else folded_sentences(text, self.lang)
         return self.typos.corrected(text) if self.typos is not None else text
 
     def marked(self, sentences: list[str], results: list[list[Any]]) -> list[list[Any]]:

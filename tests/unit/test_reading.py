@@ -38,6 +38,20 @@ def test_folding_writes_sentence_case_and_english_i() -> None:
     assert folded("As Typed", None) == "As Typed"
 
 
+def test_a_sentence_in_capitals_is_folded_in_a_line_that_is_not() -> None:
+    """Only its sentences in capitals; one word of capitals (OK., NASA.) is not shouting; the line's
+    translation comes back as it is (no case to give back: the line is not in capitals as a whole)."""
+    line = "THE KIDS ARE PLAYING. They laugh at NASA.  TWO DOGS RUN! OK. I THINK SO?"
+    assert case_of(line) is None
+    read = "The kids are playing. They laugh at NASA.  Two dogs run! OK. I think so?"
+    assert Reading(lang="en").read(line) == read
+    assert Reading(lang="de").read("A dog. I THINK SO.") == "A dog. I think so."
+    assert Reading(fold_case=False).read(line) == line
+    for typed in ("The EU and NATO met. A dog ran.", "A man in New York. He SHOUTS.", "NASA. A dog ran."):
+        assert Reading(lang="en").read(typed) == typed
+    assert Reading().marked([line], [["x"]]) == [["x"]]
+
+
 def test_the_translation_gets_the_case_back() -> None:
     assert recased("Ein Mann schläft auf der Straße.", "upper") == "EIN MANN SCHLÄFT AUF DER STRASSE."
     assert recased("ein Mann  im blauen Hemd", "title") == "Ein Mann  Im Blauen Hemd"
