@@ -75,10 +75,11 @@ class Translator(TranslatorBase):
         first = encoded[0] if isinstance(encoded, list) else encoded
         pairs = [(row, src, h) for row, (src, group) in enumerate(zip(sources, hyps, strict=True)) for h in group]
         source_starts, target_starts = self.word_starts
+        markers = self.src_pipe.hint_markers  # a hinted source's words are the line's own (`word_index`)
         for _, src, h in pairs:
             h.alignment = Alignment([], 0, 0)
             if h.attention is not None and src and h.tokens:
-                h.alignment = hard_alignment(h.attention[:, : len(src)], word_index(source_starts, src),
+                h.alignment = hard_alignment(h.attention[:, : len(src)], word_index(source_starts, src, markers),
                                              word_index(target_starts, h.tokens))
             h.attention = None  # kept for this only: a hypothesis in a server's answer stays small
         pairs = [(row, src, h) for row, src, h in pairs if src and h.tokens and not h.alignment.pairs]
@@ -88,7 +89,7 @@ class Translator(TranslatorBase):
                                                [list(src) for _, src, _ in chunk], [h.tokens for _, _, h in chunk],
                                                self.align_layer, self.device, self.precision)
             for (_, src, h), matrix in zip(chunk, matrices, strict=True):
-                h.alignment = hard_alignment(matrix, word_index(source_starts, src),
+                h.alignment = hard_alignment(matrix, word_index(source_starts, src, markers),
                                              word_index(target_starts, h.tokens))
 
     def keep_text_only(self) -> None:

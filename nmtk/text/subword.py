@@ -301,10 +301,32 @@ def word_starts(pieces: Sequence[str]) -> np.ndarray:
     return np.array([p.startswith("▁") for p in pieces])
 
 
-def word_index(starts: np.ndarray, ids: Sequence[int]) -> list[int]:
-    """The word (from 0) each token of ``ids`` belongs to; the first token always begins one."""
+def word_index(starts: np.ndarray, ids: Sequence[int], markers: tuple[int, int, int] | None = None) -> list[int]:
+    """The word (from 0) each token of ``ids`` belongs to; the first token always begins one. In a source
+    with terminology hints (``markers``: the ids of ``__source__ __target__ __done__``,
+    `TextPipeline.hint_markers`) only the source's own words count, and a hint's markup and target
+    term belong to the first word of the source term it stands with: an alignment names the words of
+    the line as typed, and the word a hinted term was asked for."""
     if not len(ids):
         return []
+    if markers is not None and markers[0] in ids:
+        return _unhinted_word_index(starts, ids, markers)
     begins = starts[np.asarray(ids)].copy()
     begins[0] = True
     return (np.cumsum(begins) - 1).tolist()
+
+
+def _unhinted_word_index(starts: np.ndarray, ids: Sequence[int], markers: tuple[int, int, int]) -> list[int]:
+    source, target, done = markers
+    out, word, term, inside = [], -1, 0, False
+    for i in ids:
+        if i == source:
+            term = word + 1  # the term's first word is the next one
+        elif i == target or i == done:
+            inside = i == target
+        elif not inside:
+            word += 1 if word < 0 or starts[i] else 0
+            out.append(word)
+            continue
+        out.append(term)
+    return out

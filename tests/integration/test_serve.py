@@ -455,6 +455,10 @@ def test_a_model_trained_with_hints_takes_glossaries_as_hints_in_serve_and_trans
                                  "--precision", "fp32", stdin=line + "\n") for mode in ("auto", "constrained")}
     assert all(r.returncode == 0 for r in translated.values()), [r.stderr for r in translated.values()]
     assert "Katze" in translated["constrained"].stdout.split()
+    aligned = run_nmtk("translate", "-m", str(run), "--glossary", str(glossary), "--print-alignment", "--beam", "2",
+                       "--precision", "fp32", stdin=line + "\n")  # the line's own 7 words, not the hinted 11
+    pairs = [tuple(map(int, p.split("-"))) for p in aligned.stdout.rstrip("\n").split("\t")[1].split()]
+    assert aligned.returncode == 0 and pairs and max(i for i, _ in pairs) < 7, aligned.stdout
     server = Server(run, "--precision", "fp32", "--workers", "1")
     try:
         status, answer = server.post("/translate", {"q": line, "source": "en", "target": "de",

@@ -266,6 +266,22 @@ def test_a_glossary_becomes_hints_in_the_source_longest_term_first() -> None:
     assert glossary.hinted("A cat.", tokenize, str) == "A cat ."
 
 
+def test_an_alignment_of_a_hinted_source_names_the_line_s_own_words() -> None:
+    """Hint markup and the target term belong to the source term's first word; the other words keep
+    the numbers they have without hints (an alignment once named positions past the line's end)."""
+    from nmtk.text.subword import word_index
+
+    source, target, done, word, piece = 10, 11, 12, 20, 21  # 21: a piece that continues a word
+    starts = np.zeros(30, dtype=bool)
+    starts[[source, target, done, word]] = True
+    # "a hard hat __target__ Schutz helm __done__ works", with "__source__" before "hard"
+    hinted = [word, source, word, word, target, word, piece, done, word, piece]
+    assert word_index(starts, hinted, (source, target, done)) == [0, 1, 1, 2, 1, 1, 1, 1, 3, 3]
+    assert word_index(starts, [source, word, target, word, done, word], (source, target, done)) == [0, 0, 0, 0, 0, 1]
+    plain = [word, word, piece, word]
+    assert word_index(starts, plain, (source, target, done)) == word_index(starts, plain) == [0, 1, 1, 2]
+
+
 def test_inline_terms_are_chosen_by_the_data_and_refused_without_hints(staged) -> None:
     _, result, _ = staged
     hinted, plain = result.manifest, result.manifest.model_copy(update={"hints": False})
