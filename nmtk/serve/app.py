@@ -298,6 +298,25 @@ class _Service:
         except NmtkError as exc:
             raise ApiError(422, str(exc)) from None
 
+    def segment_guides(self, lines: list[str], segments: list[OnmtSegment]
+                       ) -> tuple[list[Guidance | None] | None, list[list[int] | None] | None]:
+        """OpenNMT-py segments' `guides` and `hinted` ids, each segment's glossary and bans its own (one
+        segment's glossary asked nothing of the others'); an error names its segment."""
+        guides, hints = [], []
+        for k, (line, seg) in enumerate(zip(lines, segments, strict=True)):
+            try:
+                guide = self.guides([line], [seg.prefix], [seg.constraints or []], seg.glossary, False, seg.ban)
+                hint = self.hinted([line], seg.glossary, False, None)
+            except ApiError as exc:
+                raise ApiError(exc.status, f"segment {k}: {exc.message}") from None
+            guides.append(guide[0] if guide else None)
+            hints.append(hint[0] if hint else None)
+        if all(h is None for h in hints):
+            return (guides if any(guides) else None), None
+        plain = self.worker.translator.for_pair(None)
+        ids = [h if h is not None else plain.encode([line])[0] for line, h in zip(lines, hints, strict=True)]
+        return (guides if any(guides) else None), ids
+
     def with_server(self, extra: Glossary | None) -> Glossary | None:
         """The server's glossary with a request's added (None: neither)."""
         server = self.server_guides.glossary
@@ -511,10 +530,8 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
         no_repeat, penalty = settings.pop()
         search = service.search_for(no_repeat_ngram_size=no_repeat, repetition_penalty=penalty)
         lines = [" ".join(s.src.splitlines()) for s in segments]
-        glossary = [pair for s in segments for pair in s.glossary or ()]
-        guides = service.guides(lines, [s.prefix for s in segments], [s.constraints or [] for s in segments],
-                                glossary, False, [b for s in segments for b in s.ban or ()])
-        hyps, translator = await service.run(lines, search, guides, None, service.hinted(lines, glossary, False, None))
+        guides, ids = service.segment_guides(lines, segments)
+        hyps, translator = await service.run(lines, search, guides, None, ids)
         return [[{"src": s.src, "tgt": translator.detokenize(h[0]) if h else "", "n_best": 1,
                   "pred_score": h[0].score if h else 0.0, "align": None}] for s, h in zip(segments, hyps, strict=True)]
 

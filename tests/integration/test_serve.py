@@ -184,6 +184,16 @@ def test_controls_in_both_request_shapes_equal_translate_and_are_batched(served)
     status, body = server.post("/translator/translate", [{"id": 1, "src": lines[0], "prefix": " ".join(words[0][:2]),
                                                           "no_repeat_ngram_size": 2}])
     assert status == 200 and body[0][0]["tgt"].split()[:2] == words[0][:2]
+    # each OpenNMT-py segment's glossary and bans are its own (they were merged across the request)
+    status, body = server.post("/translator/translate", [{"src": lines[2], "glossary": [[words[2][0], "bike"]]},
+                                                         {"src": lines[2]}, {"src": lines[2], "ban": ["bike"],
+                                                                             "glossary": [[words[2][0], "dog"]]}])
+    plain = server.post("/translate", {"q": lines[2]})[1]["translatedText"]
+    outs = [b[0]["tgt"].split() for b in body]
+    assert status == 200 and "bike" in outs[0] and " ".join(outs[1]) == plain and "dog" in outs[2], body
+    assert "dog" not in outs[0] + outs[1] and "bike" not in outs[2], body
+    status, body = server.post("/translator/translate", [{"src": lines[2]}, {"src": lines[2], "glossary": [["a", ""]]}])
+    assert status == 422 and body["error"].startswith("segment 1: glossary[0]"), body
     for bad in ({"q": lines[0], "constraints": [" "]}, {"q": lines[0], "glossary": [["dog", ""]]},
                 {"q": [lines[0], lines[1]], "prefix": ["a", "b", "c"]}, {"q": lines[0], "no_repeat_ngram_size": -1}):
         status, body = server.post("/translate", bad)
