@@ -182,13 +182,14 @@ class TranslatorBase:
         results: list[list[Hypothesis]] = [[] for _ in ids]
         if not todo:
             return results
+        markers = self.src_pipe.hint_markers
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
-                               head=self.src_pipe.prefix)
+                               head=self.src_pipe.prefix, markers=markers)
         decode = partial(self.decode_pieces, search=search, controls=self._piece_controls(controls, todo, segments))
         for i, hyps, n in zip(todo, segments.decode(decode), segments.count, strict=True):
             results[i] = hyps
             if n > 1:
-                warn_split(first_line + i, len(ids[i]), self.max_positions, n, self.longest_trained)
+                warn_split(first_line + i, ids[i], self.max_positions, n, self.longest_trained, markers)
         return results
 
     def _empty(self, hyps: list[Hypothesis]) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nmtk.decode.search.config import Hypothesis
+from nmtk.vocab import unhinted_length
 
 SENTENCE_END, CLAUSE_END = ".!?", ";:,"
 _MARKERS = ("▁", "##")
@@ -39,35 +40,61 @@ def boundary_strengths(pieces: Sequence[str]) -> np.ndarray:
     return strength
 
 
-def split_ids(ids: Sequence[int], limit: int, strength: np.ndarray) -> list[list[int]]:
-    """``ids`` cut into pieces of at most ``limit``, each ending at the strongest boundary that fits."""
+def cut_strengths(ids: Sequence[int], strength: np.ndarray, markers: tuple[int, int, int] | None = None
+                  ) -> np.ndarray:
+    """Per position of ``ids``: how good a cut after it is (`boundary_strengths`), -1 where none may
+    be: inside a terminology hint (``markers``: `TextPipeline.hint_markers`), which a piece must hold
+    whole, from ``__source__`` to ``__done__``."""
+    at = strength[np.asarray(ids, dtype=np.int64)].astype(np.int8)
+    if markers is not None and len(at):
+        source, _, done = markers
+        tokens = np.asarray(ids)
+        at[(np.cumsum(tokens == source) - np.cumsum(tokens == done)) > 0] = -1
+    return at
+
+
+def split_ids(ids: Sequence[int], limit: int, strength: np.ndarray,
+              markers: tuple[int, int, int] | None = None) -> list[list[int]]:
+    """``ids`` cut into pieces of at most ``limit``, each ending at the strongest boundary that fits
+    (at the limit where none does), never inside a hint."""
     pieces, start = [], 0
     ids = list(ids)
+    at = cut_strengths(ids, strength, markers)
     while len(ids) - start > limit:
-        window = strength[np.asarray(ids[start : start + limit])]
+        window = at[start : start + limit]
         best = int(window.max())
-        cut = start + limit if best == 0 else start + int(np.flatnonzero(window == best)[-1]) + 1
+        ends = np.flatnonzero(window == best) if best >= 0 else []
+        cut = start + (int(ends[-1]) + 1 if len(ends) else limit)
         pieces.append(ids[start:cut])
         start = cut
     pieces.append(ids[start:])
     return pieces
 
 
-def sentences(ids: Sequence[int], strength: np.ndarray) -> list[list[int]]:
+def sentences(ids: Sequence[int], strength: np.ndarray, markers: tuple[int, int, int] | None = None
+              ) -> list[list[int]]:
     """``ids`` cut after every sentence end."""
     ids = list(ids)
-    ends = np.flatnonzero(strength[np.asarray(ids)] == 2) + 1
+    ends = np.flatnonzero(cut_strengths(ids, strength, markers) == 2) + 1
     bounds = [0, *(int(e) for e in ends if e < len(ids)), len(ids)]
     return [ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
-def split_line(ids: Sequence[int], limit: int, strength: np.ndarray, longest: int | None) -> list[list[int]]:
-    """The pieces one source line is translated in (see the module docstring); ``[ids]`` when it fits."""
-    if longest is not None and len(ids) > min(2 * longest, limit):
+def split_line(ids: Sequence[int], limit: int, strength: np.ndarray, longest: int | None,
+               markers: tuple[int, int, int] | None = None) -> list[list[int]]:
+    """The pieces one source line is translated in (see the module docstring); ``[ids]`` when it fits.
+    Against the training data's lengths a line counts its own words, not its hints' markup (as batches
+    and the length limit count it: `nmtk.vocab.unhinted_length`)."""
+    if longest is not None and (unhinted_length(ids, markers) > 2 * longest or len(ids) > limit):
         cut = min(longest, limit)
-        return [p for s in sentences(ids, strength) for p in (split_ids(s, cut, strength) if len(s) > 2 * cut else [s])
-                if p]
-    return split_ids(ids, limit, strength) if len(ids) > limit else [list(ids)]
+        return [p for s in sentences(ids, strength, markers)
+                for p in (split_ids(s, cut, strength, markers) if _too_long(s, cut, limit, markers) else [s]) if p]
+    return split_ids(ids, limit, strength, markers) if len(ids) > limit else [list(ids)]
+
+
+def _too_long(sentence: Sequence[int], cut: int, limit: int, markers: tuple[int, int, int] | None) -> bool:
+    """Whether a sentence of a long line is cut too: twice the pieces' size in words, or past the model."""
+    return unhinted_length(sentence, markers) > 2 * cut or len(sentence) > limit
 
 
 @dataclass
@@ -79,14 +106,16 @@ class Segments:
 
     @classmethod
     def of(cls, sources: Sequence[Sequence[int]], limit: int, strength: np.ndarray,
-           longest: int | None = None, head: Sequence[int] = ()) -> Segments:
+           longest: int | None = None, head: Sequence[int] = (), markers: tuple[int, int, int] | None = None
+           ) -> Segments:
         """``head``: ids a source begins with that every piece must begin with too (a multilingual
-        model's target tag, M2M-100's source code): the rest is cut, and each piece gets the head."""
+        model's target tag, M2M-100's source code): the rest is cut, and each piece gets the head.
+        ``markers``: the vocabulary's hint symbols (a hint is never cut, nor counted as words)."""
         pieces, count, head = [], [], list(head)
         for ids in sources:
             ids = list(ids)
             start = len(head) if head and ids[: len(head)] == head else 0
-            parts = [ids[:start] + p for p in split_line(ids[start:], limit - start, strength, longest)]
+            parts = [ids[:start] + p for p in split_line(ids[start:], limit - start, strength, longest, markers)]
             pieces.extend(parts)
             count.append(len(parts))
         return cls(pieces, count)
@@ -120,12 +149,14 @@ class Segments:
         return joined
 
 
-def warn_split(line: int, subwords: int, max_positions: int, pieces: int, longest: int | None = None) -> None:
+def warn_split(line: int, ids: Sequence[int], max_positions: int, pieces: int, longest: int | None = None,
+               markers: tuple[int, int, int] | None = None) -> None:
     """The one warning a line translated in pieces gets."""
     from nmtk.console import console
 
-    if subwords > max_positions - 1:
-        why = f"more than the model's {max_positions - 1:,}"
+    if len(ids) > max_positions - 1:
+        subwords, why = len(ids), f"more than the model's {max_positions - 1:,}"
     else:
+        subwords = unhinted_length(ids, markers)
         why = f"more than twice the longest training source ({longest:,})"
     console.print(f"warning: line {line}: {subwords:,} subwords, {why}: translated in {pieces} pieces, joined")

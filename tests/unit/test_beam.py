@@ -299,6 +299,27 @@ def test_long_sources_are_cut_at_the_strongest_boundary_that_fits() -> None:
     assert [p[1:] for p in tagged.pieces[1:]] == split_ids(ids, 6, strength)
 
 
+def test_a_hinted_line_is_cut_and_counted_by_its_own_words_and_never_inside_a_hint() -> None:
+    """A line's hints (``__source__ w __target__ W __done__``) count nothing against the training data's
+    lengths, and no piece ends inside one, even where a hint holds the only punctuation or the limit falls."""
+    from nmtk.decode.long_input import Segments, boundary_strengths, split_ids
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", "▁word", "▁.", "▁,", "▁__source__", "▁__target__", "▁__done__"]
+    strength = boundary_strengths(pieces)
+    w, comma, src, tgt, done = 4, 6, 7, 8, 9
+    markers = (src, tgt, done)
+    hint = [src, w, tgt, w, comma, w, done]  # a target term with a comma in it
+    line = [w, w, *hint, w, w, w]  # 5 words of its own, 12 ids
+    assert Segments.of([line], 100, strength, longest=3).count == [5]  # 12 ids > 2 x 3: cut to pieces of 3
+    assert Segments.of([line], 100, strength, longest=3, markers=markers).count == [1]  # 5 words <= 2 x 3
+    for limit in (7, 8, 9, 10):  # room for the hint: no piece ends inside it (ids 2-8)
+        cut = split_ids(line, limit, strength, markers)
+        ends = np.cumsum([len(p) for p in cut])[:-1]
+        assert sum(cut, []) == line and max(map(len, cut)) <= limit and not any(2 < e < 9 for e in ends), cut
+    assert split_ids(line, 8, strength, markers) == [[w, w], [*hint, w], [w, w]]
+    assert split_ids(line, 8, strength) == [[w, w, src, w, tgt, w, comma], [w, done, w, w, w]]  # cut at the comma
+
+
 def test_a_source_longer_than_the_model_is_translated_in_pieces(model) -> None:
     from nmtk.decode.long_input import Segments
 
