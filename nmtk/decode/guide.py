@@ -150,11 +150,13 @@ class Glossary:
                 if tuple(normed[i : i + len(term)]) == term:
                     yield i, i + len(term), target
 
-    def hinted(self, source: str, tokenize: Callable[[str], str], tokenize_target: Callable[[str], str]) -> str:
+    def hinted(self, source: str, tokenize: Callable[[str], str], tokenize_target: Callable[[str], str],
+               tokenized: bool = False) -> str:
         """``source`` as Moses tokens with each source term followed by its target term as a hint
         (``__source__ term __target__ Term __done__``: what a model trained with the ``terms`` modifier
-        reads; the longest term where several start at one word, none inside another)."""
-        words = tokenize(source).split()
+        reads; the longest term where several start at one word, none inside another). ``tokenized``:
+        ``source`` is Moses tokens already (a marked-up sentence's, `nmtk.decode.markup`)."""
+        words = (source if tokenized else tokenize(source)).split()
         out, at = [], 0
         for start, end, target in self._chosen(words, tokenize):
             if target not in self._hints:

@@ -56,9 +56,14 @@ class MarkedUp:
         moses = translator.src_pipe.moses
         return cls(parsed, places, lines, [moses.tokenize(line) for line in lines] if moses.enabled else lines)
 
-    def ids(self, translator: TranslatorBase) -> list[list[int] | None]:
-        """The sentences' source ids (`TranslatorBase.encode`'s), from the tokens already made."""
+    def ids(self, translator: TranslatorBase, hints: Glossary | None = None) -> list[list[int] | None]:
+        """The sentences' source ids (`TranslatorBase.encode`'s), from the tokens already made; ``hints``:
+        a glossary written into them as hints (``--terms inline``; alignments still count the sentence's
+        own words, so tags land as without it)."""
         tokens = [translator.reading.read(t) for t in self.tokens]  # read as `encode` reads text (`Reading`)
+        if hints is not None:
+            target = translator.tgt_pipe.moses.tokenize
+            tokens = [hints.hinted(t, translator.src_pipe.moses.tokenize, target, tokenized=True) for t in tokens]
         return list(translator.src_pipe.encode_tokenized(tokens)) if tokens else []
 
     def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase) -> list[str]:
@@ -116,17 +121,20 @@ def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> tuple[str
 
 def translate_markup(translator: TranslatorBase, documents: list[str], search: SearchConfig, kind: str,
                      attributes: tuple[str, ...] = (), glossary: Glossary | None = None,
-                     bans: tuple[str, ...] = ()) -> list[str]:
+                     bans: tuple[str, ...] = (), hints: bool = False) -> list[str]:
     """``documents`` (html or xml) translated with their tags, all their sentences in one search (with
-    the glossary's terms and the banned phrases, as in text)."""
+    the glossary's terms, as constraints or, ``hints``, as hints in the sources, and the banned
+    phrases, as in text)."""
     check_engine(translator, kind)
     marked = MarkedUp.of(documents, kind, translator, attributes)
     lines = marked.lines
     if not lines:
         return list(documents)
+    constrained = None if hints else glossary
     guides = None
-    if glossary is not None or bans:
+    if constrained is not None or bans:
         tokenize = translator.src_pipe.moses.tokenize
-        guides = [guided(translator.reading.read(line), Guidance(), glossary, bans, tokenize) for line in lines]
-    hyps = translator.hypotheses(lines, markup_search(search), ids=marked.ids(translator), guides=guides)
+        guides = [guided(translator.reading.read(line), Guidance(), constrained, bans, tokenize) for line in lines]
+    ids = marked.ids(translator, glossary if hints else None)
+    hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
     return marked.render(hyps, translator)

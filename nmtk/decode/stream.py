@@ -189,8 +189,7 @@ def _refuse_with_markup(engine: Engine, options: TranslateOptions) -> None:
                                         ("--print-alignment", engine.search.align),
                                         ("--skip", options.skip and options.document),
                                         ("--prefix/--constraints", not engine.format.plain),
-                                        ("--source-lang auto", engine.detect),
-                                        ("--terms inline (a glossary as hints)", engine.hints)) if asked]
+                                        ("--source-lang auto", engine.detect)) if asked]
     if refused:
         raise NmtkError(f"--format {options.format}: {', '.join(refused)} cannot be used with it (the sentences of "
                         "marked-up text are nmtk's to cut, and each output is the text with its tags)")
@@ -205,7 +204,7 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
                            hint="use --errors replace to substitute U+FFFD")
     with interruptible():
         text = translate_markup(engine.translator, [document], engine.search, options.format, options.attributes,
-                                engine.glossary, engine.bans)[0]
+                                engine.glossary, engine.bans, engine.hints)[0]
     if partial is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -355,7 +354,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     if options.format != "text":
         try:
             done = translate_markup(engine.translator, chunk, engine.search, options.format, options.attributes,
-                                    engine.glossary, engine.bans)
+                                    engine.glossary, engine.bans, engine.hints)
         except MarkupError as exc:  # its line and column are the fragment's: named by the input's line here
             where = f"{options.input or 'stdin'}:{first + (exc.document or 0)}"
             raise NmtkError(f"{where}: {str(exc).replace('line 1, ', '')}") from None

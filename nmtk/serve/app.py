@@ -270,14 +270,13 @@ class _Service:
         self.worker, self.info, self.default, self.limits, self.server_guides = worker, info, default, limits, guides
 
     def guides(self, lines: list[str], prefix: list[str | None], constraints: list[list[str]],
-               glossary: list[tuple[str, str]] | None, ignore_case: bool, ban: list[str] | None,
-               constrained: bool = False) -> list[Guidance | None] | None:
+               glossary: list[tuple[str, str]] | None, ignore_case: bool, ban: list[str] | None
+               ) -> list[Guidance | None] | None:
         """Each line's `Guidance`: its prefix and constraints, the terms of the server's and the
         request's glossaries its source holds, and the banned phrases (None: nothing asked). With the
         server's ``--terms inline`` the glossaries are hints (`hinted`), not constraints."""
         server = self.server_guides
-        hinted = server.hints and not constrained  # the glossaries go into the sources instead (`hinted`)
-        every = None if hinted else self.with_server(self.request_glossary(glossary, ignore_case))
+        every = None if server.hints else self.with_server(self.request_glossary(glossary, ignore_case))
         bans = tuple(server.bans) + tuple(b.strip() for b in ban or () if b.strip())
         if every is None and not bans and not any(prefix) and not any(constraints):
             return None
@@ -325,19 +324,28 @@ class _Service:
     def hinted(self, lines: list[str], glossary: list[tuple[str, str]] | None, ignore_case: bool,
                pair: Pair | None) -> list[list[int] | None] | None:
         """With ``--terms inline``: the lines' ids with the glossaries' hints (None: no glossary, or not inline)."""
+        every = self.hint_glossary(glossary, ignore_case, pair)
+        if every is None:
+            return None
+        try:
+            return self.worker.translator.for_pair(pair).encode(lines, 1, every)
+        except NmtkError as exc:
+            raise ApiError(422, str(exc)) from None
+
+    def hint_glossary(self, glossary: list[tuple[str, str]] | None, ignore_case: bool, pair: Pair | None
+                      ) -> Glossary | None:
+        """With ``--terms inline``: the server's and the request's glossaries, to be written into the
+        sources as hints (None: no glossary, or not inline); a request's term the model's source
+        vocabulary cannot spell is a 422."""
         if not self.server_guides.hints:
             return None
         extra = self.request_glossary(glossary, ignore_case)
-        every = self.with_server(extra)
-        if every is None:
-            return None
-        view = self.worker.translator.for_pair(pair)
-        try:
-            if extra is not None:  # the server's own were checked at its start
-                view.check_hints(extra)
-            return view.encode(lines, 1, every)
-        except NmtkError as exc:
-            raise ApiError(422, str(exc)) from None
+        if extra is not None:  # the server's own were checked at its start
+            try:
+                self.worker.translator.for_pair(pair).check_hints(extra)
+            except NmtkError as exc:
+                raise ApiError(422, str(exc)) from None
+        return self.with_server(extra)
 
     def search_for(self, **choices: Any) -> SearchConfig:
         """A request's search: ``default`` with its choices, by `SearchConfig`'s rules (one place)."""
@@ -485,9 +493,10 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
         return [{"translatedText": items[i]} for i in indices]
     search = markup_search(service.search_for(beam=req.beam, no_repeat_ngram_size=req.no_repeat_ngram_size,
                                               repetition_penalty=req.repetition_penalty))
-    guides = service.guides(lines, [None] * len(lines), [[] for _ in lines], req.glossary,  # html: constrained,
-                            req.glossary_ignore_case, req.ban, constrained=True)  # its ids are the markup's
-    hyps, translator = await service.run(lines, search, guides, pair, marked.ids(view))
+    guides = service.guides(lines, [None] * len(lines), [[] for _ in lines], req.glossary,
+                            req.glossary_ignore_case, req.ban)  # the glossaries are constraints, or hints:
+    hints = service.hint_glossary(req.glossary, req.glossary_ignore_case, pair)
+    hyps, translator = await service.run(lines, search, guides, pair, marked.ids(view, hints))
     return [{"translatedText": text} for text in marked.render(hyps, translator)]
 
 

@@ -469,10 +469,17 @@ def test_a_model_trained_with_hints_takes_glossaries_as_hints_in_serve_and_trans
                        "--precision", "fp32", stdin=line + "\n")  # the line's own 7 words, not the hinted 11
     pairs = [tuple(map(int, p.split("-"))) for p in aligned.stdout.rstrip("\n").split("\t")[1].split()]
     assert aligned.returncode == 0 and pairs and max(i for i, _ in pairs) < 7, aligned.stdout
+    document = "<p>the <b>dog</b> runs in the park .</p>"  # markup takes the glossary as hints too
+    marked = run_nmtk("translate", "-m", str(run), "--glossary", str(glossary), "--format", "html",
+                      "--precision", "fp32", stdin=document + "\n")
+    assert marked.returncode == 0 and marked.stdout.startswith("<p>") and marked.stdout.count("<b>") == 1, marked
     server = Server(run, "--precision", "fp32", "--workers", "1")
     try:
         status, answer = server.post("/translate", {"q": line, "source": "en", "target": "de",
                                                     "glossary": [["dog", "Katze"]]})
+        html_status, html = server.post("/translate", {"q": document, "source": "en", "target": "de", "format": "html",
+                                                       "glossary": [["dog", "Katze"]]})
     finally:
         server.stop()
     assert status == 200 and answer["translatedText"] == translated["auto"].stdout.strip(), answer
+    assert html_status == 200 and html["translatedText"] == marked.stdout.strip(), (html, marked.stdout)
