@@ -82,8 +82,10 @@ def cooccurrences(src_side, tgt_side, sentences: int, src_vocab: int,  # noqa: A
 
 
 def build(src_side, tgt_side, src_vocab: int, tgt_vocab: int, per_source: int = 50,  # noqa: ANN001
-          frequent: int = 100, max_sentences: int = 2_000_000) -> Shortlist:
-    """A shortlist from the aligned training sides (at most their first ``max_sentences`` pairs)."""
+          frequent: int = 100, max_sentences: int = 2_000_000, joint: bool = False) -> Shortlist:
+    """A shortlist from the aligned training sides (at most their first ``max_sentences`` pairs).
+    ``joint``: one vocabulary for both sides, where a target piece found in a source can be copied
+    (`copyable`)."""
     sentences = min(len(src_side), max_sentences)
     codes, both, src_df, tgt_df = cooccurrences(src_side, tgt_side, sentences, src_vocab, tgt_vocab)
     source, target = codes // tgt_vocab, codes % tgt_vocab
@@ -97,5 +99,21 @@ def build(src_side, tgt_side, src_vocab: int, tgt_vocab: int, per_source: int = 
     keep = rank < per_source
     table = np.full((src_vocab, per_source), -1, dtype=np.int64)
     table[source[keep], rank[keep]] = target[keep]
+    if joint:
+        copyable(table, src_df, tgt_df)
     ranked = np.argsort(-tgt_df[len(SPECIAL_SYMBOLS):], kind="stable")[:frequent] + len(SPECIAL_SYMBOLS)
     return Shortlist(np.sort(ranked[tgt_df[ranked] > 0]), table)
+
+
+def copyable(table: np.ndarray, src_df: np.ndarray, tgt_df: np.ndarray) -> None:
+    """In a joint vocabulary, a piece the targets hold at least as often as the sources (a target-language
+    piece, a name's, a number's) lists itself, first, in place of its last candidate: a source that
+    carries it means it to be copied. That is how terminology hints spell their target terms
+    (``__target__ Pudelmütze __done__``, pieces the English sources never hold, so none lists them) and
+    how names pass through; English's own pieces, far more frequent in the sources, are not added."""
+    n = min(len(table), len(tgt_df))
+    pieces = np.arange(len(SPECIAL_SYMBOLS), n)
+    listed = (table[pieces] == pieces[:, None]).any(axis=1)
+    pieces = pieces[(tgt_df[pieces] > 0) & (tgt_df[pieces] >= src_df[pieces]) & ~listed]
+    table[pieces, 1:] = table[pieces, :-1]
+    table[pieces, 0] = pieces

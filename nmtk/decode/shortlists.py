@@ -38,7 +38,8 @@ def make_shortlist(run: Path, data: Path | None = None, per_source: int = 50, fr
     pair = manifest.language_pairs()[0]
     split = BinarizedSplit(prepared, "train", pair)
     src_vocab, tgt_vocab = manifest.vocab_sizes()
-    shortlist = build(split.src, split.tgt, src_vocab, tgt_vocab, per_source, frequent, max_sentences)
+    shortlist = build(split.src, split.tgt, src_vocab, tgt_vocab, per_source, frequent, max_sentences,
+                      joint=manifest.vocab.joint)
     path = folder.path / SHORTLIST
     shortlist.save(path)
     sentences = min(len(split), max_sentences)

@@ -70,6 +70,24 @@ def test_each_piece_lists_itself_first(listed) -> None:
     assert len(candidates) <= 3 + 4 and set(range(4)) <= set(candidates.tolist())
 
 
+def test_a_target_piece_in_a_source_can_be_copied_in_a_joint_vocabulary() -> None:
+    """A piece the targets hold (a German word, as a terminology hint spells it in the source) lists
+    itself, first; a source-language piece does not, nor anything in separate vocabularies."""
+    import numpy as np
+
+    from nmtk.data.shortlist import build
+
+    the, man, mann, ein, hund, name, dog = 4, 5, 6, 7, 8, 9, 10  # "Ada" (9): a name both sides hold
+    src = [np.array(s) for s in ([the, man], [the, man, name], [the], [man], [the, dog])]
+    tgt = [np.array(t) for t in ([ein, mann], [ein, mann, name], [ein], [mann], [ein, hund])]
+    joint = build(src, tgt, 11, 11, per_source=2, frequent=0, joint=True)
+    assert joint.table[hund].tolist() == [hund, -1] and joint.table[mann].tolist() == [mann, -1]  # never in a source
+    assert joint.table[name, 0] == name and the not in joint.table[the]  # names pass; English is not added
+    assert joint.table[man].tolist() == build(src, tgt, 11, 11, per_source=2, frequent=0).table[man].tolist()
+    hinted = [the, man, hund]  # "the man __target__ Hund __done__": the hint's piece is a candidate
+    assert hund in joint.candidates([hinted]) and hund not in build(src, tgt, 11, 11, 2, 0).candidates([hinted])
+
+
 def test_translating_with_the_shortlist_keeps_the_translations_and_the_terms(listed) -> None:
     """The copy needs only the sentence's own pieces: --shortlist gives the same lines; a constraint whose
     word is not in the source joins the candidates and is still produced."""
