@@ -61,7 +61,7 @@ def _reading(source: ModelSource, lang: str, as_typed: bool) -> Reading:
         return Reading(lang=lang)
     from nmtk.text.typos import TypoCorrector
 
-    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words))
+    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words, lang))
 
 
 def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:

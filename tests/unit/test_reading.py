@@ -87,6 +87,20 @@ def test_an_unknown_word_near_training_words_becomes_the_most_frequent_of_them(t
     assert fix(kept) == kept
 
 
+def test_a_correct_english_word_the_training_data_lacked_is_not_corrected(tmp_path: Path) -> None:
+    """English sources: symspellpy's English dictionary marks words as known ("sits" is no typo of
+    "sit"); typos are still corrected; a language without a dictionary has only the training words."""
+    from nmtk.text.typos import dictionary_words
+
+    corrector(tmp_path)
+    english = TypoCorrector.read(tmp_path / "words.en.tsv", "en")
+    german = TypoCorrector.read(tmp_path / "words.en.tsv", "de")
+    assert {"brought", "sits", "house"} <= dictionary_words("en") and not dictionary_words("de")
+    assert english.corrected("The dgo sits in teh house .") == "The dog sits in the house ."
+    assert english.corrected("The cats sat .") == "The cats sat ."
+    assert german.corrected("The cats sat .") == "The cat sit ."  # no dictionary: the training words alone
+
+
 def test_a_damaged_word_list_is_one_line_naming_its_line(tmp_path: Path) -> None:
     path = tmp_path / "words.en.tsv"
     path.write_text("dog\t3\ncat three\n")
