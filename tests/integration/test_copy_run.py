@@ -331,7 +331,7 @@ def test_typos_are_corrected_against_the_training_words_in_both_engines(copy_run
     tmp, _, env = copy_run
     assert (tmp / "run" / "words.en.tsv").is_file() and (exported / "words.en.tsv").is_file()
     clean = ["the dog runs with a ball", "a small cat sits under the car"]
-    typos = ["the dgo runs with a bal", "a smal cat sist under teh car"]
+    typos = ["the dgo runs with a blal", "a smal cat sist under teh car"]  # "bal" is an English word
 
     def out(model: Path, lines: list[str], *args: str) -> list[str]:
         return translated(model, lines, tmp, env, *args)
