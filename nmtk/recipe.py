@@ -756,9 +756,13 @@ class Recipe(Section):
 
 
 def _check_stages(stages: list[Stage], corpora: list[str]) -> None:
-    """Stages name training corpora that exist, draw something, and only the last may be endless."""
+    """Stages have names of their own, name training corpora that exist, draw something, and only the
+    last may be endless."""
     for i, stage in enumerate(stages):
         where = f"train.stages[{i}] ({stage.name})"
+        if (first := next(k for k, other in enumerate(stages) if other.name == stage.name)) < i:
+            raise ValueError(f"{where}: train.stages[{first}] has that name too: train.jsonl and the update line "
+                             "name a stage by it")
         for name in [*stage.weights, *([stage.corpus] if stage.corpus else [])]:
             if name not in corpora:
                 raise ValueError(f"{where}: no training corpus named {name!r} (the corpora: {', '.join(corpora)})")

@@ -235,6 +235,8 @@ def test_a_stage_ends_after_its_updates_mid_epoch_and_a_resume_inside_and_across
                                                               r"'news'"),
     ('[[train.stages]]\nname = "a"\n[[train.stages]]\nname = "b"\n', r"stages\[0\] \(a\): has no end"),
     ('[[train.stages]]\nname = "a"\nupdates = 5\nepochs = 1\ncorpus = "train"\n', "give updates or epochs"),
+    ('[[train.stages]]\nname = "a"\nupdates = 5\n[[train.stages]]\nname = "a"\n',
+     r"train.stages\[1\] \(a\): train.stages\[0\] has that name too"),
 ])
 def test_bad_modifiers_and_stages_are_one_line_naming_the_field_and_nothing_is_written(
         tmp_path: Path, extra: str, message: str) -> None:
