@@ -79,6 +79,8 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     if hints and glossary is not None:
         translator.check_hints(glossary)
     translator.check_guides(None if hints else glossary, bans, False, default)  # never a 422 for the server's own
+    if glossary is not None:
+        glossary.index(translator.src_pipe.moses.tokenize)
     budget = options.gather_tokens or default.budget("cuda" if on_gpu else "cpu")
     child_loader = None if source.is_export or on_gpu or workers == 1 else _child_loader(source, load)
     worker = Worker(translator, gather_tokens=budget, max_wait_ms=options.max_wait_ms, max_queue=options.max_queue,

@@ -162,6 +162,16 @@ def test_a_glossary_gives_each_source_term_one_target_and_the_longest_match(tmp_
     both = server + request
     assert both.terms("a dog", str) == ("Köter",) and both.terms("a Dog", str) == ("Köter",)
     assert both.where_each() == (f"{tmp_path / 'terms.tsv'}: line 2", "glossary[0]")
+    calls: list[str] = []
+
+    def counted(text: str) -> str:
+        calls.append(text)
+        return text
+
+    big = Glossary(tuple((f"w{i}", f"W{i}") for i in range(500))).index(counted)  # a server's, at its start
+    assert len(calls) == 500
+    assert (big + request).terms("a dog and w7", counted) == ("Köter", "W7")
+    assert calls[500:] == ["a dog and w7", "dog"]  # a request's glossary tokenizes its own terms alone
 
 
 @pytest.mark.parametrize(("form", "alpha"), [("gnmt", round(0.6 * 14.8 / 20.8, 4)),
