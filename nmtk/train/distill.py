@@ -35,6 +35,7 @@ from nmtk.decode.stream import TranslateOptions, count_lines, finished_inputs, t
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import atomic_write, write_text_atomic
 from nmtk.model_source import resolve_model
+from nmtk.pair import Pair, pairs_text
 from nmtk.recipe import Corpus, Recipe, recipe_from_dict, recipe_to_toml
 from nmtk.rundir import DistillDir, default_run_dir
 
@@ -83,6 +84,7 @@ def distill(recipe: Recipe, options: DistillOptions) -> DistillReport:
                         "distil a multilingual recipe one direction at a time")
     if not 0.0 <= options.drop < 1.0:
         raise NmtkError(f"--drop {options.drop}: must be at least 0 and below 1 (the share of pairs left out)")
+    _check_teacher(recipe, options)
     folder = DistillDir(options.out or Path("distilled") / recipe.name, recipe.data.source_lang,
                         recipe.data.target_lang)
     corpora = recipe.data.train
@@ -103,6 +105,19 @@ def distill(recipe: Recipe, options: DistillOptions) -> DistillReport:
     train(student, data_root=options.data_root, run_dir=run, device_name=options.load.device,
           threads=options.load.threads)
     return DistillReport(folder.path, folder.path / folder.RECIPE, reports, run)
+
+
+def _check_teacher(recipe: Recipe, options: DistillOptions) -> None:
+    """The teacher translates the student recipe's pair (a multilingual teacher: among its pairs), said
+    before anything is read, fetched or written (an en→de teacher given an en→fr recipe went on to fetch
+    the recipe's corpora)."""
+    source = resolve_model(options.teacher, options.load.checkpoint)
+    if source.manifest is None:
+        return
+    wanted, pairs = Pair(recipe.data.source_lang, recipe.data.target_lang), source.manifest.language_pairs()
+    if wanted not in pairs:
+        raise NmtkError(f"{options.teacher}: translates {pairs_text(pairs)}, not {wanted.arrow} as the student "
+                        f"recipe {recipe.name} asks: distil with a teacher of that direction")
 
 
 def _settings(recipe: Recipe, options: DistillOptions) -> dict:

@@ -92,6 +92,15 @@ def test_another_teacher_search_is_refused_until_forced(distilled) -> None:
     assert '"beam": 3' in (work / "out" / "distill.json").read_text()
 
 
+def test_a_teacher_of_another_direction_is_refused_before_anything_is_written(distilled) -> None:
+    work, args, env, _ = distilled
+    other = [*args[:4], str(work / "other"), *args[5:], "--set", "data.target_lang=fr", "--translate-only"]
+    refused = run_nmtk(*other, cwd=work, env=env)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "translates en → de, not en → fr as the student recipe student asks" in refused.stderr
+    assert not (work / "other").exists()
+
+
 def test_a_ctranslate2_export_teaches_too(distilled, exported) -> None:
     """The teacher may be anything `-m` takes: an export translates through CTranslate2."""
     work, args, env, _ = distilled
