@@ -91,6 +91,8 @@ def training_curves(runs: list[Path], out: Path, x: str = "updates", size: tuple
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, marker="o" if field in ("valid_loss", "bleu") else None, markersize=3, label=name)
+        if x == "updates":
+            _stage_starts(axes[: len(TRAIN_PANELS)], train)
     for ax, (_, title) in zip(axes, TRAIN_PANELS, strict=False):
         ax.set_title(title)
         ax.set_xlabel("updates" if x == "updates" else "minutes")
@@ -102,6 +104,19 @@ def training_curves(runs: list[Path], out: Path, x: str = "updates", size: tuple
         axes[-1].legend(handles, labels, loc="center", title="runs")
     fig.tight_layout()
     return _save(fig, out)
+
+
+def _stage_starts(axes: Any, train: list[dict[str, Any]]) -> None:
+    """A dotted line at the update each stage after the first began (`train.jsonl`'s stage lines), in
+    the run's colour, named on the first panel: where a curve bends, whether the curriculum did it."""
+    lines = axes[0].get_lines()
+    colour = lines[-1].get_color() if lines else "grey"
+    for record in train:
+        if record.get("stage_index", 1) > 1 and "loss" not in record and "update" in record:
+            for ax in axes:
+                ax.axvline(record["update"], color=colour, linestyle=":", linewidth=1)
+            axes[0].text(record["update"], 0.98, f" {record['stage']}", transform=axes[0].get_xaxis_transform(),
+                         rotation=90, va="top", ha="left", fontsize=8, color=colour)
 
 
 # ------------------------------------------------------------------------------------ attention

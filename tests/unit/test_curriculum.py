@@ -195,6 +195,14 @@ def test_stages_switch_where_they_should_and_say_so(staged) -> None:
     records = [json.loads(line) for line in trainer.run.log_path.read_text().splitlines()]
     begun = [(r["stage"], r["epoch"]) for r in records if "stage_index" in r]
     assert begun == [("mixed", 1), ("original", 2)]
+    from nmtk.pictures import _figure, _stage_starts, read_log
+
+    axes = _figure(600, 400).subplots(1, 2)  # `nmtk plot` marks where the second stage began, on each panel
+    axes[0].plot([0, 1], [0, 1], color="red")
+    _stage_starts(axes, read_log(trainer.run.path)[0])
+    second = next(r["update"] for r in records if r.get("stage_index") == 2)
+    assert [[tuple(line.get_xdata()) for line in ax.get_lines()[-1:]] for ax in axes] == [[(second, second)]] * 2
+    assert [t.get_text() for t in axes[0].texts] == [" original"] and axes[1].get_lines()[0].get_color() == "red"
     curriculum = trainer.curriculum
     for stage, drawn_bt in ((0, True), (1, False)):
         state = type(trainer.state)(epoch=stage, stage=stage)
