@@ -267,10 +267,18 @@ class GuideOptions:
     terms: TermsMode = "auto"
 
 
-def read_guides(guide: GuideOptions, recipe: Recipe) -> tuple[Glossary | None, tuple[str, ...]]:
+def read_guides(guide: GuideOptions, recipe: Recipe, requests: bool = False
+                ) -> tuple[Glossary | None, tuple[str, ...]]:
     """The glossary (``--glossary``, else the recipe's) and banned phrases, read before any model loads:
-    a bad file is one error naming it (and its line) before anything is translated."""
+    a bad file is one error naming it (and its line) before anything is translated. An option about a
+    glossary where there is none is one line too (``--terms inline`` without one translated as if it
+    were not there); ``requests``: a server, whose requests bring glossaries of their own."""
     path = guide.glossary or recipe.decode.glossary
+    asked = [name for name, given in (("--glossary-ignore-case", guide.ignore_case),
+                                      (f"--terms {guide.terms}", guide.terms != "auto" and not requests)) if given]
+    if path is None and asked:
+        raise NmtkError(f"{', '.join(asked)}: there is no glossary to apply (--glossary FILE, or decode.glossary "
+                        f"in the recipe {recipe.name})")
     ignore_case = recipe.decode.glossary_ignore_case if guide.ignore_case is None else guide.ignore_case
     glossary = Glossary.read(path, ignore_case) if path is not None else None
     return glossary, read_phrases(guide.bans) if guide.bans is not None else ()

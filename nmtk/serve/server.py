@@ -68,7 +68,7 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     name one checkpoint even when training writes a newer default while they load."""
     source = resolve_model(options.load.model, options.load.checkpoint)
     glossary, bans = read_guides(GuideOptions(glossary=options.glossary, ignore_case=options.glossary_ignore_case,
-                                              bans=options.bans), source.recipe)
+                                              bans=options.bans), source.recipe, requests=True)
     hints = inline_terms(options.terms, source.manifest, str(source.path))
     on_gpu = _on_gpu(options.load.device, source.is_export)
     threads = options.load.threads or len(os.sched_getaffinity(0))

@@ -174,6 +174,24 @@ def test_a_glossary_gives_each_source_term_one_target_and_the_longest_match(tmp_
     assert calls[500:] == ["a dog and w7", "dog"]  # a request's glossary tokenizes its own terms alone
 
 
+def test_an_option_about_a_glossary_without_one_is_one_line() -> None:
+    """`translate --terms inline` (or constrained) and `--glossary-ignore-case` with no glossary did nothing,
+    silently; a server's ``--terms`` applies to its requests' glossaries too."""
+    from nmtk.decode.guide import GuideOptions, read_guides
+    from nmtk.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "multi30k-en-de.toml")
+    assert read_guides(GuideOptions(), recipe) == (None, ())
+    for options, message in ((GuideOptions(terms="inline"), "--terms inline: there is no glossary"),
+                             (GuideOptions(ignore_case=True, terms="constrained"),
+                              "--glossary-ignore-case, --terms constrained: there is no glossary")):
+        with pytest.raises(NmtkError, match=message):
+            read_guides(options, recipe)
+    assert read_guides(GuideOptions(terms="inline"), recipe, requests=True) == (None, ())
+    with pytest.raises(NmtkError, match="--glossary-ignore-case: there is no glossary"):
+        read_guides(GuideOptions(ignore_case=True), recipe, requests=True)
+
+
 @pytest.mark.parametrize(("form", "alpha"), [("gnmt", round(0.6 * 14.8 / 20.8, 4)),
                                              ("power", round(0.6 * 14.8 / 15.8, 4))])
 def test_the_hugging_face_export_maps_alpha_for_each_length_penalty_form(form: str, alpha: float) -> None:
