@@ -342,6 +342,14 @@ def _refuse_batch_size(batch_size: str | None) -> None:
                         "--buffer-size is how many input lines are read and sorted at a time")
 
 
+def _refuse_unused(needs: str, given: dict[str, bool]) -> None:
+    """Options that do nothing without ``needs`` are one line (``--topk 5`` alone searched the beam,
+    silently), as ``--document`` without ``--format`` is."""
+    if named := [name for name, asked in given.items() if asked]:
+        raise NmtkError(f"{', '.join(named)}: only with {needs} (without it, nothing uses "
+                        f"{'them' if len(named) > 1 else 'it'})")
+
+
 @app.command()
 @_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision",
                     "shortlist"),
@@ -400,6 +408,13 @@ def translate(
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
     from nmtk.decode import stream
+    if not sampling:
+        _refuse_unused("--sampling", {"--topk": topk != 0, "--topp": topp != 1.0, "--temperature": temperature != 1.0,
+                                      "--seed": seed != 1})
+    if format_.value == "text":
+        _refuse_unused("--format html or xml", {"--translate-attributes": bool(attrs)})
+        if not print_alignment:
+            _refuse_unused("--print-alignment or --format html|xml", {"--alignment-layer": alignment_layer is not None})
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   max_len_a=max_len_a, max_len_b=max_len_b, beam_tokens=beam_tokens, align=print_alignment,
                   sampling=stream.SamplingConfig(topk, topp, temperature, seed) if sampling else None,

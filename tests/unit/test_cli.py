@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from nmtk import __version__
 
 
@@ -63,6 +65,19 @@ def test_batch_size_points_to_beam_tokens(nmtk) -> None:
     result = nmtk("translate", "--batch-size", "32", stdin="x\n")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "--beam-tokens" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--topk", "5", "--seed", "3"), "--topk, --seed: only with --sampling (without it, nothing uses them)"),
+    (("--temperature", "0.5"), "--temperature: only with --sampling"),
+    (("--alignment-layer", "1"), "--alignment-layer: only with --print-alignment or --format html|xml"),
+    (("--translate-attributes", "alt"), "--translate-attributes: only with --format html or xml"),
+])
+def test_an_option_that_needs_another_is_one_line_without_it(nmtk, args: tuple[str, ...], message: str) -> None:
+    """They did nothing, silently (``--topk 5`` alone searched the beam); refused before any model loads."""
+    result = nmtk("translate", "-m", "no-such-run", *args, stdin="x\n")
+    assert result.returncode == 1 and result.stderr.startswith(f"error: {message}"), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
 
 
 def test_the_typer_internals_readable_help_patches_are_there() -> None:
