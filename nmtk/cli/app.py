@@ -350,6 +350,24 @@ def _refuse_unused(needs: str, given: dict[str, bool]) -> None:
                         f"{'them' if len(named) > 1 else 'it'})")
 
 
+def _unused_refused(command: Callable[..., None]) -> Callable[..., None]:
+    """`translate` with its options that need another checked first (`_refuse_unused`), before anything
+    is read or loaded."""
+    @functools.wraps(command)
+    def checked(**options: object) -> None:
+        text, sampled = getattr(options["format_"], "value", "text") == "text", bool(options["sampling"])
+        _refuse_unused("--sampling", {"--topk": not sampled and options["topk"] != 0,
+                                      "--topp": not sampled and options["topp"] != 1.0,
+                                      "--temperature": not sampled and options["temperature"] != 1.0,
+                                      "--seed": not sampled and options["seed"] != 1})
+        _refuse_unused("--format html or xml", {"--translate-attributes": text and bool(options["attrs"])})
+        _refuse_unused("--print-alignment or --format html|xml", {
+            "--alignment-layer": text and not options["print_alignment"] and options["alignment_layer"] is not None})
+        command(**options)
+
+    return checked
+
+
 @app.command()
 @_panels({"Model": ("model", "checkpoint", "target_lang", "source_lang", "ensemble", "device", "threads", "precision",
                     "shortlist"),
@@ -361,6 +379,7 @@ def _refuse_unused(needs: str, given: dict[str, bool]) -> None:
           "Glossary, bans, repetition": ("glossary", "glossary_ignore_case", "terms", "ban", "no_repeat_ngram_size",
                                          "repetition_penalty"),
           "What is printed": ("print_scores", "print_alignment", "alignment_layer")})
+@_unused_refused
 def translate(
     model: ModelOption = None,
     checkpoint: CheckpointOption = None,
@@ -408,13 +427,6 @@ def translate(
 ) -> None:
     """Translate text with batched beam search (stdin to stdout by default)."""
     from nmtk.decode import stream
-    if not sampling:
-        _refuse_unused("--sampling", {"--topk": topk != 0, "--topp": topp != 1.0, "--temperature": temperature != 1.0,
-                                      "--seed": seed != 1})
-    if format_.value == "text":
-        _refuse_unused("--format html or xml", {"--translate-attributes": bool(attrs)})
-        if not print_alignment:
-            _refuse_unused("--print-alignment or --format html|xml", {"--alignment-layer": alignment_layer is not None})
     search = dict(beam=beam, nbest=nbest, length_penalty=lenpen, length_penalty_form=form_value(lenpen_form),
                   max_len_a=max_len_a, max_len_b=max_len_b, beam_tokens=beam_tokens, align=print_alignment,
                   sampling=stream.SamplingConfig(topk, topp, temperature, seed) if sampling else None,
