@@ -56,8 +56,7 @@ def decode_lines(lines: Iterable[bytes], name: str, errors: Errors = "error", hi
         try:
             text = raw.decode("utf-8", errors="strict" if strict else "replace")
         except UnicodeDecodeError as exc:
-            where = f"{name}:{lineno}: invalid UTF-8 ({exc.reason} at byte {exc.start})"
-            raise NmtkError(f"{where}; {hint}" if hint else where) from None
+            raise NmtkError(_invalid(name, lineno, exc, raw if lineno == 1 else b"", hint)) from None
         if lineno == 1 and text.startswith("\ufeff"):  # a byte-order mark (Windows editors), not text
             text = text[1:]
         yield text.rstrip("\r\n")
@@ -68,9 +67,17 @@ def decode_text(raw: bytes, name: str, errors: Errors = "error", hint: str = "")
     try:
         return raw.decode("utf-8", errors="strict" if errors == "error" else "replace")
     except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        where = f"{name}:{line}: invalid UTF-8 ({exc.reason} at byte {exc.start})"
-        raise NmtkError(f"{where}; {hint}" if hint else where) from None
+        raise NmtkError(_invalid(name, raw.count(b"\n", 0, exc.start) + 1, exc, raw, hint)) from None
+
+
+def _invalid(name: str, line: int, exc: UnicodeDecodeError, start: bytes, hint: str) -> str:
+    """The one line for invalid UTF-8; a file that begins with UTF-16's byte-order mark (Excel's
+    "Unicode Text", Notepad's "Unicode") is said to be UTF-16, not invalid."""
+    if start[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        mark = start[:2].hex(" ").upper()
+        return f"{name}: UTF-16 text (it begins with the byte-order mark {mark}): save it as UTF-8"
+    where = f"{name}:{line}: invalid UTF-8 ({exc.reason} at byte {exc.start})"
+    return f"{where}; {hint}" if hint else where
 
 
 def read_lines(path: Path, what: str, errors: Errors = "error", hint: str = "") -> list[str]:

@@ -174,6 +174,22 @@ def test_a_glossary_gives_each_source_term_one_target_and_the_longest_match(tmp_
     assert calls[500:] == ["a dog and w7", "dog"]  # a request's glossary tokenizes its own terms alone
 
 
+def test_a_utf16_file_is_said_to_be_utf16_not_invalid(tmp_path: Path) -> None:
+    """Excel's "Unicode Text" is UTF-16 with a byte-order mark: the error says so and what to do."""
+    from nmtk.files import decode_text
+
+    path = tmp_path / "terms.tsv"
+    path.write_bytes("dog\tHund\n".encode("utf-16"))
+    with pytest.raises(NmtkError, match=r"terms.tsv: UTF-16 text \(it begins with the byte-order mark FF FE\): "
+                                        r"save it as UTF-8$"):
+        Glossary.read(path)
+    with pytest.raises(NmtkError, match=r"^doc: UTF-16 text .*byte-order mark FE FF"):
+        decode_text("<p>dog</p>".encode("utf-16-be").join([b"\xfe\xff", b""]), "doc")
+    with pytest.raises(NmtkError, match=r"terms.tsv:1: invalid UTF-8"):
+        path.write_bytes(b"d\xe9g\tHund\n")
+        Glossary.read(path)
+
+
 def test_an_option_about_a_glossary_without_one_is_one_line() -> None:
     """`translate --terms inline` (or constrained) and `--glossary-ignore-case` with no glossary did nothing,
     silently; a server's ``--terms`` applies to its requests' glossaries too."""
