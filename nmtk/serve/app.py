@@ -401,16 +401,18 @@ class _Service:
         lists them), likeliest first."""
         return langid.detect(text, among or list(dict.fromkeys(lang for p in self.info.pairs for lang in p)))
 
-    def route(self, source: str, target: str | None, texts: list[str]
+    def route(self, source: str, target: str | None, texts: list[str], html: bool = False
               ) -> tuple[list[Pair | None], list[tuple[str, float]] | None]:
         """Per text, the pair it goes to, and (source ``auto``) its detected language with the
-        identifier's probability: among the sources that have the target, when there are several."""
+        identifier's probability: among the sources that have the target, when there are several.
+        ``html``: the texts are documents, identified by their words (`text_of`), not their tags."""
         chosen = self.check_pair(source, target)
         if source.lower() != "auto":
             return [chosen] * len(texts), None
         target = chosen.target if chosen else self.info.pairs[0].target
         sources = sources_of(self.info.pairs, target)
-        every = [self.detect(text) for text in texts]  # among all the model's languages, as /detect answers
+        read = [text_of(text) for text in texts] if html else texts
+        every = [self.detect(text) for text in read]  # among all the model's languages, as /detect answers
         found = [languages[0] for languages in every]  # what is reported: what was detected
         if len(sources) == 1:
             return [chosen] * len(texts), found
@@ -508,8 +510,7 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
     async def translate(req: LibreRequest) -> dict[str, Any]:
         """LibreTranslate's request; ``q`` a string or a list of strings (``format: "html"``: documents)."""
         items = req.texts
-        read = [text_of(item) for item in items] if req.format == "html" else items  # detected by its words
-        pairs, detected = service.route(req.source, req.target, read)
+        pairs, detected = service.route(req.source, req.target, items, html=req.format == "html")
         answer = _html_answers if req.format == "html" else _text_answers
         groups = _groups(pairs)
         answers: list[dict[str, Any]] = [{} for _ in items]
