@@ -34,7 +34,7 @@ from nmtk.decode.load import LoadOptions
 from nmtk.decode.stream import TranslateOptions, count_lines, finished_inputs, translate
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import atomic_write, write_text_atomic
-from nmtk.model_source import resolve_model
+from nmtk.model_source import ModelSource, resolve_model
 from nmtk.pair import Pair, pairs_text
 from nmtk.recipe import Corpus, Recipe, recipe_from_dict, recipe_to_toml
 from nmtk.rundir import DistillDir, default_run_dir
@@ -84,11 +84,12 @@ def distill(recipe: Recipe, options: DistillOptions) -> DistillReport:
                         "distil a multilingual recipe one direction at a time")
     if not 0.0 <= options.drop < 1.0:
         raise NmtkError(f"--drop {options.drop}: must be at least 0 and below 1 (the share of pairs left out)")
-    _check_teacher(recipe, options)
+    teacher = resolve_model(options.teacher, options.load.checkpoint)
+    _check_teacher(recipe, teacher, options.teacher)
     folder = DistillDir(options.out or Path("distilled") / recipe.name, recipe.data.source_lang,
                         recipe.data.target_lang)
     corpora = recipe.data.train
-    _claim(folder, [c.name for c in corpora], _settings(recipe, options), options.force)
+    _claim(folder, [c.name for c in corpora], _settings(recipe, options, teacher), options.force)
     root = default_data_root(options.data_root)
     reports = []
     for corpus in corpora:
@@ -107,23 +108,21 @@ def distill(recipe: Recipe, options: DistillOptions) -> DistillReport:
     return DistillReport(folder.path, folder.path / folder.RECIPE, reports, run)
 
 
-def _check_teacher(recipe: Recipe, options: DistillOptions) -> None:
+def _check_teacher(recipe: Recipe, teacher: ModelSource, where: Path) -> None:
     """The teacher translates the student recipe's pair (a multilingual teacher: among its pairs), said
     before anything is read, fetched or written (an en→de teacher given an en→fr recipe went on to fetch
     the recipe's corpora)."""
-    source = resolve_model(options.teacher, options.load.checkpoint)
-    if source.manifest is None:
+    if teacher.manifest is None:
         return
-    wanted, pairs = Pair(recipe.data.source_lang, recipe.data.target_lang), source.manifest.language_pairs()
+    wanted, pairs = Pair(recipe.data.source_lang, recipe.data.target_lang), teacher.manifest.language_pairs()
     if wanted not in pairs:
-        raise NmtkError(f"{options.teacher}: translates {pairs_text(pairs)}, not {wanted.arrow} as the student "
+        raise NmtkError(f"{where}: translates {pairs_text(pairs)}, not {wanted.arrow} as the student "
                         f"recipe {recipe.name} asks: distil with a teacher of that direction")
 
 
-def _settings(recipe: Recipe, options: DistillOptions) -> dict:
-    """What the teacher's translations depend on: the model (its file, size and time), its search, and
-    the corpora it translates."""
-    source = resolve_model(options.teacher, options.load.checkpoint)
+def _settings(recipe: Recipe, options: DistillOptions, source: ModelSource) -> dict:
+    """What the teacher's translations depend on: the model (``source``: its file, size and time), its
+    search, and the corpora it translates."""
     model = source.checkpoint if source.checkpoint is not None else source.path / "model.bin"
     stat = model.stat()
     ensemble = [str(Path(p).resolve()) for p in options.load.ensemble]
