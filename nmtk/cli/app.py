@@ -14,7 +14,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import typer.core
@@ -354,8 +354,8 @@ def _unused_refused(command: Callable[..., None]) -> Callable[..., None]:
     """`translate` with its options that need another checked first (`_refuse_unused`), before anything
     is read or loaded."""
     @functools.wraps(command)
-    def checked(**options: object) -> None:
-        text, sampled = getattr(options["format_"], "value", "text") == "text", bool(options["sampling"])
+    def checked(**options: Any) -> None:
+        text, sampled = options["format_"] == MarkupFormat.text, options["sampling"]
         _refuse_unused("--sampling", {"--topk": not sampled and options["topk"] != 0,
                                       "--topp": not sampled and options["topp"] != 1.0,
                                       "--temperature": not sampled and options["temperature"] != 1.0,
