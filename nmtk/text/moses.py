@@ -59,6 +59,8 @@ class Moses:
         if not self.enabled:
             return text
         text = " ".join(text.split())
+        if text.replace(" ", "").isalpha():  # words of letters alone: both steps leave them as they are
+            return text
         if self.normalize and text:
             text = self._norm.normalize(text)
         if not self.tokenize_ or not text:

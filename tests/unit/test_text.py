@@ -92,3 +92,26 @@ def test_sacremoses_is_imported_only_when_a_side_uses_moses() -> None:
             "assert Moses('en').tokenize('a, b') == 'a , b' and 'sacremoses' in sys.modules")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+LETTER_WORDS = {"en": "shirt green grass ǅemal", "de": "Straße Hemd grünes Gras Fußgängerüberweg",
+                "fr": "été garçon", "cs": "žluťoučký kůň", "tr": "İstanbul", "ru": "Привет мир",
+                "el": "Καλημέρα", "ar": "العربية", "zh": "中文翻译", "ja": "日本語のテキスト", "ga": "hÉireann"}
+
+
+@pytest.mark.parametrize("lang", sorted(LETTER_WORDS))
+def test_words_of_letters_pass_moses_as_sacremoses_leaves_them(lang: str) -> None:
+    """Glossary terms are mostly such words, and Moses is most of a per-line glossary's cost: they skip
+    sacremoses, which must give them back unchanged (checked against it, one word and all together)."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    from nmtk.text.moses import Moses
+
+    norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    moses = Moses(lang)
+    text = LETTER_WORDS[lang]
+    for piece in [*text.split(), text, f"  {text}  "]:
+        by_sacremoses = tok.tokenize(norm.normalize(" ".join(piece.split())), aggressive_dash_splits=True,
+                                     escape=False, return_str=True)
+        assert moses.tokenize(piece) == by_sacremoses == " ".join(piece.split())
+    assert moses.tokenize("shirt.") == "shirt ." and moses.tokenize("T-shirt") == "T @-@ shirt"
