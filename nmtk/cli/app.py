@@ -573,7 +573,8 @@ def attention(
     source_lang: SourceLangOption = None,
     input_: Annotated[Path | None, typer.Option("-i", "--input", help="Take the sentence from this file...")] = None,
     line: Annotated[int, typer.Option(min=1, help="...at this line (from 1).")] = 1,
-    out: Annotated[Path, typer.Option("-o", "--out", help="Folder for the pictures.")] = Path("attention"),
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder for the pictures; with one --kind, the picture "
+                                      "itself where it ends in .png or .svg.")] = Path("attention"),
     kind: Annotated[list[AttentionKind] | None, typer.Option(help="encoder (self-attention), cross "
                                                             "(encoder-decoder) or decoder (self-attention); "
                                                             "repeatable (default: all three).")] = None,

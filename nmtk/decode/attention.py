@@ -60,9 +60,38 @@ def the_sentence(options: AttentionOptions) -> str:
     return sentence
 
 
+PICTURE_SUFFIXES = (".png", ".svg")
+
+
+def _picture_file(options: AttentionOptions) -> Path | None:
+    """``-o`` where it names one picture (``-o cross.png`` with one ``--kind``: a user who names a picture
+    gets it, not a folder of that name; an existing folder stays a folder), else None (a folder). Checked
+    before the model loads."""
+    out = options.out
+    if out.suffix.lower() not in PICTURE_SUFFIXES or out.is_dir():
+        return None
+    if len(options.kinds) > 1:
+        kinds = ", ".join(options.kinds)
+        raise NmtkError(f"-o {out}: names one picture, but {len(options.kinds)} are drawn ({kinds}): give a folder "
+                        "(-o attention), or one --kind")
+    if out.suffix.lower() != f".{options.format}" and options.format != "png":
+        raise NmtkError(f"-o {out}: a {out.suffix} picture, but --format {options.format}: give one or the other")
+    return out
+
+
+def _targets(options: AttentionOptions, stacks: dict[str, int]) -> dict[str, Path]:
+    """Where each kind's picture goes: ``-o`` itself (`_picture_file`), else ``kind-layerL.FORMAT`` in the
+    folder ``-o``."""
+    if (file := _picture_file(options)) is not None:
+        return {options.kinds[0]: file}
+    return {kind: options.out / f"{kind}-layer{options.layer or stacks[kind]}.{options.format}"
+            for kind in options.kinds}
+
+
 def draw(options: AttentionOptions) -> list[Path]:
     """Translate the sentence, run the model over it and its translation keeping the weights, draw."""
     sentence = the_sentence(options)
+    _picture_file(options)
     source = resolve_model(options.model, options.checkpoint)
     if source.is_export:
         raise NmtkError(f"{source.path}: an exported CTranslate2 model; draw attention with the run it was exported "
@@ -80,10 +109,8 @@ def draw(options: AttentionOptions) -> list[Path]:
             raise NmtkError(f"--layer {options.layer}: the {kind} has layers 1 to {count}")
     if options.head is not None and not 1 <= options.head <= model.cfg.heads:
         raise NmtkError(f"--head {options.head}: the model has heads 1 to {model.cfg.heads}")
-    stacks = {"encoder": model.cfg.encoder_layers, "cross": model.cfg.decoder_layers,
-              "decoder": model.cfg.decoder_layers}
-    targets = {kind: options.out / f"{kind}-layer{options.layer or stacks[kind]}.{options.format}"
-               for kind in options.kinds}
+    targets = _targets(options, {"encoder": model.cfg.encoder_layers, "cross": model.cfg.decoder_layers,
+                                 "decoder": model.cfg.decoder_layers})
     existing = [str(path) for path in targets.values() if path.exists()]
     if existing and not options.force:
         raise NmtkError(f"{existing[0]}: exists; use --force to overwrite it")
@@ -98,7 +125,7 @@ def draw(options: AttentionOptions) -> list[Path]:
     source = [pieces_src[t] for t in src] + ["</s>"]
     target_in = ["<s>"] + [pieces_tgt[t] for t in hyp]
     target_out = [pieces_tgt[t] for t in hyp] + ["</s>"]
-    options.out.mkdir(parents=True, exist_ok=True)
+    next(iter(targets.values())).parent.mkdir(parents=True, exist_ok=True)
     written = []
     for kind in options.kinds:
         layers = kept[kind]

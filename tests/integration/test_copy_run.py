@@ -159,6 +159,22 @@ def test_attention_command_draws_the_three_kinds(copy_run) -> None:
     assert forced.returncode == 0, forced.stderr
 
 
+def test_attention_output_naming_a_picture_is_that_picture(copy_run) -> None:
+    """`-o cross.png` with one --kind writes that picture (not a folder named cross.png); with several
+    kinds, or another --format, one line before the model loads, nothing written."""
+    tmp, _, env = copy_run
+    one = nmtk("attention", "-m", str(tmp / "run"), "a cat", "--kind", "cross", "-o", str(tmp / "one.svg"), cwd=tmp,
+               env=env)
+    assert one.returncode == 0, one.stderr
+    assert (tmp / "one.svg").is_file() and (tmp / "one.svg").read_text().lstrip().startswith("<?xml")
+    for args, message in ((["-o", "all.png"], "names one picture, but 3 are drawn"),
+                          (["--kind", "cross", "--format", "svg", "-o", "x.png"], "but --format svg")):
+        out = nmtk("attention", "-m", str(tmp / "run"), "a cat", *args, cwd=tmp, env=env)
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+        assert out.returncode == 1 and len(errors) == 1 and message in errors[0], out.stderr
+        assert "checkpoint:" not in out.stderr and not (tmp / args[-1]).exists()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["-m", "{run}", "   "], "the sentence is empty"),
     (["-m", "{missing}", "a cat"], "run directory not found"),
