@@ -552,13 +552,15 @@ def _information_routes(app: FastAPI, service: _Service, reload: Any) -> None:
 
     @app.get("/languages")
     async def languages() -> list[dict[str, Any]]:
-        """LibreTranslate's list: each language with the targets it translates into (codes as names)."""
+        """LibreTranslate's list: each language, its English name and the targets it translates into."""
+        from nmtk.text.langid import language_name
+
         targets: dict[str, list[str]] = {}
         for source, target in info.pairs:
             targets.setdefault(source, []).append(target)
         for _, target in info.pairs:
             targets.setdefault(target, [])
-        return [{"code": code, "name": code, "targets": into} for code, into in targets.items()]
+        return [{"code": code, "name": language_name(code), "targets": into} for code, into in targets.items()]
 
     @app.post("/detect")
     async def detect(req: DetectRequest) -> list[Any]:

@@ -69,6 +69,25 @@ def base_language(lang: str) -> str:
         return lang.replace("-", "_").split("_")[0].lower()
 
 
+@lru_cache(maxsize=1024)
+def language_name(lang: str) -> str:
+    """A language's English name, as LibreTranslate's ``/languages`` gives it (``de`` -> ``German``,
+    ``pt_BR`` -> ``Portuguese (Brazil)``, NLLB's ``eng_Latn`` -> ``English``): langcodes' names,
+    from its ``language_data`` package (the ``serve`` extra); the code itself where that is not installed
+    or the code is no language tag (a test's toy language)."""
+    import langcodes
+
+    try:
+        import language_data  # noqa: F401  (langcodes reads its names from it)
+    except ImportError:
+        return lang
+    try:
+        name = langcodes.Language.get(lang.replace("_", "-")).display_name()
+    except (ValueError, LookupError):
+        return lang
+    return lang if name.startswith("Unknown language") else name
+
+
 #: The identifier's code where it is not the language's ISO 639-1 code.
 _IDENTIFIER_CODES = {"nb": "no"}
 

@@ -325,7 +325,7 @@ def test_one_server_routes_every_target_and_batches_them_together(many_run) -> N
     requests = [(lines[i % len(lines)], list(TARGETS)[i % 3]) for i in range(64)]
     server = Server(run)
     try:
-        assert server.get("/languages")[0] == {"code": "en", "name": "en", "targets": ["de", "fr", "cs"]}
+        assert server.get("/languages")[0] == {"code": "en", "name": "English", "targets": ["de", "fr", "cs"]}
         with ThreadPoolExecutor(64) as pool:
             answers = list(pool.map(lambda r: server.post("/translate", {"q": r[0], "source": "en", "target": r[1]}),
                                     requests))

@@ -213,8 +213,8 @@ def test_libretranslates_own_client_is_served(served) -> None:
     assert [client.translate(line, "en", "de") for line in lines] == offline
     assert client.translate(lines[0], "EN", "De") == offline[0]
     assert client.translate(lines[0], "auto", "de") == offline[0]
-    assert client.languages() == [{"code": "en", "name": "en", "targets": ["de"]},
-                                  {"code": "de", "name": "de", "targets": []}]
+    assert client.languages() == [{"code": "en", "name": "English", "targets": ["de"]},
+                                  {"code": "de", "name": "German", "targets": []}]
     assert client.detect("Zwei Hunde spielen im Schnee.")[0]["language"] == "de"
     assert client.detect("Two dogs are playing in the snow.")[0]["language"] == "en"
     status, body = server.request("GET", "/nope")

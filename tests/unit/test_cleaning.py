@@ -86,3 +86,10 @@ def test_a_stage_line_counts_only_its_own_drops() -> None:
     counts.dropped["duplicate"] += 5
     assert _dropped_text([counts], earlier) == "dropped 5 (duplicate 5)"
     assert _dropped_text([counts]) == "dropped 10 (numbers 5, duplicate 5)"
+
+
+def test_language_names_are_langcodes_english_names_and_codes_where_none() -> None:
+    """What GET /languages names each language (LibreTranslate gives names, not codes)."""
+    names = {code: langid.language_name(code) for code in ("en", "de", "pt_BR", "eng_Latn", "xx", "not a tag")}
+    assert names == {"en": "English", "de": "German", "pt_BR": "Portuguese (Brazil)", "eng_Latn": "English",
+                     "xx": "xx", "not a tag": "not a tag"}
