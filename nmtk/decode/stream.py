@@ -24,6 +24,7 @@ from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, gui
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
+from nmtk.decode.unknown import can_carry, translate_carrying
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
     InvalidUtf8,
@@ -86,6 +87,15 @@ class Engine:
             return None if hints is None else self.translator.encode(sources, first, hints)
         return [self.translator.for_text(line).encode([line], first + k, hints)[0] if line.strip() else None
                 for k, line in enumerate(sources)]
+
+    def carried(self, sources: list[str], options: TranslateOptions) -> dict[int, str]:
+        """The translations of the lines holding characters the source vocabulary cannot spell, their
+        spans carried through (`nmtk.decode.unknown`), by index; none where lines are read by another
+        input format, by detected language, or where each line gives more than its translation."""
+        if not self.format.plain or self.detect or options.print_scores or not can_carry(self.translator,
+                                                                                           self.search):
+            return {}
+        return translate_carrying(self.translator, sources, self.search, self.glossary, self.bans, self.hints)
 
     def guides(self, lines: list[str], first: int) -> tuple[list[str], list[Guidance | None] | None]:
         """The sources of ``lines`` (numbered from ``first``) and each one's guidance (None: none at all,
@@ -360,9 +370,14 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
             raise NmtkError(f"{where}: {str(exc).replace('line 1, ', '')}") from None
         return [" ".join(line.splitlines()) for line in done]
     sources, guides = engine.guides(chunk, first)
+    carried = engine.carried(sources, options)
+    if carried:  # translated apart; searched here as empty lines, which cost nothing
+        sources = ["" if k in carried else line for k, line in enumerate(sources)]
+        guides = None if guides is None else [None if k in carried else g for k, g in enumerate(guides)]
     hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
                                               ids=engine.ids(sources, first), guides=guides)
-    return [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
+    out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
+    return [carried.get(k, line) for k, line in enumerate(out)] if carried else out
 
 
 def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:

@@ -38,6 +38,7 @@ from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
+from nmtk.decode.unknown import can_carry, carried, read_as_spelt
 from nmtk.errors import NmtkError
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
@@ -452,11 +453,16 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     terms = _per_line(req.constraints, len(items), "constraints", list) if req.constraints else [[] for _ in items]
     guides = service.guides(lines, [prefix[i] for i in indices], [terms[i] for i in indices], req.glossary,
                             req.glossary_ignore_case, req.ban)
+    kept = await _carried(service, req, lines, search, pair)
+    if kept:  # translated apart; searched here as empty lines, which cost nothing
+        lines = ["" if k in kept else line for k, line in enumerate(lines)]
+        guides = None if guides is None else [None if k in kept else g for k, g in enumerate(guides)]
     hints = service.hinted(lines, req.glossary, req.glossary_ignore_case, pair)
     hyps, translator = await service.run(lines, search, guides, pair, hints)
     answers = []
-    for h in hyps:
-        answer: dict[str, Any] = {"translatedText": translator.detokenize(h[0]) if h else ""}
+    for k, h in enumerate(hyps):
+        answer: dict[str, Any] = {"translatedText": kept[k] if k in kept else
+                                  translator.detokenize(h[0]) if h else ""}
         if req.alternatives:
             answer["alternatives"] = [translator.detokenize(x) for x in h[1 : req.alternatives + 1]]
         if req.n_best > 1:
@@ -467,6 +473,22 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
             answer["alignment"] = str(h[0].alignment or "") if h else ""
         answers.append(answer)
     return answers
+
+
+async def _carried(service: _Service, req: LibreRequest, lines: list[str], search: SearchConfig, pair: Pair | None
+                   ) -> dict[int, str]:
+    """The translations of the ``lines`` holding characters the source vocabulary cannot spell, by index,
+    their spans carried through (`nmtk.decode.unknown`); none where the request asks more of a line
+    than its translation, or the engine cannot align."""
+    view = service.worker.translator.for_pair(pair)
+    if req.prefix or req.constraints or req.scores or not can_carry(view, search):
+        return {}
+    spells = read_as_spelt(view)
+    found = {k: c for k, line in enumerate(lines) if (c := carried(line, spells)) is not None}
+    if not found:
+        return {}
+    texts = await _marked_texts(service, req, [c.fragment for c in found.values()], pair)
+    return {k: c.restore(text) for (k, c), text in zip(found.items(), texts, strict=True)}
 
 
 async def _html_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
@@ -484,22 +506,30 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
     except NmtkError as exc:
         raise ApiError(400, str(exc)) from None
     items = req.texts
-    view = service.worker.translator.for_pair(pair)
     try:
-        marked = MarkedUp.of([items[i] for i in indices], "html", view, tuple(req.translate_attributes))
+        texts = await _marked_texts(service, req, [items[i] for i in indices], pair)
     except MarkupError as exc:
         item = f"q[{indices[exc.document]}]: " if len(items) > 1 and exc.document is not None else ""
         raise ApiError(400, f"malformed html: {item}{exc}") from None
+    return [{"translatedText": text} for text in texts]
+
+
+async def _marked_texts(service: _Service, req: LibreRequest, documents: list[str], pair: Pair | None
+                        ) -> list[str]:
+    """``documents`` (html, one pair's) translated, tags placed by the alignment, with the request's
+    glossary, bans and search settings: html requests' and text carrying unknown characters'."""
+    view = service.worker.translator.for_pair(pair)
+    marked = MarkedUp.of(documents, "html", view, tuple(req.translate_attributes))
     lines = marked.lines
     if not lines:  # markup and no word: nothing to translate
-        return [{"translatedText": items[i]} for i in indices]
+        return list(documents)
     search = markup_search(service.search_for(beam=req.beam, no_repeat_ngram_size=req.no_repeat_ngram_size,
                                               repetition_penalty=req.repetition_penalty))
     guides = service.guides(lines, [None] * len(lines), [[] for _ in lines], req.glossary,
                             req.glossary_ignore_case, req.ban)  # the glossaries are constraints, or hints:
     hints = service.hint_glossary(req.glossary, req.glossary_ignore_case, pair)
     hyps, translator = await service.run(lines, search, guides, pair, marked.ids(view, hints))
-    return [{"translatedText": text} for text in marked.render(hyps, translator)]
+    return marked.render(hyps, translator)
 
 
 def _translation_routes(app: FastAPI, service: _Service) -> None:

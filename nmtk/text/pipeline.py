@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from nmtk.text.moses import Moses
 from nmtk.text.subword import SubwordModel, load_subword_model
-from nmtk.vocab import HINT_SYMBOLS
+from nmtk.vocab import HINT_SYMBOLS, UNK_ID
 
 if TYPE_CHECKING:
     from nmtk.recipe import TokenizerSection
@@ -59,6 +59,14 @@ class TextPipeline:
         ids = {piece: i for i, piece in enumerate(self.subwords.pieces())}
         found = tuple(ids.get("\u2581" + symbol) for symbol in HINT_SYMBOLS)
         return None if None in found else found  # type: ignore[return-value]
+
+    def spells(self, char: str) -> bool:
+        """Whether the subword model spells ``char`` (through Moses) without ``<unk>``: false for an emoji
+        or a script its training data lacked, where it has no byte fallback (`nmtk.decode.unknown`)."""
+        known = self.__dict__.setdefault("_spelt", {})
+        if char not in known:
+            known[char] = UNK_ID not in self.subwords.encode(self.moses.tokenize(char))
+        return known[char]
 
     def decode(self, ids: list[int]) -> str:
         if self.hidden:

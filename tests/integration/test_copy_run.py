@@ -139,6 +139,26 @@ def test_cross_attention_of_the_copy_model_is_the_diagonal_and_alignments_say_so
     assert diagonal >= 9, out.stdout
 
 
+def test_characters_the_vocabulary_lacks_are_carried_through_beside_their_words(copy_run) -> None:
+    """An emoji the subword model cannot spell is taken out, the line translated clean, and the emoji put
+    back after the target word aligned to the word it followed (the copy model: the same word), spaced
+    as it was; lines without one and n-best lists are as before."""
+    tmp, _, env = copy_run
+    sentences = [a for a, _ in copy_pairs(10, 11)]
+    marked = [" ".join([*s.split()[:2], "🐶", *s.split()[2:]]) if k % 2 else s.replace(" ", "🐱 ", 1)
+              for k, s in enumerate(sentences)]
+    plain = nmtk("translate", "-m", str(tmp / "run"), cwd=tmp, env=env, stdin="\n".join(sentences) + "\n")
+    out = nmtk("translate", "-m", str(tmp / "run"), cwd=tmp, env=env, stdin="\n".join(marked) + "\n")
+    assert plain.returncode == 0 and out.returncode == 0, out.stderr
+    rows, plain_rows = out.stdout.splitlines(), plain.stdout.splitlines()
+    assert all(row.count("🐶") + row.count("🐱") == 1 for row in rows), rows
+    # without the emoji, the translation is the line's own (each sentence alone, as the plain search gives)
+    assert [row.replace("🐶 ", "").replace("🐱", "") for row in rows] == plain_rows
+    assert sum(row == line for row, line in zip(rows, marked, strict=True)) >= 8, (rows, marked)
+    nbest = nmtk("translate", "-m", str(tmp / "run"), "--nbest", "2", cwd=tmp, env=env, stdin=marked[1] + "\n")
+    assert nbest.returncode == 0 and "🐶" not in nbest.stdout  # n-best lists read the line as it is
+
+
 def test_attention_command_draws_the_three_kinds(copy_run) -> None:
     tmp, _, env = copy_run
     out = nmtk("attention", "-m", str(tmp / "run"), "the dog sits on the grass", "-o", str(tmp / "pics"), cwd=tmp,

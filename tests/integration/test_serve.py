@@ -108,6 +108,20 @@ def test_outputs_equal_translate_and_concurrent_requests_are_batched(served) -> 
     assert [body["translatedText"] for _, body in answers] == offline.stdout.splitlines()
 
 
+def test_text_with_characters_the_vocabulary_lacks_is_served_as_translate_writes_it(served) -> None:
+    """A list mixing lines with an emoji and without: each answer is `nmtk translate`'s line (the emoji
+    carried through beside its word: nmtk.decode.unknown); asked for alternatives, the line as it is."""
+    server, tmp = served
+    lines = [line.replace(" ", " 🐶 ", 1) if k % 2 else line for k, line in enumerate(_test_lines(tmp, 6))]
+    status, body = server.post("/translate", {"q": lines, "source": "en", "target": "de"})
+    offline = run_nmtk("translate", "-m", str(tmp / "run"), stdin="\n".join(lines) + "\n")
+    assert status == 200 and offline.returncode == 0, (body, offline.stderr)
+    assert body["translatedText"] == offline.stdout.splitlines()
+    assert sum("🐶" in text for text in body["translatedText"]) == 3
+    status, body = server.post("/translate", {"q": lines[1], "source": "en", "target": "de", "alternatives": 1})
+    assert status == 200 and "🐶" not in body["translatedText"]
+
+
 def test_both_request_formats_and_options(served) -> None:
     server, tmp = served
     line = _test_lines(tmp, 1)[0]

@@ -1,0 +1,109 @@
+"""Characters the source vocabulary cannot spell, carried through a translation.
+
+A subword model without byte fallback turns a character its training data lacked (an emoji, a script
+it never saw: ``A dog 🐶 runs.``, ``寿司``) into ``<unk>``, and a model that never read ``<unk>`` makes
+something up around it ("Ein Hund läuft durch eine Reitung."). What nmtk does instead: such spans are
+taken out of the line, the model reads the line clean, and each span is put back beside the target
+words aligned to the source words it stood beside ("Ein Hund 🐶 rennt.") — fairseq's ``--replace-unk``
+idea, with the placement of an inline ``<img>`` in markup (`nmtk.decode.markup`), which this reuses:
+the line becomes an html fragment whose spans are void elements. So it needs word alignments: nmtk's
+own engine (not a CTranslate2 export), and one best translation per line.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nmtk.decode.base import TranslatorBase
+    from nmtk.decode.guide import Glossary
+    from nmtk.decode.search.config import SearchConfig
+
+#: The attribute naming a span's void element in the fragment (no html a user writes carries it).
+KEEP = "data-nmtk-keep"
+_PLACED = re.compile(rf'<img {KEEP}="(\d+)">')
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A line as the html fragment markup translates (its text escaped, each unknown span an ``<img>``)
+    and its spans, each with whether a space stood before and after it."""
+
+    fragment: str
+    spans: tuple[tuple[str, bool, bool], ...]
+
+    def restore(self, translated: str) -> str:
+        """The translated fragment as text: each span where its element was placed, spaced as it was in
+        the source (``isst<img>.`` → ``isst 寿司.`` where the source had ``eats 寿司.``), entities decoded."""
+        out, at = [], 0
+        for match in _PLACED.finditer(translated):
+            span, space_before, space_after = self.spans[int(match.group(1))]
+            before = html.unescape(translated[at : match.start()])
+            if space_before and before and not before[-1].isspace():
+                before += " "
+            out += [before, span]
+            at = match.end()
+            if space_after and at < len(translated) and translated[at].isalnum():
+                out.append(" ")
+        out.append(html.unescape(translated[at:]))
+        return "".join(out).strip()
+
+
+def carried(line: str, spells: Callable[[str], bool]) -> Carried | None:
+    """``line`` with its runs of characters ``spells`` refuses (white space ends a run) as void elements;
+    None where it spells every character (the line is translated as it is)."""
+    if all(char.isspace() or spells(char) for char in set(line)):  # most lines: each distinct character once
+        return None
+    runs: list[list[int]] = []
+    for i, char in enumerate(line):
+        if char.isspace() or spells(char):
+            continue
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    if not runs:
+        return None
+    pieces, spans, at = [], [], 0
+    for lo, hi in runs:
+        pieces += [html.escape(line[at:lo], quote=False), f'<img {KEEP}="{len(spans)}">']
+        spans.append((line[lo:hi], lo > 0 and line[lo - 1].isspace(), hi < len(line) and line[hi].isspace()))
+        at = hi
+    pieces.append(html.escape(line[at:], quote=False))
+    return Carried("".join(pieces), tuple(spans))
+
+
+def can_carry(translator: TranslatorBase, search: SearchConfig) -> bool:
+    """Whether lines are translated carrying their unknown spans: an engine that aligns, a search of one
+    best translation per line (n-best lists, scores per line, sampling and printed alignments take the
+    line as it is, ``<unk>`` and all)."""
+    return translator.can_align and search.nbest == 1 and search.sampling is None and not search.align
+
+
+def translate_carrying(translator: TranslatorBase, lines: list[str], search: SearchConfig,
+                       glossary: Glossary | None = None, bans: tuple[str, ...] = (), hints: bool = False
+                       ) -> dict[int, str]:
+    """The translations of the lines of ``lines`` that hold characters the source vocabulary cannot
+    spell, by index, their spans carried through (`carried`); the other lines are left to the caller.
+    Glossary and bans as `nmtk.decode.markup.translate_markup` takes them."""
+    from nmtk.decode.markup import translate_markup
+
+    spells = read_as_spelt(translator)
+    found = {k: c for k, line in enumerate(lines) if (c := carried(line, spells)) is not None}
+    if not found:
+        return {}
+    done = translate_markup(translator, [c.fragment for c in found.values()], search, "html", (), glossary, bans,
+                            hints)
+    return {k: c.restore(text) for (k, c), text in zip(found.items(), done, strict=True)}
+
+
+def read_as_spelt(translator: TranslatorBase) -> Callable[[str], bool]:
+    """Whether the translator's source vocabulary spells a character as its lines are read: a capital
+    the vocabulary lacks is spelt where its small letter is, since lines in capitals are read in
+    sentence case (`nmtk.text.reading`)."""
+    spells = translator.src_pipe.spells
+    return lambda char: spells(char) or (char != char.lower() and spells(char.lower()))

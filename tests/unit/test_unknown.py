@@ -1,0 +1,27 @@
+"""Characters the source vocabulary cannot spell, taken out of a line and put back (`nmtk.decode.unknown`)."""
+
+from __future__ import annotations
+
+from nmtk.decode.unknown import KEEP, carried
+
+
+def ascii_only(char: str) -> bool:
+    return char.isascii()
+
+
+def test_unknown_runs_become_void_elements_and_the_rest_is_escaped_text() -> None:
+    line = "A dog🐶 runs & <jumps> 寿司 寿司."
+    kept = carried(line, ascii_only)
+    assert kept.fragment == (f'A dog<img {KEEP}="0"> runs &amp; &lt;jumps&gt; <img {KEEP}="1"> '
+                             f'<img {KEEP}="2">.')
+    assert kept.spans == (("🐶", False, True), ("寿司", True, True), ("寿司", True, False))
+    assert carried("A dog runs.", ascii_only) is None and carried("   ", ascii_only) is None
+
+
+def test_spans_come_back_where_placed_spaced_as_in_the_source() -> None:
+    kept = carried("A man eats 寿司. 🐶🐱 A dog🐶 runs.", ascii_only)
+    placed = (f'Ein Mann isst<img {KEEP}="0">. <img {KEEP}="1">Ein Hund<img {KEEP}="2"> '
+              "rennt &amp; springt &lt;hoch&gt;.")
+    assert kept.restore(placed) == "Ein Mann isst 寿司. 🐶🐱 Ein Hund🐶 rennt & springt <hoch>."
+    first = carried("🐶 A dog.", ascii_only)
+    assert first.restore(f'<img {KEEP}="0">Ein Hund.') == "🐶 Ein Hund."
