@@ -134,11 +134,7 @@ class TranslatorBase:
         multilingual model's pipeline puts the target's tag first; a line that brings a tag of its own
         is refused, naming the line: which target it meant would be a guess. ``hints``: a glossary whose
         terms go into the source as hints (`Glossary.hinted`, ``--terms inline``)."""
-        if self.src_pipe.prefix:
-            for number, sentence in enumerate(sentences, first_line):
-                if tag := TAG_IN_TEXT.match(sentence):
-                    raise NmtkError(f"input line {number}: starts with the tag {tag.group(0).strip()!r}: the target "
-                                    "language is chosen with --target-lang (a request's target), not in the text")
+        refuse_tags(self, sentences, first_line)
         if hints is not None:
             src, tgt = self.src_pipe, self.tgt_pipe.moses.tokenize  # the hints go into the text as the model reads it
             return [src.encode_tokenized([hints.hinted(self.reading.read(s), src.moses.tokenize, tgt)])[0] if s.strip()
@@ -361,3 +357,13 @@ class TranslatorBase:
     def keep_text_only(self) -> None:
         """Free what only a search needs, keeping the text pipelines: for a translator that encodes and
         detokenizes while other processes search (`nmtk serve`'s decoding processes). Here: nothing."""
+
+
+def refuse_tags(translator: TranslatorBase, sentences: list[str], first_line: int = 1) -> None:
+    """A multilingual model's lines may not bring a language tag of their own (`TranslatorBase.encode`):
+    which target it meant would be a guess. One error naming the line."""
+    if translator.src_pipe.prefix:
+        for number, sentence in enumerate(sentences, first_line):
+            if tag := TAG_IN_TEXT.match(sentence):
+                raise NmtkError(f"input line {number}: starts with the tag {tag.group(0).strip()!r}: the target "
+                                "language is chosen with --target-lang (a request's target), not in the text")

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, TextIO
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
 from nmtk.console import console
-from nmtk.decode.base import TranslatorBase
+from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, inline_terms, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.markup import check_engine, translate_markup
@@ -88,14 +88,23 @@ class Engine:
         return [self.translator.for_text(line).encode([line], first + k, hints)[0] if line.strip() else None
                 for k, line in enumerate(sources)]
 
-    def carried(self, sources: list[str], options: TranslateOptions) -> dict[int, str]:
+    def carried(self, sources: list[str], first: int, options: TranslateOptions) -> dict[int, str]:
         """The translations of the lines holding characters the source vocabulary cannot spell, their
-        spans carried through (`nmtk.decode.unknown`), by index; none where lines are read by another
-        input format, by detected language, or where each line gives more than its translation."""
-        if not self.format.plain or self.detect or options.print_scores or not can_carry(self.translator,
-                                                                                           self.search):
+        spans carried through (`nmtk.decode.unknown`), by index (``first``: the first one's line number);
+        none where lines are read by another input format, or each line gives more than its translation."""
+        if not self.format.plain or options.print_scores or not can_carry(self.translator, self.search):
             return {}
-        return translate_carrying(self.translator, sources, self.search, self.glossary, self.bans, self.hints)
+        refuse_tags(self.translator, sources, first)  # as `encode` checks the lines it is given
+        groups: dict[object, tuple[TranslatorBase, list[int]]] = {}
+        for k, line in enumerate(sources):  # with --source-lang auto, each line by its detected language's pair
+            view = self.translator.for_text(line) if self.detect and line.strip() else self.translator
+            groups.setdefault(view.language_pair, (view, []))[1].append(k)
+        out: dict[int, str] = {}
+        for view, lines in groups.values():
+            done = translate_carrying(view, [sources[k] for k in lines], self.search, self.glossary, self.bans,
+                                      self.hints)
+            out.update({lines[i]: text for i, text in done.items()})
+        return out
 
     def guides(self, lines: list[str], first: int) -> tuple[list[str], list[Guidance | None] | None]:
         """The sources of ``lines`` (numbered from ``first``) and each one's guidance (None: none at all,
@@ -370,7 +379,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
             raise NmtkError(f"{where}: {str(exc).replace('line 1, ', '')}") from None
         return [" ".join(line.splitlines()) for line in done]
     sources, guides = engine.guides(chunk, first)
-    carried = engine.carried(sources, options)
+    carried = engine.carried(sources, first, options)
     if carried:  # translated apart; searched here as empty lines, which cost nothing
         sources = ["" if k in carried else line for k, line in enumerate(sources)]
         guides = None if guides is None else [None if k in carried else g for k, g in enumerate(guides)]

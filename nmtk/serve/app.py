@@ -34,7 +34,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
-from nmtk.decode.base import TranslatorBase
+from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
@@ -483,6 +483,10 @@ async def _carried(service: _Service, req: LibreRequest, lines: list[str], searc
     view = service.worker.translator.for_pair(pair)
     if req.prefix or req.constraints or req.scores or not can_carry(view, search):
         return {}
+    try:
+        refuse_tags(view, lines)  # as `encode` checks the lines it is given
+    except NmtkError as exc:
+        raise ApiError(422, str(exc)) from None
     spells = read_as_spelt(view)
     found = {k: c for k, line in enumerate(lines) if (c := carried(line, spells)) is not None}
     if not found:
