@@ -69,12 +69,26 @@ def carried(line: str, spells: Callable[[str], bool]) -> Carried | None:
     if not runs:
         return None
     pieces, spans, at = [], [], 0
-    for lo, hi in runs:
+    for lo, hi in (_enclosed(line, run) for run in runs):
         pieces += [html.escape(line[at:lo], quote=False), f'<img {KEEP}="{len(spans)}">']
         spans.append((line[lo:hi], lo > 0 and line[lo - 1].isspace(), hi < len(line) and line[hi].isspace()))
         at = hi
     pieces.append(html.escape(line[at:], quote=False))
     return Carried("".join(pieces), tuple(spans))
+
+
+#: Brackets and quotes that go with what they enclose: ``(寿司)`` is carried whole (the model, given
+#: ``()`` around nothing, drops them).
+ENCLOSING = {"(": ")", "[": "]", "{": "}", '"': '"', "'": "'", "“": "”", "„": "“", "«": "»", "‹": "›", "‘": "’",
+             "「": "」", "『": "』", "（": "）"}
+
+
+def _enclosed(line: str, run: list[int]) -> tuple[int, int]:
+    """``run`` widened over the brackets or quotes that enclose it, pair by pair."""
+    lo, hi = run
+    while lo > 0 and hi < len(line) and ENCLOSING.get(line[lo - 1]) == line[hi]:
+        lo, hi = lo - 1, hi + 1
+    return lo, hi
 
 
 def can_carry(translator: TranslatorBase, search: SearchConfig) -> bool:

@@ -25,3 +25,10 @@ def test_spans_come_back_where_placed_spaced_as_in_the_source() -> None:
     assert kept.restore(placed) == "Ein Mann isst 寿司. 🐶🐱 Ein Hund🐶 rennt & springt <hoch>."
     first = carried("🐶 A dog.", ascii_only)
     assert first.restore(f'<img {KEEP}="0">Ein Hund.') == "🐶 Ein Hund."
+
+
+def test_brackets_and_quotes_around_a_span_go_with_it() -> None:
+    """``(寿司)``: the model, given ``()`` around nothing, drops them; carried whole they stay."""
+    kept = carried("A man eats (寿司) and «寿司», not (sushi).", ascii_only)
+    assert kept.spans == (("(寿司)", True, True), ("«寿司»", True, False))
+    assert kept.fragment == f'A man eats <img {KEEP}="0"> and <img {KEEP}="1">, not (sushi).'
