@@ -79,10 +79,10 @@ def _picture_file(options: AttentionOptions) -> Path | None:
     return out
 
 
-def _targets(options: AttentionOptions, stacks: dict[str, int]) -> dict[str, Path]:
-    """Where each kind's picture goes: ``-o`` itself (`_picture_file`), else ``kind-layerL.FORMAT`` in the
+def _targets(options: AttentionOptions, file: Path | None, stacks: dict[str, int]) -> dict[str, Path]:
+    """Where each kind's picture goes: ``file`` (`_picture_file`), else ``kind-layerL.FORMAT`` in the
     folder ``-o``."""
-    if (file := _picture_file(options)) is not None:
+    if file is not None:
         return {options.kinds[0]: file}
     return {kind: options.out / f"{kind}-layer{options.layer or stacks[kind]}.{options.format}"
             for kind in options.kinds}
@@ -91,7 +91,7 @@ def _targets(options: AttentionOptions, stacks: dict[str, int]) -> dict[str, Pat
 def draw(options: AttentionOptions) -> list[Path]:
     """Translate the sentence, run the model over it and its translation keeping the weights, draw."""
     sentence = the_sentence(options)
-    _picture_file(options)
+    file = _picture_file(options)
     source = resolve_model(options.model, options.checkpoint)
     if source.is_export:
         raise NmtkError(f"{source.path}: an exported CTranslate2 model; draw attention with the run it was exported "
@@ -109,7 +109,7 @@ def draw(options: AttentionOptions) -> list[Path]:
             raise NmtkError(f"--layer {options.layer}: the {kind} has layers 1 to {count}")
     if options.head is not None and not 1 <= options.head <= model.cfg.heads:
         raise NmtkError(f"--head {options.head}: the model has heads 1 to {model.cfg.heads}")
-    targets = _targets(options, {"encoder": model.cfg.encoder_layers, "cross": model.cfg.decoder_layers,
+    targets = _targets(options, file, {"encoder": model.cfg.encoder_layers, "cross": model.cfg.decoder_layers,
                                  "decoder": model.cfg.decoder_layers})
     existing = [str(path) for path in targets.values() if path.exists()]
     if existing and not options.force:

@@ -24,7 +24,7 @@ from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, gui
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
-from nmtk.decode.unknown import can_carry, translate_carrying
+from nmtk.decode.unknown import can_carry, left_out, translate_carrying
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
     InvalidUtf8,
@@ -380,9 +380,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
         return [" ".join(line.splitlines()) for line in done]
     sources, guides = engine.guides(chunk, first)
     carried = engine.carried(sources, first, options)
-    if carried:  # translated apart; searched here as empty lines, which cost nothing
-        sources = ["" if k in carried else line for k, line in enumerate(sources)]
-        guides = None if guides is None else [None if k in carried else g for k, g in enumerate(guides)]
+    sources, guides = left_out(sources, guides, carried)
     hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
                                               ids=engine.ids(sources, first), guides=guides)
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]

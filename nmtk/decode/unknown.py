@@ -66,8 +66,6 @@ def carried(line: str, spells: Callable[[str], bool]) -> Carried | None:
             runs[-1][1] = i + 1
         else:
             runs.append([i, i + 1])
-    if not runs:
-        return None
     pieces, spans, at = [], [], 0
     for lo, hi in (_enclosed(line, run) for run in runs):
         pieces += [html.escape(line[at:lo], quote=False), f'<img {KEEP}="{len(spans)}">']
@@ -98,6 +96,27 @@ def can_carry(translator: TranslatorBase, search: SearchConfig) -> bool:
     return translator.can_align and search.nbest == 1 and search.sampling is None and not search.align
 
 
+def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, Carried]:
+    """The lines of ``lines`` holding characters the translator's source vocabulary cannot spell as it
+    reads them (`read_as_spelt`), by index, as `carried` makes them."""
+    spells = read_as_spelt(translator)
+    return {k: c for k, line in enumerate(lines) if (c := carried(line, spells)) is not None}
+
+
+def restored(found: dict[int, Carried], translated: list[str]) -> dict[int, str]:
+    """``found``'s lines as text (`Carried.restore`), from their fragments' translations in order."""
+    return {k: c.restore(text) for (k, c), text in zip(found.items(), translated, strict=True)}
+
+
+def left_out(lines: list[str], guides: list | None, translated: dict[int, str]) -> tuple[list[str], list | None]:
+    """``lines`` and their guides with the lines ``translated`` apart made empty (and unguided): the
+    caller's search, which keeps every line's place, spends nothing on them."""
+    if not translated:
+        return lines, guides
+    lines = ["" if k in translated else line for k, line in enumerate(lines)]
+    return lines, None if guides is None else [None if k in translated else g for k, g in enumerate(guides)]
+
+
 def translate_carrying(translator: TranslatorBase, lines: list[str], search: SearchConfig,
                        glossary: Glossary | None = None, bans: tuple[str, ...] = (), hints: bool = False
                        ) -> dict[int, str]:
@@ -106,13 +125,11 @@ def translate_carrying(translator: TranslatorBase, lines: list[str], search: Sea
     Glossary and bans as `nmtk.decode.markup.translate_markup` takes them."""
     from nmtk.decode.markup import translate_markup
 
-    spells = read_as_spelt(translator)
-    found = {k: c for k, line in enumerate(lines) if (c := carried(line, spells)) is not None}
+    found = carried_lines(translator, lines)
     if not found:
         return {}
-    done = translate_markup(translator, [c.fragment for c in found.values()], search, "html", (), glossary, bans,
-                            hints)
-    return {k: c.restore(text) for (k, c), text in zip(found.items(), done, strict=True)}
+    return restored(found, translate_markup(translator, [c.fragment for c in found.values()], search, "html", (),
+                                            glossary, bans, hints))
 
 
 def read_as_spelt(translator: TranslatorBase) -> Callable[[str], bool]:

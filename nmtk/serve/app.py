@@ -38,7 +38,7 @@ from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import can_carry, carried, read_as_spelt
+from nmtk.decode.unknown import can_carry, carried_lines, left_out, restored
 from nmtk.errors import NmtkError
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
@@ -454,9 +454,7 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     guides = service.guides(lines, [prefix[i] for i in indices], [terms[i] for i in indices], req.glossary,
                             req.glossary_ignore_case, req.ban)
     kept = await _carried(service, req, lines, search, pair)
-    if kept:  # translated apart; searched here as empty lines, which cost nothing
-        lines = ["" if k in kept else line for k, line in enumerate(lines)]
-        guides = None if guides is None else [None if k in kept else g for k, g in enumerate(guides)]
+    lines, guides = left_out(lines, guides, kept)
     hints = service.hinted(lines, req.glossary, req.glossary_ignore_case, pair)
     hyps, translator = await service.run(lines, search, guides, pair, hints)
     answers = []
@@ -487,12 +485,10 @@ async def _carried(service: _Service, req: LibreRequest, lines: list[str], searc
         refuse_tags(view, lines)  # as `encode` checks the lines it is given
     except NmtkError as exc:
         raise ApiError(422, str(exc)) from None
-    spells = read_as_spelt(view)
-    found = {k: c for k, line in enumerate(lines) if (c := carried(line, spells)) is not None}
+    found = carried_lines(view, lines)
     if not found:
         return {}
-    texts = await _marked_texts(service, req, [c.fragment for c in found.values()], pair)
-    return {k: c.restore(text) for (k, c), text in zip(found.items(), texts, strict=True)}
+    return restored(found, await _marked_texts(service, req, [c.fragment for c in found.values()], pair))
 
 
 async def _html_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None

@@ -38,6 +38,7 @@ class TextPipeline:
         self.model_path = Path(subword_model)
         self.subwords: SubwordModel = load_subword_model(self.model_path)
         self.prefix, self.starts, self.hidden = list(prefix), tuple(starts), frozenset(hidden) | frozenset(starts)
+        self._spelt: dict[str, bool] = {}  # `spells`' answers, per character
 
     @property
     def vocab_size(self) -> int:
@@ -63,10 +64,9 @@ class TextPipeline:
     def spells(self, char: str) -> bool:
         """Whether the subword model spells ``char`` (through Moses) without ``<unk>``: false for an emoji
         or a script its training data lacked, where it has no byte fallback (`nmtk.decode.unknown`)."""
-        known = self.__dict__.setdefault("_spelt", {})
-        if char not in known:
-            known[char] = UNK_ID not in self.subwords.encode(self.moses.tokenize(char))
-        return known[char]
+        if char not in self._spelt:
+            self._spelt[char] = UNK_ID not in self.subwords.encode(self.moses.tokenize(char))
+        return self._spelt[char]
 
     def decode(self, ids: list[int]) -> str:
         if self.hidden:
