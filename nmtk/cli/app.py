@@ -274,8 +274,9 @@ ShortlistOption = Annotated[bool, typer.Option("--shortlist", help="Project each
 AsTypedOption = Annotated[bool, typer.Option(
     "--as-typed", help="Read every line as it came. By default a line in capitals (or With Every Word "
                        "Capitalised) is translated as sentence-cased text and given back in capitals (title "
-                       "case), and, where the recipe has tokenizer.correct_typos, unknown words near a "
-                       "training word are corrected.")]
+                       "case), URLs and e-mail addresses are carried through untranslated (nmtk's engine), and, "
+                       "where the recipe has tokenizer.correct_typos, unknown words near a training word are "
+                       "corrected.")]
 FormatOption = Annotated[MarkupFormat, typer.Option(
     "--format", help="text: a line each; html or xml (inline tags): each line one fragment, its tags kept around "
                      "the words they covered (--document: the whole input one document).")]

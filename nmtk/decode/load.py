@@ -38,7 +38,7 @@ class LoadOptions:
     source_lang: str | None = None  # where a multilingual model has that target from several sources
     any_pair: bool = False  # a multilingual model without target_lang: its first pair (the server's requests say)
     shortlist: bool = False  # project onto the run's lexical shortlist (`nmtk shortlist`; an export's vmap.txt)
-    as_typed: bool = False  # no folding of capitals, no typo correction (`nmtk.text.reading`)
+    as_typed: bool = False  # no folding of capitals, no typo correction, links read (`nmtk.text.reading`)
 
 
 def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
@@ -55,7 +55,7 @@ def _reading(source: ModelSource, lang: str, as_typed: bool) -> Reading:
     """How the translator reads its lines: capitals folded, and typos corrected where the recipe asked
     for it (its training words beside the model); every line as it came with ``as_typed``."""
     if as_typed:
-        return Reading(fold_case=False)
+        return Reading(fold_case=False, carry_links=False)
     words = source.manifest.words.get(lang) if source.manifest else None
     if words is None:
         return Reading(lang=lang)

@@ -1,8 +1,11 @@
-"""Characters the source vocabulary cannot spell, carried through a translation.
+"""Spans a model should not translate, carried through a translation: characters the source vocabulary
+cannot spell, and links.
 
 A subword model without byte fallback turns a character its training data lacked (an emoji, a script
 it never saw: ``A dog 🐶 runs.``, ``寿司``) into ``<unk>``, and a model that never read ``<unk>`` makes
-something up around it ("Ein Hund läuft durch eine Reitung."). What nmtk does instead: such spans are
+something up around it ("Ein Hund läuft durch eine Reitung."). A URL or an e-mail address it can spell
+fares no better on a model that never learned to copy them ("Ein Crorororo…" for
+``https://www.example.com``), and no model should translate one. What nmtk does instead: such spans are
 taken out of the line, the model reads the line clean, and each span is put back beside the target
 words aligned to the source words it stood beside ("Ein Hund 🐶 rennt.") — fairseq's ``--replace-unk``
 idea, with the placement of an inline ``<img>`` in markup (`nmtk.decode.markup`), which this reuses:
@@ -43,7 +46,8 @@ class Carried:
         for match in _PLACED.finditer(translated):
             span, space_before, space_after = self.spans[int(match.group(1))]
             before = html.unescape(translated[at : match.start()])
-            if space_before and before and not before[-1].isspace():
+            last = before or (out[-1] if out else "")  # two spans placed side by side: the first's end
+            if space_before and last and not last[-1].isspace():
                 before += " "
             out += [before, span]
             at = match.end()
@@ -53,11 +57,26 @@ class Carried:
         return "".join(out).strip()
 
 
-def carried(line: str, spells: Callable[[str], bool]) -> Carried | None:
-    """``line`` with its runs of characters ``spells`` refuses (white space ends a run) as void elements;
-    None where it spells every character (the line is translated as it is)."""
-    if all(char.isspace() or spells(char) for char in set(line)):  # most lines: each distinct character once
+def carried(line: str, spells: Callable[[str], bool], links: bool = True) -> Carried | None:
+    """``line`` with its runs of characters ``spells`` refuses (white space ends a run) and, with
+    ``links``, its URLs and e-mail addresses (`link_spans`) as void elements; None where it has neither
+    (the line is translated as it is)."""
+    runs = _merged(_unspelt(line, spells) + (link_spans(line) if links else []))
+    if not runs:
         return None
+    pieces, spans, at = [], [], 0
+    for lo, hi in (_enclosed(line, run) for run in runs):
+        pieces += [html.escape(line[at:lo], quote=False), f'<img {KEEP}="{len(spans)}">']
+        spans.append((line[lo:hi], lo > 0 and line[lo - 1].isspace(), hi < len(line) and line[hi].isspace()))
+        at = hi
+    pieces.append(html.escape(line[at:], quote=False))
+    return Carried("".join(pieces), tuple(spans))
+
+
+def _unspelt(line: str, spells: Callable[[str], bool]) -> list[list[int]]:
+    """The runs of ``line``'s characters ``spells`` refuses, as [start, end) (white space ends a run)."""
+    if all(char.isspace() or spells(char) for char in set(line)):  # most lines: each distinct character once
+        return []
     runs: list[list[int]] = []
     for i, char in enumerate(line):
         if char.isspace() or spells(char):
@@ -66,13 +85,45 @@ def carried(line: str, spells: Callable[[str], bool]) -> Carried | None:
             runs[-1][1] = i + 1
         else:
             runs.append([i, i + 1])
-    pieces, spans, at = [], [], 0
-    for lo, hi in (_enclosed(line, run) for run in runs):
-        pieces += [html.escape(line[at:lo], quote=False), f'<img {KEEP}="{len(spans)}">']
-        spans.append((line[lo:hi], lo > 0 and line[lo - 1].isspace(), hi < len(line) and line[hi].isspace()))
-        at = hi
-    pieces.append(html.escape(line[at:], quote=False))
-    return Carried("".join(pieces), tuple(spans))
+    return runs
+
+
+#: A URL (a scheme's ``://`` or ``www.`` and what follows up to white space, quotes or angle brackets)
+#: or an e-mail address. A pattern of our own rather than a URL library's: what is wanted is not a
+#: parser's verdict but the span a reader sees as one link, ending where the sentence resumes.
+LINK = re.compile(r"\b(?:[a-z][a-z0-9+.-]*://|www\.)[^\s<>\"“”„«»]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.IGNORECASE)
+#: What ends a sentence or a clause after a link belongs to the sentence (``see example.com/a).``).
+_AFTER_LINK = ".,;:!?'’)]}"
+
+
+def link_spans(line: str) -> list[list[int]]:
+    """The [start, end) of each URL and e-mail address in ``line``, the punctuation that follows it left
+    to the sentence (a closing bracket stays where the link opened one: ``…/Bonn_(Stadt)``)."""
+    if "@" not in line and "://" not in line and "www." not in line.lower():  # most lines, cheaply
+        return []
+    spans = []
+    for match in LINK.finditer(line):
+        lo, hi = match.span()
+        while hi > lo and line[hi - 1] in _AFTER_LINK:
+            closing = line[hi - 1]
+            opening = {")": "(", "]": "[", "}": "{"}.get(closing)
+            if opening and line.count(opening, lo, hi) >= line.count(closing, lo, hi):
+                break
+            hi -= 1
+        if hi > lo:
+            spans.append([lo, hi])
+    return spans
+
+
+def _merged(runs: list[list[int]]) -> list[list[int]]:
+    """``runs`` in order, those that overlap or touch as one."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(runs):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
 
 
 #: Brackets and quotes that go with what they enclose: ``(寿司)`` is carried whole (the model, given
@@ -98,9 +149,10 @@ def can_carry(translator: TranslatorBase, search: SearchConfig) -> bool:
 
 def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, Carried]:
     """The lines of ``lines`` holding characters the translator's source vocabulary cannot spell as it
-    reads them (`read_as_spelt`), by index, as `carried` makes them."""
-    spells = read_as_spelt(translator)
-    return {k: c for k, line in enumerate(lines) if (c := carried(line, spells)) is not None}
+    reads them (`read_as_spelt`), or links where it reads lines as read (not ``--as-typed``), by index,
+    as `carried` makes them."""
+    spells, links = read_as_spelt(translator), translator.reading.carry_links
+    return {k: c for k, line in enumerate(lines) if (c := carried(line, spells, links)) is not None}
 
 
 def restored(found: dict[int, Carried], translated: list[str]) -> dict[int, str]:

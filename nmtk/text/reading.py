@@ -1,5 +1,6 @@
-"""How a translator reads a line before encoding it: its case folded (`nmtk.text.casing`) and its typos
-corrected (`nmtk.text.typos`), and how the translation is given the line's case back. ``translate``/
+"""How a translator reads a line before encoding it: its case folded (`nmtk.text.casing`), its typos
+corrected (`nmtk.text.typos`) and its links left out for the model (`nmtk.decode.unknown`), and how the
+translation is given the line's case back. ``translate``/
 ``serve --as-typed`` reads every line as it came."""
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from nmtk.text.typos import TypoCorrector
 @dataclass(frozen=True)
 class Reading:
     """``fold_case``: lines in capitals or title case read in sentence case; ``lang``: the source
-    language (English's "I"); ``typos``: the run's corrector (a recipe with ``tokenizer.correct_typos``)."""
+    language (English's "I"); ``typos``: the run's corrector (a recipe with ``tokenizer.correct_typos``);
+    ``carry_links``: URLs and e-mail addresses carried through, not read (`nmtk.decode.unknown`)."""
 
     fold_case: bool = True
+    carry_links: bool = True
     lang: str = ""
     typos: TypoCorrector | None = None
 

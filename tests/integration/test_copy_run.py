@@ -159,6 +159,25 @@ def test_characters_the_vocabulary_lacks_are_carried_through_beside_their_words(
     assert nbest.returncode == 0 and "🐶" not in nbest.stdout  # n-best lists read the line as it is
 
 
+def test_links_are_carried_through_whole_unless_read_as_typed(copy_run) -> None:
+    """A URL or an e-mail address, though the copy model spells most of it, is carried whole (the model
+    reads the line without it) and comes back exactly, after the word it followed; `--as-typed` gives the
+    line to the model as it is."""
+    tmp, _, env = copy_run
+    sentences = [a for a, _ in copy_pairs(6, 12)]
+    links = ["https://dog.example/cat?sits=1&on=2", "www.grass.example", "the.dog+cat@sits.example"]
+    marked = [" ".join([*s.split()[:2], links[k % 3], *s.split()[2:]]) for k, s in enumerate(sentences)]
+    plain = nmtk("translate", "-m", str(tmp / "run"), cwd=tmp, env=env, stdin="\n".join(sentences) + "\n")
+    out = nmtk("translate", "-m", str(tmp / "run"), cwd=tmp, env=env, stdin="\n".join(marked) + "\n")
+    assert plain.returncode == 0 and out.returncode == 0, out.stderr
+    rows = out.stdout.splitlines()
+    assert all(row.count(links[k % 3]) == 1 for k, row in enumerate(rows)), rows
+    assert [row.replace(links[k % 3] + " ", "") for k, row in enumerate(rows)] == plain.stdout.splitlines()
+    assert sum(row == line for row, line in zip(rows, marked, strict=True)) >= 5, (rows, marked)
+    typed = nmtk("translate", "-m", str(tmp / "run"), "--as-typed", cwd=tmp, env=env, stdin=marked[1] + "\n")
+    assert typed.returncode == 0 and links[1] not in typed.stdout, typed.stdout  # the model read its words
+
+
 def test_attention_command_draws_the_three_kinds(copy_run) -> None:
     tmp, _, env = copy_run
     out = nmtk("attention", "-m", str(tmp / "run"), "the dog sits on the grass", "-o", str(tmp / "pics"), cwd=tmp,

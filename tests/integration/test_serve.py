@@ -113,11 +113,13 @@ def test_text_with_characters_the_vocabulary_lacks_is_served_as_translate_writes
     carried through beside its word: nmtk.decode.unknown); asked for alternatives, the line as it is."""
     server, tmp = served
     lines = [line.replace(" ", " 🐶 ", 1) if k % 2 else line for k, line in enumerate(_test_lines(tmp, 6))]
+    lines.append(lines[0].replace(" ", " www.the.example/dog?a=1 ", 1))  # a link: carried whole
     status, body = server.post("/translate", {"q": lines, "source": "en", "target": "de"})
     offline = run_nmtk("translate", "-m", str(tmp / "run"), stdin="\n".join(lines) + "\n")
     assert status == 200 and offline.returncode == 0, (body, offline.stderr)
     assert body["translatedText"] == offline.stdout.splitlines()
     assert sum("🐶" in text for text in body["translatedText"]) == 3
+    assert "www.the.example/dog?a=1" in body["translatedText"][-1]
     status, body = server.post("/translate", {"q": lines[1], "source": "en", "target": "de", "alternatives": 1})
     assert status == 200 and "🐶" not in body["translatedText"]
 
