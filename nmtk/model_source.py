@@ -62,6 +62,12 @@ class ModelSource:
         return self.kind == "export"
 
     @property
+    def aligns(self) -> bool:
+        """Whether the model gives word alignments: a run, or an export whose attention averages the heads
+        of its last decoder layer (`nmtk.convert.ctranslate2`; exports made before that do not)."""
+        return not self.is_export or bool((self.export_meta or {}).get("alignment_heads"))
+
+    @property
     def checkpoint_name(self) -> str:
         """What ``/models`` and messages call the weights: the checkpoint file, or the export's source."""
         if self.checkpoint is not None:

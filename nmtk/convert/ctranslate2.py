@@ -61,7 +61,8 @@ def model_spec(model: Transformer, source_pieces: list[str], target_pieces: list
     cfg = model.cfg
     spec = ctranslate2.specs.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre",
-        activation=getattr(ctranslate2.specs.Activation, CT2_ACTIVATIONS[cfg.activation]))
+        activation=getattr(ctranslate2.specs.Activation, CT2_ACTIVATIONS[cfg.activation]),
+        alignment_layer=-1, alignment_heads=cfg.heads)  # word alignments as nmtk's: the last layer, every head
     arrays: dict[int, np.ndarray] = {}  # one numpy array per tensor, so tied weights stay one array
 
     def array(tensor: Any) -> np.ndarray:
@@ -134,7 +135,8 @@ def export_ctranslate2(source: ModelSource, out: Path, quantization: str, force:
     return write_export(out, "ctranslate2", run, fill, {"quantization": quantization,
                                                          "max_positions": model.cfg.max_positions,
                                                          "vocab_map": model.language_table is not None,
-                                                         "shortlist": shortlist is not None},
+                                                         "shortlist": shortlist is not None,
+                                                         "alignment_heads": model.cfg.heads},
                         lambda meta: _readme(run.recipe, meta))
 
 

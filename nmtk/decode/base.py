@@ -162,7 +162,8 @@ class TranslatorBase:
         source's tag (or code) and the target's forced first token.
         """
         if search.align and not self.can_align:
-            raise NmtkError("alignments come from nmtk's own model: use the run directory, not an export")
+            raise NmtkError(f"alignments: this {self.engine} export has none (made before nmtk exported its "
+                            "attention for them): export the run again, or use the run directory")
         results = self._searched(ids, search, first_line, controls)
         for i, hyps in enumerate(results):
             if controls is not None and controls[i] and ids[i] is not None and self._empty(hyps):

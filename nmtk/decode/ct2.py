@@ -23,11 +23,13 @@ from nmtk.console import console
 from nmtk.data.batching import length_batches
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
+from nmtk.decode.search.word_alignment import Alignment, hard_alignment
 from nmtk.errors import NmtkError
 from nmtk.model_source import ModelSource
 from nmtk.rundir import ExportDir
 from nmtk.text import text_pipelines
 from nmtk.text.pairs import model_pipelines
+from nmtk.text.subword import word_index, word_starts
 from nmtk.vocab import unhinted_length
 
 #: One CTranslate2 call: its lines (indices into a decode's input), its output limit, its pending results.
@@ -79,6 +81,7 @@ class Ct2Translator(TranslatorBase):
     quantization: str = ""
     device: str = "cpu"
     shortlist: bool = False  # search with the export's lexical shortlist (`vmap.txt`, CTranslate2's use_vmap)
+    aligns: bool = False  # its attention averages every head of the last decoder layer (`can_align`)
     # ctranslate2.Translator's arguments for one search, where `thread_layout` made several: sampling's
     # generator is per CTranslate2 thread, so a seed samples alike only when one thread draws every call
     one_search: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -127,13 +130,14 @@ class Ct2Translator(TranslatorBase):
         return cls(directory=folder.path, pipelines=pipelines, pairs=pairs, ct2=ct2,
                    max_positions=int(meta.get("max_positions", 1024)), longest_trained=longest,
                    quantization=compute_type or meta.get("quantization", ""), device=device, shortlist=shortlist,
-                   one_search=one_search)
+                   aligns=bool(meta.get("alignment_heads")), one_search=one_search)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.source_pieces = self.src_pipe.subwords.pieces()
         self.target_pieces = self.tgt_pipe.subwords.pieces()
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
+        self.word_starts = (word_starts(self.source_pieces), word_starts(self.target_pieces))
         # per-target output vocabularies (`nmtk.convert.ctranslate2.vocab_map`): CTranslate2 searches a
         # call's union of its sources' targets, so each call holds one target (its tag, the first piece)
         vmap = ExportDir(self.directory).vocab_map
@@ -144,6 +148,14 @@ class Ct2Translator(TranslatorBase):
             for row in vmap.read_text(encoding="utf-8").splitlines():
                 tag, _, allowed = row.partition("\t")
                 self.pieces_by_tag[source_ids[tag]] = frozenset(self.target_ids[p] for p in allowed.split())
+
+    @property
+    def can_align(self) -> bool:  # type: ignore[override]  # per export, not per engine
+        """Word alignments from CTranslate2's attention (``return_attention``): an export's attention
+        averages the heads of its last decoder layer, as nmtk's own alignments do (`--print-alignment`,
+        markup, carried spans); one made before nmtk exported them so (its first head alone, which
+        disagreed with nmtk on 41 % of the demo model's links) does not align."""
+        return self.aligns
 
     @property
     def arithmetic(self) -> str:
@@ -183,13 +195,13 @@ class Ct2Translator(TranslatorBase):
             for todo in self._call_groups([int(i) for i in batch], pieces, controls):
                 groups = [(todo, max(limits[i] for i in todo))] if search.sampling is None else by_limit(todo, limits)
                 first += [self._call(pieces, group, limit, search, controls) for group, limit in groups]
-        self._collect(out, first)
+        self._collect(out, first, pieces if search.align else None)
         if search.sampling is None:  # the lines a larger limit than their own let run to theirs
             cut = [[i for i in todo if limits[i] < top and any(len(h.tokens) >= limits[i] for h in out[i])]
                    for todo, top, _ in first]  # per first call: its lines share their bans
             again = [self._call(pieces, group, limit, search, controls) for lines in cut
                      for group, limit in by_limit(lines, limits)]
-            self._collect(out, again)
+            self._collect(out, again, pieces if search.align else None)
         return out
 
     def _call_groups(self, batch: list[int], pieces: list[list[int]],
@@ -212,13 +224,28 @@ class Ct2Translator(TranslatorBase):
                           f"with α {search.length_penalty} in its form (length_penalty_form = power; "
                           "a run translates alike with --lenpen-form power)")
 
-    def _collect(self, out: list[list[Hypothesis]], calls: list[Call]) -> None:
-        """``out[i]`` for each line of ``calls``, awaited in the order they were queued."""
+    def _collect(self, out: list[list[Hypothesis]], calls: list[Call], aligned: list[list[int]] | None = None
+                 ) -> None:
+        """``out[i]`` for each line of ``calls``, awaited in the order they were queued; with ``aligned``
+        (the lines' source pieces), each hypothesis with its word alignment."""
         for group, _, pending in calls:
             for i, result in zip(group, pending, strict=True):
                 done = result.result()
                 out[i] = [Hypothesis([self.target_ids[p] for p in tokens], score)
                           for tokens, score in zip(done.hypotheses, done.scores, strict=True)]
+                if aligned is not None:
+                    self._align(aligned[i], out[i], done.attention)
+
+    def _align(self, source: list[int], hyps: list[Hypothesis], attention: list[list[list[float]]]) -> None:
+        """Each hypothesis's word alignment from CTranslate2's attention: a row per target token (the
+        step that produced it), a column per source token (no EOS), as `hard_alignment` takes them."""
+        source_starts, target_starts = self.word_starts
+        words = word_index(source_starts, source, self.src_pipe.hint_markers)
+        for h, weights in zip(hyps, attention, strict=True):
+            h.alignment = Alignment([], 0, 0)
+            if source and h.tokens:
+                rows = np.asarray(weights, dtype=np.float32)[: len(h.tokens), : len(source)]
+                h.alignment = hard_alignment(rows, words, word_index(target_starts, h.tokens))
 
     def _searcher(self, search: SearchConfig) -> Any:
         """The ctranslate2.Translator for ``search``: sampling's has one search (made on its first use)."""
@@ -241,7 +268,7 @@ class Ct2Translator(TranslatorBase):
                                        return_scores=True, length_penalty=search.length_penalty,
                                        no_repeat_ngram_size=search.no_repeat_ngram_size,
                                        repetition_penalty=search.repetition_penalty,
-                                       use_vmap=self.vocab_map or self.shortlist)
+                                       use_vmap=self.vocab_map or self.shortlist, return_attention=search.align)
         if sampling is None:
             options.update(beam_size=search.beam, num_hypotheses=search.nbest)
         else:

@@ -130,6 +130,9 @@ def _load_exported(source: ModelSource, options: LoadOptions) -> TranslatorBase:
     if options.ensemble:
         raise NmtkError(f"--ensemble: not available with an exported CTranslate2 model ({source.path}): an export "
                         "holds one model: ensemble with the run directories")
+    if options.alignment_layer is not None:
+        raise NmtkError(f"--alignment-layer: an export ({source.path}) aligns by its last decoder layer, chosen when "
+                        "it was exported: align another layer with the run directory")
     compute = None if options.precision is Precision.auto else CT2_COMPUTE_TYPES[options.precision]
     translator = Ct2Translator.load(source, options.device or "auto", threads=options.threads or 0,
                                     compute_type=compute, searches=options.searches,

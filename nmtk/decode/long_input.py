@@ -138,7 +138,7 @@ class Segments:
             tokens = [t for h in best for t in h.tokens]
             hyp = Hypothesis(tokens, sum(h.score for h in best) / max(len(best), 1))
             if best and all(h.alignment is not None for h in best):  # word indices continue across pieces
-                from nmtk.decode.search.alignment import Alignment
+                from nmtk.decode.search.word_alignment import Alignment
 
                 pairs, src, tgt = [], 0, 0
                 for h in best:

@@ -21,9 +21,9 @@ from nmtk.text.subword import word_index
 def check_engine(translator: TranslatorBase, kind: str) -> None:
     """One line, before anything is read, where the engine cannot place tags."""
     if not translator.can_align:
-        raise NmtkError(f"format {kind}: tags are placed by word alignments, which only nmtk's own model gives; "
-                        f"the {translator.engine} engine (an export) cannot: serve or translate with the run "
-                        "directory, or send the text without its tags")
+        raise NmtkError(f"format {kind}: tags are placed by word alignments, which this {translator.engine} export "
+                        "has not (made before nmtk exported its attention for them): export the run again, or "
+                        "serve or translate with the run directory")
 
 
 def markup_search(search: SearchConfig) -> SearchConfig:

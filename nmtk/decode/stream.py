@@ -153,9 +153,10 @@ def translate(options: TranslateOptions) -> None:
     partial, resume = _check_output(options) if options.output is not None else (None, False)
     model = resolve_model(options.load.model, options.load.checkpoint)
     search = SearchConfig.from_recipe(model.recipe.decode, **options.search)
-    if search.align and model.is_export:
-        raise NmtkError(f"--print-alignment: not available with an exported CTranslate2 model ({model.path}): "
-                        "alignments come from nmtk's own model: pass the run directory")
+    if (search.align or options.format != "text") and not model.aligns:  # before the model loads
+        what = "--print-alignment" if search.align else f"--format {options.format} (tags are placed by alignments)"
+        raise NmtkError(f"{what}: {model.path} is an export made before nmtk exported the attention that aligns: "
+                        "export the run again, or pass the run directory")
     glossary, bans = read_guides(options.guide, model.recipe)
     hints = glossary is not None and inline_terms(options.guide.terms, model.manifest, str(model.path))
     translator = load_translator(model, options.load)

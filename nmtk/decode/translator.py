@@ -10,10 +10,11 @@ import torch
 
 from nmtk.data.shortlist import Shortlist
 from nmtk.decode.base import TranslatorBase
-from nmtk.decode.search.alignment import Alignment, encoded_cross_attention, hard_alignment
+from nmtk.decode.search.alignment import encoded_cross_attention
 from nmtk.decode.search.batches import decode_ids
 from nmtk.decode.search.config import Hypothesis, LineControls, SamplingConfig, SearchConfig
 from nmtk.decode.search.ensemble import Ensemble
+from nmtk.decode.search.word_alignment import Alignment, hard_alignment
 from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
 from nmtk.model import Encoded, Transformer

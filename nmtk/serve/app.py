@@ -358,7 +358,8 @@ class _Service:
         if search.beam > limits.max_beam or search.nbest > limits.max_nbest:
             raise ApiError(413, f"beam/n_best above {limits.max_beam}/{limits.max_nbest}")
         if search.align and not self.worker.translator.can_align:
-            raise ApiError(400, "alignment needs nmtk's own model: serve the run directory, not an export")
+            raise ApiError(400, "alignment: this export has none (made before nmtk exported its attention for them): "
+                                "export the run again, or serve the run directory")
         return search
 
     async def run(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None,

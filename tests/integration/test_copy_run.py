@@ -276,6 +276,37 @@ def test_export_translates_as_nmtk_does(copy_run, exported) -> None:
     assert again.returncode == 1 and "--force" in again.stderr
 
 
+def test_an_export_aligns_and_carries_spans_as_the_run_does(copy_run, exported, tmp_path: Path) -> None:
+    """`--print-alignment` through CTranslate2 (its attention: the last decoder layer's heads averaged)
+    gives nmtk's alignments, and so lines with an emoji or a link come back as the run gives them; an
+    export from before exports aligned refuses alignments before loading and takes such lines as they are."""
+    tmp, _, env = copy_run
+    sentences = [a for a, _ in copy_pairs(25, 11)]
+    common = ["--lenpen", "0"]  # the raw log-probability: both engines search alike
+    ours = nmtk("translate", "-m", str(tmp / "run"), "--precision", "fp32", "--print-alignment", *common, cwd=tmp,
+                env=env, stdin="\n".join(sentences) + "\n")
+    theirs = nmtk("translate", "-m", str(exported), "--print-alignment", *common, cwd=tmp, env=env,
+                  stdin="\n".join(sentences) + "\n")
+    assert ours.returncode == 0 and theirs.returncode == 0, ours.stderr + theirs.stderr
+    rows = list(zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True))
+    assert sum(a == b for a, b in rows) >= 23, rows
+    marked = [" ".join([*s.split()[:2], "🐶" if k % 2 else "www.the.example/dog", *s.split()[2:]])
+              for k, s in enumerate(sentences[:10])]
+    runs = [nmtk("translate", "-m", str(model), *common, *extra, cwd=tmp, env=env, stdin="\n".join(marked) + "\n")
+            for model, extra in ((tmp / "run", ["--precision", "fp32"]), (exported, []))]
+    assert all(r.returncode == 0 for r in runs), runs[1].stderr
+    carried = list(zip(runs[0].stdout.splitlines(), runs[1].stdout.splitlines(), strict=True))
+    assert sum(a == b for a, b in carried) >= 9 and all("🐶" in b or "www." in b for _, b in carried), carried
+    old = tmp_path / "old-export"
+    shutil.copytree(exported, old)
+    meta = json.loads((old / "nmtk-export.json").read_text())
+    (old / "nmtk-export.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "alignment_heads"}))
+    refused = nmtk("translate", "-m", str(old), "--print-alignment", cwd=tmp, env=env, stdin="the dog\n")
+    assert refused.returncode == 1 and refused.stderr.startswith("error: --print-alignment: "), refused.stderr
+    as_is = nmtk("translate", "-m", str(old), cwd=tmp, env=env, stdin=marked[1] + "\n")
+    assert as_is.returncode == 0 and "🐶" not in as_is.stdout, as_is.stdout
+
+
 def test_ctranslate2_on_a_cpu_decodes_batches_side_by_side_as_one_search_would(exported) -> None:
     """A file's translation on a CPU runs CTranslate2 as one-thread searches taking batches side by side
     (`thread_layout`): every line comes back in its place, the same as from one search, the lines a
@@ -482,6 +513,10 @@ def test_an_exported_model_translates_without_torch(copy_run, exported) -> None:
                          text=True, cwd=tmp, env=env, timeout=300)
     assert out.stdout.strip() == "the dog", out.stderr
     assert "torch imported: False" in out.stderr
+    aligned = subprocess.run([sys.executable, "-c", code.replace("sys.argv[1]]", "sys.argv[1], '--print-alignment']"),
+                              str(exported)], input="the dog\n", capture_output=True, text=True, cwd=tmp, env=env,
+                             timeout=300)
+    assert aligned.stdout == "the dog\t0-0 1-1\n" and "torch imported: False" in aligned.stderr, aligned.stderr
     bad = nmtk("translate", "-m", str(exported), "--device", "tpu", cwd=tmp, env=env, stdin="a cat\n")
     assert bad.returncode == 1 and "--device 'tpu': not a device" in bad.stderr
 
@@ -493,8 +528,9 @@ def test_beam_search_keeps_the_attention_a_second_pass_would_compute(copy_run) -
     from dataclasses import replace
 
     from nmtk.decode.load import LoadOptions, load_translator
-    from nmtk.decode.search.alignment import cross_attention, hard_alignment
+    from nmtk.decode.search.alignment import cross_attention
     from nmtk.decode.search.config import SearchConfig
+    from nmtk.decode.search.word_alignment import hard_alignment
     from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
     from nmtk.text.subword import word_index

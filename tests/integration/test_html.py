@@ -5,7 +5,9 @@ detection (`/detect`, ``source: "auto"``)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import shutil
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -94,11 +96,31 @@ def test_html_errors_are_one_line_and_write_nothing(copy_run, exported, tmp_path
     refused = run_nmtk("translate", "-m", run, "--format", "html", "--nbest", "2", "-o", str(out), stdin="<p>a</p>",
                        env=env)
     assert refused.returncode == 1 and "--nbest cannot be used with it" in refused.stderr and not out.exists()
-    ct2 = run_nmtk("translate", "-m", str(exported), "--format", "html", stdin="<p>a dog</p>", env=env)
-    assert ct2.returncode == 1 and "ctranslate2 engine (an export) cannot" in ct2.stderr.lower(), ct2.stderr
+    old = tmp_path / "old-export"  # an export from before exports carried alignments
+    shutil.copytree(exported, old)
+    meta = json.loads((old / "nmtk-export.json").read_text())
+    (old / "nmtk-export.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "alignment_heads"}))
+    ct2 = run_nmtk("translate", "-m", str(old), "--format", "html", stdin="<p>a dog</p>", env=env)
+    assert ct2.returncode == 1 and "export the run again" in ct2.stderr, ct2.stderr
+    assert len(ct2.stderr.splitlines()) == 1, ct2.stderr  # refused before the model loads
     good = run_nmtk("translate", "-m", run, "--format", "xml", "-o", str(out), stdin='the <g id="1">dog</g> runs\n',
                     env=env)
     assert good.returncode == 0 and out.read_text().count('<g id="1">') == 1 and out.read_text().endswith("\n")
+
+
+def test_an_export_places_tags_as_the_run_does(copy_run, exported) -> None:
+    """A CTranslate2 export aligns as nmtk's engine does (its attention: the last decoder layer's heads
+    averaged, `nmtk.convert.ctranslate2`), so its html is the run's, tag for tag."""
+    tmp, _, env = copy_run
+    fragments = [tagged(line, random.Random(k)) for k, line in enumerate(_lines(tmp, 20))]
+    common = ["--format", "html", "--lenpen", "0"]  # the raw log-probability: both engines search alike
+    ours = run_nmtk("translate", "-m", str(tmp / "run"), *common, "--precision", "fp32",
+                    stdin="\n".join(fragments) + "\n", env=env)
+    theirs = run_nmtk("translate", "-m", str(exported), *common, stdin="\n".join(fragments) + "\n", env=env)
+    assert ours.returncode == 0 and theirs.returncode == 0, ours.stderr + theirs.stderr
+    pairs = list(zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True))
+    assert check(fragments, [row for _, row in pairs])["tags_exactly_once"] == 1.0, pairs
+    assert sum(a == b for a, b in pairs) >= 18, pairs
 
 
 def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_copy) -> None:

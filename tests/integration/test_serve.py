@@ -368,7 +368,9 @@ def test_an_export_is_served_by_ctranslate2(exported, copy_run) -> None:
         offline = run_nmtk("translate", "-m", str(exported), stdin="\n".join(lines) + "\n", env=env)
         assert body["translatedText"] == offline.stdout.splitlines()
         assert server.get("/models")[0]["engine"] == "ctranslate2"
-        assert server.post("/translate", {"q": "x", "alignment": True})[0] == 400
+        status, body = server.post("/translate", {"q": lines[0], "alignment": True})  # CTranslate2's attention
+        aligned = run_nmtk("translate", "-m", str(exported), "--print-alignment", stdin=lines[0] + "\n", env=env)
+        assert status == 200 and body["alignment"] == aligned.stdout.rstrip("\n").split("\t")[1], body
         status, body = server.post("/translate", {"q": lines[0], "constraints": ["dog"]})
         assert status == 422 and "nmtk's own engine" in body["error"], body
         words = lines[0].split()

@@ -17,7 +17,7 @@ from nmtk.errors import NmtkError
 from nmtk.recipe import DECODE_BEAM_TOKENS, DecodeSection
 
 if TYPE_CHECKING:
-    from nmtk.decode.search.alignment import Alignment
+    from nmtk.decode.search.word_alignment import Alignment
 
 _DEFAULTS = DecodeSection()
 
