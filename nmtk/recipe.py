@@ -505,6 +505,21 @@ class Modifier(Section):
     max_lines: int = Field(3, ge=2, le=8)
     """``merge``: the most pairs joined into one."""
 
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> Modifier:
+        """A field another modifier reads, set to other than its default, is an error (``typos`` with
+        ``words = 0.5`` would otherwise be read as 0.5 of words and silently do nothing): a recipe
+        written by nmtk lists every field at its default, which stays valid."""
+        for field, value in self:
+            owner = MODIFIER_FIELDS.get(field)
+            if owner is not None and owner != self.name and value != type(self).model_fields[field].default:
+                raise ValueError(f"modifier {self.name}: {field} is the {owner} modifier's (leave it out)")
+        return self
+
+
+#: The fields only one modifier reads (`Modifier`), by the modifier.
+MODIFIER_FIELDS = {"words": "terms", "replace": "terms", "max_words": "terms", "max_lines": "merge"}
+
 
 class Stage(Section):
     """A stage of the curriculum: the corpora's weights while it lasts, and when it ends (OpusTrainer's

@@ -92,7 +92,7 @@ def _texts(split, models, i: int) -> tuple[str, str]:
 def test_each_modifier_changes_the_chosen_pairs_as_opustrainer_does(staged, name: str) -> None:
     _, result, _ = staged
     modified, models, base = _split(result)
-    counts = modified.set_epoch(0, [Modifier(name=name, p=1.0, words=1.0)])
+    counts = modified.set_epoch(0, [Modifier(name=name, p=1.0, **({"words": 1.0} if name == "terms" else {}))])
     assert counts[name] == len(base)
     changed = sorted(modified.changed_src)
     assert len(changed) >= 0.9 * len(base) if name != "terms" else len(changed) > 0.5 * len(base)
@@ -239,6 +239,8 @@ def test_a_stage_ends_after_its_updates_mid_epoch_and_a_resume_inside_and_across
 @pytest.mark.parametrize("extra, message", [
     ('[[train.modifiers]]\nname = "capitals"\np = 0.1\n', r"train.modifiers.0.name: Input should be 'uppercase'"),
     ('[[train.modifiers]]\nname = "typos"\np = 1.5\n', r"train.modifiers.0.p: Input should be less than or equal to 1"),
+    ('[[train.modifiers]]\nname = "typos"\np = 0.1\nwords = 0.5\n',  # another modifier's field, not its default
+     r"train.modifiers.0: modifier typos: words is the terms modifier's \(leave it out\)"),
     ('[[train.stages]]\nname = "a"\nweights = { news = 1 }\n', r"train.stages\[0\] \(a\): no training corpus named "
                                                               r"'news'"),
     ('[[train.stages]]\nname = "a"\n[[train.stages]]\nname = "b"\n', r"stages\[0\] \(a\): has no end"),
