@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
+from nmtk.decode.unknown import keeper
 from nmtk.errors import NmtkError
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, token_spans
 from nmtk.text.subword import word_index
@@ -43,10 +44,10 @@ class MarkedUp:
     @classmethod
     def of(cls, documents: list[str], kind: str, translator: TranslatorBase,
            attributes: tuple[str, ...] = ()) -> MarkedUp:
-        parsed = []
+        parsed, keep = [], keeper(translator)  # emoji, unknown scripts and links carried, as in text
         for d, text in enumerate(documents):
             try:
-                parsed.append(parse(text, kind, attributes))
+                parsed.append(parse(text, kind, attributes, keep))
             except MarkupError as exc:  # said of the document it is in (a file's line, a request's item)
                 exc.document = d
                 raise

@@ -24,7 +24,7 @@ from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, gui
 from nmtk.decode.load import LoadOptions, load_translator
 from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
-from nmtk.decode.unknown import can_carry, left_out, translate_carrying
+from nmtk.decode.unknown import can_carry, carried_lines, left_out, restored
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
     InvalidUtf8,
@@ -101,8 +101,9 @@ class Engine:
             groups.setdefault(view.language_pair, (view, []))[1].append(k)
         out: dict[int, str] = {}
         for view, lines in groups.values():
-            done = translate_carrying(view, [sources[k] for k in lines], self.search, self.glossary, self.bans,
-                                      self.hints)
+            found = carried_lines(view, [sources[k] for k in lines])
+            done = restored(found, translate_markup(view, [c.fragment for c in found.values()], self.search, "html",
+                                                    (), self.glossary, self.bans, self.hints)) if found else {}
             out.update({lines[i]: text for i, text in done.items()})
         return out
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
-    from nmtk.decode.guide import Glossary
     from nmtk.decode.search.config import SearchConfig
 
 #: The attribute naming a span's void element in the fragment (no html a user writes carries it).
@@ -61,16 +60,30 @@ def carried(line: str, spells: Callable[[str], bool], links: bool = True) -> Car
     """``line`` with its runs of characters ``spells`` refuses (white space ends a run) and, with
     ``links``, its URLs and e-mail addresses (`link_spans`) as void elements; None where it has neither
     (the line is translated as it is)."""
-    runs = _merged(_unspelt(line, spells) + (link_spans(line) if links else []))
+    runs = kept_spans(line, spells, links)
     if not runs:
         return None
     pieces, spans, at = [], [], 0
-    for lo, hi in (_enclosed(line, run) for run in runs):
+    for lo, hi in runs:
         pieces += [html.escape(line[at:lo], quote=False), f'<img {KEEP}="{len(spans)}">']
         spans.append((line[lo:hi], lo > 0 and line[lo - 1].isspace(), hi < len(line) and line[hi].isspace()))
         at = hi
     pieces.append(html.escape(line[at:], quote=False))
     return Carried("".join(pieces), tuple(spans))
+
+
+def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True) -> list[tuple[int, int]]:
+    """The [start, end) of each span of ``line`` to carry through: its runs of characters ``spells``
+    refuses and, with ``links``, its URLs and e-mail addresses, each with the brackets or quotes that
+    enclose it, in order."""
+    return [_enclosed(line, run) for run in _merged(_unspelt(line, spells) + (link_spans(line) if links else []))]
+
+
+def keeper(translator: TranslatorBase) -> Callable[[str], list[tuple[int, int]]]:
+    """`kept_spans` as ``translator`` reads its lines: what markup's parser takes out of a block's text
+    (`nmtk.text.markup.parse`'s ``keep``), so that html carries them as text does."""
+    spells, links = read_as_spelt(translator), translator.reading.carry_links
+    return lambda text: kept_spans(text, spells, links)
 
 
 def _unspelt(line: str, spells: Callable[[str], bool]) -> list[list[int]]:
@@ -167,21 +180,6 @@ def left_out(lines: list[str], guides: list | None, translated: dict[int, str]) 
         return lines, guides
     lines = ["" if k in translated else line for k, line in enumerate(lines)]
     return lines, None if guides is None else [None if k in translated else g for k, g in enumerate(guides)]
-
-
-def translate_carrying(translator: TranslatorBase, lines: list[str], search: SearchConfig,
-                       glossary: Glossary | None = None, bans: tuple[str, ...] = (), hints: bool = False
-                       ) -> dict[int, str]:
-    """The translations of the lines of ``lines`` that hold characters the source vocabulary cannot
-    spell, by index, their spans carried through (`carried`); the other lines are left to the caller.
-    Glossary and bans as `nmtk.decode.markup.translate_markup` takes them."""
-    from nmtk.decode.markup import translate_markup
-
-    found = carried_lines(translator, lines)
-    if not found:
-        return {}
-    return restored(found, translate_markup(translator, [c.fragment for c in found.values()], search, "html", (),
-                                            glossary, bans, hints))
 
 
 def read_as_spelt(translator: TranslatorBase) -> Callable[[str], bool]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -39,6 +39,9 @@ VOID = frozenset("area base br col embed hr img input link meta param source tra
 #: Where a translated attribute's value goes in the markup until its translation is known.
 _SLOT = re.compile("\x00(\\d+)\x00")
 
+
+#: Spans of a block's text to keep out of its words (`parse`'s ``keep``): [start, end) in order.
+Keep = Callable[[str], list[tuple[int, int]]]
 
 #: Text that starts like a tag (``<b class="x>red``): a tag whose attribute quote never closes.
 _BROKEN_TAG = re.compile(r"</?[A-Za-z]")
@@ -66,6 +69,7 @@ class Tag:
     trim_start: bool = False  # it began after its first word's leading punctuation (``"<b>Hi``)
     trim_end: bool = False  # it ended before its last word's trailing punctuation (``link</a>.``)
     glued: bool = False  # a point written right after a word (``word<br>``): it follows that word
+    spaced: bool = False  # a point after whitespace, before none (``eats <img>.``): it keeps its space before
 
     @property
     def point(self) -> bool:
@@ -135,9 +139,9 @@ class Document:
 class _Parser(HTMLParser):
     """`HTMLParser` events into a `Document`; ``xml``: every tag inline, lines are the blocks."""
 
-    def __init__(self, kind: str, attributes: frozenset[str]) -> None:
+    def __init__(self, kind: str, attributes: frozenset[str], keep: Keep | None = None) -> None:
         super().__init__(convert_charrefs=False)
-        self.kind, self.attributes = kind, attributes
+        self.kind, self.attributes, self.keep = kind, attributes, keep
         self.parts: list[str | int] = []
         self.segments: list[Segment] = []
         self.attribute_texts: list[str] = []  # translated attributes' values, in order of appearance
@@ -172,6 +176,8 @@ class _Parser(HTMLParser):
             index, name = self.open[-1]
             raise MarkupError(f"{self.opened_at[index]}: <{name}> is not closed (its block ends at {self._where()})")
         text = "".join(self.text)
+        if self.keep is not None and (kept := self.keep(text)):
+            text = self._taken_out(text, kept)
         spans = _split_at([(m.start(), m.end()) for m in re.finditer(r"\S+", text)], self.breaks)
         if not spans:
             if self.raw:
@@ -185,13 +191,37 @@ class _Parser(HTMLParser):
             first, last = _covered(spans, lo, hi)
             pad = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and text[lo].isspace()
             glued = lo == hi and 0 < first and spans[first - 1][1] >= lo  # after the word before it, no space
+            spaced = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and not text[lo].isspace()
             lead = text[spans[first][0] : lo] if first < len(spans) else ""
             tail = text[hi : spans[last - 1][1]] if last > 0 else ""
             segment.tags.append(Tag(start, end, first, last, parent, pad, _punctuation(lead), _punctuation(tail),
-                                    glued))
+                                    glued, spaced))
         self.parts.append(len(self.segments))
         self.segments.append(segment)
         self._new_block()
+
+    def _taken_out(self, text: str, kept: list[tuple[int, int]]) -> str:
+        """``text`` without its ``kept`` spans (characters the model cannot read, links: the caller's
+        `Keep`), each become a point where it stood, its characters written as they were (``pad``: in
+        the space they had), inside the innermost tag around it. A span between two characters of words
+        leaves a space: the words stay two. Positions after a span move back."""
+        for lo, hi in reversed(kept):
+            glue = " " if 0 < lo and hi < len(text) and not text[lo - 1].isspace() and not text[hi].isspace() else ""
+            span, text = html.escape(text[lo:hi], quote=False), text[:lo] + glue + text[hi:]
+            inside = [k for k, (_, _, a, b, _) in enumerate(self.tags) if a <= lo and hi <= b and a < b]
+            whole = inside and self.tags[inside[-1]][2:4] == (lo, hi)  # <b>https://…</b>: the element is the point
+            if whole:
+                start, end, a, b, parent = self.tags[inside[-1]]
+                self.tags[inside[-1]] = (start + span, end, a, b, parent)
+
+            def moved(at: int, lo: int = lo, hi: int = hi, glue: str = glue) -> int:
+                return at if at <= lo else lo + len(glue) if at < hi else at - (hi - lo) + len(glue)
+
+            self.tags = [(s, e, moved(a), moved(b), p) for s, e, a, b, p in self.tags]
+            self.breaks = [moved(b) for b in self.breaks]
+            if not whole:
+                self.tags.append((span, "", lo, lo, inside[-1] if inside else None))
+        return text
 
     def _outside_the_words(self, segment: Segment, spans: list[tuple[int, int]], text: str
                            ) -> list[tuple[str, str, int, int, int | None]]:
@@ -390,12 +420,14 @@ def _covered(spans: list[tuple[int, int]], lo: int, hi: int) -> tuple[int, int]:
     return point, point
 
 
-def parse(markup: str, kind: str = "html", attributes: Sequence[str] = ()) -> Document:
+def parse(markup: str, kind: str = "html", attributes: Sequence[str] = (), keep: Keep | None = None) -> Document:
     """``markup`` (``html``, or ``xml``: inline tags in lines of text) cut into segments; the values of
-    ``attributes`` (``alt``, ``title``) become segments of their own, after those of the text."""
+    ``attributes`` (``alt``, ``title``) become segments of their own, after those of the text. ``keep``:
+    the spans of a block's text (entities decoded) to take out of its words and keep as they are, as
+    void elements are kept (`nmtk.decode.unknown`: what the model cannot read, links)."""
     if kind not in ("html", "xml"):
         raise ValueError(kind)
-    parser = _Parser(kind, frozenset(a.lower() for a in attributes))
+    parser = _Parser(kind, frozenset(a.lower() for a in attributes), keep)
     parser.feed(markup)
     parser.close()
     if parser.verbatim is not None:
@@ -524,6 +556,8 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             char, phase = (_end(text, spans[lo - 1], trim and tag.trim_end), 0) if after else (spans[lo][0], 3)
             whole = tag.start + tag.end  # an empty element: both its tags
             markup = (" " + whole if after else whole + " ") if tag.pad else whole
+            if tag.spaced and char > 0 and not text[char - 1].isspace():  # isst <img>.
+                markup = " " + markup
             inserts.append((char, phase, (depth[k], k), markup, 0))
         else:
             if trim and tag.trim_start:  # leading target words of punctuation alone stay outside too

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -133,3 +134,23 @@ def test_punctuation_left_outside_a_tag_stays_outside_in_the_target() -> None:
     text = "zwei Hunde."
     out = doc.render([place(doc.segments[0], Target(text, token_spans(words, text), [0, 1, 1]))])
     assert out == '<p><a href="/x">zwei Hunde</a>.</p>'
+
+
+def test_kept_spans_leave_the_words_and_come_back_where_they_stood() -> None:
+    """``keep`` (what the model cannot read, links: `nmtk.decode.unknown`) takes spans out of a block's
+    words, each a point written as it was (escaped), inside the tag around it; a copy gives the markup
+    back, and a point that had a space before it keeps one (``eats <img>.``, ``eats 🐶.``)."""
+    def keep(text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in re.finditer(r"🐶|https://\S+(?<!\.)", text)]
+
+    markup = '<p>A dog 🐶 eats at <b>https://x.example/a?b=1&amp;c=2</b>.</p><p>🐶 A dog🐶 runs 🐶.</p>'
+    doc = parse(markup, keep=keep)
+    first, second = doc.segments
+    assert first.words == ["A", "dog", "eats", "at", "."] and second.words == ["A", "dog", "runs", "."]
+    url = next(t for t in first.tags if "https" in t.start)  # the element it fills is the point
+    assert (url.start, url.end, url.point) == ("<b>https://x.example/a?b=1&amp;c=2", "</b>", True)
+    assert doc.render([place(s, identity(s)) for s in doc.segments]) == markup
+    assert parse(markup).segments[0].words[2] == "🐶"  # without keep, the model reads it
+    moved = parse("<p>A man eats <img src='s.png'>.</p>").segments[0]  # a target with no space before "."
+    assert place(moved, Target("Ein Mann isst.", [(0, 3), (4, 8), (9, 13), (13, 14)], [0, 1, 2, 3])) == (
+        "Ein Mann isst <img src='s.png'>.")
