@@ -102,8 +102,8 @@ class Engine:
         out: dict[int, str] = {}
         for view, lines in groups.values():
             found = carried_lines(view, [sources[k] for k in lines])
-            done = restored(found, translate_markup(view, [c.fragment for c in found.values()], self.search, "html",
-                                                    (), self.glossary, self.bans, self.hints)) if found else {}
+            done = restored(found, translate_markup(view, list(found.values()), self.search, "html", (),
+                                                    self.glossary, self.bans, self.hints)) if found else {}
             out.update({lines[i]: text for i, text in done.items()})
         return out
 

@@ -9,8 +9,9 @@ fares no better on a model that never learned to copy them ("Ein Crorororo…" f
 taken out of the line, the model reads the line clean, and each span is put back beside the target
 words aligned to the source words it stood beside ("Ein Hund 🐶 rennt.") — fairseq's ``--replace-unk``
 idea, with the placement of an inline ``<img>`` in markup (`nmtk.decode.markup`), which this reuses:
-the line becomes an html fragment whose spans are void elements. So it needs word alignments: nmtk's
-own engine (not a CTranslate2 export), and one best translation per line.
+the line becomes an html fragment whose spans markup's parser takes out of the words (`keeper`), as it
+does in html a user sends. So it needs word alignments (nmtk's engine, or a CTranslate2 export that
+carries them), and one best translation per line.
 """
 
 from __future__ import annotations
@@ -18,59 +19,11 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
     from nmtk.decode.search.config import SearchConfig
-
-#: The attribute naming a span's void element in the fragment (no html a user writes carries it).
-KEEP = "data-nmtk-keep"
-_PLACED = re.compile(rf'<img {KEEP}="(\d+)">')
-
-
-@dataclass(frozen=True)
-class Carried:
-    """A line as the html fragment markup translates (its text escaped, each unknown span an ``<img>``)
-    and its spans, each with whether a space stood before and after it."""
-
-    fragment: str
-    spans: tuple[tuple[str, bool, bool], ...]
-
-    def restore(self, translated: str) -> str:
-        """The translated fragment as text: each span where its element was placed, spaced as it was in
-        the source (``isst<img>.`` → ``isst 寿司.`` where the source had ``eats 寿司.``), entities decoded."""
-        out, at = [], 0
-        for match in _PLACED.finditer(translated):
-            span, space_before, space_after = self.spans[int(match.group(1))]
-            before = html.unescape(translated[at : match.start()])
-            last = before or (out[-1] if out else "")  # two spans placed side by side: the first's end
-            if space_before and last and not last[-1].isspace():
-                before += " "
-            out += [before, span]
-            at = match.end()
-            if space_after and at < len(translated) and translated[at].isalnum():
-                out.append(" ")
-        out.append(html.unescape(translated[at:]))
-        return "".join(out).strip()
-
-
-def carried(line: str, spells: Callable[[str], bool], links: bool = True) -> Carried | None:
-    """``line`` with its runs of characters ``spells`` refuses (white space ends a run) and, with
-    ``links``, its URLs and e-mail addresses (`link_spans`) as void elements; None where it has neither
-    (the line is translated as it is)."""
-    runs = kept_spans(line, spells, links)
-    if not runs:
-        return None
-    pieces, spans, at = [], [], 0
-    for lo, hi in runs:
-        pieces += [html.escape(line[at:lo], quote=False), f'<img {KEEP}="{len(spans)}">']
-        spans.append((line[lo:hi], lo > 0 and line[lo - 1].isspace(), hi < len(line) and line[hi].isspace()))
-        at = hi
-    pieces.append(html.escape(line[at:], quote=False))
-    return Carried("".join(pieces), tuple(spans))
-
 
 def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True) -> list[tuple[int, int]]:
     """The [start, end) of each span of ``line`` to carry through: its runs of characters ``spells``
@@ -160,17 +113,17 @@ def can_carry(translator: TranslatorBase, search: SearchConfig) -> bool:
     return translator.can_align and search.nbest == 1 and search.sampling is None and not search.align
 
 
-def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, Carried]:
-    """The lines of ``lines`` holding characters the translator's source vocabulary cannot spell as it
-    reads them (`read_as_spelt`), or links where it reads lines as read (not ``--as-typed``), by index,
-    as `carried` makes them."""
-    spells, links = read_as_spelt(translator), translator.reading.carry_links
-    return {k: c for k, line in enumerate(lines) if (c := carried(line, spells, links)) is not None}
+def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, str]:
+    """The lines of ``lines`` holding spans to carry (`kept_spans`, as the translator reads them), by
+    index, each as an html fragment (its text escaped), in which markup keeps those spans out of the
+    words (`keeper`) and places them as it places an ``<img>``."""
+    keep = keeper(translator)
+    return {k: html.escape(line, quote=False) for k, line in enumerate(lines) if keep(line)}
 
 
-def restored(found: dict[int, Carried], translated: list[str]) -> dict[int, str]:
-    """``found``'s lines as text (`Carried.restore`), from their fragments' translations in order."""
-    return {k: c.restore(text) for (k, c), text in zip(found.items(), translated, strict=True)}
+def restored(found: dict[int, str], translated: list[str]) -> dict[int, str]:
+    """``found``'s lines as text, from their fragments' translations in order (entities decoded)."""
+    return {k: html.unescape(text) for k, text in zip(found, translated, strict=True)}
 
 
 def left_out(lines: list[str], guides: list | None, translated: dict[int, str]) -> tuple[list[str], list | None]:

@@ -489,7 +489,7 @@ async def _carried(service: _Service, req: LibreRequest, lines: list[str], searc
     found = carried_lines(view, lines)
     if not found:
         return {}
-    return restored(found, await _marked_texts(service, req, [c.fragment for c in found.values()], pair))
+    return restored(found, await _marked_texts(service, req, list(found.values()), pair))
 
 
 async def _html_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None

@@ -70,6 +70,7 @@ class Tag:
     trim_end: bool = False  # it ended before its last word's trailing punctuation (``link</a>.``)
     glued: bool = False  # a point written right after a word (``word<br>``): it follows that word
     spaced: bool = False  # a point after whitespace, before none (``eats <img>.``): it keeps its space before
+    word_after: bool = False  # a point written right before a word's letter or digit (``<img>dog``): glued to it
 
     @property
     def point(self) -> bool:
@@ -192,10 +193,11 @@ class _Parser(HTMLParser):
             pad = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and text[lo].isspace()
             glued = lo == hi and 0 < first and spans[first - 1][1] >= lo  # after the word before it, no space
             spaced = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and not text[lo].isspace()
+            word_after = lo == hi and lo < len(text) and text[lo].isalnum()
             lead = text[spans[first][0] : lo] if first < len(spans) else ""
             tail = text[hi : spans[last - 1][1]] if last > 0 else ""
             segment.tags.append(Tag(start, end, first, last, parent, pad, _punctuation(lead), _punctuation(tail),
-                                    glued, spaced))
+                                    glued, spaced, word_after))
         self.parts.append(len(self.segments))
         self.segments.append(segment)
         self._new_block()
@@ -205,6 +207,7 @@ class _Parser(HTMLParser):
         `Keep`), each become a point where it stood, its characters written as they were (``pad``: in
         the space they had), inside the innermost tag around it. A span between two characters of words
         leaves a space: the words stay two. Positions after a span move back."""
+        before = len(self.tags)
         for lo, hi in reversed(kept):
             glue = " " if 0 < lo and hi < len(text) and not text[lo - 1].isspace() and not text[hi].isspace() else ""
             span, text = html.escape(text[lo:hi], quote=False), text[:lo] + glue + text[hi:]
@@ -221,6 +224,7 @@ class _Parser(HTMLParser):
             self.breaks = [moved(b) for b in self.breaks]
             if not whole:
                 self.tags.append((span, "", lo, lo, inside[-1] if inside else None))
+        self.tags[before:] = self.tags[before:][::-1]  # the points in the order they stood (no tag's parent)
         return text
 
     def _outside_the_words(self, segment: Segment, spans: list[tuple[int, int]], text: str
@@ -558,6 +562,8 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             markup = (" " + whole if after else whole + " ") if tag.pad else whole
             if tag.spaced and char > 0 and not text[char - 1].isspace():  # isst <img>.
                 markup = " " + markup
+            if not (after or tag.pad or tag.word_after) and char < len(text) and text[char].isalnum():
+                markup += " "  # "(see <img>) now" -> "siehe <img> jetzt", where the model dropped the ()
             inserts.append((char, phase, (depth[k], k), markup, 0))
         else:
             if trim and tag.trim_start:  # leading target words of punctuation alone stay outside too

@@ -1,37 +1,53 @@
-"""Characters the source vocabulary cannot spell, taken out of a line and put back (`nmtk.decode.unknown`)."""
+"""Spans a model should not read, carried through (`nmtk.decode.unknown`): which spans, and how markup
+(`nmtk.text.markup`, with ``keep``) takes them out of the words and puts them back."""
 
 from __future__ import annotations
 
-from nmtk.decode.unknown import KEEP, carried, link_spans
+import html
+from functools import partial
+
+from nmtk.decode.unknown import kept_spans, link_spans
+from nmtk.text.markup import Target, parse, place, token_spans
 
 
 def ascii_only(char: str) -> bool:
     return char.isascii()
 
 
-def test_unknown_runs_become_void_elements_and_the_rest_is_escaped_text() -> None:
-    line = "A dog🐶 runs & <jumps> 寿司 寿司."
-    kept = carried(line, ascii_only)
-    assert kept.fragment == (f'A dog<img {KEEP}="0"> runs &amp; &lt;jumps&gt; <img {KEEP}="1"> '
-                             f'<img {KEEP}="2">.')
-    assert kept.spans == (("🐶", False, True), ("寿司", True, True), ("寿司", True, False))
-    assert carried("A dog runs.", ascii_only) is None and carried("   ", ascii_only) is None
+def copied(line: str, order: list[int] | None = None) -> str:
+    """``line`` through markup as `nmtk.decode.unknown` sends a text line (escaped, spans kept) and a
+    'translation' that copies its words (in ``order``), each aligned to itself, as text again."""
+    doc = parse(html.escape(line, quote=False), keep=partial(kept_spans, spells=ascii_only))
+    placed = []
+    for segment in doc.segments:
+        words = [segment.words[i] for i in (order or range(len(segment.words)))]
+        text = " ".join(words)
+        placed.append(place(segment, Target(text, token_spans(words, text), order or list(range(len(words))))))
+    return html.unescape(doc.render(placed))
 
 
-def test_spans_come_back_where_placed_spaced_as_in_the_source() -> None:
-    kept = carried("A man eats 寿司. 🐶🐱 A dog🐶 runs.", ascii_only)
-    placed = (f'Ein Mann isst<img {KEEP}="0">. <img {KEEP}="1">Ein Hund<img {KEEP}="2"> '
-              "rennt &amp; springt &lt;hoch&gt;.")
-    assert kept.restore(placed) == "Ein Mann isst 寿司. 🐶🐱 Ein Hund🐶 rennt & springt <hoch>."
-    first = carried("🐶 A dog.", ascii_only)
-    assert first.restore(f'<img {KEEP}="0">Ein Hund.') == "🐶 Ein Hund."
+def test_unknown_runs_and_links_are_the_spans_kept() -> None:
+    line = "A dog🐶 runs & <jumps> 寿司 寿司. See www.x.example/a?b=1&c=2."
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only)] == [
+        "🐶", "寿司", "寿司", "www.x.example/a?b=1&c=2"]
+    assert kept_spans("A dog runs.", ascii_only) == [] and kept_spans("   ", ascii_only) == []
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, links=False)] == ["🐶", "寿司", "寿司"]
+
+
+def test_spans_come_back_where_they_stood_spaced_as_in_the_source() -> None:
+    for line in ("A man eats 寿司. 🐶🐱 A dog🐶 runs & <jumps>.", "🐶 A dog.", "A dog runs 🐶", "Two 🐶 🐱 dogs.",
+                 "Mail jo@x.example, or see https://x.example/a_(b)."):
+        assert copied(line) == line, line
+    # reordered: after the last target word aligned to a source word before it (markup's `place`)
+    assert copied("A big dog 🐶 runs", [0, 2, 1, 3]) == "A dog big 🐶 runs"
 
 
 def test_brackets_and_quotes_around_a_span_go_with_it() -> None:
     """``(寿司)``: the model, given ``()`` around nothing, drops them; carried whole they stay."""
-    kept = carried("A man eats (寿司) and «寿司», not (sushi).", ascii_only)
-    assert kept.spans == (("(寿司)", True, True), ("«寿司»", True, False))
-    assert kept.fragment == f'A man eats <img {KEEP}="0"> and <img {KEEP}="1">, not (sushi).'
+    line = "A man eats (寿司) and «寿司», not (sushi)."
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only)] == ["(寿司)", "«寿司»"]
+    assert parse(html.escape(line), keep=partial(kept_spans, spells=ascii_only)).segments[0].words == [
+        "A", "man", "eats", "and", ",", "not", "(sushi)."]
 
 
 def test_links_are_carried_whole_and_the_sentence_keeps_its_punctuation() -> None:
@@ -42,17 +58,13 @@ def test_links_are_carried_whole_and_the_sentence_keeps_its_punctuation() -> Non
     assert [line[lo:hi] for lo, hi in link_spans(line)] == [
         "https://de.wikipedia.org/wiki/Bonn_(Stadt)", "www.example.com/a?b=1&c=2", "Jo.Doe+x@mail.example.org",
         "ftp://files.example.net/x"]
-    kept = carried(line, ascii_only)
-    assert kept.fragment == (f'See <img {KEEP}="0">, <img {KEEP}="1">. (Write to <img {KEEP}="2">!) '
-                             f'Or <img {KEEP}="3">.')
-    assert kept.spans[1] == ("www.example.com/a?b=1&c=2", True, False)  # & left as typed, not escaped
+    assert copied(line) == line
     for plain in ("A dog runs, e.g. at 3.5 km/h.", "a@b is no address", "Mr.Smith ran. 12:30", "http:// alone"):
         assert link_spans(plain) == [], plain
-    assert carried(line, ascii_only, links=False) is None  # --as-typed: the model reads them
 
 
-def test_a_link_beside_an_unknown_character_is_one_span_and_side_by_side_spans_stay_apart() -> None:
-    kept = carried("Look 🐶https://example.com/dog now", ascii_only)
-    assert kept.spans == (("🐶https://example.com/dog", True, True),)
-    two = carried("Bought for 寿司 🐶 today", ascii_only)
-    assert two.restore(f'Kaufte für<img {KEEP}="0"><img {KEEP}="1"> heute') == "Kaufte für 寿司 🐶 heute"
+def test_a_link_beside_an_unknown_character_is_one_span_and_a_span_between_letters_leaves_two_words() -> None:
+    line = "Look 🐶https://example.com/dog now, A🐶B"
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only)] == ["🐶https://example.com/dog", "🐶"]
+    assert parse(line, keep=partial(kept_spans, spells=ascii_only)).segments[0].words == ["Look", "now,", "A", "B"]
+    assert copied(line) == "Look 🐶https://example.com/dog now, A🐶 B"  # the model read two words
