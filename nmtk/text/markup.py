@@ -545,8 +545,9 @@ Insert = tuple[int, int, tuple, str, int]
 
 
 def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], trim: bool) -> list[Insert]:
-    """Where each tag's markup goes, sorted. At equal characters: points after a word, closes (inner
-    first), opens (outer first), points before a word."""
+    """Where each tag's markup goes, sorted. At equal characters: closes (inner first) and the points
+    after a word (each inside its parent, outside the tags closing there that are not its ancestors),
+    then opens (outer first), then points before a word."""
     inserts: list[Insert] = []
     spans, n, text = target.spans, len(target.spans), target.text
     depth = _depths(segment.tags)
@@ -557,14 +558,18 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
         elif tag.point:  # before word lo, or after word lo - 1 where that keeps it inside its parent
             parent = ranges[tag.parent] if tag.parent is not None else (0, n)
             after = lo > 0 and (lo == n or lo == parent[1] and lo > parent[0] or tag.glued and lo - 1 >= parent[0])
-            char, phase = (_end(text, spans[lo - 1], trim and tag.trim_end), 0) if after else (spans[lo][0], 3)
+            char, phase = (_end(text, spans[lo - 1], trim and tag.trim_end), 1) if after else (spans[lo][0], 3)
             whole = tag.start + tag.end  # an empty element: both its tags
             markup = (" " + whole if after else whole + " ") if tag.pad else whole
             if tag.spaced and char > 0 and not text[char - 1].isspace():  # isst <img>.
                 markup = " " + markup
             if not (after or tag.pad or tag.word_after) and char < len(text) and text[char].isalnum():
                 markup += " "  # "(see <img>) now" -> "siehe <img> jetzt", where the model dropped the ()
-            inserts.append((char, phase, (depth[k], k), markup, 0))
+            # after a word: with the closes there, after those of tags inside its parent, before its parent's
+            # (``<i>a cat</i><img>`` keeps the point outside ``<i>``); before a word: after the opens
+            order = (depth[k], k) if not after else (-parent[0], -depth[tag.parent] - 0.5, k) if (
+                tag.parent is not None) else (float("inf"), 0, k)
+            inserts.append((char, phase, order, markup, 0))
         else:
             if trim and tag.trim_start:  # leading target words of punctuation alone stay outside too
                 while lo < hi - 1 and _only_punctuation(text, spans[lo]):

@@ -154,3 +154,11 @@ def test_kept_spans_leave_the_words_and_come_back_where_they_stood() -> None:
     moved = parse("<p>A man eats <img src='s.png'>.</p>").segments[0]  # a target with no space before "."
     assert place(moved, Target("Ein Mann isst.", [(0, 3), (4, 8), (9, 13), (13, 14)], [0, 1, 2, 3])) == (
         "Ein Mann isst <img src='s.png'>.")
+
+
+def test_a_point_after_a_closing_tag_stays_outside_it() -> None:
+    """``<i>cat</i><img>`` (no space): the point follows the word and stays where it was, outside ``<i>``;
+    written inside, inside."""
+    for markup in ('<p>A <i>cat</i><img src="x"> runs.</p>', '<p>A <i>cat<img src="x"></i> runs.</p>',
+                   '<p><b>A <i>dog</i><img src="x"> runs</b>.</p>'):
+        assert round_trip(markup) == markup
