@@ -69,7 +69,7 @@ class Tag:
     trim_start: bool = False  # it began after its first word's leading punctuation (``"<b>Hi``)
     trim_end: bool = False  # it ended before its last word's trailing punctuation (``link</a>.``)
     glued: bool = False  # a point written right after a word (``word<br>``): it follows that word
-    spaced: bool = False  # a point after whitespace, before none (``eats <img>.``): it keeps its space before
+    spaced: bool = False  # a point after whitespace (``eats <img>.``): it keeps a space before it
     word_after: bool = False  # a point written right before a word's letter or digit (``<img>dog``): glued to it
 
     @property
@@ -192,7 +192,7 @@ class _Parser(HTMLParser):
             first, last = _covered(spans, lo, hi)
             pad = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and text[lo].isspace()
             glued = lo == hi and 0 < first and spans[first - 1][1] >= lo  # after the word before it, no space
-            spaced = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and not text[lo].isspace()
+            spaced = lo == hi and 0 < lo and text[lo - 1].isspace()
             word_after = lo == hi and lo < len(text) and text[lo].isalnum()
             lead = text[spans[first][0] : lo] if first < len(spans) else ""
             tail = text[hi : spans[last - 1][1]] if last > 0 else ""
@@ -534,6 +534,8 @@ def place(segment: Segment, target: Target) -> str:
     out, at = [], 0
     for char, _, _, markup, _ in inserts:
         out.append(_escaped(target.text[at:char], segment.entities))
+        if markup[:1] == " " and "".join(out[-2:])[-1:] == " ":  # two points side by side: one space
+            markup = markup[1:]
         out.append(markup)
         at = char
     out.append(_escaped(target.text[at:], segment.entities))
@@ -561,7 +563,7 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             char, phase = (_end(text, spans[lo - 1], trim and tag.trim_end), 1) if after else (spans[lo][0], 3)
             whole = tag.start + tag.end  # an empty element: both its tags
             markup = (" " + whole if after else whole + " ") if tag.pad else whole
-            if tag.spaced and char > 0 and not text[char - 1].isspace():  # isst <img>.
+            if tag.spaced and char > 0 and not text[char - 1].isspace() and markup[0] != " ":  # isst <img>.
                 markup = " " + markup
             if not (after or tag.pad or tag.word_after) and char < len(text) and text[char].isalnum():
                 markup += " "  # "(see <img>) now" -> "siehe <img> jetzt", where the model dropped the ()

@@ -162,3 +162,15 @@ def test_a_point_after_a_closing_tag_stays_outside_it() -> None:
     for markup in ('<p>A <i>cat</i><img src="x"> runs.</p>', '<p>A <i>cat<img src="x"></i> runs.</p>',
                    '<p><b>A <i>dog</i><img src="x"> runs</b>.</p>'):
         assert round_trip(markup) == markup
+
+
+def test_points_placed_together_before_a_glued_word_keep_one_space_each() -> None:
+    """``eats 寿司 at www.x.example.`` where the model wrote "isst." (no word for "at"): both spans go
+    before the full stop, each with the space it had before it, never two spaces."""
+    def keep(text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in re.finditer(r"寿司|www\.x\.example", text)]
+
+    segment = parse("A man eats 寿司 at www.x.example.", keep=keep).segments[0]
+    assert segment.words == ["A", "man", "eats", "at", "."]
+    target = Target("Ein Mann isst.", [(0, 3), (4, 8), (9, 13), (13, 14)], [0, 1, 2, 4])
+    assert place(segment, target) == "Ein Mann isst 寿司 www.x.example."
