@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import ClassVar
@@ -26,7 +27,7 @@ from nmtk.text.casing import recased
 from nmtk.text.reading import Reading
 from nmtk.text.spellings import Speller
 from nmtk.text.subword import word_starts
-from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID
+from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID, unhinted_length
 
 
 def contains(tokens: list[int], phrase: tuple[int, ...]) -> bool:
@@ -59,6 +60,21 @@ TARGET_DERIVED = ("glue", "speller", "_bans")
 
 #: A target-language tag (``>>de<<``) at the start of a line of text.
 TAG_IN_TEXT = re.compile(r"\s*>>[^<>\s]+<<")
+
+
+def marking_cut(decode: Callable[[list[list[int]]], list[list[Hypothesis]]], search: SearchConfig,
+                max_positions: int, markers: tuple[int, int, int] | None, controls: list[LineControls | None] | None,
+                pieces: list[list[int]]) -> list[list[Hypothesis]]:
+    """``decode(pieces)``, each hypothesis marked ``cut`` where it is as long as its source's length
+    limit allows (a·|x| + b, as either engine counts it): the model never ended it, most often
+    because it repeats itself (``Kartoffffatatatat…``), which `translate` reports."""
+    found = decode(pieces)
+    for k, (piece, hyps) in enumerate(zip(pieces, found, strict=True)):
+        prefix = controls[k].prefix if controls and controls[k] else ()
+        limit = search.output_limit(unhinted_length(piece, markers), max_positions, len(prefix))
+        for h in hyps:
+            h.cut = len(h.tokens) >= limit
+    return found
 
 
 @dataclass(kw_only=True)
@@ -182,7 +198,9 @@ class TranslatorBase:
         markers = self.src_pipe.hint_markers
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
                                head=self.src_pipe.prefix, markers=markers)
-        decode = partial(self.decode_pieces, search=search, controls=self._piece_controls(controls, todo, segments))
+        pieces = self._piece_controls(controls, todo, segments)
+        decode = partial(marking_cut, partial(self.decode_pieces, search=search, controls=pieces), search,
+                         self.max_positions, markers, pieces)
         for i, hyps, n in zip(todo, segments.decode(decode), segments.count, strict=True):
             results[i] = hyps
             if n > 1:

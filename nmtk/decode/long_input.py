@@ -136,7 +136,7 @@ class Segments:
                 continue
             best = [h[0] for h in group if h]
             tokens = [t for h in best for t in h.tokens]
-            hyp = Hypothesis(tokens, sum(h.score for h in best) / max(len(best), 1))
+            hyp = Hypothesis(tokens, sum(h.score for h in best) / max(len(best), 1), cut=any(h.cut for h in best))
             if best and all(h.alignment is not None for h in best):  # word indices continue across pieces
                 from nmtk.decode.search.word_alignment import Alignment
 

@@ -77,6 +77,7 @@ class Engine:
     bans: tuple[str, ...] = ()
     detect: bool = False  # --source-lang auto, a model with the target from several sources
     hints: bool = False  # the glossary goes into the sources as hints (--terms inline), not into the search
+    cut: list[int] = field(default_factory=list)  # input lines whose translation ran to its length limit
 
     def ids(self, sources: list[str], first: int) -> list[list[int] | None] | None:
         """With ``--source-lang auto``, each line encoded by the pair of its detected language; with
@@ -173,7 +174,7 @@ def translate(options: TranslateOptions) -> None:
     if options.document:
         return _translate_document(engine, options, partial)
     source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
-    done = [0]
+    done, start = [0], time.perf_counter()
     try:
         with interruptible():  # Ctrl-C and SIGTERM end a wait for input wherever the kernel delivers them
             if options.output is None:
@@ -181,6 +182,7 @@ def translate(options: TranslateOptions) -> None:
             else:
                 _to_partial(engine, options, source, partial, resume, done)
                 os.replace(partial, options.output)
+        console.print(summary(done[0], time.perf_counter() - start, engine.cut))
     except KeyboardInterrupt as exc:
         code = exit_code(exc)
         if partial is not None and not partial.exists():
@@ -193,6 +195,18 @@ def translate(options: TranslateOptions) -> None:
     finally:
         if options.input:
             source.close()
+
+
+def summary(lines: int, seconds: float, cut: list[int]) -> str:
+    """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
+    translations ran to their length limit (``cut``: the model did not end them, most often because it
+    repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading."""
+    said = f"translated {lines:,} lines in {seconds:.1f} s ({lines / max(seconds, 1e-9):.1f} lines/s)"
+    if not cut:
+        return said
+    shown = ", ".join(str(n) for n in cut[:10]) + (f" and {len(cut) - 10:,} more" if len(cut) > 10 else "")
+    return (f"{said}; {len(cut):,} ran to the length limit without ending (the model repeating itself?): "
+            f"line{'s' if len(cut) > 1 else ''} {shown}")
 
 
 def _detects_sources(translator: TranslatorBase, options: TranslateOptions) -> bool:
@@ -385,6 +399,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     sources, guides = left_out(sources, guides, carried)
     hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
                                               ids=engine.ids(sources, first), guides=guides)
+    engine.cut.extend(first + k for k, hyps in enumerate(hypotheses) if hyps and hyps[0].cut)
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
     return [carried.get(k, line) for k, line in enumerate(out)] if carried else out
 

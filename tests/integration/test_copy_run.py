@@ -307,6 +307,23 @@ def test_an_export_aligns_and_carries_spans_as_the_run_does(copy_run, exported, 
     assert as_is.returncode == 0 and "🐶" not in as_is.stdout, as_is.stdout
 
 
+def test_translate_ends_with_a_summary_naming_the_lines_cut_at_their_length_limit(copy_run, exported) -> None:
+    """As fairseq and Marian do, `translate` ends with how many lines it translated and how fast, and
+    names the lines whose translation ran to its length limit (the model never ended it): in both
+    engines, found by the same rule."""
+    tmp, _, env = copy_run
+    text = "\n".join(a for a, _ in copy_pairs(12, 11)) + "\n\n"
+    for model in (tmp / "run", exported):
+        plain = nmtk("translate", "-m", str(model), cwd=tmp, env=env, stdin=text)
+        assert plain.returncode == 0 and "translated 13 lines in " in plain.stderr, plain.stderr
+        assert "length limit" not in plain.stderr  # the copy model ends every line
+        short = nmtk("translate", "-m", str(model), "--max-len-a", "0", "--max-len-b", "2", cwd=tmp, env=env,
+                     stdin=text)
+        assert short.returncode == 0 and all(len(line.split()) <= 2 for line in short.stdout.splitlines())
+        assert ("12 ran to the length limit without ending (the model repeating itself?): lines 1, 2, 3, 4, 5, "
+                "6, 7, 8, 9, 10 and 2 more") in short.stderr, short.stderr
+
+
 def test_ctranslate2_on_a_cpu_decodes_batches_side_by_side_as_one_search_would(exported) -> None:
     """A file's translation on a CPU runs CTranslate2 as one-thread searches taking batches side by side
     (`thread_layout`): every line comes back in its place, the same as from one search, the lines a

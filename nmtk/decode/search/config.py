@@ -30,6 +30,7 @@ class Hypothesis:
     # the watched cross-attention of each token's step (tokens × source positions), when the search kept it
     attention: Any = field(default=None, compare=False, repr=False)
     case: str | None = None  # the case its source line was typed in, given back to the text (`nmtk.text.casing`)
+    cut: bool = False  # the search stopped it at its length limit (a·|x| + b): the model had not ended it
 
 
 @dataclass(frozen=True)
