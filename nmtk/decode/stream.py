@@ -201,7 +201,8 @@ def summary(lines: int, seconds: float, cut: list[int]) -> str:
     """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
     translations ran to their length limit (``cut``: the model did not end them, most often because it
     repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading."""
-    said = f"translated {lines:,} lines in {seconds:.1f} s ({lines / max(seconds, 1e-9):.1f} lines/s)"
+    said = (f"translated {lines:,} line{'' if lines == 1 else 's'} in {seconds:.1f} s "
+            f"({lines / max(seconds, 1e-9):.1f} lines/s)")
     if not cut:
         return said
     shown = ", ".join(str(n) for n in cut[:10]) + (f" and {len(cut) - 10:,} more" if len(cut) > 10 else "")
