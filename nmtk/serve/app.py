@@ -25,13 +25,13 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase, refuse_tags
@@ -81,6 +81,11 @@ class ApiError(Exception):
         self.status, self.message = status, message
 
 
+#: A request's glossary: ``[[source term, target term], ...]``, or ``{"source term": "target term"}``.
+GlossaryPairs = Annotated[list[tuple[str, str]],
+                          BeforeValidator(lambda value: list(value.items()) if isinstance(value, dict) else value)]
+
+
 class LibreRequest(BaseModel):
     """LibreTranslate's request, and nmtk's options; any other field is an error naming it."""
 
@@ -97,7 +102,7 @@ class LibreRequest(BaseModel):
     alignment: bool = False
     prefix: str | list[str] | None = None  # the start of the translation (per line when q is a list)
     constraints: list[str] | list[list[str]] | None = None  # terms it must contain (per line when q is a list)
-    glossary: list[tuple[str, str]] | None = None  # [[source term, target term], ...]: added to the server's
+    glossary: GlossaryPairs | None = None  # [[source term, target term], ...] or {term: term}: added to the server's
     glossary_ignore_case: bool = False
     ban: list[str] | None = None  # phrases never to produce
     no_repeat_ngram_size: int | None = Field(None, ge=0)
@@ -140,7 +145,7 @@ class OnmtSegment(BaseModel):
     id: int | str | None = None
     prefix: str | None = None
     constraints: list[str] | None = None
-    glossary: list[tuple[str, str]] | None = None
+    glossary: GlossaryPairs | None = None
     ban: list[str] | None = None
     no_repeat_ngram_size: int | None = Field(None, ge=0)
     repetition_penalty: float | None = Field(None, gt=0.0)

@@ -179,7 +179,8 @@ def test_controls_in_both_request_shapes_equal_translate_and_are_batched(served)
         elif kind == 1:
             requests.append({"q": lines[i], "constraints": ["dog"]})
         elif kind == 2:
-            requests.append({"q": lines[i], "glossary": [[w[0], "bike"]]})
+            # a list of pairs, or an object of them (a JSON glossary's usual form)
+            requests.append({"q": lines[i], "glossary": [[w[0], "bike"]] if i % 8 == 2 else {w[0]: "bike"}})
         else:
             requests.append({"q": lines[i], "ban": [w[-1]]})
     before = server.get("/health")["batches"]
