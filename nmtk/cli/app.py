@@ -274,7 +274,8 @@ ShortlistOption = Annotated[bool, typer.Option("--shortlist", help="Project each
 AsTypedOption = Annotated[bool, typer.Option(
     "--as-typed", help="Read every line as it came. By default a line in capitals (or With Every Word "
                        "Capitalised) is translated as sentence-cased text and given back in capitals (title "
-                       "case), URLs and e-mail addresses are carried through untranslated (nmtk's engine), and, "
+                       "case), URLs and e-mail addresses are carried through untranslated, a translation that lost a "
+                       "number of the line is made again with its numbers carried, and, "
                        "where the recipe has tokenizer.correct_typos, unknown words near a training word are "
                        "corrected.")]
 FormatOption = Annotated[MarkupFormat, typer.Option(

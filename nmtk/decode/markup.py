@@ -8,6 +8,7 @@ and its tags placed around the target words aligned to the source words they cov
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, replace
 
 from nmtk.decode.base import TranslatorBase
@@ -43,8 +44,8 @@ class MarkedUp:
 
     @classmethod
     def of(cls, documents: list[str], kind: str, translator: TranslatorBase,
-           attributes: tuple[str, ...] = ()) -> MarkedUp:
-        parsed, keep = [], keeper(translator)  # emoji, unknown scripts and links carried, as in text
+           attributes: tuple[str, ...] = (), numbers: bool = False) -> MarkedUp:
+        parsed, keep = [], keeper(translator, numbers)  # emoji, unknown scripts, links (numbers) carried
         for d, text in enumerate(documents):
             try:
                 parsed.append(parse(text, kind, attributes, keep))
@@ -122,12 +123,12 @@ def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> tuple[str
 
 def translate_markup(translator: TranslatorBase, documents: list[str], search: SearchConfig, kind: str,
                      attributes: tuple[str, ...] = (), glossary: Glossary | None = None,
-                     bans: tuple[str, ...] = (), hints: bool = False) -> list[str]:
+                     bans: tuple[str, ...] = (), hints: bool = False, numbers: bool = False) -> list[str]:
     """``documents`` (html or xml) translated with their tags, all their sentences in one search (with
     the glossary's terms, as constraints or, ``hints``, as hints in the sources, and the banned
-    phrases, as in text)."""
+    phrases, as in text); with ``numbers``, their numbers carried through as links are."""
     check_engine(translator, kind)
-    marked = MarkedUp.of(documents, kind, translator, attributes)
+    marked = MarkedUp.of(documents, kind, translator, attributes, numbers)
     lines = marked.lines
     if not lines:
         return list(documents)
@@ -139,3 +140,14 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     ids = marked.ids(translator, glossary if hints else None)
     hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
     return marked.render(hyps, translator)
+
+
+def translate_keeping_numbers(translator: TranslatorBase, lines: list[str], search: SearchConfig,
+                              glossary: Glossary | None = None, bans: tuple[str, ...] = (), hints: bool = False
+                              ) -> list[str]:
+    """Plain ``lines`` translated with their numbers carried through (`nmtk.decode.unknown.lost_numbers`:
+    for lines whose translation lost one), as carried lines are: escaped, translated as html fragments
+    whose numbers markup keeps out of the words, unescaped."""
+    done = translate_markup(translator, [html.escape(line, quote=False) for line in lines], search, "html", (),
+                            glossary, bans, hints, numbers=True)
+    return [html.unescape(text) for text in done]

@@ -22,9 +22,9 @@ from nmtk.console import console
 from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, inline_terms, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
-from nmtk.decode.markup import check_engine, translate_markup
+from nmtk.decode.markup import check_engine, translate_keeping_numbers, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
-from nmtk.decode.unknown import can_carry, carried_lines, left_out, restored
+from nmtk.decode.unknown import can_carry, carried_lines, left_out, lost_numbers, restored
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
     InvalidUtf8,
@@ -93,20 +93,45 @@ class Engine:
         """The translations of the lines holding characters the source vocabulary cannot spell, their
         spans carried through (`nmtk.decode.unknown`), by index (``first``: the first one's line number);
         none where lines are read by another input format, or each line gives more than its translation."""
-        if not self.format.plain or options.print_scores or not can_carry(self.translator, self.search):
+        if not self.carries(options):
             return {}
         refuse_tags(self.translator, sources, first)  # as `encode` checks the lines it is given
-        groups: dict[object, tuple[TranslatorBase, list[int]]] = {}
-        for k, line in enumerate(sources):  # with --source-lang auto, each line by its detected language's pair
-            view = self.translator.for_text(line) if self.detect and line.strip() else self.translator
-            groups.setdefault(view.language_pair, (view, []))[1].append(k)
         out: dict[int, str] = {}
-        for view, lines in groups.values():
+        for view, lines in self.views(sources, range(len(sources))):
             found = carried_lines(view, [sources[k] for k in lines])
             done = restored(found, translate_markup(view, list(found.values()), self.search, "html", (),
                                                     self.glossary, self.bans, self.hints)) if found else {}
             out.update({lines[i]: text for i, text in done.items()})
         return out
+
+    def renumbered(self, sources: list[str], out: list[str], options: TranslateOptions) -> list[str]:
+        """``out`` (a line per source) with each translation that lost a number of its source
+        (`lost_numbers`) made again with the source's numbers carried through, as links are; where
+        lines are carried, and not read as typed."""
+        if not self.carries(options) or not self.translator.reading.carry:
+            return out
+        lang = self.translator.tgt_pipe.moses.lang
+        lost = [k for k, (line, text) in enumerate(zip(sources, out, strict=True)) if lost_numbers(line, text, lang)]
+        out = list(out)
+        for view, lines in self.views(sources, lost):
+            again = translate_keeping_numbers(view, [sources[k] for k in lines], self.search, self.glossary, self.bans,
+                                              self.hints)
+            for k, text in zip(lines, again, strict=True):
+                out[k] = text
+        return out
+
+    def carries(self, options: TranslateOptions) -> bool:
+        """Whether lines are carried (`nmtk.decode.unknown`): plain input, each line giving its translation."""
+        return self.format.plain and not options.print_scores and can_carry(self.translator, self.search)
+
+    def views(self, sources: list[str], lines: Iterable[int]) -> list[tuple[TranslatorBase, list[int]]]:
+        """``lines`` of ``sources`` by the translator that reads them: with ``--source-lang auto``, the pair
+        of each one's detected language."""
+        groups: dict[object, tuple[TranslatorBase, list[int]]] = {}
+        for k in lines:
+            view = self.translator.for_text(sources[k]) if self.detect and sources[k].strip() else self.translator
+            groups.setdefault(view.language_pair, (view, []))[1].append(k)
+        return list(groups.values())
 
     def guides(self, lines: list[str], first: int) -> tuple[list[str], list[Guidance | None] | None]:
         """The sources of ``lines`` (numbered from ``first``) and each one's guidance (None: none at all,
@@ -402,7 +427,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
                                               ids=engine.ids(sources, first), guides=guides)
     engine.cut.extend(first + k for k, hyps in enumerate(hypotheses) if hyps and hyps[0].cut)
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
-    return [carried.get(k, line) for k, line in enumerate(out)] if carried else out
+    return engine.renumbered(chunk, [carried.get(k, line) for k, line in enumerate(out)], options)
 
 
 def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:

@@ -22,6 +22,7 @@ request; the server goes on).
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -38,7 +39,7 @@ from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import can_carry, carried_lines, left_out, restored
+from nmtk.decode.unknown import can_carry, carried_lines, left_out, lost_numbers, restored
 from nmtk.errors import NmtkError
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
@@ -459,6 +460,7 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     terms = _per_line(req.constraints, len(items), "constraints", list) if req.constraints else [[] for _ in items]
     guides = service.guides(lines, [prefix[i] for i in indices], [terms[i] for i in indices], req.glossary,
                             req.glossary_ignore_case, req.ban)
+    sources = lines
     kept = await _carried(service, req, lines, search, pair)
     lines, guides = left_out(lines, guides, kept)
     hints = service.hinted(lines, req.glossary, req.glossary_ignore_case, pair)
@@ -476,6 +478,9 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
         if req.alignment:
             answer["alignment"] = str(h[0].alignment or "") if h else ""
         answers.append(answer)
+    texts = [answer["translatedText"] for answer in answers]
+    for k, text in (await _renumbered(service, req, sources, texts, search, pair)).items():
+        answers[k]["translatedText"] = text
     return answers
 
 
@@ -495,6 +500,22 @@ async def _carried(service: _Service, req: LibreRequest, lines: list[str], searc
     if not found:
         return {}
     return restored(found, await _marked_texts(service, req, list(found.values()), pair))
+
+
+async def _renumbered(service: _Service, req: LibreRequest, lines: list[str], texts: list[str], search: SearchConfig,
+                      pair: Pair | None) -> dict[int, str]:
+    """The translations of the ``lines`` whose text (``texts``) lost a number of the line
+    (`nmtk.decode.unknown.lost_numbers`), made again with their numbers carried through, by index; none
+    where lines are not carried (`_carried`) or are read as typed, as `nmtk translate` does."""
+    view = service.worker.translator.for_pair(pair)
+    if req.prefix or req.constraints or req.scores or not can_carry(view, search) or not view.reading.carry:
+        return {}
+    lang = view.tgt_pipe.moses.lang
+    lost = [k for k, (line, text) in enumerate(zip(lines, texts, strict=True)) if lost_numbers(line, text, lang)]
+    if not lost:
+        return {}
+    done = await _marked_texts(service, req, [html.escape(lines[k], quote=False) for k in lost], pair, numbers=True)
+    return {k: html.unescape(text) for k, text in zip(lost, done, strict=True)}
 
 
 async def _html_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
@@ -520,12 +541,13 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
     return [{"translatedText": text} for text in texts]
 
 
-async def _marked_texts(service: _Service, req: LibreRequest, documents: list[str], pair: Pair | None
-                        ) -> list[str]:
+async def _marked_texts(service: _Service, req: LibreRequest, documents: list[str], pair: Pair | None,
+                        numbers: bool = False) -> list[str]:
     """``documents`` (html, one pair's) translated, tags placed by the alignment, with the request's
-    glossary, bans and search settings: html requests' and text carrying unknown characters'."""
+    glossary, bans and search settings: html requests' and text carrying unknown characters' (and, with
+    ``numbers``, its numbers: `_renumbered`)."""
     view = service.worker.translator.for_pair(pair)
-    marked = MarkedUp.of(documents, "html", view, tuple(req.translate_attributes))
+    marked = MarkedUp.of(documents, "html", view, tuple(req.translate_attributes), numbers)
     lines = marked.lines
     if not lines:  # markup and no word: nothing to translate
         return list(documents)

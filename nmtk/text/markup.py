@@ -65,11 +65,10 @@ class Tag:
     first: int
     last: int
     parent: int | None  # the enclosing tag (its index in the segment's tags), None at the top
-    pad: bool = False  # a point with whitespace on both sides in the source: it keeps a space on both
     trim_start: bool = False  # it began after its first word's leading punctuation (``"<b>Hi``)
     trim_end: bool = False  # it ended before its last word's trailing punctuation (``link</a>.``)
     glued: bool = False  # a point written right after a word (``word<br>``): it follows that word
-    spaced: bool = False  # a point after whitespace (``eats <img>.``): it keeps a space before it
+    after_word: bool = False  # a point written right after a word's letter or digit (``dog<img>``): glued to it
     word_after: bool = False  # a point written right before a word's letter or digit (``<img>dog``): glued to it
 
     @property
@@ -190,14 +189,13 @@ class _Parser(HTMLParser):
         tags = self._outside_the_words(segment, spans, text)
         for start, end, lo, hi, parent in tags:
             first, last = _covered(spans, lo, hi)
-            pad = lo == hi and 0 < lo < len(text) and text[lo - 1].isspace() and text[lo].isspace()
             glued = lo == hi and 0 < first and spans[first - 1][1] >= lo  # after the word before it, no space
-            spaced = lo == hi and 0 < lo and text[lo - 1].isspace()
+            after_word = lo == hi and 0 < lo and text[lo - 1].isalnum()
             word_after = lo == hi and lo < len(text) and text[lo].isalnum()
             lead = text[spans[first][0] : lo] if first < len(spans) else ""
             tail = text[hi : spans[last - 1][1]] if last > 0 else ""
-            segment.tags.append(Tag(start, end, first, last, parent, pad, _punctuation(lead), _punctuation(tail),
-                                    glued, spaced, word_after))
+            segment.tags.append(Tag(start, end, first, last, parent, _punctuation(lead), _punctuation(tail),
+                                    glued, after_word, word_after))
         self.parts.append(len(self.segments))
         self.segments.append(segment)
         self._new_block()
@@ -561,12 +559,13 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             parent = ranges[tag.parent] if tag.parent is not None else (0, n)
             after = lo > 0 and (lo == n or lo == parent[1] and lo > parent[0] or tag.glued and lo - 1 >= parent[0])
             char, phase = (_end(text, spans[lo - 1], trim and tag.trim_end), 1) if after else (spans[lo][0], 3)
-            whole = tag.start + tag.end  # an empty element: both its tags
-            markup = (" " + whole if after else whole + " ") if tag.pad else whole
-            if tag.spaced and char > 0 and not text[char - 1].isspace() and markup[0] != " ":  # isst <img>.
-                markup = " " + markup
-            if not (after or tag.pad or tag.word_after) and char < len(text) and text[char].isalnum():
-                markup += " "  # "(see <img>) now" -> "siehe <img> jetzt", where the model dropped the ()
+            # a space between it and the words around it, unless it was glued to a word (``dog<img>``,
+            # ``<img>dog``) or follows an opening quote or bracket: "isst <img>." for ``eats <img>.``,
+            # "siehe <img> jetzt" for ``(see <img>) now`` where the model dropped the (), never "555 ."
+            lead = char > 0 and not tag.after_word and not text[char - 1].isspace() and text[char - 1] not in _OPENING
+            trail = not after and char < len(text) and not tag.word_after and (
+                text[char].isalnum() or text[char] in _OPENING)
+            markup = " " * lead + tag.start + tag.end + " " * trail  # an empty element: both its tags
             # after a word: with the closes there, after those of tags inside its parent, before its parent's
             # (``<i>a cat</i><img>`` keeps the point outside ``<i>``); before a word: after the opens
             order = (depth[k], k) if not after else (-parent[0], -depth[tag.parent] - 0.5, k) if (
@@ -599,6 +598,10 @@ def _nested(inserts: list[Insert]) -> bool:
         elif which < 0 and (not stack or stack.pop() != -which):
             return False
     return not stack
+
+
+#: What opens a quotation or a bracket: a point before one is spaced as before a word.
+_OPENING = "\"'“„«‘([{¿¡"
 
 
 def _only_punctuation(text: str, span: tuple[int, int]) -> bool:

@@ -16,10 +16,11 @@ from nmtk.text.typos import TypoCorrector
 class Reading:
     """``fold_case``: lines in capitals or title case read in sentence case; ``lang``: the source
     language (English's "I"); ``typos``: the run's corrector (a recipe with ``tokenizer.correct_typos``);
-    ``carry_links``: URLs and e-mail addresses carried through, not read (`nmtk.decode.unknown`)."""
+    ``carry``: URLs and e-mail addresses carried through, not read, and the numbers a translation lost
+    carried in a second one (`nmtk.decode.unknown`)."""
 
     fold_case: bool = True
-    carry_links: bool = True
+    carry: bool = True
     lang: str = ""
     typos: TypoCorrector | None = None
 

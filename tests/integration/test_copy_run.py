@@ -178,6 +178,32 @@ def test_links_are_carried_through_whole_unless_read_as_typed(copy_run) -> None:
     assert typed.returncode == 0 and links[1] not in typed.stdout, typed.stdout  # the model read its words
 
 
+def test_lines_that_lost_a_number_are_translated_again_through_markup(copy_run, exported, monkeypatch) -> None:
+    """A translation that lost a number of its line (`lost_numbers`) is made again with the line's
+    numbers carried, as markup keeps spans, in both engines: the copy model spells no digit (its
+    lines carry them as unknown characters), so the second pass is forced here for lines holding
+    "cat", and must give those lines' own translations; ``--as-typed`` takes every line as it is."""
+    import nmtk.decode.stream as stream
+
+    tmp, _, env = copy_run
+    sentences = [a for a, _ in copy_pairs(12, 13)]
+    asked: list[str] = []
+
+    def lost(source: str, translation: str, lang: str = "") -> bool:
+        asked.append(lang)
+        return "cat" in source
+
+    for model in (tmp / "run", exported):
+        plain = nmtk("translate", "-m", str(model), cwd=tmp, env=env, stdin="\n".join(sentences) + "\n")
+        monkeypatch.setattr(stream, "lost_numbers", lost)
+        again = nmtk("translate", "-m", str(model), cwd=tmp, env=env, stdin="\n".join(sentences) + "\n")
+        typed = nmtk("translate", "-m", str(model), "--as-typed", cwd=tmp, env=env, stdin=sentences[0] + "\n")
+        monkeypatch.undo()
+        assert plain.returncode == again.returncode == typed.returncode == 0, again.stderr
+        assert sum(a == b for a, b in zip(plain.stdout.splitlines(), again.stdout.splitlines(), strict=True)) >= 11
+    assert set(asked) == {"de"} and len(asked) == 2 * len(sentences)  # the target's language; never as typed
+
+
 def test_attention_command_draws_the_three_kinds(copy_run) -> None:
     tmp, _, env = copy_run
     out = nmtk("attention", "-m", str(tmp / "run"), "the dog sits on the grass", "-o", str(tmp / "pics"), cwd=tmp,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from functools import partial
 
-from nmtk.decode.unknown import kept_spans, link_spans
+from nmtk.decode.unknown import kept_spans, link_spans, lost_numbers
 from nmtk.text.markup import Target, parse, place, token_spans
 
 
@@ -68,3 +68,21 @@ def test_a_link_beside_an_unknown_character_is_one_span_and_a_span_between_lette
     assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only)] == ["🐶https://example.com/dog", "🐶"]
     assert parse(line, keep=partial(kept_spans, spells=ascii_only)).segments[0].words == ["Look", "now,", "A", "B"]
     assert copied(line) == "Look 🐶https://example.com/dog now, A🐶 B"  # the model read two words
+
+
+def test_a_translation_lost_a_number_where_neither_its_digits_nor_its_words_are_there() -> None:
+    assert not lost_numbers("3 dogs and 3,500 apples for $12.99.", "Drei Hunde und 3.500 Äpfel für 12,99 $.", "de")
+    assert lost_numbers("A man gives 2 thumbs up.", "Ein Mann scheint zu laufen.", "de")
+    assert lost_numbers("the number 1102", "die Nummer Nummer Nummer", "de")
+    assert not lost_numbers("1 dog, an mp3 player, the 10th", "ein Hund", "de")  # 1 is "ein"; in words: not numbers
+    assert not lost_numbers("6 people on 12/05/2023", "sechs Leute am 12.05.2023", "de")
+    assert lost_numbers("6 people", "sechs Leute", "xx")  # no spelling for the language: digits only
+    assert not lost_numbers("21 dogs", "einundzwanzig Hunde", "de") and lost_numbers("21 dogs", "zwei Hunde", "de")
+
+
+def test_numbers_are_kept_only_when_asked() -> None:
+    line = "Call 555-1234 now for 3 dogs at $12.99, 10% off, not mp3s."
+    assert kept_spans(line, ascii_only) == []
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, numbers=True)] == [
+        "555-1234", "3", "$12.99", "10%"]
+    assert copied(line) == line
