@@ -77,6 +77,7 @@ def test_a_translation_lost_a_number_where_neither_its_digits_nor_its_words_are_
     assert not lost_numbers("1 dog, an mp3 player, the 10th", "ein Hund", "de")  # 1 is "ein"; in words: not numbers
     assert not lost_numbers("6 people on 12/05/2023", "sechs Leute am 12.05.2023", "de")
     assert lost_numbers("6 people", "sechs Leute", "xx")  # no spelling for the language: digits only
+    assert not lost_numbers("3 dogs", "٣ كلاب", "ar") and not lost_numbers("3 dogs", "三只狗", "ja")
     assert not lost_numbers("21 dogs", "einundzwanzig Hunde", "de") and lost_numbers("21 dogs", "zwei Hunde", "de")
 
 
