@@ -202,9 +202,9 @@ class _Parser(HTMLParser):
 
     def _taken_out(self, text: str, kept: list[tuple[int, int]]) -> str:
         """``text`` without its ``kept`` spans (characters the model cannot read, links: the caller's
-        `Keep`), each become a point where it stood, its characters written as they were (``pad``: in
-        the space they had), inside the innermost tag around it. A span between two characters of words
-        leaves a space: the words stay two. Positions after a span move back."""
+        `Keep`), each become a point where it stood, its characters written as they were, inside the
+        innermost tag around it (an element it fills becomes the point, whole). A span between two
+        characters of words leaves a space: the words stay two. Positions after a span move back."""
         before = len(self.tags)
         for lo, hi in reversed(kept):
             glue = " " if 0 < lo and hi < len(text) and not text[lo - 1].isspace() and not text[hi].isspace() else ""
