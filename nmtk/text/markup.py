@@ -649,7 +649,11 @@ def _target_ranges(segment: Segment, target: Target) -> list[tuple[int, int]]:
             ranges.append((0, 0))
             continue
         if tag.point:
-            ranges.append((_point_in(tag.first, target.aligned, parent), ) * 2)
+            at = _point_in(tag.first, target.aligned, parent)
+            if at == n == parent[1] > parent[0] and tag.first < len(segment.words) and not tag.glued and (
+                    _only_punctuation(target.text, target.spans[-1])):  # it stood before words: not after the "."
+                at -= 1
+            ranges.append((at, at))
             continue
         hits = [j for j, s in enumerate(target.aligned) if tag.first <= s < tag.last and parent[0] <= j < parent[1]]
         if not hits:

@@ -174,3 +174,15 @@ def test_points_placed_together_before_a_glued_word_keep_one_space_each() -> Non
     assert segment.words == ["A", "man", "eats", "at", "."]
     target = Target("Ein Mann isst.", [(0, 3), (4, 8), (9, 13), (13, 14)], [0, 1, 2, 4])
     assert place(segment, target) == "Ein Mann isst 寿司 www.x.example."
+
+
+def test_a_point_from_inside_the_sentence_stays_before_its_final_full_stop() -> None:
+    """Where no target word is aligned after it (the model dropped its phrase), a point that stood
+    before words of the source goes before the translation's closing punctuation, not after it; one
+    that stood at the end stays at the end."""
+    segment = parse('A man gives <img src="x"> thumbs up.').segments[0]
+    target = Target("Ein Mann lacht.", [(0, 3), (4, 8), (9, 14), (14, 15)], [0, 1, 2, 2])
+    assert place(segment, target) == 'Ein Mann lacht <img src="x">.'
+    end = parse('A man laughs. <img src="x">').segments[0]
+    assert place(end, Target("Ein Mann lacht.", [(0, 3), (4, 8), (9, 14), (14, 15)], [0, 1, 2, 2])) == (
+        'Ein Mann lacht. <img src="x">')
