@@ -78,6 +78,16 @@ class Engine:
     detect: bool = False  # --source-lang auto, a model with the target from several sources
     hints: bool = False  # the glossary goes into the sources as hints (--terms inline), not into the search
     cut: list[int] = field(default_factory=list)  # input lines whose translation ran to its length limit
+    detected: dict[str, TranslatorBase] = field(default_factory=dict)  # a buffer's lines' pairs (`view_of`)
+
+    def view_of(self, line: str) -> TranslatorBase:
+        """The translator that reads ``line``: with ``--source-lang auto``, its detected language's pair,
+        detected once per buffer (encoding, carrying and renumbering ask; `_translated` empties it)."""
+        if not self.detect or not line.strip():
+            return self.translator
+        if line not in self.detected:
+            self.detected[line] = self.translator.for_text(line)
+        return self.detected[line]
 
     def ids(self, sources: list[str], first: int) -> list[list[int] | None] | None:
         """With ``--source-lang auto``, each line encoded by the pair of its detected language; with
@@ -86,7 +96,7 @@ class Engine:
         hints = self.glossary if self.hints else None
         if not self.detect:
             return None if hints is None else self.translator.encode(sources, first, hints)
-        return [self.translator.for_text(line).encode([line], first + k, hints)[0] if line.strip() else None
+        return [self.view_of(line).encode([line], first + k, hints)[0] if line.strip() else None
                 for k, line in enumerate(sources)]
 
     def carried(self, sources: list[str], first: int, options: TranslateOptions) -> dict[int, str]:
@@ -129,7 +139,7 @@ class Engine:
         of each one's detected language."""
         groups: dict[object, tuple[TranslatorBase, list[int]]] = {}
         for k in lines:
-            view = self.translator.for_text(sources[k]) if self.detect and sources[k].strip() else self.translator
+            view = self.view_of(sources[k])
             groups.setdefault(view.language_pair, (view, []))[1].append(k)
         return list(groups.values())
 
@@ -420,6 +430,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
             where = f"{options.input or 'stdin'}:{first + (exc.document or 0)}"
             raise NmtkError(f"{where}: {str(exc).replace('line 1, ', '')}") from None
         return [" ".join(line.splitlines()) for line in done]
+    engine.detected.clear()
     sources, guides = engine.guides(chunk, first)
     carried = engine.carried(sources, first, options)
     sources, guides = left_out(sources, guides, carried)

@@ -277,23 +277,24 @@ class _Service:
         self.worker, self.info, self.default, self.limits, self.server_guides = worker, info, default, limits, guides
 
     def guides(self, lines: list[str], prefix: list[str | None], constraints: list[list[str]],
-               glossary: list[tuple[str, str]] | None, ignore_case: bool, ban: list[str] | None
-               ) -> list[Guidance | None] | None:
+               glossary: list[tuple[str, str]] | None, ignore_case: bool, ban: list[str] | None,
+               pair: Pair | None = None) -> list[Guidance | None] | None:
         """Each line's `Guidance`: its prefix and constraints, the terms of the server's and the
-        request's glossaries its source holds, and the banned phrases (None: nothing asked). With the
-        server's ``--terms inline`` the glossaries are hints (`hinted`), not constraints."""
+        request's glossaries its source holds (found by ``pair``'s Moses: a multilingual model's other
+        sources are not its first's), and the banned phrases (None: nothing asked). With the server's
+        ``--terms inline`` the glossaries are hints (`hinted`), not constraints."""
         server = self.server_guides
         every = None if server.hints else self.with_server(self.request_glossary(glossary, ignore_case))
         bans = tuple(server.bans) + tuple(b.strip() for b in ban or () if b.strip())
         if every is None and not bans and not any(prefix) and not any(constraints):
             return None
-        tokenize = self.worker.translator.src_pipe.moses.tokenize
+        view = self.worker.translator.for_pair(pair)
         out: list[Guidance | None] = []
         for line, start, terms in zip(lines, prefix, constraints, strict=True):
             if any(not t.strip() for t in terms):
                 raise ApiError(422, "constraints: an empty term")
             guide = Guidance(prefix=(start or "").strip(), constraints=tuple(t.strip() for t in terms))
-            out.append(guided(self.worker.translator.reading.read(line), guide, every, bans, tokenize))
+            out.append(guided(view.reading.read(line), guide, every, bans, view.src_pipe.moses.tokenize))
         return out
 
     @staticmethod
@@ -459,7 +460,7 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     prefix = _per_line(req.prefix, len(items), "prefix", str)
     terms = _per_line(req.constraints, len(items), "constraints", list) if req.constraints else [[] for _ in items]
     guides = service.guides(lines, [prefix[i] for i in indices], [terms[i] for i in indices], req.glossary,
-                            req.glossary_ignore_case, req.ban)
+                            req.glossary_ignore_case, req.ban, pair)
     sources = lines
     kept = await _carried(service, req, lines, search, pair)
     lines, guides = left_out(lines, guides, kept)
@@ -554,7 +555,7 @@ async def _marked_texts(service: _Service, req: LibreRequest, documents: list[st
     search = markup_search(service.search_for(beam=req.beam, no_repeat_ngram_size=req.no_repeat_ngram_size,
                                               repetition_penalty=req.repetition_penalty))
     guides = service.guides(lines, [None] * len(lines), [[] for _ in lines], req.glossary,
-                            req.glossary_ignore_case, req.ban)  # the glossaries are constraints, or hints:
+                            req.glossary_ignore_case, req.ban, pair)  # the glossaries are constraints, or hints:
     hints = service.hint_glossary(req.glossary, req.glossary_ignore_case, pair)
     hyps, translator = await service.run(lines, search, guides, pair, marked.ids(view, hints))
     return marked.render(hyps, translator)

@@ -1,0 +1,26 @@
+"""A request's glossary is looked for in each line as its own source reads it (`nmtk.serve.app._Service`)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from nmtk.pair import Pair
+from nmtk.serve.app import ServerGuides, _Service
+from nmtk.text.reading import Reading
+
+
+def _view(tokenize) -> SimpleNamespace:  # noqa: ANN001 - a Moses tokenizer's stand-in
+    return SimpleNamespace(reading=Reading(fold_case=False), src_pipe=SimpleNamespace(
+        moses=SimpleNamespace(tokenize=tokenize)))
+
+
+def test_a_multilingual_servers_glossary_is_matched_by_the_requests_own_pair() -> None:
+    """Moses splits by language (French ``l'homme`` → ``l' homme``, English → ``l 'homme``): a request
+    for a model's second source was matched with the first source's Moses, and missed its term."""
+    english = _view(lambda text: text.replace("'", " '"))
+    french = _view(lambda text: text.replace("'", "' "))
+    translator = SimpleNamespace(**vars(english), for_pair=lambda pair: french if pair == Pair("fr", "de") else english)
+    service = _Service(SimpleNamespace(translator=translator), None, None, None, ServerGuides())
+    asked = (["l'homme court"], [None], [[]], [("homme", "Mann")], False, None)
+    assert service.guides(*asked, Pair("fr", "de"))[0].constraints == ("Mann",)
+    assert service.guides(*asked, Pair("en", "de")) == [None]  # English Moses: "'homme", no term
