@@ -8,7 +8,6 @@ and its tags placed around the target words aligned to the source words they cov
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, replace
 
 from nmtk.decode.base import TranslatorBase
@@ -141,13 +140,3 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
     return marked.render(hyps, translator)
 
-
-def translate_keeping_numbers(translator: TranslatorBase, lines: list[str], search: SearchConfig,
-                              glossary: Glossary | None = None, bans: tuple[str, ...] = (), hints: bool = False
-                              ) -> list[str]:
-    """Plain ``lines`` translated with their numbers carried through (`nmtk.decode.unknown.lost_numbers`:
-    for lines whose translation lost one), as carried lines are: escaped, translated as html fragments
-    whose numbers markup keeps out of the words, unescaped."""
-    done = translate_markup(translator, [html.escape(line, quote=False) for line in lines], search, "html", (),
-                            glossary, bans, hints, numbers=True)
-    return [html.unescape(text) for text in done]

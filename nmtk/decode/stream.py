@@ -22,9 +22,9 @@ from nmtk.console import console
 from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, inline_terms, read_guides
 from nmtk.decode.load import LoadOptions, load_translator
-from nmtk.decode.markup import check_engine, translate_keeping_numbers, translate_markup
+from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
-from nmtk.decode.unknown import can_carry, carried_lines, left_out, lost_numbers, restored
+from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
     InvalidUtf8,
@@ -118,16 +118,15 @@ class Engine:
         """``out`` (a line per source) with each translation that lost a number of its source
         (`lost_numbers`) made again with the source's numbers carried through, as links are; where
         lines are carried, and not read as typed."""
-        if not self.carries(options) or not self.translator.reading.carry:
+        if not self.carries(options):
             return out
-        lang = self.translator.tgt_pipe.moses.lang
-        lost = [k for k, (line, text) in enumerate(zip(sources, out, strict=True)) if lost_numbers(line, text, lang)]
         out = list(out)
-        for view, lines in self.views(sources, lost):
-            again = translate_keeping_numbers(view, [sources[k] for k in lines], self.search, self.glossary, self.bans,
-                                              self.hints)
-            for k, text in zip(lines, again, strict=True):
-                out[k] = text
+        for view, lines in self.views(sources, range(len(sources))):
+            found = renumbered_lines(view, [sources[k] for k in lines], [out[k] for k in lines])
+            done = restored(found, translate_markup(view, list(found.values()), self.search, "html", (), self.glossary,
+                                                    self.bans, self.hints, numbers=True)) if found else {}
+            for i, text in done.items():
+                out[lines[i]] = text
         return out
 
     def carries(self, options: TranslateOptions) -> bool:

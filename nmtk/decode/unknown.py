@@ -167,6 +167,18 @@ def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, str
     return {k: html.escape(line, quote=False) for k, line in enumerate(lines) if keep(line)}
 
 
+def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:
+    """The lines of ``lines`` whose translation (``texts``) lost a number of the line (`lost_numbers`, in
+    the translator's target language), by index, each as an html fragment as `carried_lines` makes
+    them, to be translated again with its numbers kept (``numbers=True``); none where lines are read as
+    typed."""
+    if not translator.reading.carry:
+        return {}
+    lang = translator.tgt_pipe.moses.lang
+    return {k: html.escape(line, quote=False) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
+            if lost_numbers(line, text, lang)}
+
+
 def restored(found: dict[int, str], translated: list[str]) -> dict[int, str]:
     """``found``'s lines as text, from their fragments' translations in order (entities decoded)."""
     return {k: html.unescape(text) for k, text in zip(found, translated, strict=True)}

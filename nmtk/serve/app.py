@@ -22,7 +22,6 @@ request; the server goes on).
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -39,7 +38,7 @@ from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import can_carry, carried_lines, left_out, lost_numbers, restored
+from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored
 from nmtk.errors import NmtkError
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
@@ -509,14 +508,12 @@ async def _renumbered(service: _Service, req: LibreRequest, lines: list[str], te
     (`nmtk.decode.unknown.lost_numbers`), made again with their numbers carried through, by index; none
     where lines are not carried (`_carried`) or are read as typed, as `nmtk translate` does."""
     view = service.worker.translator.for_pair(pair)
-    if req.prefix or req.constraints or req.scores or not can_carry(view, search) or not view.reading.carry:
+    if req.prefix or req.constraints or req.scores or not can_carry(view, search):
         return {}
-    lang = view.tgt_pipe.moses.lang
-    lost = [k for k, (line, text) in enumerate(zip(lines, texts, strict=True)) if lost_numbers(line, text, lang)]
-    if not lost:
+    found = renumbered_lines(view, lines, texts)
+    if not found:
         return {}
-    done = await _marked_texts(service, req, [html.escape(lines[k], quote=False) for k in lost], pair, numbers=True)
-    return {k: html.unescape(text) for k, text in zip(lost, done, strict=True)}
+    return restored(found, await _marked_texts(service, req, list(found.values()), pair, numbers=True))
 
 
 async def _html_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None

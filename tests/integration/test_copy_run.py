@@ -183,7 +183,7 @@ def test_lines_that_lost_a_number_are_translated_again_through_markup(copy_run, 
     numbers carried, as markup keeps spans, in both engines: the copy model spells no digit (its
     lines carry them as unknown characters), so the second pass is forced here for lines holding
     "cat", and must give those lines' own translations; ``--as-typed`` takes every line as it is."""
-    import nmtk.decode.stream as stream
+    import nmtk.decode.unknown as unknown
 
     tmp, _, env = copy_run
     sentences = [a for a, _ in copy_pairs(12, 13)]
@@ -195,7 +195,7 @@ def test_lines_that_lost_a_number_are_translated_again_through_markup(copy_run, 
 
     for model in (tmp / "run", exported):
         plain = nmtk("translate", "-m", str(model), cwd=tmp, env=env, stdin="\n".join(sentences) + "\n")
-        monkeypatch.setattr(stream, "lost_numbers", lost)
+        monkeypatch.setattr(unknown, "lost_numbers", lost)
         again = nmtk("translate", "-m", str(model), cwd=tmp, env=env, stdin="\n".join(sentences) + "\n")
         typed = nmtk("translate", "-m", str(model), "--as-typed", cwd=tmp, env=env, stdin=sentences[0] + "\n")
         monkeypatch.undo()
