@@ -41,6 +41,12 @@ def latest_run(runs_root: Path = RUNS) -> RunDir | None:
     return RunDir(max(candidates, key=lambda p: p.stat().st_mtime).parent)
 
 
+#: Why a model gives no word alignments (`ModelSource.aligns`), as every refusal of alignments, markup
+#: and a server's ``alignment`` says it.
+NOT_ALIGNED = ("the model is an export made before nmtk exported the attention that aligns: export the run again, "
+               "or use the run directory")
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """A model as the user named it (``-m``, ``--checkpoint``, ``$NMTK_MODEL``, or nothing: the newest
@@ -62,7 +68,7 @@ class ModelSource:
         return self.kind == "export"
 
     @property
-    def aligns(self) -> bool:
+    def aligns(self) -> bool:  # where not, the refusals say NOT_ALIGNED
         """Whether the model gives word alignments: a run, or an export whose attention averages the heads
         of its last decoder layer (`nmtk.convert.ctranslate2`; exports made before that do not)."""
         return not self.is_export or bool((self.export_meta or {}).get("alignment_heads"))

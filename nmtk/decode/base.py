@@ -20,6 +20,7 @@ from nmtk.decode.guide import Glossary, Guidance
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
+from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, sources_of
 from nmtk.precision import Precision
 from nmtk.text import TextPipeline, langid
@@ -178,8 +179,7 @@ class TranslatorBase:
         source's tag (or code) and the target's forced first token.
         """
         if search.align and not self.can_align:
-            raise NmtkError(f"alignments: this {self.engine} export has none (made before nmtk exported its "
-                            "attention for them): export the run again, or use the run directory")
+            raise NmtkError(f"alignments: {NOT_ALIGNED}")
         results = self._searched(ids, search, first_line, controls)
         for i, hyps in enumerate(results):
             if controls is not None and controls[i] and ids[i] is not None and self._empty(hyps):

@@ -15,6 +15,7 @@ from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import keeper
 from nmtk.errors import NmtkError
+from nmtk.model_source import NOT_ALIGNED
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, token_spans
 from nmtk.text.subword import word_index
 
@@ -22,9 +23,7 @@ from nmtk.text.subword import word_index
 def check_engine(translator: TranslatorBase, kind: str) -> None:
     """One line, before anything is read, where the engine cannot place tags."""
     if not translator.can_align:
-        raise NmtkError(f"format {kind}: tags are placed by word alignments, which this {translator.engine} export "
-                        "has not (made before nmtk exported its attention for them): export the run again, or "
-                        "serve or translate with the run directory")
+        raise NmtkError(f"format {kind} (tags are placed by word alignments): {NOT_ALIGNED}")
 
 
 def markup_search(search: SearchConfig) -> SearchConfig:

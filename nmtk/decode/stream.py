@@ -37,7 +37,7 @@ from nmtk.files import (
     partial_path,
 )
 from nmtk.interrupts import deferred, exit_code, interruptible
-from nmtk.model_source import resolve_model
+from nmtk.model_source import NOT_ALIGNED, resolve_model
 from nmtk.pair import sources_of
 from nmtk.text.markup import MarkupError
 
@@ -191,8 +191,7 @@ def translate(options: TranslateOptions) -> None:
     search = SearchConfig.from_recipe(model.recipe.decode, **options.search)
     if (search.align or options.format != "text") and not model.aligns:  # before the model loads
         what = "--print-alignment" if search.align else f"--format {options.format} (tags are placed by alignments)"
-        raise NmtkError(f"{what}: {model.path} is an export made before nmtk exported the attention that aligns: "
-                        "export the run again, or pass the run directory")
+        raise NmtkError(f"{what}: {model.path}: {NOT_ALIGNED}")
     glossary, bans = read_guides(options.guide, model.recipe)
     hints = glossary is not None and inline_terms(options.guide.terms, model.manifest, str(model.path))
     translator = load_translator(model, options.load)

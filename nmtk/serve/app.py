@@ -40,6 +40,7 @@ from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored
 from nmtk.errors import NmtkError
+from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
@@ -364,8 +365,7 @@ class _Service:
         if search.beam > limits.max_beam or search.nbest > limits.max_nbest:
             raise ApiError(413, f"beam/n_best above {limits.max_beam}/{limits.max_nbest}")
         if search.align and not self.worker.translator.can_align:
-            raise ApiError(400, "alignment: this export has none (made before nmtk exported its attention for them): "
-                                "export the run again, or serve the run directory")
+            raise ApiError(400, f"alignment: {NOT_ALIGNED}")
         return search
 
     async def run(self, lines: list[str], search: SearchConfig, guides: list[Guidance | None] | None = None,
