@@ -484,13 +484,19 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     return answers
 
 
+def _carries(req: LibreRequest, view: TranslatorBase, search: SearchConfig) -> bool:
+    """Whether a text request's lines are carried (`nmtk.decode.unknown`): each asks for its translation
+    alone (no prefix, constraints or scores), from an engine that aligns (`can_carry`)."""
+    return not (req.prefix or req.constraints or req.scores) and can_carry(view, search)
+
+
 async def _carried(service: _Service, req: LibreRequest, lines: list[str], search: SearchConfig, pair: Pair | None
                    ) -> dict[int, str]:
     """The translations of the ``lines`` holding characters the source vocabulary cannot spell, by index,
     their spans carried through (`nmtk.decode.unknown`); none where the request asks more of a line
     than its translation, or the engine cannot align."""
     view = service.worker.translator.for_pair(pair)
-    if req.prefix or req.constraints or req.scores or not can_carry(view, search):
+    if not _carries(req, view, search):
         return {}
     try:
         refuse_tags(view, lines)  # as `encode` checks the lines it is given
@@ -508,7 +514,7 @@ async def _renumbered(service: _Service, req: LibreRequest, lines: list[str], te
     (`nmtk.decode.unknown.lost_numbers`), made again with their numbers carried through, by index; none
     where lines are not carried (`_carried`) or are read as typed, as `nmtk translate` does."""
     view = service.worker.translator.for_pair(pair)
-    if req.prefix or req.constraints or req.scores or not can_carry(view, search):
+    if not _carries(req, view, search):
         return {}
     found = renumbered_lines(view, lines, texts)
     if not found:
