@@ -178,6 +178,14 @@ def hinted(engine: Any, sources: list[str], wanted: list[list[tuple[str, str]]])
             for s, g in zip(sources, wanted, strict=True)]
 
 
+def preferred(wanted: list[list[tuple[str, str]]]) -> list:
+    """Each line's hinted target terms, which `translate --terms inline` prefers among the finished
+    hypotheses (`nmtk.decode.guide.preferring`), as it does."""
+    from nmtk.decode.guide import Guidance
+
+    return [Guidance(hinted=tuple(t for _, t in g)) if g else None for g in wanted]
+
+
 def constraints(wanted: list[list[tuple[str, str]]]) -> list:
     """Each line's target terms as constraints (nmtk's engine)."""
     from nmtk.decode.guide import Guidance
@@ -202,15 +210,15 @@ def terms(run: Path, engines: Engines, repeat: int, sources: list[str], refs: li
     plain = texts(translator, sources, search)
     wanted = kept_glossaries(run, translator, sources, refs, plain)
     ids = hinted(translator, sources, wanted)
-    guides = constraints(wanted)
+    guides, hints = constraints(wanted), preferred(wanted)
     (plain, plain_s), (inline, inline_s), (constrained, constrained_s) = alternated(
         (lambda: texts(translator, sources, search),
-         lambda: texts(translator, sources, search, ids=hinted(translator, sources, wanted)),
+         lambda: texts(translator, sources, search, ids=hinted(translator, sources, wanted), guides=hints),
          lambda: texts(translator, sources, search, guides=guides)), repeat)
     texts(ct2, sources[:50], ct2_search)
     (ct2_plain, ct2_plain_s), (ct2_inline, ct2_inline_s) = alternated(
         (lambda: texts(ct2, sources, ct2_search),
-         lambda: texts(ct2, sources, ct2_search, ids=hinted(ct2, sources, wanted))), repeat)
+         lambda: texts(ct2, sources, ct2_search, ids=hinted(ct2, sources, wanted), guides=hints)), repeat)
     n = len(sources)
     row = lambda outs, s, base: {"term_recall_pct": recall(outs, wanted), "bleu": bleu(outs, refs),  # noqa: E731
                                  "sentences_per_s": round(n / s, 1), "speed_vs_plain": round(base / s, 3)}
@@ -238,10 +246,12 @@ def phrases(run: Path, engines: Engines, sources: list[str], refs: list[str]) ->
 
     return {"terms": len(picked), "examples": [g for g in wanted if g][:5],
             "nmtk": {"nothing": row(plain),
-                     "inline": row(texts(translator, sources, search, ids=hinted(translator, sources, wanted))),
+                     "inline": row(texts(translator, sources, search, ids=hinted(translator, sources, wanted),
+                                         guides=preferred(wanted))),
                      "constrained": row(texts(translator, sources, search, guides=constraints(wanted)))},
             "ct2_int8": {"nothing": row(texts(ct2, sources, ct2_search)),
-                         "inline": row(texts(ct2, sources, ct2_search, ids=hinted(ct2, sources, wanted)))}}
+                         "inline": row(texts(ct2, sources, ct2_search, ids=hinted(ct2, sources, wanted),
+                                             guides=preferred(wanted)))}}
 
 
 def alternated(calls: tuple[Callable[[], list[str]], ...], repeat: int) -> list[tuple[list[str], float]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import ClassVar
 
-from nmtk.decode.guide import Glossary, Guidance
+from nmtk.decode.guide import Glossary, Guidance, preferring
 from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
@@ -46,6 +46,22 @@ def warn_unmet(line: int, tokens: list[int], constraints: tuple[tuple[int, ...],
 
         console.print(f"warning: line {line}: {missing} of its {len(constraints)} constraints did not fit in its "
                       "length limit (max_len_a·|source| + max_len_b): translated with as many as fit")
+
+
+def writes_nothing(hyps: list[Hypothesis], pipe: TextPipeline) -> bool:
+    """Whether a line's search found no translation that writes anything (in ``pipe``'s target)."""
+    return not hyps or all(t in pipe.hidden for t in hyps[0].tokens)
+
+
+def preferred(pipe: TextPipeline, hyps: list[Hypothesis], terms: tuple[str, ...], keep: int) -> list[Hypothesis]:
+    """`preferring` a line's hypotheses that hold its hinted ``terms``, compared as the model writes
+    them: the subword model's text against the terms' target Moses tokens (no detokenizing)."""
+    hidden = pipe.hidden
+
+    def words(h: Hypothesis) -> str:
+        return pipe.subwords.decode([t for t in h.tokens if t not in hidden] if hidden else h.tokens)
+
+    return preferring(hyps, tuple(pipe.moses.tokenize(t) for t in terms), words, keep)
 
 
 def forced_start(starts: tuple[int, ...], controls: list[LineControls | None] | None,
@@ -176,14 +192,18 @@ class TranslatorBase:
         pieces (`nmtk.decode.long_input`), with one warning naming its line (``first_line`` is the
         number of ``ids[0]``); its prefix and constraints are asked of its first piece, its banned
         phrases of every piece. Every piece keeps what a multilingual model needs of its line: the
-        source's tag (or code) and the target's forced first token.
+        source's tag (or code) and the target's forced first token. Hinted terms: `preferred`.
         """
         if search.align and not self.can_align:
             raise NmtkError(f"alignments: {NOT_ALIGNED}")
-        results = self._searched(ids, search, first_line, controls)
+        hinted = [c.hinted if c is not None else () for c in controls or ()]
+        results = self._searched(ids, replace(search, alternatives=search.alternatives or any(hinted)), first_line,
+                                 controls)
         for i, hyps in enumerate(results):
-            if controls is not None and controls[i] and ids[i] is not None and self._empty(hyps):
+            if controls is not None and controls[i] and ids[i] is not None and writes_nothing(hyps, self.tgt_pipe):
                 results[i] = hyps = self._rescued(ids[i], search, first_line + i, controls[i])
+            if hinted:
+                results[i] = hyps = preferred(self.tgt_pipe, hyps, hinted[i], search.returned)
             if controls is not None and controls[i] and controls[i].constraints and hyps:
                 warn_unmet(first_line + i, hyps[0].tokens, controls[i].constraints)
         return results
@@ -207,10 +227,6 @@ class TranslatorBase:
                 warn_split(first_line + i, ids[i], self.max_positions, n, self.longest_trained, markers)
         return results
 
-    def _empty(self, hyps: list[Hypothesis]) -> bool:
-        """Whether a line's search found no translation that writes anything."""
-        return not hyps or all(t in self.tgt_pipe.hidden for t in hyps[0].tokens)
-
     def _rescued(self, source: list[int], search: SearchConfig, line: int, controls: LineControls
                  ) -> list[Hypothesis]:
         """A line whose controls no translation could meet all together (its search found none, e.g. a
@@ -230,7 +246,7 @@ class TranslatorBase:
                 continue
             dropped.append(what)
             hyps = self._searched([source], easier, line, [fewer or None])[0]
-            if not self._empty(hyps):
+            if not writes_nothing(hyps, self.tgt_pipe):
                 break
         console.print(f"warning: line {line}: no translation meets all its controls together; translated without "
                       f"{' and '.join(dropped)}")
@@ -270,7 +286,7 @@ class TranslatorBase:
             constraints = tuple(self._checked(c, f"line {line}: the constraint", limit) for c in guide.constraints)
             bans = tuple(spelling for b in guide.bans for spelling in self._ban(b, line))
             self._check_together(line, guide, prefix, constraints, search)
-            out.append(LineControls(prefix=prefix, constraints=constraints, bans=bans,
+            out.append(LineControls(prefix=prefix, constraints=constraints, bans=bans, hinted=guide.hinted,
                                     glue=self.glue if constraints else frozenset()))
         return out
 

@@ -270,7 +270,7 @@ class Ct2Translator(TranslatorBase):
                                        repetition_penalty=search.repetition_penalty,
                                        use_vmap=self.vocab_map or self.shortlist, return_attention=search.align)
         if sampling is None:
-            options.update(beam_size=search.beam, num_hypotheses=search.nbest)
+            options.update(beam_size=search.beam, num_hypotheses=search.returned)
         else:
             options.update(beam_size=1, sampling_topk=sampling.topk, sampling_topp=sampling.topp,
                            sampling_temperature=sampling.temperature)

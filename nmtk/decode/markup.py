@@ -130,11 +130,10 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     lines = marked.lines
     if not lines:
         return list(documents)
-    constrained = None if hints else glossary
     guides = None
-    if constrained is not None or bans:
+    if glossary is not None or bans:
         tokenize = translator.src_pipe.moses.tokenize
-        guides = [guided(translator.reading.read(line), Guidance(), constrained, bans, tokenize) for line in lines]
+        guides = [guided(translator.reading.read(line), Guidance(), glossary, bans, tokenize, hints) for line in lines]
     ids = marked.ids(translator, glossary if hints else None)
     hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
     return marked.render(hyps, translator)

@@ -145,15 +145,15 @@ class Engine:
     def guides(self, lines: list[str], first: int) -> tuple[list[str], list[Guidance | None] | None]:
         """The sources of ``lines`` (numbered from ``first``) and each one's guidance (None: none at all,
         and the search runs exactly as without these options)."""
-        glossary = None if self.hints else self.glossary
-        if self.format.plain and glossary is None and not self.bans:
+        if self.format.plain and self.glossary is None and not self.bans:
             return lines, None
         sources, guides = [], []
         tokenize = self.translator.src_pipe.moses.tokenize
         for k, line in enumerate(lines):
             source, guide = self.format.split(line, first + k)
             sources.append(source)
-            guides.append(guided(self.translator.reading.read(source), guide, glossary, self.bans, tokenize))
+            guides.append(guided(self.translator.reading.read(source), guide, self.glossary, self.bans, tokenize,
+                                 self.hints))
         return sources, guides
 
 

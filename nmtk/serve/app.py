@@ -282,9 +282,10 @@ class _Service:
         """Each line's `Guidance`: its prefix and constraints, the terms of the server's and the
         request's glossaries its source holds (found by ``pair``'s Moses: a multilingual model's other
         sources are not its first's), and the banned phrases (None: nothing asked). With the server's
-        ``--terms inline`` the glossaries are hints (`hinted`), not constraints."""
+        ``--terms inline`` the glossaries are hints (`hinted`), their terms preferred among the finished
+        hypotheses (`preferring`), not constraints."""
         server = self.server_guides
-        every = None if server.hints else self.with_server(self.request_glossary(glossary, ignore_case))
+        every = self.with_server(self.request_glossary(glossary, ignore_case))
         bans = tuple(server.bans) + tuple(b.strip() for b in ban or () if b.strip())
         if every is None and not bans and not any(prefix) and not any(constraints):
             return None
@@ -294,7 +295,7 @@ class _Service:
             if any(not t.strip() for t in terms):
                 raise ApiError(422, "constraints: an empty term")
             guide = Guidance(prefix=(start or "").strip(), constraints=tuple(t.strip() for t in terms))
-            out.append(guided(view.reading.read(line), guide, every, bans, view.src_pipe.moses.tokenize))
+            out.append(guided(view.reading.read(line), guide, every, bans, view.src_pipe.moses.tokenize, server.hints))
         return out
 
     @staticmethod

@@ -5,6 +5,7 @@ line with nothing written."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,38 @@ def test_terms_inline_on_a_model_trained_without_hints_is_one_line_and_writes_no
     assert result.returncode != 0 and "--terms inline:" in result.stderr and "trained with terminology hints" \
         in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not out.exists() and not list(tmp_path.glob("out.txt*"))
+
+
+def test_hinted_terms_are_preferred_among_the_finished_hypotheses_in_both_engines(copy_run, exported) -> None:
+    """A line's hinted terms (``--terms inline``) choose among the hypotheses its search finished, in
+    nmtk's engine and in CTranslate2 alike (which returns its beam's when asked): a term the best lacks
+    and a lower hypothesis holds makes that one the translation; the other lines are as without."""
+    from nmtk.decode.guide import Guidance, held
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+    from nmtk.precision import Precision
+
+    tmp, _, _ = copy_run
+    beam = SearchConfig(beam=4)
+    for model in (tmp / "run", exported):
+        translator = load_translator(resolve_model(model), LoadOptions(precision=Precision.fp32, threads=1))
+        ids = translator.encode(LINES)
+        plain = translator.hypotheses_of_ids(ids, beam)
+        more = translator.hypotheses_of_ids(ids, replace(beam, alternatives=True))
+        assert [h[0].tokens for h in more] == [h[0].tokens for h in plain] and max(len(h) for h in more) > 1
+        words = [[translator.tgt_pipe.subwords.decode(h.tokens) for h in x] for x in more]
+        # a line, and a word of a lower hypothesis that its best lacks
+        line, j, term = next((i, j, w) for i, texts in enumerate(words) for j, text in enumerate(texts[1:], 1)
+                             for w in text.split() if not held(texts[0], w))
+        guides = [Guidance(hinted=(term,)) if i == line else None for i in range(len(LINES))]
+        got = translator.hypotheses(LINES, beam, guides=guides)
+        assert held(translator.detokenize(got[line][0]), term), (model, term, got[line])
+        assert got[line][0].tokens == next(h.tokens for h in more[line] if held(translator.tgt_pipe.subwords.decode(
+            h.tokens), term)) and len(got[line]) == 1
+        assert all(got[i][0].tokens == plain[i][0].tokens for i in range(len(LINES)) if i != line)
+    from nmtk.decode.guide import Glossary
+    from nmtk.decode.stream import Engine
+
+    engine = Engine(translator, beam, glossary=Glossary((("cat", "bike"),)), hints=True)  # translate --terms inline
+    assert engine.guides(LINES, 1) == (LINES, [Guidance(hinted=("bike",)), None, None])

@@ -4,6 +4,7 @@ parsing of glossaries and tab-separated input."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,53 @@ def test_the_unsteered_search_is_untouched(model, sources) -> None:
     cfg = SearchConfig(beam=4, nbest=2)
     plain, empty = search(model, sources, cfg), search(model, sources, cfg, [LineControls()] * len(sources))
     assert [[(h.tokens, h.score) for h in x] for x in plain] == [[(h.tokens, h.score) for h in x] for x in empty]
+
+
+def test_alternatives_give_the_beam_s_finished_hypotheses_without_changing_the_search(model, sources) -> None:
+    """`SearchConfig.alternatives`: every finished hypothesis the beam holds when a sentence stops, the
+    n best first exactly as without (same tokens, same scores): the stopping rule is the n best's."""
+    for cfg in (SearchConfig(beam=4), SearchConfig(beam=4, nbest=2), SearchConfig(beam=4, length_penalty_form="power")):
+        plain = search(model, sources, cfg)
+        more = search(model, sources, replace(cfg, alternatives=True))
+        assert [[(h.tokens, h.score) for h in x] for x in plain] == \
+            [[(h.tokens, h.score) for h in x[: cfg.nbest]] for x in more]
+        assert all(len(x) <= 4 for x in more) and any(len(x) > cfg.nbest for x in more)
+        assert all(a.score >= b.score for x in more for a, b in zip(x, x[1:], strict=False))
+    assert SearchConfig(beam=4, alternatives=True).returned == 4 and SearchConfig(beam=4, nbest=2).returned == 2
+
+
+def test_hinted_terms_choose_the_best_hypothesis_holding_most_of_them() -> None:
+    """Hints ask, they do not force: among a line's hypotheses, those holding more of its hinted terms
+    (as whole words) come first, by score among equals; the first is not read further when it holds all."""
+    from nmtk.decode.guide import held, preferring
+    from nmtk.decode.search.config import Hypothesis
+
+    texts = ["ein Hunde läuft", "ein Hund läuft", "der Hund im Schutzhelm", "ein Hund im Schutzhelm ."]
+    hyps = [Hypothesis([i], -float(i)) for i in range(len(texts))]
+    read: list[int] = []
+
+    def words(h: Hypothesis) -> str:
+        read.append(h.tokens[0])
+        return texts[h.tokens[0]]
+
+    assert held("ein Hund .", "Hund") and not held("ein Hunde", "Hund") and held("x rotes Auto .", "rotes Auto")
+    got = preferring(hyps, ("Hund", "Schutzhelm"), words, 4)
+    assert [h.tokens[0] for h in got] == [2, 3, 1, 0]
+    assert [h.tokens[0] for h in preferring(hyps, ("Hund",), words, 2)] == [1, 2]
+    read.clear()
+    assert preferring(hyps[1:], ("Hund",), words, 1) == [hyps[1]] and read == [1]  # the best holds it: done
+    assert preferring(hyps, (), words, 1) == [hyps[0]] and preferring([], ("Hund",), words, 1) == []
+
+
+def test_a_glossary_as_hints_asks_for_preferred_terms_not_constraints() -> None:
+    from nmtk.decode.guide import guided
+
+    glossary = Glossary((("dog", "Hund"), ("hard hat", "Schutzhelm")))
+    guide = guided("A dog in a hard hat .", Guidance(), glossary, (), str, hints=True)
+    assert guide == Guidance(hinted=("Hund", "Schutzhelm")) and guide.constraints == ()
+    assert guided("A dog .", Guidance(), glossary, (), str) == Guidance(constraints=("Hund",))
+    assert guided("A cat .", Guidance(), glossary, (), str, hints=True) is None
+    assert not LineControls(hinted=("Hund",))  # asks nothing of the search itself
 
 
 def test_input_lines_and_glossaries_parse_or_name_their_line(tmp_path: Path) -> None:

@@ -24,3 +24,16 @@ def test_a_multilingual_servers_glossary_is_matched_by_the_requests_own_pair() -
     asked = (["l'homme court"], [None], [[]], [("homme", "Mann")], False, None)
     assert service.guides(*asked, Pair("fr", "de"))[0].constraints == ("Mann",)
     assert service.guides(*asked, Pair("en", "de")) == [None]  # English Moses: "'homme", no term
+
+
+def test_a_server_with_inline_terms_asks_for_them_as_hinted_terms_not_constraints() -> None:
+    """``serve --terms inline``: the glossaries' terms go into the sources as hints and, per line, into
+    its guidance as hinted terms that choose among the finished hypotheses (`preferring`)."""
+    from nmtk.decode.guide import Glossary, Guidance
+
+    english = _view(str)
+    translator = SimpleNamespace(**vars(english), for_pair=lambda pair: english)
+    service = _Service(SimpleNamespace(translator=translator), None, None, None,
+                       ServerGuides(Glossary((("dog", "Hund"),)), (), True))
+    got = service.guides(["a dog and a cat", "a bird"], [None, None], [[], []], [("cat", "Katze")], False, None)
+    assert got == [Guidance(hinted=("Hund", "Katze")), None]

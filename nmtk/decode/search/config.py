@@ -51,6 +51,10 @@ class LineControls:
     prefix: tuple[int, ...] = ()
     constraints: tuple[tuple[int, ...], ...] = ()
     bans: tuple[tuple[int, ...], ...] = ()
+    # target terms the line's source holds as hints (``--terms inline``), as text: they ask nothing of
+    # the search (nor make the controls true); of its finished hypotheses, the best holding most of them
+    # is the translation (`nmtk.decode.guide.preferring`)
+    hinted: tuple[str, ...] = ()
     # target ids that continue the word before them: never right after a constraint's last token, so a
     # term is produced as whole words ("Hund" does not count as met by "Hunde"); one set shared by all lines
     glue: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
@@ -83,6 +87,9 @@ class SearchConfig:
     no_repeat_ngram_size: int = _DEFAULTS.no_repeat_ngram_size  # 0: no limit
     repetition_penalty: float = _DEFAULTS.repetition_penalty  # 1: none
     ordered_constraints: bool = False  # a line's constraints must appear in the order given
+    # every finished hypothesis a sentence's beam holds when it stops (up to the beam), not only the n
+    # best: for a caller that chooses among them (hinted terms). The search stops as for the n best.
+    alternatives: bool = False
     # the source vocabulary's hint symbols (`TextPipeline.hint_markers`, set by the translator): a·|x| + b
     # counts the source's words, not hints' markup (`nmtk.vocab.unhinted_length`)
     hint_markers: tuple[int, int, int] | None = field(default=None, compare=False, repr=False)
@@ -118,6 +125,12 @@ class SearchConfig:
     def budget(self, device_type: str) -> int:
         """Source tokens × beam per batch on a device of this type (``cpu``, ``cuda``), in either engine."""
         return self.beam_tokens or DECODE_BEAM_TOKENS.get(device_type, DECODE_BEAM_TOKENS["cpu"])
+
+    @property
+    def returned(self) -> int:
+        """Hypotheses a sentence's search gives back at most: the n best, or with ``alternatives`` every
+        one its beam holds."""
+        return self.beam if self.alternatives and self.sampling is None else self.nbest
 
     @property
     def rows(self) -> int:

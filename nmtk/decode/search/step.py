@@ -112,7 +112,7 @@ def unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig, attention: Te
     hyps = []
     if seqs is None:
         return hyps
-    for j in range(cfg.nbest):
+    for j in range(min(cfg.returned, scores.numel())):
         if scores[j].isneginf():
             break
         row = seqs[j].tolist()
