@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from nmtk.console import console
 from nmtk.errors import NmtkError
-from nmtk.model_source import ModelSource
+from nmtk.model_source import NOT_ALIGNED, ModelSource
 from nmtk.precision import Precision
 from nmtk.text.reading import Reading
 
@@ -139,4 +139,7 @@ def _load_exported(source: ModelSource, options: LoadOptions) -> TranslatorBase:
                                     pair=(options.target_lang, options.source_lang, options.any_pair),
                                     shortlist=options.shortlist)
     console.print(f"model: {source.path} (CTranslate2, {translator.quantization}, {translator.device})")
+    if not source.aligns and translator.reading.carry:  # else silent: emoji and links would simply be lost
+        console.print(f"notice: characters the model cannot spell, links and the numbers a translation loses go to "
+                      f"the model as they are, not carried through: {NOT_ALIGNED}")
     return translator

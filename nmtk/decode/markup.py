@@ -121,10 +121,13 @@ def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> tuple[str
 
 def translate_markup(translator: TranslatorBase, documents: list[str], search: SearchConfig, kind: str,
                      attributes: tuple[str, ...] = (), glossary: Glossary | None = None,
-                     bans: tuple[str, ...] = (), hints: bool = False, numbers: bool = False) -> list[str]:
+                     bans: tuple[str, ...] = (), hints: bool = False, numbers: bool = False,
+                     cut: list[int] | None = None) -> list[str]:
     """``documents`` (html or xml) translated with their tags, all their sentences in one search (with
     the glossary's terms, as constraints or, ``hints``, as hints in the sources, and the banned
-    phrases, as in text); with ``numbers``, their numbers carried through as links are."""
+    phrases, as in text); with ``numbers``, their numbers carried through as links are. ``cut``: where
+    given, the indices of the documents a sentence of which ran to its length limit are added to it
+    (`translate`'s last line names them)."""
     check_engine(translator, kind)
     marked = MarkedUp.of(documents, kind, translator, attributes, numbers)
     lines = marked.lines
@@ -136,5 +139,7 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
         guides = [guided(translator.reading.read(line), Guidance(), glossary, bans, tokenize, hints) for line in lines]
     ids = marked.ids(translator, glossary if hints else None)
     hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
+    if cut is not None:
+        cut += sorted({d for (d, *_), found in zip(marked.places, hyps, strict=True) if found and found[0].cut})
     return marked.render(hyps, translator)
 

@@ -99,35 +99,46 @@ class Engine:
         return [self.view_of(line).encode([line], first + k, hints)[0] if line.strip() else None
                 for k, line in enumerate(sources)]
 
-    def carried(self, sources: list[str], first: int, options: TranslateOptions) -> dict[int, str]:
+    def carried(self, sources: list[str], first: int, options: TranslateOptions, cut: set[int]) -> dict[int, str]:
         """The translations of the lines holding characters the source vocabulary cannot spell, their
         spans carried through (`nmtk.decode.unknown`), by index (``first``: the first one's line number);
-        none where lines are read by another input format, or each line gives more than its translation."""
+        none where lines are read by another input format, or each line gives more than its translation.
+        Those that ran to their length limit are added to ``cut``."""
         if not self.carries(options):
             return {}
         refuse_tags(self.translator, sources, first)  # as `encode` checks the lines it is given
         out: dict[int, str] = {}
         for view, lines in self.views(sources, range(len(sources))):
             found = carried_lines(view, [sources[k] for k in lines])
-            done = restored(found, translate_markup(view, list(found.values()), self.search, "html", (),
-                                                    self.glossary, self.bans, self.hints)) if found else {}
-            out.update({lines[i]: text for i, text in done.items()})
+            out.update({lines[i]: text for i, text in self._through_markup(view, found, cut, lines).items()})
         return out
 
-    def renumbered(self, sources: list[str], out: list[str], options: TranslateOptions) -> list[str]:
+    def renumbered(self, sources: list[str], out: list[str], options: TranslateOptions, cut: set[int]) -> list[str]:
         """``out`` (a line per source) with each translation that lost a number of its source
         (`lost_numbers`) made again with the source's numbers carried through, as links are; where
-        lines are carried, and not read as typed."""
+        lines are carried, and not read as typed. ``cut`` (the lines that ran to their length limit)
+        follows: a line made again is in it where its new translation ran to the limit."""
         if not self.carries(options):
             return out
         out = list(out)
         for view, lines in self.views(sources, range(len(sources))):
             found = renumbered_lines(view, [sources[k] for k in lines], [out[k] for k in lines])
-            done = restored(found, translate_markup(view, list(found.values()), self.search, "html", (), self.glossary,
-                                                    self.bans, self.hints, numbers=True)) if found else {}
-            for i, text in done.items():
+            cut.difference_update(lines[i] for i in found)
+            for i, text in self._through_markup(view, found, cut, lines, numbers=True).items():
                 out[lines[i]] = text
         return out
+
+    def _through_markup(self, view: TranslatorBase, found: dict[int, str], cut: set[int], lines: list[int],
+                        numbers: bool = False) -> dict[int, str]:
+        """``found``'s fragments (by index into ``lines``) translated as html and restored as text; the
+        lines of those that ran to their length limit added to ``cut``."""
+        if not found:
+            return {}
+        ran: list[int] = []
+        done = translate_markup(view, list(found.values()), self.search, "html", (), self.glossary, self.bans,
+                                self.hints, numbers=numbers, cut=ran)
+        cut.update(lines[list(found)[d]] for d in ran)
+        return restored(found, done)
 
     def carries(self, options: TranslateOptions) -> bool:
         """Whether lines are carried (`nmtk.decode.unknown`): plain input, each line giving its translation."""
@@ -421,22 +432,27 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     """The output lines of a buffer of input lines (numbered from ``first``): with ``--format html|xml``
     each line is one fragment, its tags in place, on one line, as `serve` translates a list's items."""
     if options.format != "text":
+        ran: list[int] = []
         try:
             done = translate_markup(engine.translator, chunk, engine.search, options.format, options.attributes,
-                                    engine.glossary, engine.bans, engine.hints)
+                                    engine.glossary, engine.bans, engine.hints, cut=ran)
         except MarkupError as exc:  # its line and column are the fragment's: named by the input's line here
             where = f"{options.input or 'stdin'}:{first + (exc.document or 0)}"
             raise NmtkError(f"{where}: {str(exc).replace('line 1, ', '')}") from None
+        engine.cut.extend(first + d for d in ran)
         return [" ".join(line.splitlines()) for line in done]
     engine.detected.clear()
     sources, guides = engine.guides(chunk, first)
-    carried = engine.carried(sources, first, options)
+    cut: set[int] = set()  # the lines whose translation ran to its length limit, however it was made
+    carried = engine.carried(sources, first, options, cut)
     sources, guides = left_out(sources, guides, carried)
     hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
                                               ids=engine.ids(sources, first), guides=guides)
-    engine.cut.extend(first + k for k, hyps in enumerate(hypotheses) if hyps and hyps[0].cut)
+    cut.update(k for k, hyps in enumerate(hypotheses) if hyps and hyps[0].cut)
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
-    return engine.renumbered(chunk, [carried.get(k, line) for k, line in enumerate(out)], options)
+    out = engine.renumbered(chunk, [carried.get(k, line) for k, line in enumerate(out)], options, cut)
+    engine.cut.extend(first + k for k in sorted(cut))
+    return out
 
 
 def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:

@@ -331,6 +331,8 @@ def test_an_export_aligns_and_carries_spans_as_the_run_does(copy_run, exported, 
     assert refused.returncode == 1 and refused.stderr.startswith("error: --print-alignment: "), refused.stderr
     as_is = nmtk("translate", "-m", str(old), cwd=tmp, env=env, stdin=marked[1] + "\n")
     assert as_is.returncode == 0 and "🐶" not in as_is.stdout, as_is.stdout
+    assert "notice: characters the model cannot spell, links and the numbers a translation loses go to the model " \
+        "as they are, not carried through: the model is an export made before" in as_is.stderr, as_is.stderr
 
 
 def test_translate_ends_with_a_summary_naming_the_lines_cut_at_their_length_limit(copy_run, exported) -> None:
@@ -348,6 +350,16 @@ def test_translate_ends_with_a_summary_naming_the_lines_cut_at_their_length_limi
         assert short.returncode == 0 and all(len(line.split()) <= 2 for line in short.stdout.splitlines())
         assert ("12 ran to the length limit without ending (the model repeating itself?): lines 1, 2, 3, 4, 5, "
                 "6, 7, 8, 9, 10 and 2 more") in short.stderr, short.stderr
+    # lines translated through markup are checked too: a carried emoji's line, an html fragment
+    limited = ("--max-len-a", "0", "--max-len-b", "4")
+    carried = nmtk("translate", "-m", str(tmp / "run"), *limited, cwd=tmp, env=env,
+                   stdin="the dog 🐶 runs in the park\nthe cat\n")
+    assert carried.returncode == 0 and "🐶" in carried.stdout, carried.stdout
+    assert "1 ran to the length limit without ending (the model repeating itself?): line 1\n" in carried.stderr
+    html = nmtk("translate", "-m", str(tmp / "run"), "--format", "html", *limited, cwd=tmp, env=env,
+                stdin="<p>the cat</p>\n<p>the <b>red</b> cat runs in the park</p>\n")
+    assert html.returncode == 0 and "ran to the length limit without ending (the model repeating itself?): line 2\n" \
+        in html.stderr, html.stderr
 
 
 def test_ctranslate2_on_a_cpu_decodes_batches_side_by_side_as_one_search_would(exported) -> None:
