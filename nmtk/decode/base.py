@@ -17,7 +17,7 @@ from functools import cached_property, partial
 from typing import ClassVar
 
 from nmtk.decode.guide import Glossary, Guidance, preferring
-from nmtk.decode.long_input import Segments, boundary_strengths, warn_split
+from nmtk.decode.long_input import Segments, boundary_strengths, sentence_kinds, warn_split
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
@@ -46,6 +46,28 @@ def warn_unmet(line: int, tokens: list[int], constraints: tuple[tuple[int, ...],
 
         console.print(f"warning: line {line}: {missing} of its {len(constraints)} constraints did not fit in its "
                       "length limit (max_len_a·|source| + max_len_b): translated with as many as fit")
+
+
+def each_line(controls: list[LineControls | None] | None, lines: int) -> list[LineControls]:
+    """Each of ``lines`` lines' controls, an empty one where it has none."""
+    return [LineControls() if c is None else c for c in controls or [None] * lines]
+
+
+def piece_terms(segments: Segments, hinted: list[tuple[str, ...]], markers: tuple[int, int, int] | None
+                ) -> list[tuple[str, ...]]:
+    """Per piece of ``segments``, the hinted terms of its line (``hinted``: per source) where the piece
+    holds a hint: a sentence without one asks for none of them."""
+    per_line = [terms for terms, n in zip(hinted, segments.count, strict=True) for _ in range(n)]
+    if markers is None:  # no hints in the sources: the caller's terms ask of every piece
+        return per_line
+    return [terms if markers[0] in piece else () for terms, piece in zip(per_line, segments.pieces, strict=True)]
+
+
+def preferring_pieces(decode: Callable[[list[list[int]]], list[list[Hypothesis]]], pipe: TextPipeline,
+                      hinted: list[tuple[str, ...]], keep: int, pieces: list[list[int]]) -> list[list[Hypothesis]]:
+    """``decode(pieces)``, each piece's hypotheses `preferred` for its line's hinted terms: a line in several
+    sentences has each sentence's best holding most of them (the terms its own hints ask for)."""
+    return [preferred(pipe, hyps, terms, keep) for hyps, terms in zip(decode(pieces), hinted, strict=True)]
 
 
 def writes_nothing(hyps: list[Hypothesis], pipe: TextPipeline) -> bool:
@@ -117,7 +139,8 @@ class TranslatorBase:
 
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
-        self.boundaries = boundary_strengths(self.src_pipe.subwords.pieces())
+        pieces = self.src_pipe.subwords.pieces()
+        self.boundaries, self.sentence_kinds = boundary_strengths(pieces), sentence_kinds(pieces, word_starts(pieces))
 
     def for_pair(self, pair: Pair | None) -> TranslatorBase:
         """This translator speaking another of its multilingual model's pairs: the same model and
@@ -188,22 +211,18 @@ class TranslatorBase:
                           controls: list[LineControls | None] | None = None) -> list[list[Hypothesis]]:
         """`hypotheses` of encoded sources (None: an empty line, which gets none).
 
-        A line longer than the model's input, or far longer than its training data's, is translated in
-        pieces (`nmtk.decode.long_input`), with one warning naming its line (``first_line`` is the
-        number of ``ids[0]``); its prefix and constraints are asked of its first piece, its banned
-        phrases of every piece. Every piece keeps what a multilingual model needs of its line: the
-        source's tag (or code) and the target's forced first token. Hinted terms: `preferred`.
+        A line of several sentences is translated sentence by sentence, one too long in pieces
+        (`nmtk.decode.long_input`; one warning naming the line, ``first_line`` the number of ``ids[0]``),
+        but a line with a prefix or constraints, or of an n-best list, is cut for length alone (its
+        prefix and constraints asked of its first piece, its bans of every piece). Every piece keeps a
+        multilingual model's source tag and forced first token; hinted terms: `preferring_pieces`.
         """
         if search.align and not self.can_align:
             raise NmtkError(f"alignments: {NOT_ALIGNED}")
-        hinted = [c.hinted if c is not None else () for c in controls or ()]
-        results = self._searched(ids, replace(search, alternatives=search.alternatives or any(hinted)), first_line,
-                                 controls)
+        results = self._searched(ids, search, first_line, controls)
         for i, hyps in enumerate(results):
             if controls is not None and controls[i] and ids[i] is not None and writes_nothing(hyps, self.tgt_pipe):
                 results[i] = hyps = self._rescued(ids[i], search, first_line + i, controls[i])
-            if hinted:
-                results[i] = hyps = preferred(self.tgt_pipe, hyps, hinted[i], search.returned)
             if controls is not None and controls[i] and controls[i].constraints and hyps:
                 warn_unmet(first_line + i, hyps[0].tokens, controls[i].constraints)
         return results
@@ -215,15 +234,21 @@ class TranslatorBase:
         results: list[list[Hypothesis]] = [[] for _ in ids]
         if not todo:
             return results
-        markers = self.src_pipe.hint_markers
+        markers, line = self.src_pipe.hint_markers, each_line(controls, len(ids))
+        whole = [not self.reading.split or search.nbest > 1 or bool(line[i].prefix or line[i].constraints)
+                 for i in todo]
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
-                               head=self.src_pipe.prefix, markers=markers)
+                               head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, whole=whole)
         pieces = self._piece_controls(controls, todo, segments)
-        decode = partial(marking_cut, partial(self.decode_pieces, search=search, controls=pieces), search,
+        hinted = piece_terms(segments, [line[i].hinted for i in todo], markers)
+        wide = replace(search, alternatives=search.alternatives or any(hinted))  # for `preferred` to choose
+        decode = partial(marking_cut, partial(self.decode_pieces, search=wide, controls=pieces), wide,
                          self.max_positions, markers, pieces)
-        for i, hyps, n in zip(todo, segments.decode(decode), segments.count, strict=True):
+        if any(hinted):
+            decode = partial(preferring_pieces, decode, self.tgt_pipe, hinted, search.returned)
+        for i, hyps, n, lengthy in zip(todo, segments.decode(decode), segments.count, segments.lengthy, strict=True):
             results[i] = hyps
-            if n > 1:
+            if lengthy:
                 warn_split(first_line + i, ids[i], self.max_positions, n, self.longest_trained, markers)
         return results
 

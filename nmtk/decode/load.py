@@ -55,7 +55,7 @@ def _reading(source: ModelSource, lang: str, as_typed: bool) -> Reading:
     """How the translator reads its lines: capitals folded, and typos corrected where the recipe asked
     for it (its training words beside the model); every line as it came with ``as_typed``."""
     if as_typed:
-        return Reading(fold_case=False, carry=False)
+        return Reading(fold_case=False, carry=False, split=False)
     words = source.manifest.words.get(lang) if source.manifest else None
     if words is None:
         return Reading(lang=lang)

@@ -1,6 +1,7 @@
 """How a translator reads a line before encoding it: its case folded (`nmtk.text.casing`), its typos
-corrected (`nmtk.text.typos`) and its links left out for the model (`nmtk.decode.unknown`), and how the
-translation is given the line's case back. ``translate``/
+corrected (`nmtk.text.typos`), its links left out for the model (`nmtk.decode.unknown`), its
+sentences translated one by one (`nmtk.decode.long_input`), and how the translation is given the line's
+case back. ``translate``/
 ``serve --as-typed`` reads every line as it came."""
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ class Reading:
     """``fold_case``: lines in capitals or title case read in sentence case; ``lang``: the source
     language (English's "I"); ``typos``: the run's corrector (a recipe with ``tokenizer.correct_typos``);
     ``carry``: URLs and e-mail addresses carried through, not read, and the numbers a translation lost
-    carried in a second one (`nmtk.decode.unknown`)."""
+    carried in a second one (`nmtk.decode.unknown`); ``split``: a line of several sentences translated
+    sentence by sentence (`nmtk.decode.long_input`)."""
 
     fold_case: bool = True
     carry: bool = True
+    split: bool = True
     lang: str = ""
     typos: TypoCorrector | None = None
 

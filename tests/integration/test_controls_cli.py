@@ -284,3 +284,46 @@ def test_hinted_terms_are_preferred_among_the_finished_hypotheses_in_both_engine
 
     engine = Engine(translator, beam, glossary=Glossary((("cat", "bike"),)), hints=True)  # translate --terms inline
     assert engine.guides(LINES, 1) == (LINES, [Guidance(hinted=("bike",)), None, None])
+
+
+def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_engines(copy_run, exported,
+                                                                                       monkeypatch) -> None:
+    """A model trained on sentences drops all but the first of a line's sentences: each is searched as a
+    line of its own and the translations joined, in either engine; a line with a prefix, of an n-best
+    list, or read as typed is searched whole. (The copy model's vocabulary has no full stop or capital:
+    here "cat" ends a sentence and "the" begins one.)"""
+    import numpy as np
+
+    from nmtk.decode.guide import Guidance
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.long_input import ENDS, OPENS
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+    from nmtk.precision import Precision
+    from nmtk.text.reading import Reading
+
+    tmp, _, _ = copy_run
+    beam, line = SearchConfig(beam=4), "the red cat the dog runs"
+    for model in (tmp / "run", exported):
+        translator = load_translator(resolve_model(model), LoadOptions(precision=Precision.fp32, threads=1))
+        pieces = translator.src_pipe.subwords.pieces()
+        kinds = np.zeros(len(pieces), dtype=np.int8)
+        kinds[pieces.index("▁cat")], kinds[pieces.index("▁the")] = ENDS, OPENS
+        monkeypatch.setattr(translator, "sentence_kinds", kinds)
+        searched, seen = translator.decode_pieces, []
+
+        def counted(pieces, search, controls=None, searched=searched, seen=seen):
+            seen.append(len(pieces))
+            return searched(pieces, search, controls)
+
+        monkeypatch.setattr(translator, "decode_pieces", counted)
+        got = translator.hypotheses([line], beam)[0]
+        alone = translator.hypotheses(["the red cat", "the dog runs"], beam)
+        assert [h.tokens for h in got] == [alone[0][0].tokens + alone[1][0].tokens] and seen == [2, 2]
+        assert translator.detokenize(got[0]) == line
+        seen.clear()
+        assert len(translator.hypotheses([line], replace(beam, nbest=2))[0]) == 2
+        translator.hypotheses([line], beam, guides=[Guidance(prefix="the")])
+        monkeypatch.setattr(translator, "reading", Reading(fold_case=False, carry=False, split=False))
+        translator.hypotheses([line], beam)
+        assert seen == [1, 1, 1], (model, seen)
