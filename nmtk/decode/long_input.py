@@ -35,8 +35,9 @@ _MARKERS = ("▁", "##")
 #: Closing quotes and brackets, which stay with the sentence they close.
 CLOSERS = "\"'”’»)]"
 #: `sentence_kinds`: a word of sentence-final punctuation alone, a word of closers alone, a word that
-#: begins with a capital or a digit.
-ENDS, CLOSES, OPENS = 1, 2, 3
+#: begins with a capital or a digit, the rest of such punctuation (``...`` as ``▁.`` ``.`` ``.``),
+#: any other word.
+ENDS, CLOSES, OPENS, TRAILS, WORDS = 1, 2, 3, 4, 5
 
 
 def boundary_strengths(pieces: Sequence[str]) -> np.ndarray:
@@ -62,32 +63,37 @@ def sentence_kinds(pieces: Sequence[str], starts: np.ndarray) -> np.ndarray:
         text = piece
         for marker in _MARKERS:
             text = text.replace(marker, "")
-        if not starts[i] or not text:
+        if not text:
             continue
-        if all(c in SENTENCE_END for c in text):
+        if not starts[i]:
+            kinds[i] = TRAILS if all(c in SENTENCE_END + CLOSERS for c in text) else 0
+        elif all(c in SENTENCE_END for c in text):
             kinds[i] = ENDS
         elif all(c in CLOSERS for c in text):
             kinds[i] = CLOSES
-        elif text[0].isupper() or text[0].isdigit():
-            kinds[i] = OPENS
+        else:
+            kinds[i] = OPENS if text[0].isupper() or text[0].isdigit() else WORDS
     return kinds
 
 
 def sentences_of(ids: Sequence[int], kinds: np.ndarray, markers: tuple[int, int, int] | None = None
                  ) -> list[list[int]]:
-    """``ids`` cut into its sentences (see the module docstring; ``kinds``: `sentence_kinds`)."""
+    """``ids`` cut into its sentences (see the module docstring; ``kinds``: `sentence_kinds`). A sentence
+    of one word is none (``1. Buy milk``: a list's number)."""
     ids = list(ids)
     kind = kinds[np.asarray(ids, dtype=np.int64)]
     ends = np.flatnonzero(kind[:-1] == ENDS)
     if not len(ends):  # most lines: one sentence, its end (if any) last
         return [ids]
-    inside = _in_hints(ids, markers)
+    inside, words = _in_hints(ids, markers), np.cumsum((kind == OPENS) | (kind == WORDS))
     bounds = [0]
     for end in ends:
         after = int(end) + 1
-        while after < len(ids) and kind[after] == CLOSES:
+        while after < len(ids) and kind[after] in (ENDS, CLOSES, TRAILS):
             after += 1
-        if after < len(ids) and kind[after] == OPENS and not inside[after - 1]:
+        start = bounds[-1]
+        own = words[end] - (words[start - 1] if start else 0)
+        if after < len(ids) and kind[after] == OPENS and not inside[after - 1] and own > 1 and after > start:
             bounds.append(after)
     bounds.append(len(ids))
     return [ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]

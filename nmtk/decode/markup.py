@@ -8,7 +8,7 @@ and its tags placed around the target words aligned to the source words they cov
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
@@ -39,6 +39,9 @@ class MarkedUp:
     places: list[tuple[int, int, int, int]]  # per line: its document, segment, first and last word
     lines: list[str]  # the sentences to translate
     tokens: list[str]  # each one as the source's Moses steps leave it: the words the alignment counts
+    # the sentences with no letter or digit (``...``, ``—``, ``* * *``), kept as they are: a model given
+    # one writes a sentence of its own (the demo model made "..." "Ein Taucher.")
+    unread: list[tuple[int, int, int, int]] = field(default_factory=list)
 
     @classmethod
     def of(cls, documents: list[str], kind: str, translator: TranslatorBase,
@@ -50,11 +53,15 @@ class MarkedUp:
             except MarkupError as exc:  # said of the document it is in (a file's line, a request's item)
                 exc.document = d
                 raise
-        places = [(d, s, lo, hi) for d, doc in enumerate(parsed) for s, segment in enumerate(doc.segments)
-                  for lo, hi in segment.sentences()]
-        lines = [" ".join(parsed[d].segments[s].words[lo:hi]) for d, s, lo, hi in places]
+        every = [(d, s, lo, hi) for d, doc in enumerate(parsed) for s, segment in enumerate(doc.segments)
+                 for lo, hi in segment.sentences()]
+        text = [" ".join(parsed[d].segments[s].words[lo:hi]) for d, s, lo, hi in every]
+        read = [any(c.isalnum() for c in line) for line in text]
+        places = [p for p, r in zip(every, read, strict=True) if r]
+        lines = [line for line, r in zip(text, read, strict=True) if r]
         moses = translator.src_pipe.moses
-        return cls(parsed, places, lines, [moses.tokenize(line) for line in lines] if moses.enabled else lines)
+        return cls(parsed, places, lines, [moses.tokenize(line) for line in lines] if moses.enabled else lines,
+                   [p for p, r in zip(every, read, strict=True) if not r])
 
     def ids(self, translator: TranslatorBase, hints: Glossary | None = None) -> list[list[int] | None]:
         """The sentences' source ids (`TranslatorBase.encode`'s), from the tokens already made; ``hints``:
@@ -72,6 +79,11 @@ class MarkedUp:
         for (d, s, lo, _), found, line, tokens in zip(self.places, hyps, self.lines, self.tokens, strict=True):
             targets.setdefault((d, s), []).append((lo, *_sentence_target(found[0] if found else None, line, tokens,
                                                                            translator)))
+        for d, s, lo, hi in self.unread:  # as they are, each word its own
+            words = self.documents[d].segments[s].words[lo:hi]
+            targets.setdefault((d, s), []).append((lo, " ".join(words), list(words), list(range(hi - lo))))
+        for sentences in targets.values():
+            sentences.sort(key=lambda sentence: sentence[0])
         out = []
         for d, doc in enumerate(self.documents):
             placed = []

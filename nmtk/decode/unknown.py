@@ -164,7 +164,13 @@ def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, str
     index, each as an html fragment (its text escaped), in which markup keeps those spans out of the
     words (`keeper`) and places them as it places an ``<img>``."""
     keep = keeper(translator)
-    return {k: html.escape(line, quote=False) for k, line in enumerate(lines) if keep(line)}
+    return {k: html.escape(line, quote=False) for k, line in enumerate(lines) if keep(line) or unread(line)}
+
+
+def unread(line: str) -> bool:
+    """Whether ``line`` holds something but no letter or digit (``...``, ``* * *``, ``—``): markup keeps
+    such a sentence as it is (`nmtk.decode.markup.MarkedUp`), where a model writes one of its own."""
+    return bool(line.strip()) and not any(c.isalnum() for c in line)
 
 
 def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:

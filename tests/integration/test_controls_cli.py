@@ -296,7 +296,7 @@ def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_
 
     from nmtk.decode.guide import Guidance
     from nmtk.decode.load import LoadOptions, load_translator
-    from nmtk.decode.long_input import ENDS, OPENS
+    from nmtk.decode.long_input import ENDS, OPENS, WORDS
     from nmtk.decode.search.config import SearchConfig
     from nmtk.model_source import resolve_model
     from nmtk.precision import Precision
@@ -307,7 +307,7 @@ def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_
     for model in (tmp / "run", exported):
         translator = load_translator(resolve_model(model), LoadOptions(precision=Precision.fp32, threads=1))
         pieces = translator.src_pipe.subwords.pieces()
-        kinds = np.zeros(len(pieces), dtype=np.int8)
+        kinds = np.full(len(pieces), WORDS, dtype=np.int8)
         kinds[pieces.index("▁cat")], kinds[pieces.index("▁the")] = ENDS, OPENS
         monkeypatch.setattr(translator, "sentence_kinds", kinds)
         searched, seen = translator.decode_pieces, []

@@ -173,3 +173,28 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
             asyncio.run(translate(LibreRequest(q="<b>a</b>", format="html", scores=True)))
     finally:
         worker.stop(timeout=30)
+
+
+def test_what_has_no_letter_or_digit_is_kept_as_it_is_in_text_and_html(copy_run, monkeypatch) -> None:
+    """A line or sentence of punctuation and symbols alone (``...``, ``* * *``) is nothing to translate:
+    given to a model, it writes a sentence of its own (the demo model made "..." "Ein Taucher."). Text
+    and html keep it as it is, the rest translated as before. (The copy model's vocabulary spells no
+    punctuation, which would be carried anyway: here it spells everything.)"""
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.markup import translate_markup
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.decode.stream import Engine, TranslateOptions
+    from nmtk.model_source import resolve_model
+    from nmtk.precision import Precision
+
+    tmp, _, _ = copy_run
+    translator = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))
+    monkeypatch.setattr(translator.src_pipe, "spells", lambda char: True)
+    search = SearchConfig(beam=2)
+    html = ["<p>...</p>", "<p>the <b>red</b> cat runs</p>", "<ul><li>* * *</li><li>a cat</li></ul>"]
+    got = translate_markup(translator, html, search, "html")
+    assert got[0] == html[0] and got[2].startswith("<ul><li>* * *</li><li>"), got
+    assert got[1] == "<p>the <b>red</b> cat runs</p>" and got[2] == html[2], got
+    engine = Engine(translator, search)
+    options = TranslateOptions()
+    assert engine.carried(["...", "the red cat runs", "* * *"], 1, options, set()) == {0: "...", 2: "* * *"}

@@ -303,27 +303,39 @@ def test_a_line_of_several_sentences_is_cut_into_them_and_nothing_else_is() -> N
     """A sentence ends at ``. ! ?`` standing alone (Moses splits it off: ``street .``; it keeps ``Mr.``,
     ``e.g.``, ``3.5`` whole), closing quotes and brackets after it, where a capital or a digit begins
     the next word; never inside a hint. Such cuts are not cuts for length (no warning)."""
-    from nmtk.decode.long_input import CLOSES, ENDS, OPENS, Segments, boundary_strengths, sentence_kinds, sentences_of
+    from nmtk.decode.long_input import (
+        CLOSES,
+        ENDS,
+        OPENS,
+        TRAILS,
+        WORDS,
+        Segments,
+        boundary_strengths,
+        sentence_kinds,
+        sentences_of,
+    )
     from nmtk.text.subword import word_starts
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>", "▁a", "▁.", "▁Two", "▁!", '▁"', "▁M", "r", ".", "▁3", "5", "▁two",
               "▁?", "▁__source__", "▁__target__", "▁__done__", "▁)", "▁…"]
     kinds = sentence_kinds(pieces, word_starts(pieces))
-    assert kinds[[5, 6, 7, 8, 9, 10, 11, 12, 14, 15, 19]].tolist() == [ENDS, OPENS, ENDS, CLOSES, OPENS, 0, 0, OPENS, 0,
-                                                                        ENDS, CLOSES]
+    assert kinds[[4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 19]].tolist() == [
+        WORDS, ENDS, OPENS, ENDS, CLOSES, OPENS, 0, TRAILS, OPENS, 0, WORDS, ENDS, CLOSES]
     a, dot, two, bang, quote, m, r, glued, three, five, low, ask, src, tgt, done, shut = range(4, 20)
-    assert sentences_of([a, dot, two, a, bang, two, a], kinds) == [[a, dot], [two, a, bang], [two, a]]
+    assert sentences_of([a, a, dot, two, a, bang, two, a], kinds) == [[a, a, dot], [two, a, bang], [two, a]]
+    assert sentences_of([three, dot, two, a, a], kinds) == [[three, dot, two, a, a]]  # "1. Buy milk": one word
+    assert sentences_of([a, a, dot, glued, glued, two, a], kinds) == [[a, a, dot, glued, glued], [two, a]]  # "..."
     assert sentences_of([a, m, r, glued, two, a, three, glued, five, a], kinds) == [[a, m, r, glued, two, a, three,
                                                                                     glued, five, a]]
     assert sentences_of([a, dot, low, a, dot], kinds) == [[a, dot, low, a, dot]]  # no capital after: one sentence
-    assert sentences_of([a, ask, quote, shut, two, a], kinds) == [[a, ask, quote, shut], [two, a]]
+    assert sentences_of([a, a, ask, quote, shut, two, a], kinds) == [[a, a, ask, quote, shut], [two, a]]
     hinted = [a, src, a, dot, two, tgt, two, done, dot, three]  # a hint holding ". Two": not cut inside it
     assert sentences_of(hinted, kinds, (src, tgt, done)) == [hinted[:9], [three]]
     strength = boundary_strengths(pieces)
-    lines = [[a, dot, two, a], [a, dot, two, a], [a] * 9]
+    lines = [[a, a, dot, two, a], [a, a, dot, two, a], [a] * 9]
     segments = Segments.of(lines, 100, strength, longest=4, kinds=kinds, whole=[False, True, False])
     assert segments.count == [2, 1, 3] and segments.lengthy == [False, False, True]
-    assert segments.pieces[:3] == [[a, dot], [two, a], [a, dot, two, a]]
+    assert segments.pieces[:3] == [[a, a, dot], [two, a], [a, a, dot, two, a]]
 
 
 def test_a_hinted_line_is_cut_and_counted_by_its_own_words_and_never_inside_a_hint() -> None:
