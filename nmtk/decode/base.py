@@ -213,9 +213,9 @@ class TranslatorBase:
 
         A line of several sentences is translated sentence by sentence, one too long in pieces
         (`nmtk.decode.long_input`; one warning naming the line, ``first_line`` the number of ``ids[0]``),
-        but a line with a prefix or constraints, or of an n-best list, is cut for length alone (its
-        prefix and constraints asked of its first piece, its bans of every piece). Every piece keeps a
-        multilingual model's source tag and forced first token; hinted terms: `preferring_pieces`.
+        but a line with a prefix or constraints is cut for length alone (its prefix and constraints
+        asked of its first piece, its bans of every piece). Every piece keeps a multilingual model's
+        source tag and forced first token; hinted terms: `preferring_pieces`.
         """
         if search.align and not self.can_align:
             raise NmtkError(f"alignments: {NOT_ALIGNED}")
@@ -235,8 +235,7 @@ class TranslatorBase:
         if not todo:
             return results
         markers, line = self.src_pipe.hint_markers, each_line(controls, len(ids))
-        whole = [not self.reading.split or search.nbest > 1 or bool(line[i].prefix or line[i].constraints)
-                 for i in todo]
+        whole = [not self.reading.split or bool(line[i].prefix or line[i].constraints) for i in todo]
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
                                head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, whole=whole)
         pieces = self._piece_controls(controls, todo, segments)

@@ -198,8 +198,10 @@ class Segments:
         return self.join(decode(self.pieces))
 
     def join(self, hyps: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
-        """Per source, its pieces' hypotheses; a source in several pieces gets one hypothesis: the
-        pieces' best translations in order, scored with the mean of their scores."""
+        """Per source, its pieces' hypotheses; a source in several pieces gets as many as its pieces have
+        at most, the k-th joining each piece's k-th (its last, where it has fewer) in order, scored
+        with the mean of their scores: the first, every piece's best (an n-best list's alternatives
+        each differ where the pieces' do, as CTranslate2's users join sentences' alternatives)."""
         joined, k = [], 0
         for n in self.count:
             group = hyps[k : k + n]
@@ -207,19 +209,27 @@ class Segments:
             if n == 1:
                 joined.append(group[0])
                 continue
-            best = [h[0] for h in group if h]
-            tokens = [t for h in best for t in h.tokens]
-            hyp = Hypothesis(tokens, sum(h.score for h in best) / max(len(best), 1), cut=any(h.cut for h in best))
-            if best and all(h.alignment is not None for h in best):  # word indices continue across pieces
-                from nmtk.decode.search.word_alignment import Alignment
-
-                pairs, src, tgt = [], 0, 0
-                for h in best:
-                    pairs += h.alignment.shifted(src, tgt).pairs
-                    src, tgt = src + h.alignment.source_words, tgt + h.alignment.target_words
-                hyp.alignment = Alignment(pairs, src, tgt)
-            joined.append([hyp])
+            found = [h for h in group if h]
+            width = max((len(h) for h in found), default=0)
+            joined.append([_joined([h[min(j, len(h) - 1)] for h in found]) for j in range(width)] or
+                          [_joined([])])
         return joined
+
+
+def _joined(parts: list[Hypothesis]) -> Hypothesis:
+    """One hypothesis of ``parts`` in order: their tokens, the mean of their scores, their alignments
+    (word indices continuing across parts)."""
+    tokens = [t for h in parts for t in h.tokens]
+    hyp = Hypothesis(tokens, sum(h.score for h in parts) / max(len(parts), 1), cut=any(h.cut for h in parts))
+    if parts and all(h.alignment is not None for h in parts):
+        from nmtk.decode.search.word_alignment import Alignment
+
+        pairs, src, tgt = [], 0, 0
+        for h in parts:
+            pairs += h.alignment.shifted(src, tgt).pairs
+            src, tgt = src + h.alignment.source_words, tgt + h.alignment.target_words
+        hyp.alignment = Alignment(pairs, src, tgt)
+    return hyp
 
 
 def warn_split(line: int, ids: Sequence[int], max_positions: int, pieces: int, longest: int | None = None,

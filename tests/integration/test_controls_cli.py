@@ -289,9 +289,9 @@ def test_hinted_terms_are_preferred_among_the_finished_hypotheses_in_both_engine
 def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_engines(copy_run, exported,
                                                                                        monkeypatch) -> None:
     """A model trained on sentences drops all but the first of a line's sentences: each is searched as a
-    line of its own and the translations joined, in either engine; a line with a prefix, of an n-best
-    list, or read as typed is searched whole. (The copy model's vocabulary has no full stop or capital:
-    here "cat" ends a sentence and "the" begins one.)"""
+    line of its own and the translations joined, in either engine (an n-best list's alternatives join
+    the sentences' k-th); a line with a prefix, or read as typed, is searched whole. (The copy model's
+    vocabulary has no full stop or capital: here "cat" ends a sentence and "the" begins one.)"""
     import numpy as np
 
     from nmtk.decode.guide import Guidance
@@ -322,8 +322,9 @@ def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_
         assert [h.tokens for h in got] == [alone[0][0].tokens + alone[1][0].tokens] and seen == [2, 2]
         assert translator.detokenize(got[0]) == line
         seen.clear()
-        assert len(translator.hypotheses([line], replace(beam, nbest=2))[0]) == 2
+        two = translator.hypotheses([line], replace(beam, nbest=2))[0]
+        assert len(two) == 2 and two[0].tokens == got[0].tokens and two[1].tokens != got[0].tokens, two
         translator.hypotheses([line], beam, guides=[Guidance(prefix="the")])
         monkeypatch.setattr(translator, "reading", Reading(fold_case=False, carry=False, split=False))
         translator.hypotheses([line], beam)
-        assert seen == [1, 1, 1], (model, seen)
+        assert seen == [2, 1, 1], (model, seen)
