@@ -78,12 +78,7 @@ def writes_nothing(hyps: list[Hypothesis], pipe: TextPipeline) -> bool:
 def preferred(pipe: TextPipeline, hyps: list[Hypothesis], terms: tuple[str, ...], keep: int) -> list[Hypothesis]:
     """`preferring` a line's hypotheses that hold its hinted ``terms``, compared as the model writes
     them: the subword model's text against the terms' target Moses tokens (no detokenizing)."""
-    hidden = pipe.hidden
-
-    def words(h: Hypothesis) -> str:
-        return pipe.subwords.decode([t for t in h.tokens if t not in hidden] if hidden else h.tokens)
-
-    return preferring(hyps, tuple(pipe.moses.tokenize(t) for t in terms), words, keep)
+    return preferring(hyps, tuple(pipe.moses.tokenize(t) for t in terms), lambda h: pipe.tokens_text(h.tokens), keep)
 
 
 def forced_start(starts: tuple[int, ...], controls: list[LineControls | None] | None,
@@ -140,7 +135,8 @@ class TranslatorBase:
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
         pieces = self.src_pipe.subwords.pieces()
-        self.boundaries, self.sentence_kinds = boundary_strengths(pieces), sentence_kinds(pieces, word_starts(pieces))
+        self.word_starts = (word_starts(pieces), word_starts(self.tgt_pipe.subwords.pieces()))  # (source, target)
+        self.boundaries, self.sentence_kinds = boundary_strengths(pieces), sentence_kinds(pieces, self.word_starts[0])
 
     def for_pair(self, pair: Pair | None) -> TranslatorBase:
         """This translator speaking another of its multilingual model's pairs: the same model and

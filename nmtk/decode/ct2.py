@@ -29,7 +29,7 @@ from nmtk.model_source import ModelSource
 from nmtk.rundir import ExportDir
 from nmtk.text import text_pipelines
 from nmtk.text.pairs import model_pipelines
-from nmtk.text.subword import word_index, word_starts
+from nmtk.text.subword import word_index
 from nmtk.vocab import unhinted_length
 
 #: One CTranslate2 call: its lines (indices into a decode's input), its output limit, its pending results.
@@ -137,7 +137,6 @@ class Ct2Translator(TranslatorBase):
         self.source_pieces = self.src_pipe.subwords.pieces()
         self.target_pieces = self.tgt_pipe.subwords.pieces()
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
-        self.word_starts = (word_starts(self.source_pieces), word_starts(self.target_pieces))
         # per-target output vocabularies (`nmtk.convert.ctranslate2.vocab_map`): CTranslate2 searches a
         # call's union of its sources' targets, so each call holds one target (its tag, the first piece)
         vmap = ExportDir(self.directory).vocab_map

@@ -44,10 +44,7 @@ def boundary_strengths(pieces: Sequence[str]) -> np.ndarray:
     """Per vocabulary id: 2 after a piece ending a sentence, 1 after one ending a clause, else 0."""
     strength = np.zeros(len(pieces), dtype=np.int8)
     for i, piece in enumerate(pieces):
-        text = piece
-        for marker in _MARKERS:
-            text = text.replace(marker, "")
-        text = text.rstrip()
+        text = _bare(piece).rstrip()
         if text and text[-1] in SENTENCE_END:
             strength[i] = 2
         elif text and text[-1] in CLAUSE_END:
@@ -55,14 +52,19 @@ def boundary_strengths(pieces: Sequence[str]) -> np.ndarray:
     return strength
 
 
+def _bare(piece: str) -> str:
+    """A piece's text without the subword model's word markers."""
+    for marker in _MARKERS:
+        piece = piece.replace(marker, "")
+    return piece
+
+
 def sentence_kinds(pieces: Sequence[str], starts: np.ndarray) -> np.ndarray:
     """Per vocabulary id, what it says of a sentence boundary (`ENDS`, `CLOSES`, `OPENS`; 0: nothing),
     from the pieces that begin a word (``starts``: `nmtk.text.subword.word_starts`)."""
     kinds = np.zeros(len(pieces), dtype=np.int8)
     for i, piece in enumerate(pieces):
-        text = piece
-        for marker in _MARKERS:
-            text = text.replace(marker, "")
+        text = _bare(piece)
         if not text:
             continue
         if not starts[i]:
@@ -88,12 +90,14 @@ def sentences_of(ids: Sequence[int], kinds: np.ndarray, markers: tuple[int, int,
     inside, words = _in_hints(ids, markers), np.cumsum((kind == OPENS) | (kind == WORDS))
     bounds = [0]
     for end in ends:
+        start = bounds[-1]
+        if end < start:  # punctuation the last cut stepped over ("?!", "...")
+            continue
         after = int(end) + 1
         while after < len(ids) and kind[after] in (ENDS, CLOSES, TRAILS):
             after += 1
-        start = bounds[-1]
         own = words[end] - (words[start - 1] if start else 0)
-        if after < len(ids) and kind[after] == OPENS and not inside[after - 1] and own > 1 and after > start:
+        if after < len(ids) and kind[after] == OPENS and not inside[after - 1] and own > 1:
             bounds.append(after)
     bounds.append(len(ids))
     return [ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import keeper
+from nmtk.decode.unknown import keeper, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, token_spans
@@ -56,7 +56,7 @@ class MarkedUp:
         every = [(d, s, lo, hi) for d, doc in enumerate(parsed) for s, segment in enumerate(doc.segments)
                  for lo, hi in segment.sentences()]
         text = [" ".join(parsed[d].segments[s].words[lo:hi]) for d, s, lo, hi in every]
-        read = [any(c.isalnum() for c in line) for line in text]
+        read = [not unread(line) for line in text]
         places = [p for p, r in zip(every, read, strict=True) if r]
         lines = [line for line, r in zip(text, read, strict=True) if r]
         moses = translator.src_pipe.moses
@@ -105,7 +105,7 @@ def _sentence_target(hyp: Hypothesis | None, line: str, tokenized: str, translat
     groups: dict[int, list[int]] = {}
     for token, word in zip(hyp.tokens, word_index(target_starts, hyp.tokens), strict=True):
         groups.setdefault(word, []).append(token)
-    words = [pipe.subwords.decode([t for t in ids if t not in pipe.hidden]) for ids in groups.values()]
+    words = [pipe.tokens_text(ids) for ids in groups.values()]
     # The model's source words: the subword model's input (Moses tokens, where the recipe asks for them),
     # after the pipeline's own first pieces (a multilingual model's tag).
     head = len(set(word_index(source_starts, translator.src_pipe.prefix))) if translator.src_pipe.prefix else 0

@@ -18,7 +18,7 @@ from nmtk.decode.search.word_alignment import Alignment, hard_alignment
 from nmtk.device import give_back_freed_memory
 from nmtk.errors import NmtkError
 from nmtk.model import Encoded, Transformer
-from nmtk.text.subword import word_index, word_starts
+from nmtk.text.subword import word_index
 
 
 @dataclass(kw_only=True)
@@ -41,7 +41,6 @@ class Translator(TranslatorBase):
     def __post_init__(self) -> None:
         self.max_positions = self.model.cfg.max_positions
         super().__post_init__()
-        self.word_starts = tuple(word_starts(p.subwords.pieces()) for p in (self.src_pipe, self.tgt_pipe))
         model = self.first_model  # per-target output vocabularies, read while the weights are here
         self.pieces_by_tag = {} if model.language_table is None else {
             int(tag): frozenset(allowed.nonzero().flatten().tolist())

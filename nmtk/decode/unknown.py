@@ -169,7 +169,8 @@ def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, str
 
 def unread(line: str) -> bool:
     """Whether ``line`` holds something but no letter or digit (``...``, ``* * *``, ``—``): markup keeps
-    such a sentence as it is (`nmtk.decode.markup.MarkedUp`), where a model writes one of its own."""
+    such a sentence, and so such a line, as it is (`nmtk.decode.markup.MarkedUp`), where a model writes
+    one of its own."""
     return bool(line.strip()) and not any(c.isalnum() for c in line)
 
 

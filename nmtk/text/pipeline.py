@@ -69,9 +69,12 @@ class TextPipeline:
         return self._spelt[char]
 
     def decode(self, ids: list[int]) -> str:
-        if self.hidden:
-            ids = [i for i in ids if i not in self.hidden]
-        return self.moses.detokenize(self.subwords.decode(ids))
+        return self.moses.detokenize(self.tokens_text(ids))
+
+    def tokens_text(self, ids: list[int]) -> str:
+        """``ids`` as the subword model writes them, before detokenising (Moses tokens where the recipe
+        has Moses), the hidden ids (a multilingual model's tags) left out."""
+        return self.subwords.decode([i for i in ids if i not in self.hidden] if self.hidden else ids)
 
     def __getstate__(self) -> dict:
         return {"moses": self.moses, "model_path": self.model_path, "prefix": tuple(self.prefix),
