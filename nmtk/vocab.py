@@ -25,6 +25,24 @@ def hinted(source: str, target: str) -> str:
     return HINT_TEMPLATE.format(src=source, trg=target)
 
 
+def hint_targets(ids: Sequence[int], markers: tuple[int, int, int] | None) -> list[list[int]]:
+    """The target term of each hint in ``ids`` (the ids between ``__target__`` and ``__done__``), in order,
+    one per hint: what the model was asked to write (``markers``: as `unhinted_length` takes them)."""
+    if markers is None or markers[1] not in ids:
+        return []
+    _, target, done = markers
+    spans: list[list[int]] = []
+    inside = False
+    for i in ids:
+        if i == target or i == done:
+            inside = i == target
+            if inside:
+                spans.append([])
+        elif inside:
+            spans[-1].append(i)
+    return spans
+
+
 def unhinted_length(ids: Sequence[int], markers: tuple[int, int, int] | None) -> int:
     """How many of ``ids`` are the source's own words: hints' markup left out (``__source__``, and
     ``__target__ Wort __done__`` whole). ``markers``: the ids of `HINT_SYMBOLS` (None: a vocabulary

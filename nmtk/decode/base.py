@@ -28,7 +28,7 @@ from nmtk.text.casing import recased
 from nmtk.text.reading import Reading
 from nmtk.text.spellings import Speller
 from nmtk.text.subword import word_starts
-from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID, unhinted_length
+from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID, hint_targets, unhinted_length
 
 
 def contains(tokens: list[int], phrase: tuple[int, ...]) -> bool:
@@ -53,21 +53,27 @@ def each_line(controls: list[LineControls | None] | None, lines: int) -> list[Li
     return [LineControls() if c is None else c for c in controls or [None] * lines]
 
 
-def piece_terms(segments: Segments, hinted: list[tuple[str, ...]], markers: tuple[int, int, int] | None
+def piece_terms(segments: Segments, asked: list[tuple[str, ...]], src: TextPipeline, tgt: TextPipeline
                 ) -> list[tuple[str, ...]]:
-    """Per piece of ``segments``, the hinted terms of its line (``hinted``: per source) where the piece
-    holds a hint: a sentence without one asks for none of them."""
-    per_line = [terms for terms, n in zip(hinted, segments.count, strict=True) for _ in range(n)]
-    if markers is None:  # no hints in the sources: the caller's terms ask of every piece
-        return per_line
-    return [terms if markers[0] in piece else () for terms, piece in zip(per_line, segments.pieces, strict=True)]
+    """Per piece of ``segments``, the target terms it asks for where its line asks for hinted terms
+    (``asked``: per source), as the target's words are written (Moses tokens): those of the piece's own
+    hints, one per hint, read from its ids — a sentence asks for its terms, not its line's, and for a term
+    hinted twice twice. Without hint symbols (a vocabulary learned without them) the line's terms ask of
+    every piece."""
+    per_line = [terms for terms, n in zip(asked, segments.count, strict=True) for _ in range(n)]
+    markers = src.hint_markers
+    if markers is None:
+        return [tuple(tgt.moses.tokenize(t) for t in terms) for terms in per_line]
+    return [tuple(src.tokens_text(span) for span in hint_targets(piece, markers)) if terms else ()
+            for terms, piece in zip(per_line, segments.pieces, strict=True)]
 
 
 def preferring_pieces(decode: Callable[[list[list[int]]], list[list[Hypothesis]]], pipe: TextPipeline,
                       hinted: list[tuple[str, ...]], keep: int, pieces: list[list[int]]) -> list[list[Hypothesis]]:
-    """``decode(pieces)``, each piece's hypotheses `preferred` for its line's hinted terms: a line in several
-    sentences has each sentence's best holding most of them (the terms its own hints ask for)."""
-    return [preferred(pipe, hyps, terms, keep) for hyps, terms in zip(decode(pieces), hinted, strict=True)]
+    """``decode(pieces)``, each piece's hypotheses `preferring` those holding its hinted terms (`piece_terms`),
+    compared as the model writes them: the subword model's text, no detokenizing."""
+    return [preferring(hyps, terms, lambda h: pipe.tokens_text(h.tokens), keep)
+            for hyps, terms in zip(decode(pieces), hinted, strict=True)]
 
 
 def writes_nothing(hyps: list[Hypothesis], pipe: TextPipeline) -> bool:
@@ -75,10 +81,15 @@ def writes_nothing(hyps: list[Hypothesis], pipe: TextPipeline) -> bool:
     return not hyps or all(t in pipe.hidden for t in hyps[0].tokens)
 
 
-def preferred(pipe: TextPipeline, hyps: list[Hypothesis], terms: tuple[str, ...], keep: int) -> list[Hypothesis]:
-    """`preferring` a line's hypotheses that hold its hinted ``terms``, compared as the model writes
-    them: the subword model's text against the terms' target Moses tokens (no detokenizing)."""
-    return preferring(hyps, tuple(pipe.moses.tokenize(t) for t in terms), lambda h: pipe.tokens_text(h.tokens), keep)
+def piece_controls(controls: list[LineControls | None] | None, todo: list[int], segments: Segments,
+                   starts: tuple[int, ...]) -> list[LineControls | None] | None:
+    """Per piece of the lines ``todo``: its line's prefix and constraints on the first piece, its bans and
+    doubled terms on every piece, and ``starts`` (M2M-100's target code) forced first on every piece."""
+    pieces = None
+    if controls is not None and any(controls[i] for i in todo):
+        pieces = [c if j == 0 else (LineControls(bans=c.bans, doubled=c.doubled) if c else None)
+                  for c, n in zip((controls[i] for i in todo), segments.count, strict=True) for j in range(n)]
+    return forced_start(starts, pieces, len(segments.pieces)) if starts else pieces
 
 
 def forced_start(starts: tuple[int, ...], controls: list[LineControls | None] | None,
@@ -234,8 +245,8 @@ class TranslatorBase:
         whole = [not self.reading.split or bool(line[i].prefix or line[i].constraints) for i in todo]
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
                                head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, whole=whole)
-        pieces = self._piece_controls(controls, todo, segments)
-        hinted = piece_terms(segments, [line[i].hinted for i in todo], markers)
+        pieces = piece_controls(controls, todo, segments, self.tgt_pipe.starts)
+        hinted = piece_terms(segments, [line[i].hinted for i in todo], self.src_pipe, self.tgt_pipe)
         wide = replace(search, alternatives=search.alternatives or any(hinted))  # for `preferred` to choose
         decode = partial(marking_cut, partial(self.decode_pieces, search=wide, controls=pieces), wide,
                          self.max_positions, markers, pieces)
@@ -272,18 +283,6 @@ class TranslatorBase:
                       f"{' and '.join(dropped)}")
         return hyps
 
-    def _piece_controls(self, controls: list[LineControls | None] | None, todo: list[int],
-                        segments: Segments) -> list[LineControls | None] | None:
-        """Per piece of the lines ``todo``: its line's prefix and constraints on the first piece, its
-        bans on every piece, and M2M-100's target code forced first on every piece."""
-        pieces = None
-        if controls is not None and any(controls[i] for i in todo):
-            pieces = [c if j == 0 else (LineControls(bans=c.bans) if c else None)
-                      for c, n in zip((controls[i] for i in todo), segments.count, strict=True) for j in range(n)]
-        if self.tgt_pipe.starts:
-            pieces = forced_start(self.tgt_pipe.starts, pieces, len(segments.pieces))
-        return pieces
-
     def controls(self, guides: list[Guidance | None], ids: list[list[int] | None], search: SearchConfig,
                  first_line: int = 1) -> list[LineControls | None]:
         """Each line's `Guidance` as target ids through the target pipeline, checked: a phrase that
@@ -306,8 +305,9 @@ class TranslatorBase:
             constraints = tuple(self._checked(c, f"line {line}: the constraint", limit) for c in guide.constraints)
             bans = tuple(spelling for b in guide.bans for spelling in self._ban(b, line))
             self._check_together(line, guide, prefix, constraints, search)
+            doubled = tuple(ids for ids in map(tuple, map(self.tgt_pipe.encode, guide.hinted)) if ids)
             out.append(LineControls(prefix=prefix, constraints=constraints, bans=bans, hinted=guide.hinted,
-                                    glue=self.glue if constraints else frozenset()))
+                                    doubled=doubled, glue=self.glue if constraints else frozenset()))
         return out
 
     def check_hints(self, glossary: Glossary) -> None:

@@ -276,7 +276,10 @@ class Ct2Translator(TranslatorBase):
         words = self.target_pieces
         if any(c and c.prefix for c in controls):
             options["target_prefix"] = [[words[t] for t in c.prefix] if c and c.prefix else None for c in controls]
-        if controls and controls[0] and controls[0].bans:  # one set per call (grouped by `decode_pieces`)
-            options["suppress_sequences"] = [[words[t] for t in ban] for ban in controls[0].bans]
+        # one set per call: the lines' bans (grouped by `_call_groups`) and the doubled terms of them all
+        barred = dict.fromkeys([*(controls[0].bans if controls[0] else ()),
+                                *(term + term for c in controls if c for term in c.doubled)])
+        if barred:
+            options["suppress_sequences"] = [[words[t] for t in ban] for ban in barred]
         sources = [[self.source_pieces[t] for t in pieces[i]] for i in group]
         return group, limit, self._searcher(search).translate_batch(sources, asynchronous=True, **options)

@@ -286,6 +286,33 @@ def test_hinted_terms_are_preferred_among_the_finished_hypotheses_in_both_engine
     assert engine.guides(LINES, 1) == (LINES, [Guidance(hinted=("bike",)), None, None])
 
 
+def test_ctranslate2_bars_the_hinted_terms_of_a_call_s_lines_doubled(exported, monkeypatch) -> None:
+    """CTranslate2 takes one set of suppressed sequences per call: a call holding hinted lines suppresses
+    each of their terms written twice in a row (as nmtk's search bars them per line), in one call."""
+    from nmtk.decode.guide import Guidance
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+
+    translator = load_translator(resolve_model(exported), LoadOptions(threads=1))
+    asked: list[object] = []
+    searcher = translator._searcher
+
+    class Spy:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def translate_batch(self, sources: list, **options: object) -> object:
+            asked.append(options.get("suppress_sequences"))
+            return self.inner.translate_batch(sources, **options)
+
+    monkeypatch.setattr(translator, "_searcher", lambda search: Spy(searcher(search)))
+    guides = [Guidance(hinted=("red",)), Guidance(hinted=("small dog",)), None]
+    got = translator.hypotheses(LINES, SearchConfig(beam=2), guides=guides)
+    pieces = [[translator.target_pieces[t] for t in translator.tgt_pipe.encode(term)] for term in ("red", "small dog")]
+    assert asked == [[pieces[0] * 2, pieces[1] * 2]] and all(got)
+
+
 def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_engines(copy_run, exported,
                                                                                        monkeypatch) -> None:
     """A model trained on sentences drops all but the first of a line's sentences: each is searched as a

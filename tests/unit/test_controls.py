@@ -90,6 +90,21 @@ def test_banned_phrases_are_never_produced(model, sources) -> None:
     assert not any(has(h[0].tokens, b) for h, c in zip(sampled, controls, strict=True) for b in c.bans)
 
 
+def test_a_hinted_term_is_never_written_twice_in_a_row(model) -> None:
+    """A model trained with hints can copy a hinted term again and again ("Hose Hose Hose"): a line's
+    `LineControls.doubled` terms are barred right after themselves (one piece or several), elsewhere not."""
+    src = torch.tensor([[5, 5, 9, 6, 7, 6, 7, 8, 3], [5, 5, 9, 6, 7, 6, 7, 8, 3]])  # copies write 5 5, 6 7 6 7
+    plain = [h[0].tokens for h in search(model, src, SearchConfig(beam=4))]
+    assert plain[0][:7] == [5, 5, 9, 6, 7, 6, 7]
+    controls = [LineControls(doubled=((5,), (6, 7))), None]
+    for beam in (1, 4):
+        got = [h[0].tokens for h in search(model, src, SearchConfig(beam=beam), controls)]
+        assert not has(got[0], (5, 5)) and not has(got[0], (6, 7, 6, 7)) and 5 in got[0] and has(got[0], (6, 7))
+        assert got[1] == plain[1]  # the other line of the batch asks nothing
+    assert LineControls(doubled=((5,),))
+    assert LineControls(bans=((4,),), doubled=((5, 6),)).barred == ((4,), (5, 6, 5, 6))
+
+
 def test_a_prefix_starts_every_hypothesis_with_constraints_too(model, sources) -> None:
     controls = [LineControls(prefix=(30, 31), constraints=((5, 6),) if i % 2 else ()) for i in range(len(sources))]
     for cfg in (SearchConfig(beam=1), SearchConfig(beam=4, nbest=3)):
@@ -153,6 +168,29 @@ def test_hinted_terms_choose_the_best_hypothesis_holding_most_of_them() -> None:
     read.clear()
     assert preferring(hyps[1:], ("Hund",), words, 1) == [hyps[1]] and read == [1]  # the best holds it: done
     assert preferring(hyps, (), words, 1) == [hyps[0]] and preferring([], ("Hund",), words, 1) == []
+    # a term written more often than it is hinted comes after the same terms written as often, by how often
+    texts[:] = ["Hose Hose Hose", "eine Hose", "keine", "Hose und Hose"]
+    assert [h.tokens[0] for h in preferring(hyps, ("Hose",), words, 4)] == [1, 3, 0, 2]  # fewer extra first
+    assert [h.tokens[0] for h in preferring(hyps, ("Hose", "Hose"), words, 4)] == [3, 0, 1, 2]  # hinted twice
+
+
+def test_each_sentence_of_a_hinted_line_asks_for_the_terms_of_its_own_hints() -> None:
+    """A line cut into sentences: each piece is preferred for the target terms of the hints it holds
+    (read from its ids, one per hint), not for its line's every term; a line asking none, none."""
+    from types import SimpleNamespace
+
+    from nmtk.decode.base import piece_terms
+    from nmtk.decode.long_input import Segments
+
+    source, target, done = 90, 91, 92
+    words = {5: "ein", 6: "Hund", 7: "Schutz@@", 8: "helm", 9: "."}
+    src = SimpleNamespace(hint_markers=(source, target, done), tokens_text=lambda ids: " ".join(words[i] for i in ids))
+    first = [1, source, 2, target, 6, done, 3, source, 2, target, 6, done, 9]  # the same term hinted twice
+    second = [4, 4, source, 2, target, 7, 8, done, 9]
+    plain = [1, 2, 9]
+    segments = Segments([first, second, plain, first], [3, 1], [False, False])
+    got = piece_terms(segments, [("Hund", "Schutzhelm"), ()], src, SimpleNamespace())
+    assert got == [("Hund", "Hund"), ("Schutz@@ helm",), (), ()]
 
 
 def test_a_glossary_as_hints_asks_for_preferred_terms_not_constraints() -> None:

@@ -55,12 +55,21 @@ class LineControls:
     # the search (nor make the controls true); of its finished hypotheses, the best holding most of them
     # is the translation (`nmtk.decode.guide.preferring`)
     hinted: tuple[str, ...] = ()
+    # those terms as target ids: none is written twice in a row (banned doubled, its canonical spelling
+    # only). A model trained with hints sometimes copies a hinted term again and again ("in der gelben
+    # Hose Hose Hose …" to the length limit); CTranslate2 takes the doubled terms of a call's lines as one set
+    doubled: tuple[tuple[int, ...], ...] = ()
     # target ids that continue the word before them: never right after a constraint's last token, so a
     # term is produced as whole words ("Hund" does not count as met by "Hunde"); one set shared by all lines
     glue: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
 
     def __bool__(self) -> bool:
-        return bool(self.prefix or self.constraints or self.bans)
+        return bool(self.prefix or self.constraints or self.bans or self.doubled)
+
+    @property
+    def barred(self) -> tuple[tuple[int, ...], ...]:
+        """Every phrase this line must never contain: its bans and its hinted terms doubled."""
+        return self.bans + tuple(term + term for term in self.doubled)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ class Steering:
         if not cfg.steers and not any(c for c in controls):
             return None
         prefix, prefix_len = padded([[c.prefix] if c and c.prefix else [] for c in controls], device)
-        bans, ban_len = padded([list(c.bans) if c else [] for c in controls], device)
+        bans, ban_len = padded([list(c.barred) if c else [] for c in controls], device)
         return cls(prefix[:, 0] if prefix.size(1) else prefix.new_zeros((lines, 0)),
                    prefix_len[:, 0] if prefix_len.size(1) else prefix_len.new_zeros(lines),
                    bans, ban_len, cfg.no_repeat_ngram_size, cfg.repetition_penalty)
@@ -90,21 +90,23 @@ class Steering:
         return torch.maximum(limit, self.prefix_len + 1)
 
     def logits(self, logits: Tensor, history: Tensor, sent: Tensor, step: int) -> Tensor:
-        """``logits`` (rows, V) of the next token after each row's ``history`` (rows, step); row r
-        belongs to line ``sent[r]``."""
+        """``logits`` (rows, V) of the next token after each row's ``history`` (rows, step), changed in
+        place (the step's own); row r belongs to line ``sent[r]``."""
         if self.penalty != 1.0 and history.size(1):
             seen = logits.gather(1, history)
             logits = logits.scatter(1, history, torch.where(seen < 0, seen * self.penalty, seen / self.penalty))
         vocab = logits.size(1)
         blocked = self._repeats(history, vocab) if self.no_repeat else None
-        if self.bans.size(1):
-            banned = self._banned(history, sent, vocab)
-            blocked = banned if blocked is None else blocked | banned
-        if step < self.prefix.size(1):  # a prefix token is forced even where a ban or a repeat would bar it
-            forcing = (step < self.prefix_len[sent])[:, None]
+        forcing = (step < self.prefix_len[sent])[:, None] if step < self.prefix.size(1) else None
+        if self.bans.size(1):  # a prefix token is forced even where a ban or a repeat would bar it
+            last, match = self._banned(history, sent)
+            match = match if forcing is None else match & ~forcing
+            bar = torch.full_like(last, float("inf"), dtype=logits.dtype).masked_fill_(match, NEG_INF)
+            logits.scatter_reduce_(1, last.clamp(min=0), bar, "amin")
+        if forcing is not None:
             others = (torch.arange(vocab, device=logits.device) != self.prefix[sent, step][:, None]) & forcing
             blocked = others if blocked is None else torch.where(forcing, others, blocked)
-        return logits if blocked is None else logits.masked_fill(blocked, NEG_INF)
+        return logits if blocked is None else logits.masked_fill_(blocked, NEG_INF)
 
     def _repeats(self, history: Tensor, vocab: int) -> Tensor:
         """Tokens that would repeat an n-gram (n = ``no_repeat``) already in the row's history."""
@@ -118,13 +120,15 @@ class Steering:
         match = grams[..., :-1].eq(ending[:, None, :]).all(dim=-1)
         return hit(grams[..., -1], match, vocab)
 
-    def _banned(self, history: Tensor, sent: Tensor, vocab: int) -> Tensor:
-        """Tokens that would complete one of the row's line's banned phrases."""
+    def _banned(self, history: Tensor, sent: Tensor) -> tuple[Tensor, Tensor]:
+        """Per row and banned phrase of its line, (rows, B): the phrase's last token, and whether that
+        token would complete it here (the rest ends the row's history). Barred by a scatter over those
+        (rows, B) tokens, not a (rows, V) mask: a step with bans costs what one without does."""
         bans, lengths = self.bans[sent], self.ban_len[sent]  # (rows, B, L), (rows, B)
         width = bans.size(2) - 1
         last = bans.gather(2, (lengths - 1).clamp(min=0)[..., None]).squeeze(2)  # (rows, B)
         if width == 0:
-            return hit(last, lengths.gt(0), vocab)
+            return last, lengths.gt(0)
         # each phrase's tokens before its last, right-aligned against the end of the history
         position = torch.arange(width, device=bans.device)
         start = width - (lengths - 1)  # (rows, B): positions before it are free
@@ -132,5 +136,4 @@ class Steering:
         context = bans.gather(2, source)
         free = position < start[..., None]
         window = last_tokens(history, width)[:, None, :]
-        match = (context.eq(window) | free).all(dim=-1) & lengths.gt(0)
-        return hit(last, match, vocab)
+        return last, (context.eq(window) | free).all(dim=-1) & lengths.gt(0)
