@@ -83,13 +83,32 @@ def writes_nothing(hyps: list[Hypothesis], pipe: TextPipeline) -> bool:
 
 def piece_controls(controls: list[LineControls | None] | None, todo: list[int], segments: Segments,
                    starts: tuple[int, ...]) -> list[LineControls | None] | None:
-    """Per piece of the lines ``todo``: its line's prefix and constraints on the first piece, its bans and
-    doubled terms on every piece, and ``starts`` (M2M-100's target code) forced first on every piece."""
-    pieces = None
+    """Per piece of the lines ``todo``: its line's prefix on the first piece, its constraints on the
+    pieces holding their source words (`LineControls.anchors`; the first piece where they are not
+    known or not found), its bans and doubled terms on every piece, and ``starts`` (M2M-100's target
+    code) forced first on every piece."""
+    pieces: list[LineControls | None] | None = None
     if controls is not None and any(controls[i] for i in todo):
-        pieces = [c if j == 0 else (LineControls(bans=c.bans, doubled=c.doubled) if c else None)
-                  for c, n in zip((controls[i] for i in todo), segments.count, strict=True) for j in range(n)]
+        pieces, at = [], 0
+        for i, n in zip(todo, segments.count, strict=True):
+            line, at = controls[i], at + n
+            pieces += [line] * n if line is None or n == 1 else _pieces_of(line, segments.pieces[at - n : at])
     return forced_start(starts, pieces, len(segments.pieces)) if starts else pieces
+
+
+def _pieces_of(line: LineControls, pieces: list[list[int]]) -> list[LineControls | None]:
+    """One line's controls over its several ``pieces`` (`piece_controls`): a glossary's term goes to
+    every sentence holding its source words ("dog" in two sentences: "Hund" in both)."""
+    where = ([[j for j, piece in enumerate(pieces) if contains(piece, anchor)] or [0] for anchor in line.anchors]
+             if line.anchored else [[0]] * len(line.constraints))
+    out: list[LineControls | None] = []
+    for j in range(len(pieces)):
+        mine = [k for k, homes in enumerate(where) if j in homes]
+        constraints = tuple(line.constraints[k] for k in mine)
+        anchors = tuple(line.anchors[k] for k in mine) if line.anchored else (line.anchors if j == 0 else ())
+        out.append(replace(line, prefix=line.prefix if j == 0 else (), constraints=constraints, anchors=anchors,
+                           glue=line.glue if constraints else frozenset()) or None)
+    return out
 
 
 def forced_start(starts: tuple[int, ...], controls: list[LineControls | None] | None,
@@ -242,7 +261,8 @@ class TranslatorBase:
         if not todo:
             return results
         markers, line = self.src_pipe.hint_markers, each_line(controls, len(ids))
-        whole = [not self.reading.split or bool(line[i].prefix or line[i].constraints) for i in todo]
+        whole = [not self.reading.split or bool(line[i].prefix) or bool(line[i].constraints and not line[i].anchored)
+                 for i in todo]
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
                                head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, whole=whole)
         pieces = piece_controls(controls, todo, segments, self.tgt_pipe.starts)
@@ -267,7 +287,7 @@ class TranslatorBase:
         never translates to nothing."""
         from nmtk.console import console
 
-        steps = [("its terms", replace(controls, constraints=()), search),
+        steps = [("its terms", replace(controls, constraints=(), anchors=()), search),
                  ("its banned phrases and repetition limits", LineControls(prefix=controls.prefix),
                   replace(search, no_repeat_ngram_size=0, repetition_penalty=1.0))]
         dropped: list[str] = []
@@ -306,8 +326,9 @@ class TranslatorBase:
             bans = tuple(spelling for b in guide.bans for spelling in self._ban(b, line))
             self._check_together(line, guide, prefix, constraints, search)
             doubled = tuple(ids for ids in map(tuple, map(self.tgt_pipe.encode, guide.hinted)) if ids)
+            anchors = tuple(tuple(self.src_pipe.subwords.encode(words)) if words else () for words in guide.anchors)
             out.append(LineControls(prefix=prefix, constraints=constraints, bans=bans, hinted=guide.hinted,
-                                    doubled=doubled, glue=self.glue if constraints else frozenset()))
+                                    doubled=doubled, anchors=anchors, glue=self.glue if constraints else frozenset()))
         return out
 
     def check_hints(self, glossary: Glossary) -> None:

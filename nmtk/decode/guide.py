@@ -37,6 +37,9 @@ class Guidance:
     constraints: tuple[str, ...] = ()
     bans: tuple[str, ...] = ()
     hinted: tuple[str, ...] = ()  # target terms its source holds as hints (``--terms inline``): preferred
+    # per constraint, the source words (the line's Moses tokens) a glossary found it for, "" for one given
+    # as such: a line of several sentences asks each sentence for the terms found in it
+    anchors: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.prefix or self.constraints or self.bans or self.hinted)
@@ -130,11 +133,15 @@ class Glossary:
     def terms(self, source: str, tokenize: Callable[[str], str]) -> tuple[str, ...]:
         """Target terms of the pairs whose source term occurs in ``source`` (``tokenize``: the source
         side's Moses), in the order they occur, each once."""
-        found: list[str] = []
-        for _, _, target in self._chosen(tokenize(source).split(), tokenize):
-            if target not in found:
-                found.append(target)
-        return tuple(found)
+        return tuple(self.found(source, tokenize))
+
+    def found(self, source: str, tokenize: Callable[[str], str]) -> dict[str, str]:
+        """`terms`, each with the source words it was first found for (as Moses tokens of ``source``)."""
+        words = tokenize(source).split()
+        found: dict[str, str] = {}
+        for start, end, target in self._chosen(words, tokenize):
+            found.setdefault(target, " ".join(words[start:end]))
+        return found
 
     def _chosen(self, words: list[str], tokenize: Callable[[str], str]) -> list[tuple[int, int, str]]:
         """The matches a line gets, left to right: the longest term where several start at one word,
@@ -187,9 +194,13 @@ class Glossary:
         return text.casefold() if self.ignore_case else text
 
     def guide(self, source: str, guidance: Guidance, tokenize: Callable[[str], str]) -> Guidance:
-        """``guidance`` with this glossary's terms for ``source`` added as constraints."""
-        extra = tuple(t for t in self.terms(source, tokenize) if t not in guidance.constraints)
-        return replace(guidance, constraints=guidance.constraints + extra) if extra else guidance
+        """``guidance`` with this glossary's terms for ``source`` added as constraints, each anchored to
+        the source words it was found for (`Guidance.anchors`)."""
+        extra = {t: words for t, words in self.found(source, tokenize).items() if t not in guidance.constraints}
+        if not extra:
+            return guidance
+        given = guidance.anchors + ("",) * (len(guidance.constraints) - len(guidance.anchors))
+        return replace(guidance, constraints=guidance.constraints + tuple(extra), anchors=given + tuple(extra.values()))
 
 
 def guided(source: str, guide: Guidance, glossary: Glossary | None, bans: tuple[str, ...],

@@ -313,6 +313,44 @@ def test_ctranslate2_bars_the_hinted_terms_of_a_call_s_lines_doubled(exported, m
     assert asked == [[pieces[0] * 2, pieces[1] * 2]] and all(got)
 
 
+def test_a_glossary_s_terms_go_to_the_sentences_holding_their_source_words(copy_run, monkeypatch) -> None:
+    """A line of several sentences with glossary terms (constrained) is cut as without them, each term
+    asked of the sentences holding its source words (searched whole, the demo model dropped the last
+    sentence of "A man rides a bike. A dog runs in the park. Two kids play football." with `dog → Hund`);
+    a constraint given as such, with no source words, keeps the line whole."""
+    import numpy as np
+
+    from nmtk.decode.guide import Glossary, Guidance
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.long_input import ENDS, OPENS, WORDS
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+    from nmtk.precision import Precision
+
+    tmp, _, _ = copy_run
+    beam, line = SearchConfig(beam=4), "the red cat the dog runs the dog sits"
+    translator = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))
+    pieces = translator.src_pipe.subwords.pieces()
+    kinds = np.full(len(pieces), WORDS, dtype=np.int8)
+    kinds[pieces.index("▁cat")], kinds[pieces.index("▁runs")], kinds[pieces.index("▁the")] = ENDS, ENDS, OPENS
+    monkeypatch.setattr(translator, "sentence_kinds", kinds)
+    searched, seen = translator.decode_pieces, []
+
+    def counted(pieces, search, controls=None):
+        seen.append([c.constraints if c else () for c in controls or [None] * len(pieces)])
+        return searched(pieces, search, controls)
+
+    monkeypatch.setattr(translator, "decode_pieces", counted)
+    guide = Glossary((("dog", "bike"), ("red", "ball"))).guide(line, Guidance(), translator.src_pipe.moses.tokenize)
+    assert guide == Guidance(constraints=("ball", "bike"), anchors=("red", "dog"))
+    got = translator.detokenize(translator.hypotheses([line], beam, guides=[guide])[0][0])
+    ball, bike = (tuple(translator.tgt_pipe.encode(w)) for w in ("ball", "bike"))
+    assert seen == [[(ball,), (bike,), (bike,)]] and got.count("bike") == 2 and got.count("ball") == 1, got
+    seen.clear()
+    translator.hypotheses([line], beam, guides=[Guidance(constraints=("bike",))])
+    assert seen == [[(bike,)]]  # one piece: the whole line
+
+
 def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_engines(copy_run, exported,
                                                                                        monkeypatch) -> None:
     """A model trained on sentences drops all but the first of a line's sentences: each is searched as a

@@ -199,9 +199,15 @@ def test_a_glossary_as_hints_asks_for_preferred_terms_not_constraints() -> None:
     glossary = Glossary((("dog", "Hund"), ("hard hat", "Schutzhelm")))
     guide = guided("A dog in a hard hat .", Guidance(), glossary, (), str, hints=True)
     assert guide == Guidance(hinted=("Hund", "Schutzhelm")) and guide.constraints == ()
-    assert guided("A dog .", Guidance(), glossary, (), str) == Guidance(constraints=("Hund",))
+    assert guided("A dog .", Guidance(), glossary, (), str) == Guidance(constraints=("Hund",), anchors=("dog",))
     assert guided("A cat .", Guidance(), glossary, (), str, hints=True) is None
     assert not LineControls(hinted=("Hund",))  # asks nothing of the search itself
+    # constrained, each term anchored to the source words it was found for; a given constraint has none
+    mixed = glossary.guide("A dog in a hard hat .", Guidance(constraints=("Stadt",)), str)
+    assert mixed == Guidance(constraints=("Stadt", "Hund", "Schutzhelm"), anchors=("", "dog", "hard hat"))
+    assert LineControls(constraints=((1,), (2,)), anchors=((5,), (6, 7))).anchored
+    assert not LineControls(constraints=((1,), (2,)), anchors=((), (6, 7))).anchored
+    assert not LineControls(constraints=((1,),)).anchored
 
 
 def test_input_lines_and_glossaries_parse_or_name_their_line(tmp_path: Path) -> None:

@@ -59,12 +59,20 @@ class LineControls:
     # only). A model trained with hints sometimes copies a hinted term again and again ("in der gelben
     # Hose Hose Hose …" to the length limit); CTranslate2 takes the doubled terms of a call's lines as one set
     doubled: tuple[tuple[int, ...], ...] = ()
+    # per constraint, the source ids of the words a glossary found it for (() where it was given as such):
+    # a line cut into sentences gives each sentence the constraints whose words it holds
+    anchors: tuple[tuple[int, ...], ...] = ()
     # target ids that continue the word before them: never right after a constraint's last token, so a
     # term is produced as whole words ("Hund" does not count as met by "Hunde"); one set shared by all lines
     glue: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
 
     def __bool__(self) -> bool:
         return bool(self.prefix or self.constraints or self.bans or self.doubled)
+
+    @property
+    def anchored(self) -> bool:
+        """Whether each of the constraints has its source words (`anchors`): the line may be cut."""
+        return len(self.anchors) == len(self.constraints) and all(self.anchors)
 
     @property
     def barred(self) -> tuple[tuple[int, ...], ...]:
