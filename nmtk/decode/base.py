@@ -14,10 +14,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from nmtk.decode.guide import Glossary, Guidance, preferring
-from nmtk.decode.long_input import Segments, boundary_strengths, sentence_kinds, warn_split
+from nmtk.decode.long_input import Segments, boundary_strengths, sentence_kinds, sentences_of, warn_split
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
@@ -29,6 +29,9 @@ from nmtk.text.reading import Reading
 from nmtk.text.spellings import Speller
 from nmtk.text.subword import word_starts
 from nmtk.vocab import SPECIAL_SYMBOLS, UNK_ID, hint_targets, unhinted_length
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def contains(tokens: list[int], phrase: tuple[int, ...]) -> bool:
@@ -79,6 +82,14 @@ def preferring_pieces(decode: Callable[[list[list[int]]], list[list[Hypothesis]]
 def writes_nothing(hyps: list[Hypothesis], pipe: TextPipeline) -> bool:
     """Whether a line's search found no translation that writes anything (in ``pipe``'s target)."""
     return not hyps or all(t in pipe.hidden for t in hyps[0].tokens)
+
+
+def first_sentences(line: LineControls, target_kinds: np.ndarray) -> int:
+    """How many of a line's leading sentences are searched as its first piece (`Segments.of`): as many
+    as its prefix has (``target_kinds``: `sentence_kinds` of the target's pieces; a prefix is the start
+    of their translation), else one; 0 (the line whole) where it has constraints given as such: no
+    source words say which sentence asks for them."""
+    return 0 if line.constraints and not line.anchored else len(sentences_of(line.prefix, target_kinds))
 
 
 def piece_controls(controls: list[LineControls | None] | None, todo: list[int], segments: Segments,
@@ -167,6 +178,7 @@ class TranslatorBase:
         pieces = self.src_pipe.subwords.pieces()
         self.word_starts = (word_starts(pieces), word_starts(self.tgt_pipe.subwords.pieces()))  # (source, target)
         self.boundaries, self.sentence_kinds = boundary_strengths(pieces), sentence_kinds(pieces, self.word_starts[0])
+        self.target_kinds = sentence_kinds(self.tgt_pipe.subwords.pieces(), self.word_starts[1])  # of prefixes
 
     def for_pair(self, pair: Pair | None) -> TranslatorBase:
         """This translator speaking another of its multilingual model's pairs: the same model and
@@ -261,10 +273,9 @@ class TranslatorBase:
         if not todo:
             return results
         markers, line = self.src_pipe.hint_markers, each_line(controls, len(ids))
-        whole = [not self.reading.split or bool(line[i].prefix) or bool(line[i].constraints and not line[i].anchored)
-                 for i in todo]
+        first = [first_sentences(line[i], self.target_kinds) if self.reading.split else 0 for i in todo]
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
-                               head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, whole=whole)
+                               head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, first=first)
         pieces = piece_controls(controls, todo, segments, self.tgt_pipe.starts)
         hinted = piece_terms(segments, [line[i].hinted for i in todo], self.src_pipe, self.tgt_pipe)
         wide = replace(search, alternatives=search.alternatives or any(hinted))  # for `preferred` to choose

@@ -179,18 +179,20 @@ class Segments:
     @classmethod
     def of(cls, sources: Sequence[Sequence[int]], limit: int, strength: np.ndarray,
            longest: int | None = None, head: Sequence[int] = (), markers: tuple[int, int, int] | None = None,
-           kinds: np.ndarray | None = None, whole: Sequence[bool] | None = None) -> Segments:
+           kinds: np.ndarray | None = None, first: Sequence[int] | None = None) -> Segments:
         """``head``: ids a source begins with that every piece must begin with too (a multilingual
         model's target tag, M2M-100's source code): the rest is cut, and each piece gets the head.
         ``markers``: the vocabulary's hint symbols (a hint is never cut, nor counted as words).
-        ``kinds`` (`sentence_kinds`): sources are cut into their sentences first, but those ``whole``
-        says to keep whole (cut for length alone)."""
+        ``kinds`` (`sentence_kinds`): sources are cut into their sentences first, ``first[i]`` of source
+        i's leading sentences kept together (1 where not given; 0: the source whole, cut for length alone)."""
         segments, head = cls([], [], []), list(head)
         for i, ids in enumerate(sources):
             ids = list(ids)
             start = len(head) if head and ids[: len(head)] == head else 0
-            body = ids[start:]
-            own = [body] if kinds is None or (whole is not None and whole[i]) else sentences_of(body, kinds, markers)
+            body, together = ids[start:], 1 if first is None else first[i]
+            own = sentences_of(body, kinds, markers) if kinds is not None and together else [body]
+            if together > 1:
+                own = [[t for sentence in own[:together] for t in sentence], *own[together:]]
             cut = [split_line(sentence, limit - start, strength, longest, markers) for sentence in own]
             segments.pieces.extend(ids[:start] + p for parts in cut for p in parts)
             segments.count.append(sum(len(parts) for parts in cut))

@@ -355,7 +355,8 @@ def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_
                                                                                        monkeypatch) -> None:
     """A model trained on sentences drops all but the first of a line's sentences: each is searched as a
     line of its own and the translations joined, in either engine (an n-best list's alternatives join
-    the sentences' k-th); a line with a prefix, or read as typed, is searched whole. (The copy model's
+    the sentences' k-th); a prefix starts the first sentence's translation, or of as many sentences as it
+    holds; a line read as typed is searched whole. (The copy model's
     vocabulary has no full stop or capital: here "cat" ends a sentence and "the" begins one.)"""
     import numpy as np
 
@@ -389,7 +390,14 @@ def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_
         seen.clear()
         two = translator.hypotheses([line], replace(beam, nbest=2))[0]
         assert len(two) == 2 and two[0].tokens == got[0].tokens and two[1].tokens != got[0].tokens, two
-        translator.hypotheses([line], beam, guides=[Guidance(prefix="the")])
+        seen.clear()
+        prefixed = translator.hypotheses([line], beam, guides=[Guidance(prefix="the red")])[0][0]
+        assert seen == [2] and translator.detokenize(prefixed).startswith("the red"), (model, seen, prefixed)
+        targets = translator.tgt_pipe.subwords.pieces()  # the prefix's sentences: the first piece's
+        kinds = np.full(len(targets), WORDS, dtype=np.int8)
+        kinds[targets.index("▁cat")], kinds[targets.index("▁the")] = ENDS, OPENS
+        monkeypatch.setattr(translator, "target_kinds", kinds)
+        translator.hypotheses([line], beam, guides=[Guidance(prefix="the red cat the")])
         monkeypatch.setattr(translator, "reading", Reading(fold_case=False, carry=False, split=False))
         translator.hypotheses([line], beam)
         assert seen == [2, 1, 1], (model, seen)

@@ -333,9 +333,12 @@ def test_a_line_of_several_sentences_is_cut_into_them_and_nothing_else_is() -> N
     assert sentences_of(hinted, kinds, (src, tgt, done)) == [hinted[:9], [three]]
     strength = boundary_strengths(pieces)
     lines = [[a, a, dot, two, a], [a, a, dot, two, a], [a] * 9]
-    segments = Segments.of(lines, 100, strength, longest=4, kinds=kinds, whole=[False, True, False])
+    segments = Segments.of(lines, 100, strength, longest=4, kinds=kinds, first=[1, 0, 1])
     assert segments.count == [2, 1, 3] and segments.lengthy == [False, False, True]
     assert segments.pieces[:3] == [[a, a, dot], [two, a], [a, a, dot, two, a]]
+    three_sentences = [a, a, dot, two, a, bang, two, a]
+    assert Segments.of([three_sentences], 100, strength, kinds=kinds, first=[2]).pieces == [three_sentences[:6],
+                                                                                          [two, a]]
 
 
 def test_a_hinted_line_is_cut_and_counted_by_its_own_words_and_never_inside_a_hint() -> None:
