@@ -278,7 +278,7 @@ class TranslatorBase:
                                head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, first=first)
         pieces = piece_controls(controls, todo, segments, self.tgt_pipe.starts)
         hinted = piece_terms(segments, [line[i].hinted for i in todo], self.src_pipe, self.tgt_pipe)
-        wide = replace(search, alternatives=search.alternatives or any(hinted))  # for `preferred` to choose
+        wide = replace(search, alternatives=search.alternatives or any(hinted))  # for `preferring` to choose
         decode = partial(marking_cut, partial(self.decode_pieces, search=wide, controls=pieces), wide,
                          self.max_positions, markers, pieces)
         if any(hinted):

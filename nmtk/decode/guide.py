@@ -233,14 +233,14 @@ def preferring(hyps: list[Hypothesis], terms: tuple[str, ...], words: Callable[[
                keep: int) -> list[Hypothesis]:
     """A line's hypotheses (best first) reordered for the target terms its source holds as hints (one
     entry per hint: a term hinted twice is asked twice): those holding more of them (as whole words in
-    ``words``, a hypothesis's text as the terms are written) first, then those writing the terms fewer
-    times more often than they are hinted, by score among equals; the first ``keep``.
+    ``words``, a hypothesis's text as the terms are written) first, then those writing fewer of them
+    beyond their hints' count, by score among equals; the first ``keep``.
 
     Why: hints ask, they do not force. A model trained with them (the ``terms`` modifier) sometimes
     writes another word while its beam holds a translation with the term a little lower (the terms
     recipe's model, test_2016_flickr with 1–2 terms a line: a tenth of the terms), and sometimes copies
     the term again ("in der gelben Hose Hose Hose": 169 of its 1,230 terms written more often than the
-    reference has them; 139 with this choice, 35 with the search barring a term twice in a row too,
+    reference has them; 139 with this choice, 36 with the search barring a term twice in a row too,
     `LineControls.doubled`). Choosing among the hypotheses the search finished anyway costs no search in
     either engine (CTranslate2 returns its beam's as nmtk's search does: `SearchConfig.alternatives`)."""
     if not terms or not hyps:
