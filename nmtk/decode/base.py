@@ -89,7 +89,9 @@ def first_sentences(line: LineControls, target_kinds: np.ndarray) -> int:
     as its prefix has (``target_kinds``: `sentence_kinds` of the target's pieces; a prefix is the start
     of their translation), else one; 0 (the line whole) where it has constraints given as such: no
     source words say which sentence asks for them."""
-    return 0 if line.constraints and not line.anchored else len(sentences_of(line.prefix, target_kinds))
+    if line.constraints and not line.anchored:
+        return 0
+    return len(sentences_of(line.prefix, target_kinds)) if line.prefix else 1
 
 
 def piece_controls(controls: list[LineControls | None] | None, todo: list[int], segments: Segments,
@@ -116,9 +118,8 @@ def _pieces_of(line: LineControls, pieces: list[list[int]]) -> list[LineControls
     for j in range(len(pieces)):
         mine = [k for k, homes in enumerate(where) if j in homes]
         constraints = tuple(line.constraints[k] for k in mine)
-        anchors = tuple(line.anchors[k] for k in mine) if line.anchored else (line.anchors if j == 0 else ())
-        out.append(replace(line, prefix=line.prefix if j == 0 else (), constraints=constraints, anchors=anchors,
-                           glue=line.glue if constraints else frozenset()) or None)
+        out.append(replace(line, prefix=line.prefix if j == 0 else (), constraints=constraints, anchors=(),
+                           glue=line.glue if constraints else frozenset()) or None)  # anchors served: placed
     return out
 
 
@@ -175,10 +176,11 @@ class TranslatorBase:
 
     def __post_init__(self) -> None:
         self.src_pipe, self.tgt_pipe = self.pipelines
-        pieces = self.src_pipe.subwords.pieces()
-        self.word_starts = (word_starts(pieces), word_starts(self.tgt_pipe.subwords.pieces()))  # (source, target)
+        pieces, targets = self.src_pipe.subwords.pieces(), self.tgt_pipe.subwords.pieces()
+        self.word_starts = (word_starts(pieces), word_starts(targets))  # (source, target)
         self.boundaries, self.sentence_kinds = boundary_strengths(pieces), sentence_kinds(pieces, self.word_starts[0])
-        self.target_kinds = sentence_kinds(self.tgt_pipe.subwords.pieces(), self.word_starts[1])  # of prefixes
+        self.target_kinds = (self.sentence_kinds if targets == pieces  # of prefixes; a joint vocabulary's are one
+                             else sentence_kinds(targets, self.word_starts[1]))
 
     def for_pair(self, pair: Pair | None) -> TranslatorBase:
         """This translator speaking another of its multilingual model's pairs: the same model and
@@ -250,10 +252,11 @@ class TranslatorBase:
         """`hypotheses` of encoded sources (None: an empty line, which gets none).
 
         A line of several sentences is translated sentence by sentence, one too long in pieces
-        (`nmtk.decode.long_input`; one warning naming the line, ``first_line`` the number of ``ids[0]``),
-        but a line with a prefix or constraints is cut for length alone (its prefix and constraints
-        asked of its first piece, its bans of every piece). Every piece keeps a multilingual model's
-        source tag and forced first token; hinted terms: `preferring_pieces`.
+        (`nmtk.decode.long_input`; one warning naming the line, ``first_line`` the number of ``ids[0]``):
+        its prefix starts the first piece (of as many sentences as the prefix holds: `first_sentences`),
+        a glossary's constraints go to the pieces holding their source words, its bans to every piece
+        (`piece_controls`); a line with constraints given as such is cut for length alone. Every piece
+        keeps a multilingual model's source tag and forced first token; hinted terms: `preferring_pieces`.
         """
         if search.align and not self.can_align:
             raise NmtkError(f"alignments: {NOT_ALIGNED}")
