@@ -26,7 +26,7 @@ from _util import ROOT
 
 KINDS = {
     "products": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_int_mm",
-                 "quantized::linear_dynamic", "aten::_weight_int8pack_mm"),
+                 "quantized::linear_dynamic", "aten::_weight_int8pack_mm", "mkldnn::_linear_pointwise"),
     "softmax": ("aten::_softmax", "aten::_log_softmax", "aten::softmax", "aten::log_softmax"),
     "reorder": ("aten::index_select", "aten::index", "aten::gather", "aten::index_copy_"),
     "selection": ("aten::topk", "aten::amax", "aten::max", "aten::sort", "aten::argmax", "aten::nonzero",

@@ -6,7 +6,8 @@ decoding step on a CPU is different in three ways, each owned here:
 
 - **layout**: the states are multiplied by a (d, V) copy of the matrix: the CPU GEMM reads that layout
   faster than the (V, d) weight taken transposed, most at the few rows of a decoding step (one thread,
-  d 256, V 8,000: 0.60 against 0.84 ms at 4 rows, 6.6 against 7.3 ms at 128). The copy follows the
+  d 256, V 8,000: 0.60 against 0.84 ms at 4 rows, 6.6 against 7.3 ms at 128); on a CPU not Intel's, a
+  copy packed for oneDNN instead (`nmtk.model.onednn`: MKL is slow there). The copy follows the
   weight (its storage and version are the key) and is let go as soon as the plain path is taken;
 - **columns**: a lexical shortlist's candidates alone (`OutputProjection.restrict`), gathered once per
   batch, not at every step, and per thread: searches side by side (`nmtk.decode.search.batches`) each
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmtk.model import onednn
 from nmtk.model.int8 import pack, reduce_range
 
 
@@ -62,6 +64,8 @@ class OutputProjection:
         flat = h.reshape(-1, h.size(-1))
         if self._int8 is not None and flat.dtype == torch.float32:
             logits = torch.ops.quantized.linear_dynamic(flat, self._int8, reduce_range())
+        elif flat.dtype == torch.float32 and onednn.preferred():
+            logits = onednn.product(flat, self._columns_of(weight, packed=True), bias)
         else:
             columns = self._columns_of(weight)
             logits = flat @ columns if bias is None else torch.addmm(bias, flat, columns)
@@ -106,10 +110,11 @@ class OutputProjection:
             part = part + bias.to(part.dtype)
         return part.view(*h.shape[:-1], part.size(-1))
 
-    def _columns_of(self, weight: Tensor) -> Tensor:
-        """``weight`` as a contiguous (d, V) matrix, remade when the weight is replaced or changed in place
-        (an optimizer step, `load_state_dict`): its storage and version are the key."""
-        key = (weight.data_ptr(), weight._version, weight.dtype)
+    def _columns_of(self, weight: Tensor, packed: bool = False) -> Tensor:
+        """``weight`` as a contiguous (d, V) matrix (``packed``: in oneDNN's layout, `nmtk.model.onednn`),
+        remade when the weight is replaced or changed in place (an optimizer step, `load_state_dict`):
+        its storage and version are the key."""
+        key = (weight.data_ptr(), weight._version, weight.dtype, packed)
         if self._columns is None or self._columns[0] != key:
-            self._columns = (key, weight.detach().t().contiguous())
+            self._columns = (key, onednn.pack(weight) if packed else weight.detach().t().contiguous())
         return self._columns[1]

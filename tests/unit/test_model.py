@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from nmtk.model import ModelConfig, Transformer, parameter_count
+from nmtk.errors import NmtkError
+from nmtk.model import ModelConfig, Transformer, onednn, parameter_count
 from nmtk.model.attention import attention
 from nmtk.model.transformer import sinusoidal_positions
 from nmtk.vocab import PAD_ID as PAD
@@ -125,11 +126,17 @@ def test_incremental_decoding_equals_full_forward(share: str, norm: str) -> None
     torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("gemm", ["mkl", "onednn"])
 @pytest.mark.parametrize(("share", "bias"), [("all", False), ("none", True)])
-def test_decoding_projection_follows_the_weights(share: str, bias: bool) -> None:
-    """Without autograd on a CPU, `project` multiplies by its own (d, V) copy of the matrix: it must
-    equal the plain projection, and follow in-place updates (optimizer steps between validations, a
-    loaded state) and a replaced weight."""
+def test_decoding_projection_follows_the_weights(share: str, bias: bool, gemm: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without autograd on a CPU, `project` multiplies by its own (d, V) copy of the matrix (or, where
+    oneDNN is preferred, a copy packed for it, its rows padded: 12 here): it must equal the plain
+    projection, and follow in-place updates (optimizer steps between validations, a loaded state) and a
+    replaced weight."""
+    if gemm == "onednn" and not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        pytest.skip("this torch has no oneDNN packed product")
+    monkeypatch.setattr(onednn, "preferred", lambda: gemm == "onednn")
     model = tiny(share, output_bias=bias)
     weight, h = model.output_weight, torch.randn(3, 4, 32)
 
@@ -160,6 +167,24 @@ def test_decoding_projection_follows_the_weights(share: str, bias: bool) -> None
     assert model._projection._columns is not None
     model.train()  # training mode frees it too: the optimizer steps would make it stale
     assert model._projection._columns is None
+
+
+def test_the_cpu_gemm_is_chosen_by_vendor_unless_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN's packed projection on CPUs not Intel's, MKL on Intel's; ``NMTK_CPU_GEMM`` overrides, and a
+    value it does not know is a one-line error naming it."""
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        pytest.skip("this torch has no oneDNN packed product")
+    for vendor, env, expected in [("AuthenticAMD", "", True), ("GenuineIntel", "", False), ("", "", False),
+                                  ("GenuineIntel", "onednn", True), ("AuthenticAMD", "MKL", False)]:
+        onednn.preferred.cache_clear()
+        monkeypatch.setattr(onednn, "_vendor", lambda v=vendor: v)
+        monkeypatch.setenv(onednn.CHOICE_ENV, env)
+        assert onednn.preferred() is expected, (vendor, env)
+    onednn.preferred.cache_clear()
+    monkeypatch.setenv(onednn.CHOICE_ENV, "blas")
+    with pytest.raises(NmtkError, match="NMTK_CPU_GEMM='blas'"):
+        onednn.preferred()
+    onednn.preferred.cache_clear()
 
 
 @pytest.mark.parametrize("capacity", [32, 2])

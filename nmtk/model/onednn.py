@@ -1,0 +1,72 @@
+"""The fp32 output projection of a decoding step through oneDNN, with its weight packed once, on CPUs
+whose vendor is not Intel.
+
+Why: torch multiplies fp32 matrices on a CPU with MKL, which on an AMD CPU runs its product of a
+decoding step's few rows by the (d, V) output matrix well below the core's rate. oneDNN (which torch
+ships too, and which CTranslate2 uses on AMD CPUs for the same reason) reads a weight packed for it
+once in its own blocked layout. One thread, d 256, V 8,000, GFLOP/s (2-core AMD EPYC Zen 4, torch 2.13,
+2026-11-29): MKL on the (d, V) copy 39 / 55 / 68 / 85 at 4 / 16 / 40 / 76 rows, oneDNN packed 89 / 95 /
+100 / 96. On an Intel CPU MKL is the vendor's own library and this was not measured there, so nothing
+changes: `preferred` says no.
+
+oneDNN compiles a kernel for every shape it meets and keeps it (about 0.6 MiB each, torch's default
+cache holds 1,024): a search's row counts would make one per step's count. Rows are padded to a
+multiple of `ROW_STEP` instead (at most a few dozen shapes; the padding's rows are computed and
+dropped). The layers' products stay MKL's: packed too they gained less (256 columns) and each of their
+five shapes multiplies the kernels kept (+70 MiB peak RSS measured).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from nmtk.errors import NmtkError
+
+#: Rows are padded to a multiple of this (fewer distinct shapes, fewer compiled kernels).
+ROW_STEP = 8
+#: The row count oneDNN is told to pack the weight for (measured best from 4 rows to 300 above).
+PACKED_FOR_ROWS = 64
+#: ``NMTK_CPU_GEMM=onednn`` or ``mkl`` in the environment overrides the vendor's choice (to measure).
+CHOICE_ENV = "NMTK_CPU_GEMM"
+
+
+@functools.cache
+def preferred() -> bool:
+    """Whether the CPU's fp32 output projection goes through oneDNN: on a CPU not Intel's, where torch
+    has oneDNN's packed product (or as ``NMTK_CPU_GEMM`` says)."""
+    choice = os.environ.get(CHOICE_ENV, "").strip().lower()
+    if choice not in ("", "onednn", "mkl"):
+        raise NmtkError(f"{CHOICE_ENV}={choice!r} in the environment: onednn, mkl or unset")
+    available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    if choice:
+        return choice == "onednn" and available
+    return available and _vendor() not in ("GenuineIntel", "")
+
+
+def _vendor() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), "")
+
+
+def pack(weight: Tensor) -> Tensor:
+    """``weight`` (V, d), fp32, in oneDNN's layout for `product` (a copy: the weight itself is untouched)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().float().contiguous(), PACKED_FOR_ROWS)
+
+
+def product(flat: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    """``flat`` (rows, d) times the packed weight, plus ``bias``: (rows, V), contiguous."""
+    rows = flat.size(0)
+    padded = -(-rows // ROW_STEP) * ROW_STEP
+    if padded != rows:
+        flat = F.pad(flat, (0, 0, 0, padded - rows))
+    return torch.ops.mkldnn._linear_pointwise(flat, packed, bias, "none", [], "")[:rows]
+
