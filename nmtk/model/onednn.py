@@ -1,13 +1,13 @@
-"""The fp32 output projection of a decoding step through oneDNN, with its weight packed once, on CPUs
-whose vendor is not Intel.
+"""The fp32 output projection of a decoding step through oneDNN, with its weight packed once, on AVX-512
+CPUs whose vendor is not Intel.
 
 Why: torch multiplies fp32 matrices on a CPU with MKL, which on an AMD CPU runs its product of a
 decoding step's few rows by the (d, V) output matrix well below the core's rate. oneDNN (which torch
 ships too, and which CTranslate2 uses on AMD CPUs for the same reason) reads a weight packed for it
 once in its own blocked layout. One thread, d 256, V 8,000, GFLOP/s (2-core AMD EPYC Zen 4, torch 2.13,
 2026-11-29): MKL on the (d, V) copy 39 / 55 / 68 / 85 at 4 / 16 / 40 / 76 rows, oneDNN packed 89 / 95 /
-100 / 96. On an Intel CPU MKL is the vendor's own library and this was not measured there, so nothing
-changes: `preferred` says no.
+100 / 96. On an Intel CPU MKL is the vendor's own library, and neither there nor on an AMD CPU without
+AVX-512 (AVX2 alone) was this measured, so nothing changes on them: `preferred` says no.
 
 oneDNN compiles a kernel for every shape it meets and keeps it (about 0.6 MiB each, torch's default
 cache holds 1,024): a search's row counts would make one per step's count. Rows are padded to a
@@ -38,23 +38,27 @@ CHOICE_ENV = "NMTK_CPU_GEMM"
 
 @functools.cache
 def preferred() -> bool:
-    """Whether the CPU's fp32 output projection goes through oneDNN: on a CPU not Intel's, where torch
-    has oneDNN's packed product (or as ``NMTK_CPU_GEMM`` says)."""
+    """Whether the CPU's fp32 output projection goes through oneDNN: on an AVX-512 CPU not Intel's (the
+    kind measured: an AMD EPYC Zen 4), where torch has oneDNN's packed product; or as ``NMTK_CPU_GEMM``
+    says."""
     choice = os.environ.get(CHOICE_ENV, "").strip().lower()
     if choice not in ("", "onednn", "mkl"):
         raise NmtkError(f"{CHOICE_ENV}={choice!r} in the environment: onednn, mkl or unset")
     available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     if choice:
         return choice == "onednn" and available
-    return available and _vendor() not in ("GenuineIntel", "")
+    vendor, flags = _cpu()
+    return available and vendor not in ("GenuineIntel", "") and "avx512f" in flags
 
 
-def _vendor() -> str:
+def _cpu() -> tuple[str, set[str]]:
+    """/proc/cpuinfo's vendor and flags of the first CPU (``""`` and none where it cannot be read)."""
     try:
-        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+        first = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n", 1)[0]
     except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), "")
+        return "", set()
+    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    return field.get("vendor_id", ""), set(field.get("flags", "").split())
 
 
 def pack(weight: Tensor) -> Tensor:

@@ -170,16 +170,19 @@ def test_decoding_projection_follows_the_weights(share: str, bias: bool, gemm: s
 
 
 def test_the_cpu_gemm_is_chosen_by_vendor_unless_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
-    """oneDNN's packed projection on CPUs not Intel's, MKL on Intel's; ``NMTK_CPU_GEMM`` overrides, and a
-    value it does not know is a one-line error naming it."""
+    """oneDNN's packed projection on AVX-512 CPUs not Intel's, MKL on Intel's and AVX2 alone;
+    ``NMTK_CPU_GEMM`` overrides, and a value it does not know is a one-line error naming it."""
     if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
         pytest.skip("this torch has no oneDNN packed product")
-    for vendor, env, expected in [("AuthenticAMD", "", True), ("GenuineIntel", "", False), ("", "", False),
-                                  ("GenuineIntel", "onednn", True), ("AuthenticAMD", "MKL", False)]:
+    avx512, avx2 = {"avx2", "avx512f"}, {"avx2"}
+    for vendor, flags, env, expected in [("AuthenticAMD", avx512, "", True), ("AuthenticAMD", avx2, "", False),
+                                         ("GenuineIntel", avx512, "", False), ("", set(), "", False),
+                                         ("GenuineIntel", avx512, "onednn", True),
+                                         ("AuthenticAMD", avx512, "MKL", False)]:
         onednn.preferred.cache_clear()
-        monkeypatch.setattr(onednn, "_vendor", lambda v=vendor: v)
+        monkeypatch.setattr(onednn, "_cpu", lambda v=vendor, f=flags: (v, f))
         monkeypatch.setenv(onednn.CHOICE_ENV, env)
-        assert onednn.preferred() is expected, (vendor, env)
+        assert onednn.preferred() is expected, (vendor, flags, env)
     onednn.preferred.cache_clear()
     monkeypatch.setenv(onednn.CHOICE_ENV, "blas")
     with pytest.raises(NmtkError, match="NMTK_CPU_GEMM='blas'"):
