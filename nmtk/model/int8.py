@@ -29,13 +29,21 @@ from torch import Tensor, nn
 def reduce_range() -> bool:
     """Whether inputs are quantised to 7 bits: on a CPU without VNNI (AVX2, AVX-512F alone), whose
     int8 multiply-add sums pairs into int16 (255 × 127 × 2 overflows it); 8 bits where it has VNNI or AMX
-    (one more bit: on the demo model 0.09 BLEU nearer fp32). Read from /proc/cpuinfo; 7 bits where that
-    says nothing."""
+    (one more bit: on the demo model 0.09 BLEU nearer fp32). Read from /proc/cpuinfo (`cpu`); 7 bits where
+    that says nothing."""
+    return not cpu()[1] & {"avx512_vnni", "avx_vnni", "amx_int8"}
+
+
+@functools.cache
+def cpu() -> tuple[str, frozenset[str]]:
+    """/proc/cpuinfo's vendor and flags of the first CPU (``""`` and none where it cannot be read): what
+    the CPU's products are chosen by (here, and `nmtk.model.onednn`)."""
     try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
+        first = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n", 1)[0]
     except OSError:
-        return True
-    return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
+        return "", frozenset()
+    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    return field.get("vendor_id", ""), frozenset(field.get("flags", "").split())
 
 
 def pack(weight: Tensor, bias: Tensor | None) -> object:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from nmtk.errors import NmtkError
+from nmtk.model.int8 import cpu
 
 #: Rows are padded to a multiple of this (fewer distinct shapes, fewer compiled kernels).
 ROW_STEP = 8
@@ -47,18 +47,8 @@ def preferred() -> bool:
     available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     if choice:
         return choice == "onednn" and available
-    vendor, flags = _cpu()
+    vendor, flags = cpu()
     return available and vendor not in ("GenuineIntel", "") and "avx512f" in flags
-
-
-def _cpu() -> tuple[str, set[str]]:
-    """/proc/cpuinfo's vendor and flags of the first CPU (``""`` and none where it cannot be read)."""
-    try:
-        first = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n", 1)[0]
-    except OSError:
-        return "", set()
-    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
-    return field.get("vendor_id", ""), set(field.get("flags", "").split())
 
 
 def pack(weight: Tensor) -> Tensor:
