@@ -92,11 +92,12 @@ def recipe(work: Path, name: str, train_corpora: list[dict], reverse: bool = Fal
     return path
 
 
-def back_translate(run: Path, root: Path, sampling: bool, seed: int) -> float:
-    """The German half into English with ``run``; returns sentences/s."""
+def back_translate(run: Path, root: Path, sampling: bool, seed: int) -> float | None:
+    """The German half into English with ``run``; returns sentences/s (None: made by an earlier call,
+    not timed: JSON has no NaN)."""
     out = root / "bt" / f"{'sampling' if sampling else 'beam'}.en"
     if out.exists():
-        return float("nan")
+        return None
     checkpoint = run / "checkpoint_avg_last5.pt"
     start = time.perf_counter()
     nmtk("translate", "-m", str(run), "-i", str(root / "mono" / "train.de"), "-o", str(out),
