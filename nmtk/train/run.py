@@ -62,15 +62,22 @@ def _frozen(field: str) -> str | None:
     return next((why for prefix, why in _FROZEN.items() if field == prefix or field.startswith(prefix + ".")), None)
 
 
-def check_resumable(run: RunDir, checkpoint: Checkpoint, recipe: Recipe, manifest: Manifest,
-                    info: DistInfo) -> None:
-    """Refuse, naming the field, a recipe change that would break the checkpoint."""
+def changed_settings(run: RunDir, checkpoint: Checkpoint, recipe: Recipe) -> list[tuple[str, Any, Any]]:
+    """The recipe's settings that differ from the checkpoint's, as (field, old, new); one that would break
+    the checkpoint is refused, naming the field."""
     changed = [d for d in differences(with_current_names(checkpoint.recipe or {}, str(run.path)),
                                       recipe.model_dump(mode="json")) if not added_later(*d)]
     for field, old, new in changed:
         if _frozen(field) is not None:
             raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old!r} to {new!r}, which changes "
                             f"{_frozen(field)}; use --restart to start over or --run-dir for a new run")
+    return changed
+
+
+def check_resumable(run: RunDir, checkpoint: Checkpoint, recipe: Recipe, manifest: Manifest,
+                    info: DistInfo) -> None:
+    """Refuse, naming the field, a recipe change that would break the checkpoint."""
+    changed = changed_settings(run, checkpoint, recipe)
     if changed and info.is_main:
         changes = ", ".join(f"{field} {old!r} → {new!r}" for field, old, new in changed)
         console.print(f"resuming with changed settings: {changes}")
@@ -154,8 +161,9 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     if device.type == "cpu":
         keep_freed_memory()
     size = update_size(recipe.train.update_freq, recipe.batching.batch_tokens, info.world_size)  # every rank refuses
+    _refuse_before_preparing(run, recipe, restart, init_from)
     data = _prepare_data(recipe, data_dir, data_root, info)
-    checkpoint = _open_run(run, recipe, data, info, restart, init_from)
+    checkpoint = _open_run(run, recipe, data, info, restart)
     trainer = Trainer(recipe, data, training_pipelines(data.path, recipe, data.manifest()), run, device, info)
     _restrict_outputs(trainer.model, data, recipe)
     if checkpoint is not None:
@@ -228,18 +236,27 @@ def _init_weights(trainer: Trainer, init_from: Path, info: DistInfo, run: RunDir
     trainer.step.init_from(init_from, trainer.vocab_hash)
 
 
-def _open_run(run: RunDir, recipe: Recipe, data: PreparedData, info: DistInfo, restart: bool,
-              init_from: Path | None) -> Checkpoint | None:
-    """Freeze the run directory (rank 0); the checkpoint to resume from, or None for a new run."""
+def _refuse_before_preparing(run: RunDir, recipe: Recipe, restart: bool, init_from: Path | None) -> None:
+    """What refuses to resume for the recipe alone, before `prepare` runs (hours on a large corpus, and
+    into a new folder where the data settings changed): ``--init-from`` on a run with checkpoints, and a
+    changed setting that would break the checkpoint (its recipe read with the tensors left on disk)."""
+    if restart or not run.has_checkpoints():
+        return
+    if init_from:
+        raise NmtkError(f"{run.path} already has checkpoints: --init-from starts a new run "
+                        "(use another --run-dir, or --restart)")
+    changed_settings(run, Checkpoint.read(run.resume_checkpoint(), mmap=True), recipe)
+
+
+def _open_run(run: RunDir, recipe: Recipe, data: PreparedData, info: DistInfo, restart: bool) -> Checkpoint | None:
+    """Freeze the run directory (rank 0); the checkpoint to resume from, or None for a new run (or one
+    ``--init-from`` starts: `_refuse_before_preparing` refused it on a run with checkpoints)."""
     checkpoint = None
     if run.has_checkpoints():
         if restart:
             if info.is_main:
                 moved = _set_aside(run)
                 console.print(f"--restart: the previous run was moved to {moved}")
-        elif init_from:
-            raise NmtkError(f"{run.path} already has checkpoints: --init-from starts a new run "
-                            "(use another --run-dir, or --restart)")
         else:
             checkpoint = Checkpoint.read(run.resume_checkpoint())
             check_resumable(run, checkpoint, recipe, data.manifest(), info)  # before anything is written into the run

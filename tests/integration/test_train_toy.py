@@ -165,11 +165,15 @@ def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) ->
     refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "batching.batch_tokens=300",
                     check=False)
     assert "batching.batch_tokens" in refused.stderr
-    # A changed vocabulary, prepared into a new folder as prepare now asks: refused too. None of the three
-    # refusals wrote anything into the run (issue 44: its recipe.toml, manifest and spm.model were replaced).
+    # A changed vocabulary, which would be prepared into a new folder: refused too, before that prepare ran
+    # (on a large corpus it takes hours). None of the three refusals wrote anything into the run (issue 44:
+    # its recipe.toml, manifest and spm.model were replaced).
     refused = run_nmtk("train", str(recipe), "--data", str(tmp / "data-70"), "--run-dir", str(tmp / "run"),
                        "--threads", "1", "--set", "tokenizer.vocab_size=70", cwd=tmp, env=env)
     assert refused.returncode == 1 and "tokenizer.vocab_size changed from 64 to 70" in refused.stderr, refused.stderr
+    assert not (tmp / "data-70").exists() and "prepare" not in refused.stderr
+    refused = train(tmp, recipe, env, "run", "--init-from", str(tmp / "run" / "checkpoint_last.pt"), check=False)
+    assert refused.returncode == 1 and "already has checkpoints: --init-from starts a new run" in refused.stderr
     assert {p.name: p.read_bytes() for p in (tmp / "run").iterdir() if p.is_file()} == files
     translated = run_nmtk("translate", "-m", str(tmp / "run"), stdin="the cat\n", env=env, cwd=tmp)
     assert translated.returncode == 0, translated.stderr
