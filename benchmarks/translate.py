@@ -19,9 +19,10 @@ with the file.
 
 Needs a trained run (default: runs/multi30k-en-de, the `make demo` run).
 Usage: python benchmarks/translate.py [--run DIR] [--rows nmtk:fp32,ct2:int8] [--repeat 3] [--lines N,M]
-       [--one-search] [--length-penalty-form gnmt|power]
+       [--one-search] [--length-penalty-form gnmt|power] [--beam-tokens N]
 ``--one-search``: nmtk rows as one search of ``--threads`` threads (the layout before searches side by
-side); ``--length-penalty-form power``: nmtk rows stop as CTranslate2's do (its rows always do).
+side); ``--length-penalty-form power``: nmtk rows stop as CTranslate2's do (its rows always do);
+``--beam-tokens``: every row's batch budget (memory against speed: docs/decoding.md).
 """
 
 from __future__ import annotations
@@ -52,11 +53,12 @@ def test_lines(lang: str) -> list[str]:
 
 
 def load(row: str, run_dir: Path, threads: int, beam: int, device: str, one_search: bool = False,
-         form: str | None = None) -> tuple[TranslatorBase, SearchConfig]:
+         form: str | None = None, beam_tokens: int | None = None) -> tuple[TranslatorBase, SearchConfig]:
     """The translator of one row: the run's model (nmtk:PRECISION) or its CTranslate2 export (ct2:TYPE),
     and the search: the recipe's with this beam. ``one_search``: an nmtk row as one search of ``threads``
     threads (the layout before searches side by side; `LoadOptions.searches` as a server sets it); ``form``:
-    the length penalty's form (None: the recipe's; CTranslate2's is always ``power``)."""
+    the length penalty's form (None: the recipe's; CTranslate2's is always ``power``); ``beam_tokens``: the
+    batches' budget, source tokens × beam (None: the recipe's, or the device's default)."""
     from nmtk.decode.load import LoadOptions, load_translator
     from nmtk.decode.search.config import SearchConfig
     from nmtk.model_source import resolve_model
@@ -75,14 +77,15 @@ def load(row: str, run_dir: Path, threads: int, beam: int, device: str, one_sear
     searches = threads if one_search and engine == "nmtk" else 1
     options = LoadOptions(precision=precision, device=device, threads=threads, shortlist=listed, searches=searches)
     return load_translator(source, options), SearchConfig.from_recipe(source.recipe.decode, beam=beam,
-                                                                      length_penalty_form=form)
+                                                                      length_penalty_form=form,
+                                                                      beam_tokens=beam_tokens)
 
 
 def worker(row: str, run_dir: Path, threads: int, beam: int, device: str, one_search: bool = False,
-           form: str | None = None) -> dict[str, float]:
+           form: str | None = None, beam_tokens: int | None = None) -> dict[str, float]:
     """One row, in this process: load, warm up, translate the test set, score."""
     start = time.perf_counter()
-    translator, search = load(row, run_dir, threads, beam, device, one_search, form)
+    translator, search = load(row, run_dir, threads, beam, device, one_search, form, beam_tokens)
     chosen = str(translator.precision) if row.startswith("nmtk:") else row.split(":", 1)[1].removesuffix("+shortlist")
     detok = translator.tgt_pipe.decode
 
@@ -121,7 +124,8 @@ def export_for(run_dir: Path, quantization: str, shortlist: bool = False) -> Non
 def rows(args: argparse.Namespace) -> dict[str, object]:
     report: dict[str, object] = {"benchmark": "translate", "run": str(args.run), "sentences": 1000,
                                  "beam": args.beam, "threads": args.threads, "device": args.device,
-                                 "one_search": args.one_search, "length_penalty_form": args.length_penalty_form}
+                                 "one_search": args.one_search, "length_penalty_form": args.length_penalty_form,
+                                 "beam_tokens": args.beam_tokens}
     lines: dict[str, list[str]] = {}
     for row in args.rows.split(","):
         listed = row.endswith("+shortlist")
@@ -158,7 +162,8 @@ def identical(plain: list[str], other: list[str]) -> float:
 def one_row(row: str, args: argparse.Namespace) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--worker", row, "--run", str(args.run), "--threads", str(args.threads),
            "--beam", str(args.beam), "--device", args.device] + (["--one-search"] if args.one_search else []) + (
-               ["--length-penalty-form", args.length_penalty_form] if args.length_penalty_form else [])
+               ["--length-penalty-form", args.length_penalty_form] if args.length_penalty_form else []) + (
+               ["--beam-tokens", str(args.beam_tokens)] if args.beam_tokens else [])
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if result.returncode:
         sys.exit(f"row {row} failed: {result.stderr.strip()[-2000:]}")
@@ -204,11 +209,13 @@ def main() -> None:
                         help="nmtk rows as one search of --threads threads, not that many one-thread searches")
     parser.add_argument("--length-penalty-form", choices=["gnmt", "power"], default=None,
                         help="nmtk rows' length penalty (default: the recipe's; power stops as CTranslate2 does)")
+    parser.add_argument("--beam-tokens", type=int, default=None,
+                        help="every row's batch budget, source tokens × beam (default: the recipe's; 2,048 on a CPU)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.run, args.threads, args.beam, args.device, args.one_search,
-                                args.length_penalty_form)))
+                                args.length_penalty_form, args.beam_tokens)))
     elif args.lines:
         print(json.dumps(streamed(args)))
     else:
