@@ -9,7 +9,8 @@ searches taking batches side by side: each row's ``searches``). A row is ENGINE:
 CTranslate2 export of the same checkpoint, made first with `nmtk export`, run as `nmtk translate` runs
 it: ``--threads`` searches of one thread each, `nmtk.decode.ct2.thread_layout`); ``+shortlist`` after a row
 (``nmtk:fp32+shortlist``, ``ct2:int8+shortlist``) decodes with the run's lexical shortlist (made first
-with `nmtk shortlist RUN` if the run has none; its ct2 export carries it). Prints one JSON line:
+with `nmtk shortlist RUN` if the run has none; its ct2 export carries it). Rows run in turns (each row once, then
+each again, ``--repeat`` rounds), so that a host's drift slows them alike. Prints one JSON line:
 per row sentences/s, target tokens/s, model load seconds, peak RSS and sacreBLEU; a shortlist row also
 the share of its lines identical to the same row without it, where that row ran too.
 
@@ -126,29 +127,45 @@ def rows(args: argparse.Namespace) -> dict[str, object]:
                                  "beam": args.beam, "threads": args.threads, "device": args.device,
                                  "one_search": args.one_search, "length_penalty_form": args.length_penalty_form,
                                  "beam_tokens": args.beam_tokens}
-    lines: dict[str, list[str]] = {}
-    for row in args.rows.split(","):
+    names = args.rows.split(",")
+    for row in names:
         listed = row.endswith("+shortlist")
         if listed and not (args.run / "shortlist.npz").is_file():
             subprocess.run([sys.executable, "-m", "nmtk", "shortlist", str(args.run)], check=True, cwd=ROOT,
                            capture_output=True)
         if row.startswith("ct2:"):
             export_for(args.run, row.split(":", 1)[1].removesuffix("+shortlist"), listed)
-        median = repeated(row, args)
+    lines: dict[str, list[str]] = {}
+    for row, median in in_turns(names, args).items():
         lines[row] = median.pop("lines")
         report[row] = median
         plain = row.removesuffix("+shortlist")
-        if listed and plain in lines:
+        if row.endswith("+shortlist") and plain in lines:
             report[row]["identical_to_" + plain] = identical(lines[plain], lines[row])
             speed = report[row]["sentences_per_s"] / report[plain]["sentences_per_s"]
             report[row]["speed_vs_" + plain] = round(speed, 3)
     return report
 
 
+def in_turns(names: list[str], args: argparse.Namespace) -> dict[str, dict]:
+    """Every row ``args.repeat`` times, each in a fresh process, in turns (row 1, row 2, ..., row 1,
+    row 2, ...): a host whose speed drifts over minutes slows every row alike, so their ratios hold
+    where back-to-back runs of one row, then of the next, measured the drift. Per row the median run
+    by speed, with every run's speed and peak RSS."""
+    runs: dict[str, list[dict]] = {row: [] for row in names}
+    for _ in range(args.repeat):
+        for row in names:
+            runs[row].append(one_row(row, args))
+    return {row: _median(found) for row, found in runs.items()}
+
+
 def repeated(row: str, args: argparse.Namespace) -> dict:
     """`one_row` ``args.repeat`` times, each in a fresh process: the median run by speed, with every
     run's speed and peak RSS."""
-    runs = [one_row(row, args) for _ in range(args.repeat)]
+    return in_turns([row], args)[row]
+
+
+def _median(runs: list[dict]) -> dict:
     median = sorted(runs, key=lambda r: r["sentences_per_s"])[len(runs) // 2]
     return {**median, "runs_sentences_per_s": [r["sentences_per_s"] for r in runs],
             "runs_peak_rss_mib": [r["peak_rss_mib"] for r in runs]}
