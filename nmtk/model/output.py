@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmtk.model import onednn
-from nmtk.model.int8 import pack, reduce_range
+from nmtk.model.int8 import linear, pack
 
 
 class OutputProjection:
@@ -63,7 +63,7 @@ class OutputProjection:
             return F.linear(h, weight, bias)
         flat = h.reshape(-1, h.size(-1))
         if self._int8 is not None and flat.dtype == torch.float32:
-            logits = torch.ops.quantized.linear_dynamic(flat, self._int8, reduce_range())
+            logits = linear(flat, self._int8)
         elif flat.dtype == torch.float32 and onednn.preferred():
             logits = onednn.product(flat, self._columns_of(weight, packed=True), bias)
         else:
@@ -101,7 +101,7 @@ class OutputProjection:
         ids, rows, bias = self._shortlist
         flat = h.reshape(-1, h.size(-1))
         if not isinstance(rows, Tensor):  # packed int8 rows, their bias inside
-            part = torch.ops.quantized.linear_dynamic(flat.float(), rows, reduce_range())
+            part = linear(flat, rows)
         elif ids.device.type == "cpu":
             part = flat @ rows.to(flat.dtype)
         else:
