@@ -242,13 +242,15 @@ def average(
     updates: Annotated[str | None, typer.Option(help="Average the checkpoints of updates A-B.")] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Output (default: "
                                              "RUN_DIR/checkpoint_avg_last<N>.pt).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output checkpoint (never "
+                                                    "another file).")] = False,
 ) -> None:
     """Average the parameters of a run's checkpoints (paper §6.1)."""
     from nmtk.train.average import average_run
 
     paths, target = average_run(run_dir, list(files or []), last, updates, out, force)
-    console.print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {target}")
+    noun = "checkpoint" if len(paths) == 1 else "checkpoints"
+    console.print(f"averaged {len(paths)} {noun} ({', '.join(p.name for p in paths)}) -> {target}")
 
 
 # ------------------------------------------------------------------- options translate and serve share

@@ -94,13 +94,21 @@ def _add(total: dict[str, torch.Tensor], model: dict[str, torch.Tensor], path: P
         done.add(tensor.data_ptr())
 
 
+def update_range(updates: str) -> tuple[int, int]:
+    """``--updates A-B`` as (A, B), A ≤ B."""
+    try:
+        low, high = (int(x) for x in updates.split("-", 1))
+    except ValueError:
+        raise NmtkError(f"--updates {updates!r}: expected A-B, e.g. --updates 9000-10000") from None
+    if low > high:
+        raise NmtkError(f"--updates {updates}: {low} is after {high}; the first update comes first")
+    return low, high
+
+
 def select_checkpoints(numbered: list[tuple[int, Path]], last: int | None, updates: str | None) -> list[Path]:
     """By ``--last N`` or ``--updates A-B`` among a run's numbered checkpoints."""
     if updates:
-        try:
-            low, high = (int(x) for x in updates.split("-", 1))
-        except ValueError:
-            raise NmtkError(f"--updates {updates!r}: expected A-B, e.g. --updates 9000-10000") from None
+        low, high = update_range(updates)
         chosen = [p for u, p in numbered if low <= u <= high]
         if not chosen:
             raise NmtkError(f"--updates {updates}: no checkpoint in that range")
@@ -128,15 +136,25 @@ def average_run(run_dir: Path, files: list[Path], last: int | None, updates: str
     else:
         n = run.recipe().average.last if last is None else last
         paths = select_checkpoints(run.numbered(), None if updates else n, updates)
-        label = f"updates{updates}" if updates else f"last{n}"
+        label = "updates{}-{}".format(*update_range(updates)) if updates else f"last{n}"
     target = out or run.path / f"checkpoint_avg_{label}.pt"
     write_average(paths, target, force)
     return paths, target
 
 
 def write_average(paths: list[Path], out: Path, force: bool) -> Checkpoint:
+    """The average of ``paths`` saved to ``out``; an existing ``out`` is replaced with ``force`` only
+    where it is a checkpoint (what nmtk writes there), never another file of that name or a folder."""
+    if out.is_dir():
+        raise NmtkError(f"{out}: is a folder; give -o a file name")
     if out.exists() and not force:
         raise NmtkError(f"{out}: exists; use --force to overwrite or -o for another name")
+    if out.exists():
+        try:
+            Checkpoint.read(out, mmap=True)
+        except NmtkError:
+            raise NmtkError(f"{out}: exists and is not an nmtk checkpoint: --force replaces only those; "
+                            "give -o another name") from None
     averaged = average_checkpoints(paths)
     averaged.save(out)
     return averaged

@@ -118,10 +118,28 @@ def test_average_is_the_elementwise_mean(tmp_path: Path) -> None:
 
     assert select_checkpoints([(10, paths[0]), (20, paths[1]), (30, paths[2])], 2, None) == paths[1:]
     assert select_checkpoints([(10, paths[0]), (20, paths[1]), (30, paths[2])], None, "10-20") == paths[:2]
+    with pytest.raises(NmtkError, match="30 is after 10"):
+        select_checkpoints([(10, paths[0])], None, "30-10")
     out = tmp_path / "avg.pt"
     write_average(paths, out, force=False)
     with pytest.raises(NmtkError, match="exists; use --force"):
         write_average(paths, out, force=False)
+    write_average(paths[:1], out, force=True)  # an average nmtk wrote is replaced
+    name = "src_embed.table.weight"
+    assert torch.equal(load_checkpoint(out)["model"][name], small_state(0)["model"][name])
+
+
+def test_average_force_replaces_only_a_checkpoint(tmp_path: Path) -> None:
+    """``--force`` replaces an earlier average, never a user's file or a folder of the output's name."""
+    path = tmp_path / "checkpoint_10.pt"
+    save_atomic(small_state(0), path)
+    mine = tmp_path / "notes.pt"
+    mine.write_text("mine", encoding="utf-8")
+    with pytest.raises(NmtkError, match="not an nmtk checkpoint"):
+        write_average([path], mine, force=True)
+    assert mine.read_text(encoding="utf-8") == "mine"
+    with pytest.raises(NmtkError, match="is a folder"):
+        write_average([path], tmp_path, force=True)
 
 
 def test_average_refuses_different_models(tmp_path: Path) -> None:
