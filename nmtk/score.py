@@ -26,7 +26,8 @@ def check_lengths(name: str, hyps: list[str], refs: dict[str, list[str]]) -> Non
         raise NmtkError(f"{name}: the hypothesis is empty (no lines to score)")
     for ref_name, ref in refs.items():
         if len(ref) != len(hyps):
-            raise NmtkError(f"{name} has {len(hyps):,} lines but reference {ref_name} has {len(ref):,}")
+            lines = "line" if len(hyps) == 1 else "lines"
+            raise NmtkError(f"{name} has {len(hyps):,} {lines} but reference {ref_name} has {len(ref):,}")
 
 
 def paper_tokenize(lines: list[str], lang: str) -> list[str]:
