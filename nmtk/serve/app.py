@@ -87,11 +87,23 @@ GlossaryPairs = Annotated[list[tuple[str, str]],
                           BeforeValidator(lambda value: list(value.items()) if isinstance(value, dict) else value)]
 
 
+def _text_or_texts(value: object) -> object:
+    """``q`` (and ``prefix``) as pydantic takes them; anything else is one error saying what is taken
+    (a union's own errors name its members: ``q.str: Input should be a valid string``)."""
+    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return value
+    raise ValueError("expected a string or a list of strings")
+
+
+TextOrTexts = Annotated[str | list[str], BeforeValidator(_text_or_texts)]
+MaybeTexts = Annotated[str | list[str] | None, BeforeValidator(lambda v: v if v is None else _text_or_texts(v))]
+
+
 class LibreRequest(BaseModel):
     """LibreTranslate's request, and nmtk's options; any other field is an error naming it."""
 
     model_config = ConfigDict(extra="forbid")
-    q: str | list[str]
+    q: TextOrTexts
     source: str = "auto"
     target: str | None = None
     format: Literal["text", "html"] = "text"
@@ -101,7 +113,7 @@ class LibreRequest(BaseModel):
     n_best: int = Field(1, ge=1)
     scores: bool = False
     alignment: bool = False
-    prefix: str | list[str] | None = None  # the start of the translation (per line when q is a list)
+    prefix: MaybeTexts = None  # the start of the translation (per line when q is a list)
     constraints: list[str] | list[list[str]] | None = None  # terms it must contain (per line when q is a list)
     glossary: GlossaryPairs | None = None  # [[source term, target term], ...] or {term: term}: added to the server's
     glossary_ignore_case: bool = False
@@ -119,7 +131,7 @@ class DetectRequest(BaseModel):
     """LibreTranslate's ``/detect`` request."""
 
     model_config = ConfigDict(extra="forbid")
-    q: str | list[str]
+    q: TextOrTexts
     api_key: str | None = None
 
     @property
@@ -258,7 +270,7 @@ def _install_errors(app: FastAPI) -> None:
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
         if first.get("type") == "extra_forbidden":
             return _json_error(422, f"{where}: unknown field (see /docs for the fields this API takes)")
-        return _json_error(422, f"{where}: {first['msg']}")
+        return _json_error(422, f"{where}: {first['msg'].removeprefix('Value error, ')}")
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:  # 404, 405: the one shape too

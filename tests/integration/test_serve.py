@@ -165,6 +165,19 @@ def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(served, raw, s
     assert ok == 200 and answer["translatedText"]
 
 
+@pytest.mark.parametrize(("body", "error"), [
+    ({"q": 123}, "q: expected a string or a list of strings"),
+    ({"q": ["a", 5]}, "q: expected a string or a list of strings"),
+    ({"q": "x", "prefix": 5}, "prefix: expected a string or a list of strings"),
+])
+def test_a_wrong_type_is_named_once(served, body: dict, error: str) -> None:
+    """A field of a string or a list of strings says so, not each member of the union (``q.str: Input
+    should be a valid string``)."""
+    server, _ = served
+    got, answer = server.post("/translate", body)
+    assert got == 422 and answer["error"] == error, answer
+
+
 def test_controls_in_both_request_shapes_equal_translate_and_are_batched(served) -> None:
     """prefix, constraints, glossary, ban and no_repeat_ngram_size per request: what `nmtk translate`
     gives with the same controls; requests of different controls share batches."""
