@@ -55,11 +55,14 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     """
     if not path.is_file():
         raise NmtkError(f"{path}: checkpoint not found")
+    if not zipfile.is_zipfile(path):  # torch.save's archive (its own message speaks of mmap options)
+        raise NmtkError(f"{path}: not a readable nmtk checkpoint (not the zip archive torch.save writes: text, "
+                        "another format, or a file cut short)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NmtkError(f"{path}: not a readable nmtk checkpoint ({first})") from None
+        raise NmtkError(f"{path}: not a readable nmtk checkpoint ({first.split('. ')[0]})") from None
 
 
 #: The layout `Checkpoint` writes. Files without the field (before it existed) have this layout too; a

@@ -847,7 +847,8 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if _is_click_error(exc, "UsageError"):  # bad option, value out of range, unknown choice or command
             command = exc.ctx.command_path if exc.ctx else "nmtk"
-            error_line(f"{exc.format_message()} (see {command} --help)")
+            message = exc.format_message().replace("Value error, ", "")  # pydantic's prefix to a validator's words
+            error_line(f"{message} (see {command} --help)")
             sys.exit(exc.exit_code)
         if _is_click_error(exc, "Abort"):
             error_line("interrupted")

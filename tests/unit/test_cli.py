@@ -67,6 +67,12 @@ def test_batch_size_points_to_beam_tokens(nmtk) -> None:
     assert "--beam-tokens" in result.stderr and result.stderr.count("\n") == 1, result.stderr
 
 
+def test_an_unknown_precision_names_the_choices_without_pydantic_s_prefix(nmtk) -> None:
+    result = nmtk("translate", "-m", "no-such-run", "--precision", "int4", stdin="x\n")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "'int4' is not one of 'auto', 'fp32'" in result.stderr and "Value error" not in result.stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--topk", "5", "--seed", "3"), "--topk, --seed: only with --sampling (without it, nothing uses them)"),
     (("--temperature", "0.5"), "--temperature: only with --sampling"),

@@ -93,6 +93,11 @@ def test_truncated_or_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> Non
             load_checkpoint(path, mmap=mmap)
     with pytest.raises(NmtkError, match=r"checkpoint_9\.pt: checkpoint not found"):
         load_checkpoint(tmp_path / "checkpoint_9.pt")
+    text = tmp_path / "notes.pt"
+    text.write_text("not a checkpoint", encoding="utf-8")
+    with pytest.raises(NmtkError, match=r"notes\.pt: not a readable nmtk checkpoint \(not the zip archive") as error:
+        load_checkpoint(text, mmap=True)
+    assert "mmap" not in str(error.value)  # torch's own message speaks of its save options
 
 
 def test_rng_state_round_trips_through_weights_only(tmp_path: Path) -> None:
