@@ -20,7 +20,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nmtk.console import is_main_process
-from nmtk.errors import NmtkError
+from nmtk.errors import NmtkError, validator_words
 from nmtk.precision import Precision
 from nmtk.vocab import PAD_ID, SPECIAL_SYMBOLS
 
@@ -801,7 +801,7 @@ def _format_errors(source: str, error: ValidationError, overrides: dict[str, str
     parts = []
     for err in error.errors():
         where = _format_location(err["loc"])
-        message = err["msg"].removeprefix("Value error, ")
+        message = validator_words(err["msg"])
         if err["type"] == "extra_forbidden":
             message = "unknown field"
         elif err["type"] == "missing":

@@ -23,7 +23,7 @@ from rich.syntax import Syntax
 
 from nmtk import __version__
 from nmtk.console import console, error_line
-from nmtk.errors import NmtkError
+from nmtk.errors import NmtkError, validator_words
 
 from .options import (
     AttentionKind,
@@ -847,8 +847,7 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if _is_click_error(exc, "UsageError"):  # bad option, value out of range, unknown choice or command
             command = exc.ctx.command_path if exc.ctx else "nmtk"
-            message = exc.format_message().replace("Value error, ", "")  # pydantic's prefix to a validator's words
-            error_line(f"{message} (see {command} --help)")
+            error_line(f"{validator_words(exc.format_message())} (see {command} --help)")
             sys.exit(exc.exit_code)
         if _is_click_error(exc, "Abort"):
             error_line("interrupted")

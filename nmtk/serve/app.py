@@ -39,7 +39,7 @@ from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored
-from nmtk.errors import NmtkError
+from nmtk.errors import NmtkError, validator_words
 from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
@@ -270,7 +270,7 @@ def _install_errors(app: FastAPI) -> None:
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
         if first.get("type") == "extra_forbidden":
             return _json_error(422, f"{where}: unknown field (see /docs for the fields this API takes)")
-        return _json_error(422, f"{where}: {first['msg'].removeprefix('Value error, ')}")
+        return _json_error(422, f"{where}: {validator_words(first['msg'])}")
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:  # 404, 405: the one shape too

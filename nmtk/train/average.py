@@ -147,9 +147,9 @@ def write_average(paths: list[Path], out: Path, force: bool) -> Checkpoint:
     where it is a checkpoint (what nmtk writes there), never another file of that name or a folder."""
     if out.is_dir():
         raise NmtkError(f"{out}: is a folder; give -o a file name")
-    if out.exists() and not force:
-        raise NmtkError(f"{out}: exists; use --force to overwrite or -o for another name")
     if out.exists():
+        if not force:
+            raise NmtkError(f"{out}: exists; use --force to overwrite or -o for another name")
         try:
             Checkpoint.read(out, mmap=True)
         except NmtkError:
