@@ -205,19 +205,27 @@ class LayerCache:
         _, heads, _, d_head = like.shape
         return torch.empty((rows, heads, self.capacity, d_head), dtype=like.dtype, device=like.device)
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add this step's keys and values (rows, heads, 1, d_head); all so far, as (rows, heads, T, d_head)."""
+    def reserve(self, rows: int, like: Tensor) -> int:
+        """Room for one more position in the buffers (made at the first step, grown by `GROWTH` when
+        full: a copy every 16 steps), counted as filled; returns its index, which the step then writes
+        (`append`, or `nmtk.model.script`'s step in place). ``like``: any (·, heads, ·, d_head) tensor
+        of the step's dtype and device."""
         if self.k is None:
-            self.k, self.v = self._empty(k.size(0), k), self._empty(k.size(0), v)
-        elif self.length == self.capacity:  # full: grow by `GROWTH` positions (a copy every 16 steps)
+            self.k, self.v = self._empty(rows, like), self._empty(rows, like)
+        elif self.length == self.capacity:
             self.capacity += GROWTH
-            grown_k, grown_v = self._empty(k.size(0), k), self._empty(k.size(0), v)
+            grown_k, grown_v = self._empty(rows, like), self._empty(rows, like)
             grown_k[:, :, : self.length] = self.k[:, :, : self.length]
             grown_v[:, :, : self.length] = self.v[:, :, : self.length]
             self.k, self.v = grown_k, grown_v
-        self.k[:, :, self.length] = k[:, :, 0].detach()  # the cache holds values for decoding, never a graph
-        self.v[:, :, self.length] = v[:, :, 0].detach()
         self.length += 1
+        return self.length - 1
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add this step's keys and values (rows, heads, 1, d_head); all so far, as (rows, heads, T, d_head)."""
+        position = self.reserve(k.size(0), k)
+        self.k[:, :, position] = k[:, :, 0].detach()  # the cache holds values for decoding, never a graph
+        self.v[:, :, position] = v[:, :, 0].detach()
         return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
     def reorder(self, index: Tensor, sentences: Tensor | None = None, spare: Tensor | None = None) -> Tensor | None:

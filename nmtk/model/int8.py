@@ -101,4 +101,5 @@ def quantize_for_decoding(model: nn.Module) -> nn.Module:
                     setattr(parent, name, Int8Linear(child))
     if not reduce_range():
         model._projection.quantize(model.output_weight, model.output_bias)
+    model._scripted.reset()  # its products were the layers' fp32 ones
     return model

@@ -20,6 +20,7 @@ from nmtk.model.config import ModelConfig
 from nmtk.model.languages import LanguageTable, OutputGroup
 from nmtk.model.layers import DecoderLayer, EncoderLayer, dropout
 from nmtk.model.output import OutputProjection
+from nmtk.model.script import ScriptedStep, applies
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,10 +82,13 @@ class Embeddings(nn.Module):
         (a state dict does not hold it)."""
         self.pe.copy_(sinusoidal_positions(self.max_positions, self.pe.size(1), style=self.style))
 
+    def check_positions(self, positions: int) -> None:
+        if positions > self.max_positions:
+            raise ValueError(f"sequence of {positions} positions exceeds max_positions={self.max_positions}")
+
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         length = tokens.size(1)
-        if offset + length > self.max_positions:
-            raise ValueError(f"sequence of {offset + length} positions exceeds max_positions={self.max_positions}")
+        self.check_positions(offset + length)
         x = self.table(tokens) * self.scale + self.pe[offset : offset + length].to(self.table.weight.dtype)
         return dropout(x, self.dropout, self.training)
 
@@ -113,6 +117,14 @@ class DecoderCache:
         values: held once per sentence, not copied per beam, so reordering or shrinking the batch moves
         a K-th of the bytes and encoder-decoder attention reads each source once for all its beams."""
         self.beams = beams
+
+    def step_buffers(self, rows: int) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
+        """For a scripted step (`nmtk.model.script`) of ``rows`` rows: each layer's key and value buffers,
+        with room made for the step's position (`LayerCache.reserve`), and its encoder keys and values."""
+        for layer in self.layers:
+            layer.reserve(rows, layer.memory_k)
+        return ([layer.k for layer in self.layers], [layer.v for layer in self.layers],
+                [layer.memory_k for layer in self.layers], [layer.memory_v for layer in self.layers])
 
     def reorder(self, index: Tensor, memory: bool = True) -> None:
         """Select rows of the batch (beam search's chosen origins, or the sentences still running).
@@ -157,6 +169,8 @@ class Transformer(nn.Module):
         self.output_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab)) if cfg.output_bias else None
         self._compiled: dict[str, list[Callable[..., Tensor]]] = {}  # see `compile_layers`
         self._projection = OutputProjection()  # decoding's layout, shortlist and int8: see `project`
+        self._scripted = ScriptedStep()  # a CPU decoding step in one TorchScript call: see `decode_step`
+        self.register_load_state_dict_post_hook(_rebuild_script)
         self._languages: LanguageTable | None = None  # see `language_table`
         if cfg.output_languages:  # buffers, so that checkpoints carry them (`set_output_languages`)
             self.register_buffer("output_tags", torch.zeros(cfg.output_languages, dtype=torch.long))
@@ -254,8 +268,10 @@ class Transformer(nn.Module):
         return self._languages  # of the buffers (None without `output_languages`): `_make_language_table`
 
     def _apply(self, fn: Callable[..., Tensor], recurse: bool = True) -> Transformer:
-        """`nn.Module._apply` (``to``, ``to_empty``...): the language table follows the buffers."""
+        """`nn.Module._apply` (``to``, ``to_empty``...): the language table follows the buffers, and the
+        scripted step is built again from the tensors as they now are."""
         super()._apply(fn, recurse)
+        self._scripted.reset()
         _make_language_table(self)
         return self
 
@@ -293,6 +309,7 @@ class Transformer(nn.Module):
         matrix (the size of the embedding table)."""
         if mode:
             self._projection.reset()
+            self._scripted.reset()
         return super().train(mode)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
@@ -386,17 +403,30 @@ class Transformer(nn.Module):
         return DecoderCache(layers, encoded.mask, allowed)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
-        """Logits (B, V) for the next position, given the last tokens (B,); advances the cache."""
-        y = self.tgt_embed(tokens[:, None], offset=cache.length)
-        for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
-            y = layer(y, None, cache.memory_mask, cache=layer_cache, beams=cache.beams)
+        """Logits (B, V) for the next position, given the last tokens (B,); advances the cache. On a CPU
+        the decoder's part is one TorchScript call where it applies (`nmtk.model.script`: the same ops,
+        without Python between them)."""
+        scripted = self._scripted.module(self) if applies(self, tokens) else None
+        if scripted is not None:
+            self.tgt_embed.check_positions(cache.length + 1)
+            y = scripted(tokens, cache.length, *cache.step_buffers(tokens.size(0)), cache.memory_mask, cache.beams)
+        else:
+            y = self.tgt_embed(tokens[:, None], offset=cache.length)
+            for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
+                y = layer(y, None, cache.memory_mask, cache=layer_cache, beams=cache.beams)
+            y = self.decoder_norm(y)
         cache.length += 1
-        logits = self.project(self.decoder_norm(y))[:, 0]
+        logits = self.project(y)[:, 0]
         if cache.allowed is None:
             return logits
         # a language's foreign pieces do not exist for it, as in CTranslate2's vocabulary map
         rows = logits.view(-1, cache.beams, logits.size(-1))
         return rows.masked_fill(~cache.allowed[:, None, :], float("-inf")).view_as(logits)
+
+
+def _rebuild_script(model: Transformer, _keys: object) -> None:
+    """After a state is loaded (perhaps by assignment, replacing the tensors): the scripted step anew."""
+    model._scripted.reset()
 
 
 def _make_language_table(model: Transformer) -> None:
