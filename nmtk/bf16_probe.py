@@ -36,7 +36,7 @@ Purpose = Literal["train", "decode"]
 Workload = Callable[[bool], None]
 
 CACHE_NAME = "precision.json"
-PROBE_VERSION = 2  # in the cache key: answers of an earlier probe are measured again
+PROBE_VERSION = 3  # in the cache key: answers of an earlier probe are measured again (3: fp32 decoding steps scripted)
 #: How much faster bf16 must be, per purpose. bf16 keeps more memory on a CPU (autocast's weight copies:
 #: 2,186 against 1,326 MiB training the d256 setup, 1,197 against 730 MiB decoding the demo model) and
 #: rounds, so a tie goes to fp32. Decoding asks more because even its probe, the model's own steps,

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmtk.errors import NmtkError
 from nmtk.model.int8 import Int8Linear, reduce_range
 
 #: ``NMTK_TORCHSCRIPT=0`` in the environment: decode with the eager step (to measure or to rule it out).
@@ -43,7 +44,15 @@ _BUILDING = threading.Lock()  # two searches side by side may both be first to n
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH_ENV, "1").strip() != "0"
+    """Whether decoding may use TorchScript: yes unless ``NMTK_TORCHSCRIPT`` says 0 (or false, no, off)."""
+    value = os.environ.get(SWITCH_ENV, "").strip().lower()
+    if value not in _SWITCH:
+        raise NmtkError(f"{SWITCH_ENV}={value!r} in the environment: 1 or 0 (or unset)")
+    return _SWITCH[value]
+
+
+_SWITCH = {"": True, "1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
+           "off": False}
 
 
 class _Linear(nn.Module):

@@ -9,6 +9,7 @@ import threading
 import pytest
 import torch
 
+from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
 from nmtk.model.int8 import quantize_for_decoding
 from nmtk.model.script import SWITCH_ENV, applies
@@ -81,6 +82,17 @@ def test_it_stands_aside_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch
     assert not applies(model, token)  # gradients on
     with torch.inference_mode():
         assert not applies(model.train(), token)
+
+
+def test_the_switch_is_read_as_a_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny()
+    monkeypatch.setenv(SWITCH_ENV, "off")
+    with torch.inference_mode():
+        assert model._scripted.module(model) is None
+        model._scripted.reset()
+        monkeypatch.setenv(SWITCH_ENV, "maybe")
+        with pytest.raises(NmtkError, match="NMTK_TORCHSCRIPT='maybe' in the environment: 1 or 0"):
+            model._scripted.module(model)
 
 
 def test_it_is_built_again_when_the_model_changes() -> None:
