@@ -793,7 +793,7 @@ def _check_stages(stages: list[Stage], corpora: list[str]) -> None:
 
 
 def _format_location(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "recipe"
+    return ".".join(str(part) for part in loc)
 
 
 def _format_errors(source: str, error: ValidationError, overrides: dict[str, str]) -> str:
@@ -808,6 +808,9 @@ def _format_errors(source: str, error: ValidationError, overrides: dict[str, str
             message = "required field is missing"
         elif "input" in err and not isinstance(err["input"], dict | list):
             message = f"{message} (got {err['input']!r})"
+        if not err["loc"]:  # a check of the whole recipe: its message names the fields it is about
+            parts.append(message)
+            continue
         origin = f"--set {where}={overrides[where]}" if where in overrides else where
         related = [f"--set {k}={v}" for k, v in overrides.items() if k.startswith(f"{where}.")]
         if related and where not in overrides:

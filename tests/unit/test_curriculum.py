@@ -253,7 +253,7 @@ def test_bad_modifiers_and_stages_are_one_line_naming_the_field_and_nothing_is_w
     path = toy_recipe(tmp_path, extra)
     with pytest.raises(NmtkError, match=message) as error:
         load_recipe(path)
-    assert "\n" not in str(error.value)
+    assert "\n" not in str(error.value) and ": recipe:" not in str(error.value)  # the field, not "recipe"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["toy.toml"]
 
 
