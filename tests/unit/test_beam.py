@@ -558,3 +558,30 @@ def test_block_search_finds_the_best_extensions_of_all(width: int) -> None:
     assert torch.equal(origin, index // width) and torch.equal(column, index % width)
     for got, want in zip(_by_topk(scores, lprobs, count), (got_scores, origin, column), strict=True):
         assert torch.equal(got, want)  # the GPU's path (one topk) finds the same
+
+
+@pytest.mark.parametrize("cfg", [SearchConfig(beam=4, nbest=2, length_penalty=0.6),
+                                 SearchConfig(beam=3, nbest=3, length_penalty=1.0, length_penalty_form="power"),
+                                 SearchConfig(beam=4, max_len_a=0.0, max_len_b=3)])  # every line at its limit
+def test_the_scripted_beam_step_is_the_python_one(model: Transformer, sources: torch.Tensor, cfg: SearchConfig,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`beam._advance` as one TorchScript call on a CPU gives the hypotheses and scores of its Python form,
+    to the bit, watched attention included (alignments)."""
+    from nmtk.decode.search import beam as beam_module
+
+    assert beam_module._scripted() is not None and beam_module._advance_on(sources.device) is beam_module._scripted()
+    layer = model.decoder[-1].cross_attn
+
+    def run() -> list[list[Hypothesis]]:
+        with model.watch_cross_attention(-1) as watch:
+            return search(model, sources, cfg) + search(model, sources, cfg, watch=watch)
+
+    scripted = run()
+    monkeypatch.setattr(beam_module, "_advance_on", lambda device: beam_module._advance)
+    plain = run()
+    assert layer.keep_weights == 0
+    for ours, theirs in zip(scripted, plain, strict=True):
+        assert [(h.tokens, h.score) for h in ours] == [(h.tokens, h.score) for h in theirs]
+        for a, b in zip(ours, theirs, strict=True):
+            assert (a.attention is None) == (b.attention is None)
+            assert a.attention is None or np.array_equal(a.attention, b.attention)

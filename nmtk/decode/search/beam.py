@@ -17,7 +17,9 @@ CTranslate2's (and fairseq's) search, so that the two engines translate alike.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +41,7 @@ from nmtk.decode.search.step import (
     step_log_probs,
     stops_at_beam_finished,
 )
+from nmtk.model.script import script
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["Hypothesis", "SearchConfig", "beam_search", "greedy_search", "length_penalty", "max_lengths"]
@@ -81,31 +84,33 @@ def greedy_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     return results
 
 
-@torch.inference_mode()
 def _merge_finished(fin_scores: Tensor, fin_tokens: Tensor, cand_scores: Tensor, cand_tokens: Tensor,
-                    parents: Tensor, step: int, cfg: SearchConfig, fin_attention: Tensor | None = None,
-                    parent_attention: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+                    parents: Tensor, step: int, penalty: float, eos: int = EOS_ID, pad: int = PAD_ID,
+                    neg_inf: float = NEG_INF) -> tuple[Tensor, Tensor, Tensor]:
     """Each sentence's best finished hypotheses after this step, as many as ``fin_scores`` holds: the
-    EOS among its first K candidates (``parents``: their histories, (B·K, step)), length-normalised,
-    merged with the earlier finished; with ``fin_attention`` (B, width, steps so far, S), the watched
-    attention of their steps too (``parent_attention``: (B·K, step, S))."""
+    EOS among its first K candidates (``parents``: their histories, (B·K, step)), length-normalised
+    (``penalty``: this step's length penalty), merged with the earlier finished; and which of the
+    earlier (first ``width`` columns) and new ones were picked (`_merged_attention` follows them). The
+    ids as defaults: TorchScript reads no global (`_advance`)."""
     b, width, max_steps = fin_tokens.shape
     k = cand_scores.size(1)
-    normalised = cand_scores / length_penalty(float(step + 1), cfg.length_penalty, cfg.length_penalty_form)
-    new_fin = torch.where(cand_tokens.eq(EOS_ID), normalised, torch.full_like(normalised, NEG_INF))
-    new_seqs = torch.full((b, k, max_steps), PAD_ID, dtype=torch.long, device=fin_tokens.device)
+    normalised = cand_scores / penalty
+    new_fin = torch.where(cand_tokens.eq(eos), normalised, torch.full_like(normalised, neg_inf))
+    new_seqs = torch.full((b, k, max_steps), pad, dtype=torch.long, device=fin_tokens.device)
     new_seqs[:, :, :step] = parents.view(b, k, step)
     merged_scores, pick = torch.cat([fin_scores, new_fin], dim=1).topk(width, dim=1)
     tokens = torch.cat([fin_tokens, new_seqs], dim=1).gather(1, pick[..., None].expand(-1, -1, max_steps))
-    if fin_attention is None:
-        return merged_scores, tokens, None
-    # The attention's time axis grows with the steps (the tokens' is the longest allowed): its merges
-    # copy the steps so far, not the limit's.
-    sources = fin_attention.size(-1)
+    return merged_scores, tokens, pick
+
+
+def _merged_attention(fin_attention: Tensor, parent_attention: Tensor, pick: Tensor, step: int) -> Tensor:
+    """The watched attention (B, width, steps so far, S) of `_merge_finished`'s ``pick``: of the earlier
+    finished and of the new ones' parents (``parent_attention``: (B·K, step, S)). Its time axis grows
+    with the steps (the tokens' is the longest allowed): its merges copy the steps so far, not the limit's."""
+    b, sources = pick.size(0), fin_attention.size(-1)
     earlier = F.pad(fin_attention, (0, 0, 0, step - fin_attention.size(2)))
-    attention = torch.cat([earlier, parent_attention.view(b, k, step, sources)], dim=1).gather(
+    return torch.cat([earlier, parent_attention.view(b, parent_attention.size(0) // b, step, sources)], dim=1).gather(
         1, pick[..., None, None].expand(-1, -1, step, sources))
-    return merged_scores, tokens, attention
 
 
 class _KeptAttention:
@@ -131,6 +136,12 @@ class _KeptAttention:
         if self.live is not None:
             self.live = torch.cat([self.live.index_select(0, rows), self.seen.index_select(0, rows)[:, None]], dim=1)
 
+    def merge(self, parents: Tensor, pick: Tensor, step: int) -> None:
+        """The finished hypotheses' attention after `_merge_finished` picked them (``parents``: the rows
+        whose candidates it merged)."""
+        if self.finished is not None:
+            self.finished = _merged_attention(self.finished, self.of_rows(parents), pick, step)
+
     def best_finished(self, k: int) -> Tensor | None:
         return None if self.finished is None else self.finished[:, :k]
 
@@ -148,14 +159,14 @@ def _no_finished(n: int, cfg: SearchConfig, max_steps: int, device: torch.device
             torch.full((n, width, max_steps), PAD_ID, dtype=torch.long, device=device))
 
 
-def _ready(fin_scores: Tensor, scores: Tensor, limit: Tensor, cfg: SearchConfig) -> Tensor:
-    """Per running sentence: whether its nbest-th finished score beats any live beam's best reachable
-    one (``scores``: the live beams', best first; ``limit``: its length limit); or, where a sentence
-    stops once K have finished, whether K have."""
-    if stops_at_beam_finished(cfg):
-        return fin_scores[:, cfg.beam - 1].isfinite()
-    bound = scores[:, 0] / length_penalty(limit.float() + 1, cfg.length_penalty, cfg.length_penalty_form)
-    return fin_scores[:, cfg.nbest - 1] >= bound
+def _ready(fin_scores: Tensor, scores: Tensor, limit_penalty: Tensor, stop_at: int, at_k_finished: bool) -> Tensor:
+    """Per running sentence: whether its ``stop_at``-th (nbest-th) finished score beats any live beam's
+    best reachable one (``scores``: the live beams', best first; ``limit_penalty``: the length penalty
+    at its length limit); or, where a sentence stops once K have finished (``at_k_finished``,
+    ``stop_at`` = K), whether K have."""
+    if at_k_finished:
+        return fin_scores[:, stop_at - 1].isfinite()
+    return fin_scores[:, stop_at - 1] >= scores[:, 0] / limit_penalty
 
 
 #: Columns per block in `_in_blocks`: a block's maximum is one cheap reduction, and the 2K best
@@ -179,7 +190,8 @@ def _by_topk(scores: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor, Tensor
     return cand_scores, index // width, index % width
 
 
-def _in_blocks(scores: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor, Tensor, Tensor]:
+def _in_blocks(scores: Tensor, lprobs: Tensor, count: int, block: int = BLOCK, neg_inf: float = NEG_INF,
+               ) -> tuple[Tensor, Tensor, Tensor]:
     """`_extensions` reading each row's columns once instead of sorting them all.
 
     Why: on a CPU `topk` over every row's V columns cost a tenth of a small model's step (~3.5 µs a
@@ -191,18 +203,59 @@ def _in_blocks(scores: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor, Tens
     sorting it. Ties between equal scores aside, the result is `topk`'s over all K·V sums."""
     b, k = scores.shape
     rows, width = lprobs.shape
-    full = width // BLOCK * BLOCK
-    maxima = lprobs[:, :full].view(rows, -1, BLOCK).amax(dim=-1)
+    full = width // block * block
+    maxima = lprobs[:, :full].view(rows, -1, block).amax(dim=-1)
     if full < width:  # the last, shorter block
         maxima = torch.cat([maxima, lprobs[:, full:].amax(dim=-1, keepdim=True)], dim=1)
     blocks = maxima.size(1)
     best = (maxima.view(b, k, blocks) + scores[..., None]).view(b, k * blocks).topk(min(count, k * blocks), dim=1)[1]
-    row = (best // blocks + torch.arange(b, device=scores.device)[:, None] * k).repeat_interleave(BLOCK, dim=1)
-    column = ((best % blocks)[..., None] * BLOCK + torch.arange(BLOCK, device=scores.device)).view(b, -1)
+    row = (best // blocks + torch.arange(b, device=scores.device)[:, None] * k).repeat_interleave(block, dim=1)
+    column = ((best % blocks)[..., None] * block + torch.arange(block, device=scores.device)).view(b, -1)
     flat = row * width + column.clamp(max=width - 1)
-    sums = lprobs.reshape(-1).take(flat).masked_fill(column >= width, NEG_INF) + scores.view(-1).take(row)
+    sums = lprobs.reshape(-1).take(flat).masked_fill(column >= width, neg_inf) + scores.view(-1).take(row)
     cand_scores, pick = sums.topk(count, dim=1)
     return cand_scores, row.gather(1, pick) % k, column.gather(1, pick)
+
+
+def _advance(lprobs: Tensor, scores: Tensor, history: Tensor, fin_scores: Tensor, fin_tokens: Tensor,
+             limit: Tensor, limit_penalty: Tensor, ids: Optional[Tensor], step: int, limited: bool,  # noqa: UP045
+             penalty: float, stop_at: int, at_k_finished: bool, eos: int = EOS_ID, neg_inf: float = NEG_INF,
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """One step of the search after the model's ``lprobs`` (B·K, V): each running sentence's 2K best
+    extensions, the EOS among the first K merged into its finished hypotheses (`_merge_finished`), the K
+    best others its live beams, and whether it is done. ``limit`` / ``limit_penalty``: each sentence's
+    length limit and the length penalty there; ``limited``: some row may be at its limit (EOS alone
+    then); ``penalty``: this step's length penalty. Returns the live beams' scores (B, K), origin rows,
+    tokens and histories, the finished scores and tokens, `_merge_finished`'s pick, the rows whose
+    candidates it merged, and ``done`` (B,). Tensors in, tensors out: on a CPU one TorchScript call."""
+    k = scores.size(1)
+    if limited:
+        lprobs = only_eos_where(limit.le(step).repeat_interleave(k), lprobs)
+    cand_scores, origin, columns = _extensions(scores, lprobs, 2 * k)
+    cand_tokens = columns if ids is None else ids[columns]
+    flat_origin = origin + torch.arange(scores.size(0), device=scores.device)[:, None] * k
+    parents = flat_origin[:, :k].reshape(-1)
+    fin_scores, fin_tokens, pick = _merge_finished(fin_scores, fin_tokens, cand_scores[:, :k], cand_tokens[:, :k],
+                                                   history.index_select(0, parents), step, penalty)
+    # Live: the K best candidates that are not EOS.
+    live_scores = torch.where(cand_tokens.eq(eos), torch.full_like(cand_scores, neg_inf), cand_scores)
+    scores, live_pick = live_scores.topk(k, dim=1)
+    rows = flat_origin.gather(1, live_pick).view(-1)
+    tokens = cand_tokens.gather(1, live_pick).view(-1)
+    history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
+    done = _ready(fin_scores, scores, limit_penalty, stop_at, at_k_finished) | limit.le(step) | scores[:, 0].isneginf()
+    return scores, rows, tokens, history, fin_scores, fin_tokens, pick, parents, done
+
+
+@functools.cache
+def _scripted() -> Callable[..., tuple[Tensor, ...]] | None:
+    """`_advance` as TorchScript (None where `nmtk.model.script.script` cannot make it)."""
+    return script(_advance)
+
+
+def _advance_on(device: torch.device) -> Callable[..., tuple[Tensor, ...]]:
+    """`_advance` scripted on a CPU (the same ops, one call: `nmtk.model.script`), as it is elsewhere."""
+    return (_scripted() or _advance) if device.type == "cpu" else _advance
 
 
 def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
@@ -219,45 +272,35 @@ def beam_search(model: Decoder, src: Tensor, cfg: SearchConfig,
     steering = Steering.of(controls, cfg, n, device)
     limit = max_lengths(src, cfg, model, steering)
     max_steps, first_limit = int(limit.max()) + 1, int(limit.min())
+    limit_penalty = length_penalty(limit.float() + 1, cfg.length_penalty, cfg.length_penalty_form)
+    at_k_finished = stops_at_beam_finished(cfg)
+    stop_at = k if at_k_finished else cfg.nbest
 
     sent, scores, tokens, history = start_beams(n, k, device)
     fin_scores, fin_tokens = _no_finished(n, cfg, max_steps, device)
     out = Results(n, k)
     kept = _KeptAttention(watch, n, k, fin_tokens.size(1), src.size(1), device)
     ids = output_ids(model, steering)  # a shortlist's candidates: columns, not the vocabulary
+    advance = _advance_on(device)
 
     for step in range(max_steps):
-        b = sent.numel()
         steer = None if steering is None else steer_at(steering, history, sent.repeat_interleave(k), step)
         lprobs = step_log_probs(model, tokens, cache, first=step == 0, steer=steer, compact=ids is not None)
         kept.observe()
-        if step >= first_limit:  # no row is at its limit before (and no host sync is needed to know it)
-            lprobs = only_eos_where((limit[sent] <= step).repeat_interleave(k), lprobs)
-        cand_scores, origin, columns = _extensions(scores, lprobs, 2 * k)
-        cand_tokens = as_tokens(ids, columns)
-        flat_origin = origin + torch.arange(b, device=device)[:, None] * k
-
-        parents = flat_origin[:, :k].reshape(-1)
-        fin_scores, fin_tokens, kept.finished = _merge_finished(
-            fin_scores, fin_tokens, cand_scores[:, :k], cand_tokens[:, :k], history.index_select(0, parents), step,
-            cfg, kept.finished, kept.of_rows(parents))
-
-        # Live: the K best candidates that are not EOS.
-        live_scores = torch.where(cand_tokens.eq(EOS_ID), torch.full_like(cand_scores, NEG_INF), cand_scores)
-        scores, live_pick = live_scores.topk(k, dim=1)
-        rows = flat_origin.gather(1, live_pick).view(-1)
-        tokens = cand_tokens.gather(1, live_pick).view(-1)
-        history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
+        penalty = length_penalty(float(step + 1), cfg.length_penalty, cfg.length_penalty_form)
+        scores, rows, tokens, history, fin_scores, fin_tokens, pick, parents, done = advance(
+            lprobs, scores, history, fin_scores, fin_tokens, limit, limit_penalty, ids, step, step >= first_limit,
+            penalty, stop_at, at_k_finished)
+        kept.merge(parents, pick, step)
         kept.advance(rows)
         cache.reorder(rows, memory=False)
-
-        done = _ready(fin_scores, scores, limit[sent], cfg) | (limit[sent] <= step) | scores[:, 0].isneginf()
         if bool(done.any()):  # the step's one host read; then one batched copy of what finished
             keep = out.collect(done, sent, fin_tokens[:, :k], fin_scores[:, :k], kept.best_finished(k))
             if keep.numel() == 0:
                 break
             keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
             sent, scores, fin_scores, fin_tokens = sent[keep], scores[keep], fin_scores[keep], fin_tokens[keep]
+            limit, limit_penalty = limit[keep], limit_penalty[keep]
             tokens, history = tokens[keep_rows], history[keep_rows]
             kept.keep(keep_rows, keep)
             cache.reorder(keep_rows)

@@ -96,15 +96,15 @@ def step_log_probs(model: Decoder, tokens: Tensor, cache: Cache, first: bool = F
     return lprobs
 
 
-def only_eos_where(reached: Tensor, lprobs: Tensor) -> Tensor:
+def only_eos_where(reached: Tensor, lprobs: Tensor, eos: int = EOS_ID, neg_inf: float = NEG_INF) -> Tensor:
     """Rows of ``lprobs`` (..., V) where ``reached`` (a hypothesis at its length limit) may only end:
     every token but EOS gets -∞, and EOS keeps the model's own log-probability. (Scoring the forced
     EOS 0 would reward exactly the hypotheses that run to the limit, often degenerate repetitions.)
     Searches call it only from the first step at which some row can reach its limit, on the step's own
     ``lprobs``, which it changes in place (no second (rows, V) tensor: the largest of a step)."""
     not_eos = torch.ones(lprobs.size(-1), dtype=torch.bool, device=lprobs.device)
-    not_eos[EOS_ID] = False
-    return lprobs.masked_fill_(reached[..., None] & not_eos, NEG_INF)
+    not_eos[eos] = False  # (the ids as defaults: TorchScript reads no global, `beam._advance`)
+    return lprobs.masked_fill_(reached[..., None] & not_eos, neg_inf)
 
 
 def unpack(seqs: Tensor | None, scores: Tensor, cfg: SearchConfig, attention: Tensor | None = None
