@@ -79,6 +79,11 @@ class _Int8Linear(nn.Module):
         return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
 
 
+#: The eager feed-forward's non-linearities (`nmtk.model.layers.ACTIVATIONS`) by name: a function
+#: TorchScript cannot hold, so `_Layer._activate` calls the one named; any other leaves the step eager.
+_ACTIVATION_NAMES = {F.relu: "relu", F.silu: "swish", F.gelu: "gelu"}
+
+
 def _product(linear: nn.Module) -> nn.Module:
     if isinstance(linear, Int8Linear):
         return _Int8Linear(linear)
@@ -90,9 +95,11 @@ def _product(linear: nn.Module) -> nn.Module:
 class _Layer(nn.Module):
     """One `DecoderLayer` for one new position: the ops of its eager forward with a cache, in order."""
 
-    def __init__(self, layer: nn.Module, pre_norm: bool, activation: str) -> None:
+    def __init__(self, layer: nn.Module, pre_norm: bool) -> None:
         super().__init__()
         attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
+        if ffn.activation not in _ACTIVATION_NAMES:
+            raise TypeError(f"no TorchScript form for the activation {ffn.activation!r}")
         self.qkv, self.self_out = _product(attn.qkv), _product(attn.out)
         self.q, self.cross_out = _product(cross.q), _product(cross.out)
         self.w1, self.w2 = _product(ffn.w1), _product(ffn.w2)
@@ -100,7 +107,7 @@ class _Layer(nn.Module):
         self.heads, self.d_head = attn.heads, attn.d_head
         self.sqrt_d = math.sqrt(attn.d_head)
         self.pre_norm = pre_norm
-        self.activation = activation
+        self.activation = _ACTIVATION_NAMES[ffn.activation]
 
     def forward(self, y: Tensor, k_cache: Tensor, v_cache: Tensor, position: int, memory_k: Tensor,
                 memory_v: Tensor, memory_mask: Optional[Tensor], beams: int) -> Tensor:  # noqa: UP045
@@ -141,7 +148,7 @@ class _Layer(nn.Module):
             return F.relu(x)
         if self.activation == "swish":
             return F.silu(x)
-        return F.gelu(x)
+        return F.gelu(x)  # the one name left (`_ACTIVATION_NAMES`)
 
 
 class _DecoderStep(nn.Module):
@@ -150,7 +157,7 @@ class _DecoderStep(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         cfg, embed = model.cfg, model.tgt_embed
-        self.layers = nn.ModuleList([_Layer(layer, cfg.norm == "pre", cfg.activation) for layer in model.decoder])
+        self.layers = nn.ModuleList([_Layer(layer, cfg.norm == "pre") for layer in model.decoder])
         self.table, self.pe, self.scale = embed.table.weight, embed.pe, embed.scale
         self.norm = model.decoder_norm
 

@@ -84,6 +84,15 @@ def test_it_stands_aside_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch
         assert not applies(model.train(), token)
 
 
+def test_a_product_or_activation_it_has_no_form_for_leaves_the_step_eager() -> None:
+    model = tiny()
+    model.decoder[0].ffn.activation = torch.tanh  # not one of nmtk's: never run as another
+    with torch.inference_mode():
+        assert model._scripted.module(model) is None
+        cache = model.start_cache(model.encode(torch.tensor([[5, 6, 2]])))
+        assert model.decode_step(torch.tensor([4]), cache).shape == (1, 50)
+
+
 def test_the_switch_is_read_as_a_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny()
     monkeypatch.setenv(SWITCH_ENV, "off")

@@ -232,7 +232,7 @@ def _advance(lprobs: Tensor, scores: Tensor, history: Tensor, fin_scores: Tensor
     if limited:
         lprobs = only_eos_where(limit.le(step).repeat_interleave(k), lprobs)
     cand_scores, origin, columns = _extensions(scores, lprobs, 2 * k)
-    cand_tokens = columns if ids is None else ids[columns]
+    cand_tokens = as_tokens(ids, columns)
     flat_origin = origin + torch.arange(scores.size(0), device=scores.device)[:, None] * k
     parents = flat_origin[:, :k].reshape(-1)
     fin_scores, fin_tokens, pick = _merge_finished(fin_scores, fin_tokens, cand_scores[:, :k], cand_tokens[:, :k],
