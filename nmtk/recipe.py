@@ -532,7 +532,8 @@ class Stage(Section):
     """Corpus name -> weight during this stage (as a corpus's ``weight``; 0 leaves it out). A corpus not
     named keeps its own ``weight``."""
     updates: int | None = Field(None, ge=1)
-    """End the stage after this many updates in it."""
+    """End the stage after this many updates in it (the last stage's end ends training; without one it
+    lasts until the train section's limits)."""
     epochs: float | None = Field(None, gt=0.0)
     """... or once ``corpus`` has been seen this many times (an epoch sees it ``weight`` times)."""
     corpus: str | None = None

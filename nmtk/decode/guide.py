@@ -24,7 +24,7 @@ from nmtk.errors import NmtkError
 from nmtk.files import read_lines
 from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe
-from nmtk.vocab import hinted
+from nmtk.vocab import HINT_SYMBOLS, hinted
 
 if TYPE_CHECKING:
     from nmtk.decode.search.config import Hypothesis
@@ -293,6 +293,11 @@ def _pair(fields: list[str], where: str) -> tuple[str, str]:
     src, tgt = (f.strip() for f in fields)
     if not src or not tgt:
         raise NmtkError(f"{where}: an empty {'source' if not src else 'target'} term")
+    for side, term in (("source", src), ("target", tgt)):
+        # a term holding the hints' markup would end or open a hint inside another and garble the line
+        if reserved := next((s for s in HINT_SYMBOLS if s in term), None):
+            raise NmtkError(f"{where}: the {side} term {term!r} holds {reserved!r}, a symbol reserved for "
+                            f"terminology hints' markup")
     return src, tgt
 
 

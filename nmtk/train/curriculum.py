@@ -28,6 +28,7 @@ from nmtk.recipe import Modifier, Recipe, Stage
 from nmtk.text.subword import load_subword_model
 from nmtk.train.metrics import MetricsLog
 from nmtk.train.state import TrainState
+from nmtk.train.stopping import StopReason
 
 T = TypeVar("T")
 
@@ -90,7 +91,9 @@ class Curriculum:
     def _end(stage: Stage) -> str:
         if stage.updates is not None:
             return f"{stage.updates:,} updates"
-        return f"{stage.corpus} is seen {stage.epochs:g} times" if stage.epochs is not None else "training stops"
+        if stage.epochs is None:
+            return "training stops"
+        return f"{stage.corpus} is seen {stage.epochs:g} time{'' if stage.epochs == 1 else 's'}"
 
     def begins(self, state: TrainState) -> bool:
         """Whether the epoch about to run is the first of its stage, from its start."""
@@ -104,8 +107,9 @@ class Curriculum:
         """The curriculum in a line, under the ``update:`` line (None: neither stages nor modifiers)."""
         parts = []
         if self.stages:
-            parts.append(f"{len(self.stages)} stages: " + ", ".join(f"{s.name} (until {self._end(s)})"
-                                                                    for s in self.stages))
+            n = len(self.stages)
+            parts.append(f"{n} stage{'' if n == 1 else 's'}: " + ", ".join(f"{s.name} (until {self._end(s)})"
+                                                                             for s in self.stages))
         if self.modifiers:
             parts.append("modifiers: " + ", ".join(f"{m.name} {m.p:.0%}" for m in self.modifiers))
         return "curriculum: " + "; ".join(parts) if parts else None
@@ -138,10 +142,23 @@ class Curriculum:
         if stage is None:
             return
         state.stage_epochs += self.finished
+        if self._over(stage, state) and state.stage < len(self.stages) - 1:
+            state.stage, state.stage_update, state.stage_epochs = state.stage + 1, state.update, 0
+
+    def _over(self, stage: Stage, state: TrainState) -> bool:
+        """Whether ``stage`` (the state's) has had its updates or its corpus's epochs."""
         seen = stage.corpus is not None and stage.epochs is not None and \
             state.stage_epochs * stage.weights.get(stage.corpus, self._weight(stage.corpus)) >= stage.epochs - 1e-9
-        if (seen or self.out_of_updates(state)) and state.stage < len(self.stages) - 1:
-            state.stage, state.stage_update, state.stage_epochs = state.stage + 1, state.update, 0
+        return seen or self.out_of_updates(state)
+
+    def ended(self, state: TrainState) -> StopReason | None:
+        """Why training stops where the last stage has an end and has reached it (as OpusTrainer's
+        curriculum ends with its last stage), or None. Without it, every later epoch would draw no
+        update, to max_epochs or the time limit, or forever."""
+        stage = self.stage(state)
+        if stage is None or state.stage < len(self.stages) - 1 or stage.endless or not self._over(stage, state):
+            return None
+        return StopReason(f"the last stage, {stage.name}, ended ({self._end(stage)})", "limit")
 
     def _weight(self, name: str) -> float:
         return next(c.weight for c in self.corpora if c.name == name)

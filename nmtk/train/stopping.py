@@ -8,6 +8,7 @@ turns them into a reason. So every rule is tested without a model, and a stop is
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
@@ -61,8 +62,9 @@ class StopPolicy:
     """The recipe's ``[train]`` stopping rules: ``max_updates``, ``max_epochs``, ``max_minutes`` (training
     time of every session, resumes included), ``patience`` (validations without a better BLEU), signals."""
 
-    def __init__(self, train: TrainSection) -> None:
+    def __init__(self, train: TrainSection, ended: Callable[[TrainState], StopReason | None] | None = None) -> None:
         self.train = train
+        self.ended = ended  # the curriculum's end (`Curriculum.ended`: a last stage that has one), counted too
 
     def limit(self, state: TrainState, seconds: float | None = None) -> StopReason | None:
         """The limit ``state`` has reached, or None; ``seconds``: the training time now (default: the
@@ -78,7 +80,7 @@ class StopPolicy:
             return StopReason(f"reached max_updates = {t.max_updates}", "limit")
         if t.max_epochs is not None and state.epoch >= t.max_epochs:
             return StopReason(f"reached max_epochs = {t.max_epochs}", "limit")
-        return None
+        return self.ended(state) if self.ended is not None else None
 
     def _time(self) -> StopReason:
         return StopReason(f"reached max_minutes = {self.train.max_minutes:g}", "time")

@@ -92,7 +92,7 @@ class Trainer:
         chunk = t.loss_chunk_tokens or (CHUNK_POSITIONS if device.type == "cpu" else None)
         self.step = UpdateStep(self.model, recipe, device, self.precision, chunk, info, self.state)
         self.graphed = use_graphs(t.cuda_graphs, device, self.precision, self.cfg.output_languages)
-        self.stopping = StopPolicy(t)
+        self.stopping = StopPolicy(t, self.curriculum.ended)
         self.keeper = CheckpointKeeper(run, t, time.monotonic())
         self._validator_args = (data, recipe, pipelines, device)
         self._validator: Validator | PairValidators | None = None

@@ -227,7 +227,9 @@ def test_input_lines_and_glossaries_parse_or_name_their_line(tmp_path: Path) -> 
     assert Glossary.read(good, ignore_case=True).terms("a Red dog and a cat .", str) == ("rot Hund", "Katze")
     for text, message in (("dog\n", "line 1: expected 'source term<TAB>target term', found 1"),
                           ("dog\tHund\ncat\t\n", "line 2: an empty target term"),
-                          ("a\tb\tc\n", "line 1: expected"), ("# nothing\n", "holds no term pairs")):
+                          ("a\tb\tc\n", "line 1: expected"), ("# nothing\n", "holds no term pairs"),
+                          ("cat\tKatze\ndog\t__done__\n", "line 2: the target term '__done__' holds '__done__'"),
+                          ("a __source__ dog\tHund\n", "line 1: the source term .* holds '__source__'")):
         bad = tmp_path / "bad.tsv"
         bad.write_text(text, encoding="utf-8")
         with pytest.raises(NmtkError, match=message):

@@ -236,6 +236,26 @@ def test_a_stage_ends_after_its_updates_mid_epoch_and_a_resume_inside_and_across
     whole.metrics.close()
 
 
+@pytest.mark.parametrize("end", ["updates = 4", 'epochs = 2\ncorpus = "train"'])
+def test_a_last_stage_with_an_end_ends_training_and_a_run_trained_again_is_finished(staged, end: str) -> None:
+    """As OpusTrainer's curriculum ends with its last stage (before, every later epoch drew no update,
+    to max_epochs, the time limit or forever)."""
+    _, result, tmp = staged
+    path = tmp / f"last_{end[0]}.toml"
+    path.write_text((tmp / "staged.toml").read_text() + STAGES + end + "\n")
+    common = ["train.max_updates=1000", "train.max_epochs=40", "train.validate_every_updates=1000",
+              "train.validate_at_end=false"]
+    trainer = _trainer(tmp, path, result, common, f"last_{end[0]}")
+    trainer.train()
+    s = trainer.state
+    assert s.stage == 1 and s.stop_reason.startswith("the last stage, original, ended") and s.epoch < 10
+    assert s.update - s.stage_update == 4 if end.startswith("updates") else s.stage_epochs == 2
+    assert trainer.stopping.limit(s) == s.stop_reason  # what `nmtk train` tells a run trained again
+    assert trainer.curriculum.describe().startswith("curriculum: 2 stages: mixed (until bt is seen 1 time), "
+                                                    "original (until ")
+    trainer.metrics.close()
+
+
 @pytest.mark.parametrize("extra, message", [
     ('[[train.modifiers]]\nname = "capitals"\np = 0.1\n', r"train.modifiers.0.name: Input should be 'uppercase'"),
     ('[[train.modifiers]]\nname = "typos"\np = 1.5\n', r"train.modifiers.0.p: Input should be less than or equal to 1"),
