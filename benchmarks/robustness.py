@@ -15,7 +15,8 @@ One JSON line:
   1–2 (source word, reference word) pairs per line that eflomal aligns in both directions (content
   words of 3+ letters, the target word absent from the terms run's plain output). Term recall, BLEU and
   sentences/s with nothing, with inline hints (`--terms inline`) and with constrained decoding (nmtk's
-  engine), and with nothing and inline hints in the terms run's CTranslate2 int8 export. Speeds are
+  engine), and with nothing and inline hints in the terms run's CTranslate2 int8 export; target tokens
+  (+ EOS) and tokens/s too, since outputs holding the reference's terms are longer. Speeds are
   medians of ``--repeat`` rounds in one process, alone, an engine's modes taking turns in each round.
   eflomal's sampler takes no seed, so the glossaries are kept beside the run
   (``benchmark-glossaries.json``) and drawn again only when the run's plain output changes: two passes
@@ -82,10 +83,19 @@ def bleu(outputs: list[str], refs: list[str]) -> float:
     return round(BLEU().corpus_score(outputs, [refs]).score, 2)
 
 
+class Texts(list):
+    """Translations, and the target tokens (+ EOS) their search wrote: hinted lines' outputs hold the
+    reference's terms and are longer, so speed is also said per target token."""
+
+    tokens: int = 0
+
+
 def texts(translator: Any, lines: list[str], search: Any, ids: list | None = None, guides: list | None = None
-          ) -> list[str]:
+          ) -> Texts:
     hyps = translator.hypotheses(lines, search, ids=ids, guides=guides)
-    return [translator.detokenize(h[0]) if h else "" for h in hyps]
+    out = Texts(translator.detokenize(h[0]) if h else "" for h in hyps)
+    out.tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
+    return out
 
 
 def robustness(run: Path, threads: int, sources: list[str], refs: list[str], as_typed: bool = False
@@ -220,16 +230,21 @@ def terms(run: Path, engines: Engines, repeat: int, sources: list[str], refs: li
         (lambda: texts(ct2, sources, ct2_search),
          lambda: texts(ct2, sources, ct2_search, ids=hinted(ct2, sources, wanted), guides=hints)), repeat)
     n = len(sources)
-    row = lambda outs, s, base: {"term_recall_pct": recall(outs, wanted), "bleu": bleu(outs, refs),  # noqa: E731
-                                 "sentences_per_s": round(n / s, 1), "speed_vs_plain": round(base / s, 3)}
+
+    def row(outs: Texts, s: float, base: float, base_outs: Texts) -> dict[str, float]:
+        return {"term_recall_pct": recall(outs, wanted), "bleu": bleu(outs, refs), "sentences_per_s": round(n / s, 1),
+                "speed_vs_plain": round(base / s, 3), "tgt_tokens": outs.tokens,
+                "tgt_tokens_per_s": round(outs.tokens / s), "token_speed_vs_plain": round(
+                    outs.tokens / s / (base_outs.tokens / base), 3)}
+
     return {"lines_with_terms": sum(1 for g in wanted if g), "terms": sum(len(g) for g in wanted),
             "examples": [g for g in wanted if g][:5],
             "hinted_example": next(translator.src_pipe.subwords.decode(i)
                                    for i, g in zip(ids, wanted, strict=True) if g),
-            "nmtk": {"nothing": row(plain, plain_s, plain_s), "inline": row(inline, inline_s, plain_s),
-                     "constrained": row(constrained, constrained_s, plain_s)},
-            "ct2_int8": {"nothing": row(ct2_plain, ct2_plain_s, ct2_plain_s),
-                         "inline": row(ct2_inline, ct2_inline_s, ct2_plain_s)}}
+            "nmtk": {"nothing": row(plain, plain_s, plain_s, plain), "inline": row(inline, inline_s, plain_s, plain),
+                     "constrained": row(constrained, constrained_s, plain_s, plain)},
+            "ct2_int8": {"nothing": row(ct2_plain, ct2_plain_s, ct2_plain_s, ct2_plain),
+                         "inline": row(ct2_inline, ct2_inline_s, ct2_plain_s, ct2_plain)}}
 
 
 def phrases(run: Path, engines: Engines, sources: list[str], refs: list[str]) -> dict[str, Any]:
