@@ -7,7 +7,9 @@ One JSON line:
 
 - ``bleu``: per run, BLEU on the test set as it is (``clean``), in capitals (``upper``, references in
   capitals too), in title case (``title``, references too) and with typos (``typos``: OpusTrainer's
-  typo classes, each word hit with probability 0.1, seed 1; references as they are); and each variant's
+  typo classes, each word hit with probability 0.1, seed 1; references as they are), with a run of 2-4
+  words in capitals inside each line of 4 words or more (``shouted``, seed 1; references as they are);
+  and each variant's
   loss against clean. As `translate` reads lines by default (capitals and title case folded to
   sentence case and the case given back; typos corrected where the run's recipe has
   ``tokenizer.correct_typos``), and in ``bleu_as_typed`` as they came (``--as-typed``).
@@ -77,6 +79,21 @@ def with_typos(lines: list[str], rate: float = TYPO_RATE, seed: int = SEED) -> l
     return out
 
 
+def shouted(lines: list[str], seed: int = SEED) -> list[str]:
+    """Each line of 4 words or more with a run of 2-4 of its words in capitals ("A MAN IN A red shirt"),
+    seeded: emphasis typed inside a sentence, which is not a line in capitals."""
+    rng = random.Random(seed)
+    out = []
+    for line in lines:
+        words = line.split()
+        if len(words) >= 4:
+            n = rng.randint(2, min(4, len(words) - 1))
+            start = rng.randrange(len(words) - n + 1)
+            words[start:start + n] = [w.upper() for w in words[start:start + n]]
+        out.append(" ".join(words))
+    return out
+
+
 def bleu(outputs: list[str], refs: list[str]) -> float:
     from sacrebleu.metrics import BLEU
 
@@ -105,7 +122,7 @@ def robustness(run: Path, threads: int, sources: list[str], refs: list[str], as_
     translator, search = load(run, threads, as_typed=as_typed)
     variants = {"clean": (sources, refs), "upper": ([s.upper() for s in sources], [r.upper() for r in refs]),
                 "title": ([title(s) for s in sources], [title(r) for r in refs]),
-                "typos": (with_typos(sources), refs)}
+                "typos": (with_typos(sources), refs), "shouted": (shouted(sources), refs)}
     scores = {name: bleu(texts(translator, src, search), ref) for name, (src, ref) in variants.items()}
     return scores | {f"{name}_loss": round(scores["clean"] - scores[name], 2) for name in variants if name != "clean"}
 

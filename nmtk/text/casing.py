@@ -22,6 +22,8 @@ Case = Literal["upper", "title"]
 _SENTENCE_START = re.compile(r"(^|[.!?]\s+)([^\W\d_])", re.UNICODE)
 #: The space after a sentence's end (., ! or ?): `re.split` keeps it between the sentences.
 _SENTENCE_END = re.compile(r"(?<=[.!?])(\s+)")
+#: A word as a line splits into them (at white space).
+_WORD = re.compile(r"\S+")
 #: English's "I" (and "I'm", "I've", …), which sentence case writes in capitals wherever it stands.
 _ENGLISH_I = re.compile(r"\bi\b(?=$|[\s'’,.!?;:])")
 
@@ -49,16 +51,41 @@ def folded(text: str, case: Case | None, lang: str = "") -> str:
 
 
 def folded_sentences(text: str, lang: str = "") -> str:
-    """A line that is not in capitals as a whole (`case_of` None) with each of its sentences that is
-    in sentence case ("THE KIDS ARE PLAYING. They laugh." → "The kids are playing. They laugh."): read as
-    typed, the shouted sentence is the string of unseen pieces a line in capitals is (the demo model
-    wrote ``Ein TCCCEEEE…``). The translation is given back as it comes: which of its words a shouted
-    sentence became is not known."""
-    parts = _SENTENCE_END.split(text)
-    if len(parts) == 1:
+    """A line that is not in capitals as a whole (`case_of` None) with each run of words in capitals
+    in sentence case: a sentence ("THE KIDS ARE PLAYING. They laugh." → "The kids are playing. They
+    laugh.") or words inside one ("A MAN IN A RED SHIRT is climbing." → "A man in a red shirt is
+    climbing."). Read as typed, shouted words are the string of unseen pieces a line in capitals is
+    (the demo model wrote ``Ein TCCCEEEE…`` and ``Ein MAAAAAAEEEEEEEEEEES.``). A run is folded where
+    two of its words have two capitals or more, as `case_of` tells a line: one word in capitals (NASA,
+    OK., a DOG) may be an acronym and stays. The translation is given back as it comes: which of its
+    words the shouted ones became is not known."""
+    if sum(c.isupper() for c in text) < 2:
         return text
-    return "".join(folded(part, "upper", lang) if i % 2 == 0 and case_of(part) == "upper" else part
-                   for i, part in enumerate(parts))
+    parts = _SENTENCE_END.split(text)
+    return "".join(_folded_runs(part, lang) if i % 2 == 0 else part for i, part in enumerate(parts))
+
+
+def _folded_runs(sentence: str, lang: str) -> str:
+    """``sentence`` with each run of words in capitals folded (`folded_sentences`); a run that begins
+    the sentence keeps its first letter a capital."""
+    out, last, words = [], 0, list(_WORD.finditer(sentence))
+    i = 0
+    while i < len(words):
+        j = i
+        while j < len(words) and _shouted(words[j].group()):
+            j += 1
+        if sum(sum(c.isupper() for c in w.group()) >= 2 for w in words[i:j]) >= 2:
+            a, b = words[i].start(), words[j - 1].end()
+            run = folded(sentence[a:b], "upper", lang) if a == words[0].start() else sentence[a:b].lower()
+            out += [sentence[last:a], _ENGLISH_I.sub("I", run) if lang == "en" else run]
+            last = b
+        i = max(j, i + 1)
+    return "".join(out) + sentence[last:] if out else sentence
+
+
+def _shouted(word: str) -> bool:
+    """A word in capitals: a letter, and none in lower case."""
+    return any(c.isalpha() for c in word) and not any(c.islower() for c in word)
 
 
 def recased(text: str, case: Case | None) -> str:
