@@ -8,7 +8,8 @@ One JSON line:
 - ``bleu``: per run, BLEU on the test set as it is (``clean``), in capitals (``upper``, references in
   capitals too), in title case (``title``, references too) and with typos (``typos``: OpusTrainer's
   typo classes, each word hit with probability 0.1, seed 1; references as they are), with a run of 2-4
-  words in capitals inside each line of 4 words or more (``shouted``, seed 1; references as they are);
+  words in capitals inside each line of 4 words or more (``shouted``, seed 1; references as they are),
+  with one word of 3+ letters in capitals in each line (``shouted_word``, seed 1);
   and each variant's
   loss against clean. As `translate` reads lines by default (capitals and title case folded to
   sentence case and the case given back; typos corrected where the run's recipe has
@@ -94,6 +95,20 @@ def shouted(lines: list[str], seed: int = SEED) -> list[str]:
     return out
 
 
+def shouted_word(lines: list[str], seed: int = SEED) -> list[str]:
+    """Each line with one of its words of 3 letters or more in capitals ("A man in a RED shirt."), seeded."""
+    rng = random.Random(seed)
+    out = []
+    for line in lines:
+        words = line.split()
+        picked = [i for i, w in enumerate(words) if sum(c.isalpha() for c in w) >= 3]
+        if picked:
+            i = rng.choice(picked)
+            words[i] = words[i].upper()
+        out.append(" ".join(words))
+    return out
+
+
 def bleu(outputs: list[str], refs: list[str]) -> float:
     from sacrebleu.metrics import BLEU
 
@@ -122,7 +137,8 @@ def robustness(run: Path, threads: int, sources: list[str], refs: list[str], as_
     translator, search = load(run, threads, as_typed=as_typed)
     variants = {"clean": (sources, refs), "upper": ([s.upper() for s in sources], [r.upper() for r in refs]),
                 "title": ([title(s) for s in sources], [title(r) for r in refs]),
-                "typos": (with_typos(sources), refs), "shouted": (shouted(sources), refs)}
+                "typos": (with_typos(sources), refs), "shouted": (shouted(sources), refs),
+                "shouted_word": (shouted_word(sources), refs)}
     scores = {name: bleu(texts(translator, src, search), ref) for name, (src, ref) in variants.items()}
     return scores | {f"{name}_loss": round(scores["clean"] - scores[name], 2) for name in variants if name != "clean"}
 

@@ -20,6 +20,7 @@ from nmtk.text.reading import Reading
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
+    from nmtk.text.pipeline import TextPipeline
 
 
 @dataclass(frozen=True)
@@ -47,21 +48,24 @@ def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase
     if source.found:
         console.print(f"model: {source.path} ({source.found})")
     translator = _load_exported(source, options) if source.is_export else _load_run(source, options)
-    translator.reading = _reading(source, translator.src_pipe.moses.lang, options.as_typed)
+    translator.reading = _reading(source, translator.src_pipe, options.as_typed)
     return translator
 
 
-def _reading(source: ModelSource, lang: str, as_typed: bool) -> Reading:
-    """How the translator reads its lines: capitals folded, and typos corrected where the recipe asked
-    for it (its training words beside the model); every line as it came with ``as_typed``."""
+def _reading(source: ModelSource, pipe: TextPipeline, as_typed: bool) -> Reading:
+    """How the translator reads its lines: capitals folded (a lone word in capitals by how the source
+    subword model spells it), and typos corrected where the recipe asked for it (its training words
+    beside the model); every line as it came with ``as_typed``."""
     if as_typed:
         return Reading(fold_case=False, carry=False, split=False)
+    lang, subwords = pipe.moses.lang, pipe.subwords
+    pieces = lambda word: len(subwords.encode(word))  # noqa: E731 - a word's pieces, as the model spells it
     words = source.manifest.words.get(lang) if source.manifest else None
     if words is None:
-        return Reading(lang=lang)
+        return Reading(lang=lang, pieces=pieces)
     from nmtk.text.typos import TypoCorrector
 
-    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words, lang))
+    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words, lang), pieces=pieces)
 
 
 def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:

@@ -14,6 +14,7 @@ its form is unmistakable (`case_of`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 Case = Literal["upper", "title"]
@@ -50,37 +51,52 @@ def folded(text: str, case: Case | None, lang: str = "") -> str:
     return _ENGLISH_I.sub("I", out) if lang == "en" else out
 
 
-def folded_sentences(text: str, lang: str = "") -> str:
+def folded_sentences(text: str, lang: str = "", pieces: Callable[[str], int] | None = None) -> str:
     """A line that is not in capitals as a whole (`case_of` None) with each run of words in capitals
     in sentence case: a sentence ("THE KIDS ARE PLAYING. They laugh." → "The kids are playing. They
     laugh.") or words inside one ("A MAN IN A RED SHIRT is climbing." → "A man in a red shirt is
     climbing."). Read as typed, shouted words are the string of unseen pieces a line in capitals is
     (the demo model wrote ``Ein TCCCEEEE…`` and ``Ein MAAAAAAEEEEEEEEEEES.``). A run is folded where
-    two of its words have two capitals or more, as `case_of` tells a line: one word in capitals (NASA,
-    OK., a DOG) may be an acronym and stays. The translation is given back as it comes: which of its
-    words the shouted ones became is not known."""
+    two of its words have two capitals or more, as `case_of` tells a line. One word in capitals may be
+    an acronym (NASA, BMX): it is folded only where ``pieces`` (the number of subword pieces the model
+    spells a word in) says the model spells it in lower case in at most half the pieces ("DOG": ``▁D O
+    G``, "dog": ``▁dog``; "BMX" is one piece and stays). The translation is given back as it comes:
+    which of its words the shouted ones became is not known."""
     if sum(c.isupper() for c in text) < 2:
         return text
     parts = _SENTENCE_END.split(text)
-    return "".join(_folded_runs(part, lang) if i % 2 == 0 else part for i, part in enumerate(parts))
+    return "".join(_folded_runs(part, lang, pieces) if i % 2 == 0 else part for i, part in enumerate(parts))
 
 
-def _folded_runs(sentence: str, lang: str) -> str:
-    """``sentence`` with each run of words in capitals folded (`folded_sentences`); a run that begins
-    the sentence keeps its first letter a capital."""
-    out, last, words = [], 0, list(_WORD.finditer(sentence))
-    i = 0
+def _folded_runs(sentence: str, lang: str, pieces: Callable[[str], int] | None) -> str:
+    """``sentence`` with its shouted spans folded (`folded_sentences`); a span that begins the sentence
+    keeps its first letter a capital."""
+    out, last = [], 0
+    for a, b in _shouted_spans(sentence, pieces):
+        span = folded(sentence[a:b], "upper", lang) if not sentence[:a].strip() else sentence[a:b].lower()
+        out += [sentence[last:a], _ENGLISH_I.sub("I", span) if lang == "en" else span]
+        last = b
+    return "".join(out) + sentence[last:] if out else sentence
+
+
+def _shouted_spans(sentence: str, pieces: Callable[[str], int] | None) -> Iterator[tuple[int, int]]:
+    """The [start, end) of each run of words in capitals with two words of two capitals or more, and of
+    each other word in capitals that ``pieces`` spells in at most half the pieces in lower case."""
+    words, i = list(_WORD.finditer(sentence)), 0
     while i < len(words):
         j = i
         while j < len(words) and _shouted(words[j].group()):
             j += 1
         if sum(sum(c.isupper() for c in w.group()) >= 2 for w in words[i:j]) >= 2:
-            a, b = words[i].start(), words[j - 1].end()
-            run = folded(sentence[a:b], "upper", lang) if a == words[0].start() else sentence[a:b].lower()
-            out += [sentence[last:a], _ENGLISH_I.sub("I", run) if lang == "en" else run]
-            last = b
+            yield words[i].start(), words[j - 1].end()
+        elif pieces is not None:
+            yield from (w.span() for w in words[i:j] if _spelt_better_lower(w.group(), pieces))
         i = max(j, i + 1)
-    return "".join(out) + sentence[last:] if out else sentence
+
+
+def _spelt_better_lower(word: str, pieces: Callable[[str], int]) -> bool:
+    letters = "".join(c for c in word if c.isalpha())
+    return len(letters) >= 2 and 2 * pieces(letters.lower()) <= pieces(letters)
 
 
 def _shouted(word: str) -> bool:

@@ -6,6 +6,7 @@ case back. ``translate``/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,8 +18,10 @@ from nmtk.text.typos import TypoCorrector
 class Reading:
     """``fold_case``: lines in capitals or title case read in sentence case; ``lang``: the source
     language (English's "I"); ``typos``: the run's corrector (a recipe with ``tokenizer.correct_typos``);
-    ``carry``: URLs and e-mail addresses carried through, not read, and the numbers a translation lost
-    carried in a second one (`nmtk.decode.unknown`); ``split``: a line of several sentences translated
+    ``pieces``: how many subword pieces the model spells a word in (a lone word in capitals is read in
+    lower case where that takes at most half as many: `nmtk.text.casing.folded_sentences`); ``carry``:
+    URLs and e-mail addresses carried through, not read, and the numbers a translation lost carried in
+    a second one (`nmtk.decode.unknown`); ``split``: a line of several sentences translated
     sentence by sentence (`nmtk.decode.long_input`)."""
 
     fold_case: bool = True
@@ -26,6 +29,7 @@ class Reading:
     split: bool = True
     lang: str = ""
     typos: TypoCorrector | None = None
+    pieces: Callable[[str], int] | None = None
 
     def case_of(self, text: str) -> Case | None:
         return case_of(text) if self.fold_case else None
@@ -35,7 +39,7 @@ class Reading:
         line, or a sentence of it), its typos corrected."""
         if self.fold_case:
             case = case_of(text)
-            text = folded(text, case, self.lang) if case else folded_sentences(text, self.lang)
+            text = folded(text, case, self.lang) if case else folded_sentences(text, self.lang, self.pieces)
         return self.typos.corrected(text) if self.typos is not None else text
 
     def marked(self, sentences: list[str], results: list[list[Any]]) -> list[list[Any]]:

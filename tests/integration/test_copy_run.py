@@ -445,6 +445,8 @@ def test_lines_in_capitals_or_title_case_are_read_in_sentence_case_by_both_engin
     given back in capitals, a title-cased line in title case; `--as-typed` reads them as they came. The
     same in nmtk's engine and in the CTranslate2 export; a glossary's source term is found in the line as
     the model reads it."""
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.model_source import resolve_model
     from nmtk.text.casing import folded
 
     tmp, _, env = copy_run
@@ -461,6 +463,14 @@ def test_lines_in_capitals_or_title_case_are_read_in_sentence_case_by_both_engin
         assert out(model, upper) == [x.upper() for x in plain]
         assert out(model, titled) == [" ".join(w[:1].upper() + w[1:] for w in x.split(" ")) for x in plain]
         assert out(model, upper, "--as-typed") != [x.upper() for x in plain]  # capitals as typed
+    # one word in capitals, which the model spells in fewer pieces in lower case: read in lower case
+    pieces = load_translator(resolve_model(tmp / "run"), LoadOptions(device="cpu")).reading.pieces
+    picked = [max(range(1, len(x.split())), key=lambda i, w=x.split(): len(w[i])) for x in lines]  # not the first
+    one = [" ".join(w.upper() if i == k else w for i, w in enumerate(x.split()))
+           for x, k in zip(lines, picked, strict=True)]
+    assert all(2 * pieces(x.split()[k]) <= pieces(y.split()[k]) for x, y, k in zip(lines, one, picked, strict=True))
+    for model in (tmp / "run", exported):
+        assert out(model, one) == out(model, lines) != out(model, one, "--as-typed")
     glossary = tmp_path / "glossary.tsv"
     glossary.write_text(f"{lines[0].split()[1]}\tbike\n")
     assert "BIKE" in out(tmp / "run", upper[:1], "--glossary", str(glossary))[0].split()
