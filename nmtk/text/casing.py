@@ -59,9 +59,9 @@ def folded_sentences(text: str, lang: str = "", pieces: Callable[[str], int] | N
     (the demo model wrote ``Ein TCCCEEEE…`` and ``Ein MAAAAAAEEEEEEEEEEES.``). A run is folded where
     two of its words have two capitals or more, as `case_of` tells a line. One word in capitals may be
     an acronym (NASA, BMX): it is folded only where ``pieces`` (the number of subword pieces the model
-    spells a word in) says the model spells it in lower case in at most half the pieces ("DOG": ``▁D O
-    G``, "dog": ``▁dog``; "BMX" is one piece and stays). The translation is given back as it comes:
-    which of its words the shouted ones became is not known."""
+    spells a word in) says the model spells it letter by letter, in 3 pieces or more, and in lower case
+    in at most half as many ("DOG": ``▁D O G``, "dog": ``▁dog``; "BMX" is one piece and stays). The
+    translation is given back as it comes: which of its words the shouted ones became is not known."""
     if sum(c.isupper() for c in text) < 2:
         return text
     parts = _SENTENCE_END.split(text)
@@ -95,8 +95,14 @@ def _shouted_spans(sentence: str, pieces: Callable[[str], int] | None) -> Iterat
 
 
 def _spelt_better_lower(word: str, pieces: Callable[[str], int]) -> bool:
+    """Whether the model spells ``word``'s letters in capitals in 3 pieces or more, and in lower case in
+    at most half as many: spelt letter by letter, as a model that rarely saw capitals does (a model that
+    did, spelling "DOG" in 2 pieces or 1, reads it as typed and may write its translation in capitals)."""
     letters = "".join(c for c in word if c.isalpha())
-    return len(letters) >= 2 and 2 * pieces(letters.lower()) <= pieces(letters)
+    if len(letters) < 3:
+        return False
+    typed = pieces(letters)
+    return typed >= 3 and 2 * pieces(letters.lower()) <= typed
 
 
 def _shouted(word: str) -> bool:

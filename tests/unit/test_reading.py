@@ -80,7 +80,7 @@ def test_a_lone_word_in_capitals_is_folded_where_the_model_spells_it_better_in_l
     assert read("I saw a DOG.") == "I saw a dog."
     assert read("DOG, a dog.") == "Dog, a dog."  # a sentence's first word keeps its capital
     assert read("A man on a BMX bike near NASA.") == "A man on a BMX bike near NASA."  # as typed
-    assert read("A RED car. GO!") == "A red car. Go!"
+    assert read("A RED car. GO!") == "A red car. GO!"  # 2 pieces: not spelt letter by letter
     assert read("A MAN IN A RED SHIRT is climbing.") == "A man in a red shirt is climbing."  # runs as before
     assert Reading(lang="en").read("I saw a DOG.") == "I saw a DOG."  # no spelling known: as typed
 
