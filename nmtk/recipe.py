@@ -797,6 +797,12 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc)
 
 
+def _given(where: str, overrides: dict[str, str]) -> str | None:
+    """The ``--set`` key that gave the field ``where`` (dotted, list indices as numbers): the field's own,
+    or a list or table above it (``--set 'train.stages=[...]'`` for ``train.stages.0.updates``)."""
+    return next((k for k in overrides if where == k or where.startswith(f"{k}.")), None)
+
+
 def _format_errors(source: str, error: ValidationError, overrides: dict[str, str]) -> str:
     """All validation errors of a recipe on one line, each naming its field."""
     parts = []
@@ -810,9 +816,12 @@ def _format_errors(source: str, error: ValidationError, overrides: dict[str, str
         elif "input" in err and not isinstance(err["input"], dict | list):
             message = f"{message} (got {err['input']!r})"
         if not err["loc"]:  # a check of the whole recipe: its message names the fields it is about
-            parts.append(message)
+            named = re.match(r"[A-Za-z_][\w.\[\]]*", message)
+            given = _given(re.sub(r"\[(\d+)\]", r".\1", named.group()) if named else "", overrides)
+            parts.append(f"--set {given}={overrides[given]}: {message}" if given else message)
             continue
-        origin = f"--set {where}={overrides[where]}" if where in overrides else where
+        given = _given(where, overrides)
+        origin = f"--set {given}={overrides[given]}" + (f": {where}" if given != where else "") if given else where
         related = [f"--set {k}={v}" for k, v in overrides.items() if k.startswith(f"{where}.")]
         if related and where not in overrides:
             message = f"{message} (after {', '.join(related)})"

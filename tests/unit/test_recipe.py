@@ -122,6 +122,12 @@ def test_typo_correction_needs_one_pair(nmtk) -> None:
         ("model.dropout=abc", "--set model.dropout=abc"),
         ("model.heads=7", "must be divisible by heads (7)"),
         ("model.dropout", "expected KEY=VALUE"),
+        # a list given whole: its error names the --set, then the field inside it
+        ('train.stages=[{name="a", updates=0}]', '--set train.stages=[{name="a", updates=0}]: train.stages.0.updates: '
+                                                 'Input should be greater than or equal to 1'),
+        ('train.stages=[{name="a", updates=5}, {name="b", weights={bt=0}}]',  # a check of the whole recipe
+         "--set train.stages=[{name=\"a\", updates=5}, {name=\"b\", weights={bt=0}}]: train.stages[1] (b): "
+         "no training corpus named 'bt'"),
     ],
 )
 def test_bad_override_is_one_line(nmtk, override: str, expected: str) -> None:
