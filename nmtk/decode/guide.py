@@ -126,6 +126,15 @@ class Glossary:
                         tuple(w for _, w in kept) + other.where_each(), _hints={**self._hints, **other._hints},
                         _tokenized={**self._tokenized, **other._tokenized})
 
+    def cased(self) -> frozenset[str]:
+        """The words in capitals of its source terms ("WHO", "ACME"), where it matches case: a translator
+        given the glossary reads them as typed (`LoadOptions.keep_case`), or folding a line, sentence or
+        word in capitals to sentence case would hide them from it (and a name's meaning from the model)."""
+        if self.ignore_case:
+            return frozenset()
+        return frozenset(w for src, _ in self.pairs for w in src.split()
+                         if any(c.isupper() for c in w) and not any(c.islower() for c in w))
+
     def where_each(self) -> tuple[str, ...]:
         """Where each pair was read, for errors about it (``glossary[i]`` where nothing was said)."""
         return self.origins if len(self.origins) == len(self.pairs) else tuple(

@@ -17,6 +17,7 @@ from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED, ModelSource
 from nmtk.precision import Precision
 from nmtk.text.reading import Reading
+from nmtk.vocab import UNK_ID
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
@@ -40,6 +41,7 @@ class LoadOptions:
     any_pair: bool = False  # a multilingual model without target_lang: its first pair (the server's requests say)
     shortlist: bool = False  # project onto the run's lexical shortlist (`nmtk shortlist`; an export's vmap.txt)
     as_typed: bool = False  # no folding of capitals, no typo correction, links read (`nmtk.text.reading`)
+    keep_case: frozenset[str] = frozenset()  # words read in capitals as typed: a glossary's (`Glossary.cased`)
 
 
 def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
@@ -48,24 +50,30 @@ def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase
     if source.found:
         console.print(f"model: {source.path} ({source.found})")
     translator = _load_exported(source, options) if source.is_export else _load_run(source, options)
-    translator.reading = _reading(source, translator.src_pipe, options.as_typed)
+    translator.reading = _reading(source, translator.src_pipe, options.as_typed, options.keep_case)
     return translator
 
 
-def _reading(source: ModelSource, pipe: TextPipeline, as_typed: bool) -> Reading:
+def _reading(source: ModelSource, pipe: TextPipeline, as_typed: bool, keep: frozenset[str]) -> Reading:
     """How the translator reads its lines: capitals folded (a lone word in capitals by how the source
     subword model spells it), and typos corrected where the recipe asked for it (its training words
     beside the model); every line as it came with ``as_typed``."""
     if as_typed:
         return Reading(fold_case=False, carry=False, split=False)
     lang, subwords = pipe.moses.lang, pipe.subwords
-    pieces = lambda word: len(subwords.encode(word))  # noqa: E731 - a word's pieces, as the model spells it
+
+    def pieces(word: str) -> int:
+        """The pieces the model spells ``word`` in; where it cannot (<unk>: a vocabulary without capitals),
+        as if letter by letter."""
+        ids = subwords.encode(word)
+        return len(ids) if UNK_ID not in ids else len(word) + 1
+
     words = source.manifest.words.get(lang) if source.manifest else None
     if words is None:
-        return Reading(lang=lang, pieces=pieces)
+        return Reading(lang=lang, pieces=pieces, keep=keep)
     from nmtk.text.typos import TypoCorrector
 
-    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words, lang), pieces=pieces)
+    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words, lang), pieces=pieces, keep=keep)
 
 
 def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -205,7 +205,8 @@ def translate(options: TranslateOptions) -> None:
         raise NmtkError(f"{what}: {model.path}: {NOT_ALIGNED}")
     glossary, bans = read_guides(options.guide, model.recipe)
     hints = glossary is not None and inline_terms(options.guide.terms, model.manifest, str(model.path))
-    translator = load_translator(model, options.load)
+    keep = glossary.cased() if glossary is not None else frozenset()  # its terms in capitals read as typed
+    translator = load_translator(model, replace(options.load, keep_case=keep))
     if hints:
         translator.check_hints(glossary)
     engine = Engine(translator, search, options.guide.format, glossary, bans, _detects_sources(translator, options),

@@ -73,7 +73,8 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     on_gpu = _on_gpu(options.load.device, source.is_export)
     threads = options.load.threads or len(os.sched_getaffinity(0))
     workers = options.workers or (1 if on_gpu or threads < 2 else 2)
-    load = replace(options.load, threads=max(1, threads // workers), searches=workers, any_pair=True)
+    load = replace(options.load, threads=max(1, threads // workers), searches=workers, any_pair=True,
+                   keep_case=glossary.cased() if glossary is not None else frozenset())  # its terms in capitals
     translator = load_translator(source, load)
     default = SearchConfig.from_recipe(source.recipe.decode, **options.search)
     if hints and glossary is not None:

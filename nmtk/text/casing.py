@@ -23,6 +23,8 @@ Case = Literal["upper", "title"]
 _SENTENCE_START = re.compile(r"(^|[.!?]\s+)([^\W\d_])", re.UNICODE)
 #: The space after a sentence's end (., ! or ?): `re.split` keeps it between the sentences.
 _SENTENCE_END = re.compile(r"(?<=[.!?])(\s+)")
+#: What may stand around a word: it is the same word (`kept`).
+_PUNCTUATION = "\"'“”‘’«»„‚()[]{}.,;:!?-–—/"
 #: A word as a line splits into them (at white space).
 _WORD = re.compile(r"\S+")
 #: English's "I" (and "I'm", "I've", …), which sentence case writes in capitals wherever it stands.
@@ -108,6 +110,16 @@ def _spelt_better_lower(word: str, pieces: Callable[[str], int]) -> bool:
 def _shouted(word: str) -> bool:
     """A word in capitals: a letter, and none in lower case."""
     return any(c.isalpha() for c in word) and not any(c.islower() for c in word)
+
+
+def kept(typed: str, read: str, keep: frozenset[str]) -> str:
+    """``read`` (``typed`` as folded) with the words of ``keep`` as typed (a glossary's terms in
+    capitals: "WHO" is an organisation's name, not "who"), word for word; punctuation around a word
+    does not count."""
+    words, folded_words = re.split(r"(\s+)", typed), re.split(r"(\s+)", read)
+    if len(words) != len(folded_words):
+        return read
+    return "".join(w if w.strip(_PUNCTUATION) in keep else f for w, f in zip(words, folded_words, strict=True))
 
 
 def recased(text: str, case: Case | None) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nmtk.text.casing import Case, case_of, folded, folded_sentences
+from nmtk.text.casing import Case, case_of, folded, folded_sentences, kept
 from nmtk.text.typos import TypoCorrector
 
 
@@ -30,6 +30,7 @@ class Reading:
     lang: str = ""
     typos: TypoCorrector | None = None
     pieces: Callable[[str], int] | None = None
+    keep: frozenset[str] = frozenset()  # words read as typed: a glossary's terms in capitals (`Glossary.cased`)
 
     def case_of(self, text: str) -> Case | None:
         return case_of(text) if self.fold_case else None
@@ -39,7 +40,8 @@ class Reading:
         line, or a sentence of it), its typos corrected."""
         if self.fold_case:
             case = case_of(text)
-            text = folded(text, case, self.lang) if case else folded_sentences(text, self.lang, self.pieces)
+            read = folded(text, case, self.lang) if case else folded_sentences(text, self.lang, self.pieces)
+            text = kept(text, read, self.keep) if self.keep and read != text else read
         return self.typos.corrected(text) if self.typos is not None else text
 
     def marked(self, sentences: list[str], results: list[list[Any]]) -> list[list[Any]]:

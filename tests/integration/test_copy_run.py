@@ -474,6 +474,11 @@ def test_lines_in_capitals_or_title_case_are_read_in_sentence_case_by_both_engin
     glossary = tmp_path / "glossary.tsv"
     glossary.write_text(f"{lines[0].split()[1]}\tbike\n")
     assert "BIKE" in out(tmp / "run", upper[:1], "--glossary", str(glossary))[0].split()
+    # a glossary's term in capitals is read as typed, in a lone word as in a line in capitals: found
+    shouted = one[0].split()[picked[0]]
+    glossary.write_text(f"{shouted}\tbike\n")
+    for line in (one[0], upper[0]):
+        assert "bike" in out(tmp / "run", [line], "--glossary", str(glossary))[0].lower().split(), line
 
 
 def test_typos_are_corrected_against_the_training_words_in_both_engines(copy_run, exported) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nmtk.decode.guide import Glossary
 from nmtk.errors import NmtkError
 from nmtk.text.casing import case_of, folded, recased
 from nmtk.text.reading import Reading
@@ -83,6 +84,20 @@ def test_a_lone_word_in_capitals_is_folded_where_the_model_spells_it_better_in_l
     assert read("A RED car. GO!") == "A red car. GO!"  # 2 pieces: not spelt letter by letter
     assert read("A MAN IN A RED SHIRT is climbing.") == "A man in a red shirt is climbing."  # runs as before
     assert Reading(lang="en").read("I saw a DOG.") == "I saw a DOG."  # no spelling known: as typed
+
+
+def test_a_glossary_s_terms_in_capitals_are_read_as_typed() -> None:
+    """WHO is an organisation, not "who": a translator given a case-matching glossary with it reads it as
+    typed, in a lone word, a run and a line in capitals alike (its source term is found there)."""
+    spelt = {"WHO": 3, "who": 1, "DOG": 3, "dog": 1}
+    read = Reading(lang="en", pieces=spelt.__getitem__, keep=frozenset({"WHO"})).read
+    assert read("The WHO warns about a DOG.") == "The WHO warns about a dog."
+    assert read("THE WHO WARNS. A dog.") == "The WHO warns. A dog."
+    assert read("THE WHO WARNS (WHO).") == "The WHO warns (WHO)."  # punctuation around it
+    assert read("A Man Of The WHO Who Warns") == "A man of the WHO who warns"
+    assert Glossary((("WHO", "WHO"), ("red car", "rotes Auto"), ("UN staff", "UN-Personal"))).cased() == {
+        "WHO", "UN"}
+    assert Glossary((("WHO", "WHO"),), ignore_case=True).cased() == frozenset()
 
 
 def test_the_translation_gets_the_case_back() -> None:
