@@ -119,7 +119,8 @@ def kept(typed: str, read: str, keep: frozenset[str]) -> str:
     words, folded_words = re.split(r"(\s+)", typed), re.split(r"(\s+)", read)
     if len(words) != len(folded_words):
         return read
-    return "".join(w if w.strip(_PUNCTUATION) in keep else f for w, f in zip(words, folded_words, strict=True))
+    return "".join(w if w in keep or w.strip(_PUNCTUATION) in keep else f
+                   for w, f in zip(words, folded_words, strict=True))
 
 
 def recased(text: str, case: Case | None) -> str:

@@ -158,7 +158,7 @@ class Curriculum:
         stage = self.stage(state)
         if stage is None or state.stage < len(self.stages) - 1 or stage.endless or not self._over(stage, state):
             return None
-        return StopReason(f"the last stage, {stage.name}, ended ({self._end(stage)})", "limit")
+        return StopReason(f"the last stage, {stage.name}, ended ({self._end(stage)})", "stage")
 
     def _weight(self, name: str) -> float:
         return next(c.weight for c in self.corpora if c.name == name)

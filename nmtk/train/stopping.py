@@ -38,12 +38,13 @@ class StopSignal:
 
 class StopReason(str):
     """Why training stops, as the run's summary and state say it (plain text), and of which ``kind``:
-    ``limit`` (updates, epochs), ``time`` (max_minutes), ``patience`` or ``signal``. Decisions test the
+    ``limit`` (updates, epochs), ``stage`` (the curriculum's last stage ended), ``time`` (max_minutes),
+    ``patience`` or ``signal``. Decisions test the
     kind, never the text."""
 
     kind: str
 
-    def __new__(cls, text: str, kind: Literal["limit", "time", "patience", "signal"]) -> StopReason:
+    def __new__(cls, text: str, kind: Literal["limit", "stage", "time", "patience", "signal"]) -> StopReason:
         made = super().__new__(cls, text)
         made.kind = kind
         return made

@@ -250,7 +250,8 @@ def test_a_last_stage_with_an_end_ends_training_and_a_run_trained_again_is_finis
     s = trainer.state
     assert s.stage == 1 and s.stop_reason.startswith("the last stage, original, ended") and s.epoch < 10
     assert s.update - s.stage_update == 4 if end.startswith("updates") else s.stage_epochs == 2
-    assert trainer.stopping.limit(s) == s.stop_reason  # what `nmtk train` tells a run trained again
+    finished = trainer.stopping.limit(s)  # what `nmtk train` tells a run trained again
+    assert finished == s.stop_reason and finished.kind == "stage"
     assert trainer.curriculum.describe().startswith("curriculum: 2 stages: mixed (until bt is seen 1 time), "
                                                     "original (until ")
     trainer.metrics.close()

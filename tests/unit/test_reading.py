@@ -95,6 +95,7 @@ def test_a_glossary_s_terms_in_capitals_are_read_as_typed() -> None:
     assert read("THE WHO WARNS. A dog.") == "The WHO warns. A dog."
     assert read("THE WHO WARNS (WHO).") == "The WHO warns (WHO)."  # punctuation around it
     assert read("A Man Of The WHO Who Warns") == "A man of the WHO who warns"
+    assert Reading(lang="en", keep=frozenset({"U.S.A."})).read("A FLAG OF THE U.S.A.") == "A flag of the U.S.A."
     assert Glossary((("WHO", "WHO"), ("red car", "rotes Auto"), ("UN staff", "UN-Personal"))).cased() == {
         "WHO", "UN"}
     assert Glossary((("WHO", "WHO"),), ignore_case=True).cased() == frozenset()
