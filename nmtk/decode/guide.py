@@ -24,6 +24,7 @@ from nmtk.errors import NmtkError
 from nmtk.files import read_lines
 from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe
+from nmtk.text.casing import shouted
 from nmtk.vocab import HINT_SYMBOLS, hinted
 
 if TYPE_CHECKING:
@@ -127,13 +128,13 @@ class Glossary:
                         _tokenized={**self._tokenized, **other._tokenized})
 
     def cased(self) -> frozenset[str]:
-        """The words in capitals of its source terms ("WHO", "ACME"), where it matches case: a translator
-        given the glossary reads them as typed (`LoadOptions.keep_case`), or folding a line, sentence or
-        word in capitals to sentence case would hide them from it (and a name's meaning from the model)."""
+        """The words in capitals of its source terms ("WHO", "ACME"; `shouted`, as reading tells them),
+        where it matches case: a translator given the glossary reads them as typed
+        (`LoadOptions.keep_case`), or folding a line, sentence or word in capitals to sentence case would
+        hide them from it (and a name's meaning from the model)."""
         if self.ignore_case:
             return frozenset()
-        return frozenset(w for src, _ in self.pairs for w in src.split()
-                         if any(c.isupper() for c in w) and not any(c.islower() for c in w))
+        return frozenset(w for src, _ in self.pairs for w in src.split() if shouted(w))
 
     def where_each(self) -> tuple[str, ...]:
         """Where each pair was read, for errors about it (``glossary[i]`` where nothing was said)."""

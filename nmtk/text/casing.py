@@ -49,8 +49,12 @@ def folded(text: str, case: Case | None, lang: str = "") -> str:
     first letter of each sentence in capitals (and English's "I")."""
     if case is None:
         return text
-    out = _SENTENCE_START.sub(lambda m: m.group(1) + m.group(2).upper(), text.lower())
-    return _ENGLISH_I.sub("I", out) if lang == "en" else out
+    return _SENTENCE_START.sub(lambda m: m.group(1) + m.group(2).upper(), _lowered(text, lang))
+
+
+def _lowered(text: str, lang: str) -> str:
+    """``text`` in lower case, English's "I" aside."""
+    return _ENGLISH_I.sub("I", text.lower()) if lang == "en" else text.lower()
 
 
 def folded_sentences(text: str, lang: str = "", pieces: Callable[[str], int] | None = None) -> str:
@@ -75,8 +79,8 @@ def _folded_runs(sentence: str, lang: str, pieces: Callable[[str], int] | None) 
     keeps its first letter a capital."""
     out, last = [], 0
     for a, b in _shouted_spans(sentence, pieces):
-        span = folded(sentence[a:b], "upper", lang) if not sentence[:a].strip() else sentence[a:b].lower()
-        out += [sentence[last:a], _ENGLISH_I.sub("I", span) if lang == "en" else span]
+        span = folded(sentence[a:b], "upper", lang) if not sentence[:a].strip() else _lowered(sentence[a:b], lang)
+        out += [sentence[last:a], span]
         last = b
     return "".join(out) + sentence[last:] if out else sentence
 
@@ -87,7 +91,7 @@ def _shouted_spans(sentence: str, pieces: Callable[[str], int] | None) -> Iterat
     words, i = list(_WORD.finditer(sentence)), 0
     while i < len(words):
         j = i
-        while j < len(words) and _shouted(words[j].group()):
+        while j < len(words) and shouted(words[j].group()):
             j += 1
         if sum(sum(c.isupper() for c in w.group()) >= 2 for w in words[i:j]) >= 2:
             yield words[i].start(), words[j - 1].end()
@@ -107,7 +111,7 @@ def _spelt_better_lower(word: str, pieces: Callable[[str], int]) -> bool:
     return typed >= 3 and 2 * pieces(letters.lower()) <= typed
 
 
-def _shouted(word: str) -> bool:
+def shouted(word: str) -> bool:
     """A word in capitals: a letter, and none in lower case."""
     return any(c.isalpha() for c in word) and not any(c.islower() for c in word)
 
