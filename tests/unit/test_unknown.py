@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from functools import partial
 
-from nmtk.decode.unknown import kept_spans, link_spans, lost_numbers
+from nmtk.decode.unknown import garbled_numbers, kept_spans, link_spans, lost_numbers
 from nmtk.text.markup import Target, parse, place, token_spans
 
 
@@ -79,6 +79,13 @@ def test_a_translation_lost_a_number_where_neither_its_digits_nor_its_words_are_
     assert lost_numbers("6 people", "sechs Leute", "xx")  # no spelling for the language: digits only
     assert not lost_numbers("3 dogs", "٣ كلاب", "ar") and not lost_numbers("3 dogs", "三只狗", "ja")
     assert not lost_numbers("21 dogs", "einundzwanzig Hunde", "de") and lost_numbers("21 dogs", "zwei Hunde", "de")
+    # numbers are compared whole: 2 is not kept by a 12 (the demo model dropped "on 2 chairs" so)
+    assert lost_numbers("12 cats sit on 2 chairs.", "12 Katzen sitzen auf Stühlen.", "xx")
+    assert lost_numbers("12 cats", "2 Katzen", "xx") and lost_numbers("2 cats and 1 dog", "12 Katzen", "xx")
+    assert not lost_numbers("12 cats on 2 chairs", "12 Katzen auf 2 Stühlen", "xx")
+    assert not lost_numbers("3,500 people", "3 500 personnes", "fr")
+    assert not lost_numbers("3,500 people", "3\u202f500 personnes", "fr")
+    assert not lost_numbers("a 3-year-old and 10 kids", "ein 3-Jähriger und 10er-Gruppe", "xx")
 
 
 def test_numbers_are_kept_only_when_asked() -> None:
@@ -87,3 +94,16 @@ def test_numbers_are_kept_only_when_asked() -> None:
     assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, numbers=True)] == [
         "555-1234", "3", "$12.99", "10%"]
     assert copied(line) == line
+
+
+def test_a_translation_garbled_numbers_where_it_writes_digits_its_line_has_not() -> None:
+    """The demo model turned "12 cats" into "1 1 1 1 12 Viert": made again with the line's numbers carried.
+    A number the line spells out ("three" → "3") is its own; a line without digits has nothing to carry."""
+    assert garbled_numbers("Two men and 12 cats.", "Zwei Männer und 1 1 1 1 12 Viert.", "en")
+    assert garbled_numbers("the number 15 on a track", "der Nummer 1 1 1 1555", "en")
+    assert not garbled_numbers("Two men and 12 cats.", "Zwei Männer und 12 Katzen.", "en")
+    assert not garbled_numbers("three dogs and 2 cats", "3 Hunde und 2 Katzen", "en")
+    assert not garbled_numbers("one dog and 2 cats", "1 Hund und 2 Katzen", "en")
+    assert garbled_numbers("three dogs and 2 cats", "3 Hunde und 2 Katzen", "xx")  # no spelling: digits only
+    assert not garbled_numbers("three dogs", "3 Hunde", "en")  # nothing to carry: left as it is
+    assert not garbled_numbers("$12.99 and 3,500", "12,99 $ und 3.500", "en")
