@@ -6,8 +6,10 @@ decoding step's few rows by the (d, V) output matrix well below the core's rate.
 ships too, and which CTranslate2 uses on AMD CPUs for the same reason) reads a weight packed for it
 once in its own blocked layout. One thread, d 256, V 8,000, GFLOP/s (2-core AMD EPYC Zen 4, torch 2.13,
 2026-11-29): MKL on the (d, V) copy 39 / 55 / 68 / 85 at 4 / 16 / 40 / 76 rows, oneDNN packed 89 / 95 /
-100 / 96. On an Intel CPU MKL is the vendor's own library, and neither there nor on an AMD CPU without
-AVX-512 (AVX2 alone) was this measured, so nothing changes on them: `preferred` says no.
+100 / 96. On an Intel CPU MKL is the vendor's own library: on a 2-core Intel Xeon (family 6 model 207,
+2026-11-30) oneDNN's product was faster alone (107 against 71 GFLOP/s at 16 rows) but the test set
+through it slower (261-263 against 265-275 sentences/s), so MKL stays there; an AMD CPU without AVX-512
+(AVX2 alone) was not measured, so nothing changes on it either: `preferred` says no.
 
 oneDNN compiles a kernel for every shape it meets and keeps it (about 0.6 MiB each, torch's default
 cache holds 1,024): a search's row counts would make one per step's count. Rows are padded to a
