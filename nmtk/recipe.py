@@ -803,6 +803,43 @@ def _given(where: str, overrides: dict[str, str]) -> str | None:
     return next((k for k in overrides if where == k or where.startswith(f"{k}.")), None)
 
 
+def _section_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The recipe's section (a pydantic model) that the field path ``loc`` leads to: a field's own type,
+    or a list's or table's items' (``train.stages.0``); None where it leads elsewhere."""
+    model: type[BaseModel] | None = Recipe
+    for part in loc:
+        field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
+        if field is None:
+            if isinstance(part, int) or model is None:  # an item of the list the last field held
+                continue
+            return None
+        model = _model_in(field.annotation)
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds: itself, or its items' (``list[Stage]``, ``Stage | None``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    found = [_model_in(arg) for arg in getattr(annotation, "__args__", ())]
+    return next((m for m in found if m is not None), None)
+
+
+def _near(loc: tuple[Any, ...]) -> str:
+    """For an unknown field, the section's fields its name is close to (``max_minute``: max_minutes),
+    else the section's fields where they are few; empty where neither helps."""
+    import difflib
+
+    section = _section_at(loc[:-1])
+    if section is None or not isinstance(loc[-1], str):
+        return ""
+    fields = list(section.model_fields)
+    close = difflib.get_close_matches(loc[-1], fields, n=3, cutoff=0.6)
+    if close:
+        return f" (did you mean {' or '.join(close)}?)"
+    return f" (its fields: {', '.join(fields)})" if len(fields) <= 8 else ""
+
+
 def _format_errors(source: str, error: ValidationError, overrides: dict[str, str]) -> str:
     """All validation errors of a recipe on one line, each naming its field."""
     parts = []
@@ -810,7 +847,7 @@ def _format_errors(source: str, error: ValidationError, overrides: dict[str, str
         where = _format_location(err["loc"])
         message = validator_words(err["msg"])
         if err["type"] == "extra_forbidden":
-            message = "unknown field"
+            message = "unknown field" + _near(err["loc"])
         elif err["type"] == "missing":
             message = "required field is missing"
         elif "input" in err and not isinstance(err["input"], dict | list):

@@ -118,7 +118,11 @@ def test_typo_correction_needs_one_pair(nmtk) -> None:
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("model.dropot=0.3", "--set model.dropot=0.3: unknown field"),
+        ("model.dropot=0.3", "--set model.dropot=0.3: unknown field (did you mean dropout or relu_dropout?)"),
+        # a list's item: its section's fields, where none is close
+        ('train.stages=[{name="a", mix={train=1}}]', "train.stages.0.mix: unknown field (its fields: name, weights, "
+                                                     "updates, epochs, corpus, modifiers)"),
+        ("data.train.0.source.sha=1", "--set data.train.0.source.sha=1: unknown field (did you mean sha256?)"),
         ("model.dropout=abc", "--set model.dropout=abc"),
         ("model.heads=7", "must be divisible by heads (7)"),
         ("model.dropout", "expected KEY=VALUE"),
