@@ -808,10 +808,10 @@ def _section_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     or a list's or table's items' (``train.stages.0``); None where it leads elsewhere."""
     model: type[BaseModel] | None = Recipe
     for part in loc:
-        field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
+        if isinstance(part, int):  # an item of the list the last field held: the items' model
+            continue
+        field = model.model_fields.get(part) if model is not None else None
         if field is None:
-            if isinstance(part, int) or model is None:  # an item of the list the last field held
-                continue
             return None
         model = _model_in(field.annotation)
     return model
