@@ -136,6 +136,13 @@ class Glossary:
             return frozenset()
         return frozenset(w for src, _ in self.pairs for w in src.split() if shouted(w))
 
+    def untranslated(self) -> tuple[str, ...]:
+        """Its source terms whose target is the term itself (names, brands, acronyms: ``NASA``,
+        ``iPhone``): a model trained with hints copies such a term poorly from a hint ("Ein
+        NASASASASA…", "McDonald s s s"), so `translate`/`serve` carry them through untranslated instead,
+        as links are (`LoadOptions.carry_terms`, `nmtk.decode.unknown.kept_spans`)."""
+        return tuple(src for src, tgt in self.pairs if src.strip() == tgt.strip())
+
     def where_each(self) -> tuple[str, ...]:
         """Where each pair was read, for errors about it (``glossary[i]`` where nothing was said)."""
         return self.origins if len(self.origins) == len(self.pairs) else tuple(

@@ -8,7 +8,7 @@ loading option: each call of the translator says it (`SearchConfig`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,7 @@ from nmtk.console import console
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED, ModelSource
 from nmtk.precision import Precision
-from nmtk.text.reading import Reading
+from nmtk.text.reading import Reading, terms_pattern
 from nmtk.vocab import UNK_ID
 
 if TYPE_CHECKING:
@@ -42,6 +42,10 @@ class LoadOptions:
     shortlist: bool = False  # project onto the run's lexical shortlist (`nmtk shortlist`; an export's vmap.txt)
     as_typed: bool = False  # no folding of capitals, no typo correction, links read (`nmtk.text.reading`)
     keep_case: frozenset[str] = frozenset()  # words read in capitals as typed: a glossary's (`Glossary.cased`)
+    # a hinted glossary's terms that translate to themselves, carried through untranslated
+    # (`Glossary.untranslated`), matched ignoring case where the glossary does
+    carry_terms: tuple[str, ...] = ()
+    carry_ignore_case: bool = False
 
 
 def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase:
@@ -51,6 +55,9 @@ def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase
         console.print(f"model: {source.path} ({source.found})")
     translator = _load_exported(source, options) if source.is_export else _load_run(source, options)
     translator.reading = _reading(source, translator.src_pipe, options.as_typed, options.keep_case)
+    if translator.reading.carry and options.carry_terms:
+        translator.reading = replace(translator.reading,
+                                     terms=terms_pattern(options.carry_terms, options.carry_ignore_case))
     return translator
 
 

@@ -207,7 +207,9 @@ def translate(options: TranslateOptions) -> None:
     glossary, bans = read_guides(options.guide, model.recipe)
     hints = glossary is not None and inline_terms(options.guide.terms, model.manifest, str(model.path))
     keep = glossary.cased() if glossary is not None else frozenset()  # its terms in capitals read as typed
-    translator = load_translator(model, replace(options.load, keep_case=keep))
+    carry = glossary.untranslated() if hints else ()  # a hint copies them poorly: carried instead
+    translator = load_translator(model, replace(options.load, keep_case=keep, carry_terms=carry,
+                                                carry_ignore_case=bool(glossary and glossary.ignore_case)))
     if hints:
         translator.check_hints(glossary)
     engine = Engine(translator, search, options.guide.format, glossary, bans, _detects_sources(translator, options),

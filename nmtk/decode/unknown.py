@@ -27,22 +27,27 @@ if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
     from nmtk.decode.search.config import SearchConfig
 
-def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, numbers: bool = False
-               ) -> list[tuple[int, int]]:
+def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, numbers: bool = False,
+               terms: re.Pattern[str] | None = None) -> list[tuple[int, int]]:
     """The [start, end) of each span of ``line`` to carry through: its runs of characters ``spells``
-    refuses and, with ``links``, its URLs and e-mail addresses (with ``numbers``, its numbers too),
-    each with the brackets or quotes that enclose it, in order."""
+    refuses and, with ``links``, its URLs and e-mail addresses (with ``numbers``, its numbers too; with
+    ``terms``, a glossary's terms that translate to themselves: `Glossary.untranslated`), each with the
+    brackets or quotes that enclose it, in order."""
     found = _unspelt(line, spells) + (link_spans(line) if links else [])
     if numbers:
         found += [list(m.span()) for m in NUMBER.finditer(line)]
+    if terms is not None:
+        found += [list(m.span()) for m in terms.finditer(line)]
     return [_enclosed(line, run) for run in _merged(found)]
 
 
 def keeper(translator: TranslatorBase, numbers: bool = False) -> Callable[[str], list[tuple[int, int]]]:
     """`kept_spans` as ``translator`` reads its lines: what markup's parser takes out of a block's text
-    (`nmtk.text.markup.parse`'s ``keep``), so that html carries them as text does."""
-    spells, links = read_as_spelt(translator), translator.reading.carry
-    return lambda text: kept_spans(text, spells, links, numbers and links)
+    (`nmtk.text.markup.parse`'s ``keep``), so that html carries them as text does. ``numbers``: a line
+    translated again (`renumbered_lines`), which carries its numbers and its glossary's untranslated
+    terms too (`Reading.terms`)."""
+    spells, links, terms = read_as_spelt(translator), translator.reading.carry, translator.reading.terms
+    return lambda text: kept_spans(text, spells, links, numbers and links, terms if numbers and links else None)
 
 
 #: A number as written (``3``, ``3,500``, ``12/05/2023``, ``$12.99``, ``10%``), not one inside a word
@@ -209,14 +214,28 @@ def unread(line: str) -> bool:
 
 def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:
     """The lines of ``lines`` whose translation (``texts``) lost a number of the line (`lost_numbers`, in
-    the translator's target language) or garbled them (`garbled_numbers`, in its source's), by index,
+    the translator's target language), garbled them (`garbled_numbers`, in its source's) or a glossary's
+    untranslated term (`lost_terms`), by index,
     each as an html fragment as `carried_lines` makes them, to be translated again with its numbers
     kept (``numbers=True``); none where lines are read as typed."""
     if not translator.reading.carry:
         return {}
     lang, source_lang = translator.tgt_pipe.moses.lang, translator.src_pipe.moses.lang
+    terms = translator.reading.terms
     return {k: html.escape(line, quote=False) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
-            if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang)}
+            if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang)
+            or (terms is not None and lost_terms(line, text, terms))}
+
+
+def lost_terms(source: str, translation: str, terms: re.Pattern[str]) -> bool:
+    """Whether ``translation`` writes one of ``source``'s untranslated glossary terms (``terms``: names,
+    brands, acronyms that translate to themselves) other than as often as ``source`` does, as whole words
+    and inside others: a model trained with hints copies some of them poorly ("Ein NASASASASA…",
+    "McDonald s s s", "Googleise für Google"), and such a line is translated again with them carried
+    through, as links are."""
+    found = [m.group() for m in terms.finditer(source)]
+    return any(len(re.findall(rf"(?<!\w){re.escape(t)}(?!\w)", translation)) != found.count(t)
+               or translation.count(t) != found.count(t) for t in set(found))
 
 
 def restored(found: dict[int, str], translated: list[str]) -> dict[int, str]:

@@ -74,7 +74,9 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     threads = options.load.threads or len(os.sched_getaffinity(0))
     workers = options.workers or (1 if on_gpu or threads < 2 else 2)
     load = replace(options.load, threads=max(1, threads // workers), searches=workers, any_pair=True,
-                   keep_case=glossary.cased() if glossary is not None else frozenset())  # its terms in capitals
+                   keep_case=glossary.cased() if glossary is not None else frozenset(),  # its terms in capitals
+                   carry_terms=glossary.untranslated() if hints and glossary is not None else (),  # `translate`'s
+                   carry_ignore_case=bool(glossary and glossary.ignore_case))
     translator = load_translator(source, load)
     default = SearchConfig.from_recipe(source.recipe.decode, **options.search)
     if hints and glossary is not None:

@@ -6,7 +6,8 @@ case back. ``translate``/
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +32,7 @@ class Reading:
     typos: TypoCorrector | None = None
     pieces: Callable[[str], int] | None = None
     keep: frozenset[str] = frozenset()  # words read as typed: a glossary's terms in capitals (`Glossary.cased`)
+    terms: re.Pattern[str] | None = None  # a hinted glossary's untranslated terms, carried (`Glossary.untranslated`)
 
     def case_of(self, text: str) -> Case | None:
         return case_of(text) if self.fold_case else None
@@ -49,3 +51,12 @@ class Reading:
         typed in, which the translator's ``detokenize`` gives back (`nmtk.text.casing.recased`)."""
         cases = [self.case_of(s) for s in sentences]
         return [[replace(h, case=c) for h in hyps] if c else hyps for c, hyps in zip(cases, results, strict=True)]
+
+
+def terms_pattern(terms: Sequence[str], ignore_case: bool = False) -> re.Pattern[str] | None:
+    """``terms`` as whole words of a line, the longest first where several start at one place (None: no
+    term)."""
+    if not terms:
+        return None
+    alternatives = "|".join(re.escape(t.strip()) for t in sorted(set(terms), key=len, reverse=True) if t.strip())
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE if ignore_case else 0)

@@ -497,6 +497,10 @@ def test_a_model_trained_with_hints_takes_glossaries_as_hints_in_serve_and_trans
                                  "--precision", "fp32", stdin=line + "\n") for mode in ("auto", "constrained")}
     assert all(r.returncode == 0 for r in translated.values()), [r.stderr for r in translated.values()]
     assert "Katze" in translated["constrained"].stdout.split()
+    named = tmp_path / "names.tsv"  # a term that translates to itself: carried where the hints lose it
+    named.write_text("dog\tKatze\npark\tpark\n", encoding="utf-8")
+    carried = run_nmtk("translate", "-m", str(run), "--glossary", str(named), "--precision", "fp32", stdin=line + "\n")
+    assert carried.returncode == 0 and carried.stdout.split().count("park") == 1, carried.stdout
     aligned = run_nmtk("translate", "-m", str(run), "--glossary", str(glossary), "--print-alignment", "--beam", "2",
                        "--precision", "fp32", stdin=line + "\n")  # the line's own 7 words, not the hinted 11
     pairs = [tuple(map(int, p.split("-"))) for p in aligned.stdout.rstrip("\n").split("\t")[1].split()]

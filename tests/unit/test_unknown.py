@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from functools import partial
 
-from nmtk.decode.unknown import garbled_numbers, kept_spans, link_spans, lost_numbers
+from nmtk.decode.unknown import garbled_numbers, kept_spans, link_spans, lost_numbers, lost_terms
 from nmtk.text.markup import Target, parse, place, token_spans
 
 
@@ -107,3 +107,25 @@ def test_a_translation_garbled_numbers_where_it_writes_digits_its_line_has_not()
     assert garbled_numbers("three dogs and 2 cats", "3 Hunde und 2 Katzen", "xx")  # no spelling: digits only
     assert not garbled_numbers("three dogs", "3 Hunde", "en")  # nothing to carry: left as it is
     assert not garbled_numbers("$12.99 and 3,500", "12,99 $ und 3.500", "en")
+
+
+def test_a_glossary_s_untranslated_terms_are_lost_where_not_written_as_often_as_whole_words() -> None:
+    """Names that translate to themselves (`Glossary.untranslated`): a translation that lacks one, writes
+    it twice or glued to another word is made again with them carried (the terms model: "Ein
+    NASASASASA…", "Googleise für Google", "McDonald s s s"); matched as whole words, ignoring case
+    where the glossary does."""
+    from nmtk.decode.guide import Glossary
+    from nmtk.text.reading import terms_pattern
+
+    glossary = Glossary((("NASA", "NASA"), ("Google", " Google"), ("dog", "Hund"), ("McDonald's", "McDonald's")))
+    assert glossary.untranslated() == ("NASA", "Google", "McDonald's")
+    terms = terms_pattern(glossary.untranslated())
+    assert lost_terms("A NASA engineer.", "Ein NASASASASASA.", terms)
+    assert lost_terms("She works for Google.", "Sie arbeitet für Googleise für Google.", terms)
+    assert lost_terms("They eat at McDonald's.", "Sie essen bei McDonald s s s.", terms)
+    assert not lost_terms("A NASA engineer at Google.", "Ein NASA-Ingenieur bei Google.", terms)
+    assert not lost_terms("A dog and NASAs", "Ein Hund", terms)  # "NASAs" is not the term
+    assert kept_spans("A NASA engineer at Google.", lambda c: True, terms=terms) == [(2, 6), (19, 25)]
+    assert kept_spans("a nasa engineer", lambda c: True, terms=terms) == []
+    assert kept_spans("a nasa engineer", lambda c: True, terms=terms_pattern(["NASA"], ignore_case=True)) == [(2, 6)]
+    assert terms_pattern([]) is None
