@@ -138,9 +138,10 @@ class Glossary:
 
     def untranslated(self) -> tuple[str, ...]:
         """Its source terms whose target is the term itself (names, brands, acronyms: ``NASA``,
-        ``iPhone``): a model trained with hints copies such a term poorly from a hint ("Ein
-        NASASASASA…", "McDonald s s s"), so `translate`/`serve` carry them through untranslated instead,
-        as links are (`LoadOptions.carry_terms`, `nmtk.decode.unknown.kept_spans`)."""
+        ``iPhone``): a model trained with hints copies some of them poorly from a hint ("Ein
+        NASASASASA…", "McDonald s s s"), so where a line's translation lost one
+        (`nmtk.decode.unknown.lost_terms`), `translate`/`serve` make it again with them carried through
+        untranslated, as links are (`LoadOptions.carry_terms`)."""
         return tuple(src for src, tgt in self.pairs if src.strip() == tgt.strip())
 
     def where_each(self) -> tuple[str, ...]:

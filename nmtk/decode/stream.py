@@ -116,7 +116,8 @@ class Engine:
 
     def renumbered(self, sources: list[str], out: list[str], options: TranslateOptions, cut: set[int]) -> list[str]:
         """``out`` (a line per source) with each translation that lost a number of its source
-        (`lost_numbers`) made again with the source's numbers carried through, as links are; where
+        (`lost_numbers`), or a glossary's untranslated term, made again with the source's numbers (and
+        those terms) carried through, as links are (`renumbered_lines`); where
         lines are carried, and not read as typed. ``cut`` (the lines that ran to their length limit)
         follows: a line made again is in it where its new translation ran to the limit."""
         if not self.carries(options):

@@ -214,10 +214,10 @@ def unread(line: str) -> bool:
 
 def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:
     """The lines of ``lines`` whose translation (``texts``) lost a number of the line (`lost_numbers`, in
-    the translator's target language), garbled them (`garbled_numbers`, in its source's) or a glossary's
-    untranslated term (`lost_terms`), by index,
-    each as an html fragment as `carried_lines` makes them, to be translated again with its numbers
-    kept (``numbers=True``); none where lines are read as typed."""
+    the translator's target language), garbled them (`garbled_numbers`, in its source's) or lost a
+    glossary's untranslated term (`lost_terms`), by index, each as an html fragment as `carried_lines`
+    makes them, to be translated again with its numbers and those terms kept (``numbers=True``); none
+    where lines are read as typed."""
     if not translator.reading.carry:
         return {}
     lang, source_lang = translator.tgt_pipe.moses.lang, translator.src_pipe.moses.lang
