@@ -63,12 +63,8 @@ def garbled_numbers(source: str, translation: str, source_lang: str = "") -> boo
     ours = _numbers_in(source)
     if not ours:
         return False
-    spelt = source.lower()
-    for number in _numbers_in(translation) - ours:
-        word = _spelling(int(number), source_lang) if number.isdigit() and 1 <= int(number) <= 100 else None
-        if word is None or re.search(rf"(?<!\w){re.escape(word)}(?!\w)", spelt) is None:
-            return True
-    return False
+    return any(not _written_out(number, source, source_lang, lowest=1, whole=True)
+               for number in _numbers_in(translation) - ours)
 
 
 def lost_numbers(source: str, translation: str, lang: str = "") -> bool:
@@ -104,12 +100,15 @@ def _numbers_in(text: str) -> set[str]:
     return found | {_digits(m.group()) for m in re.finditer(r"\d+", text)}
 
 
-def _written_out(number: str, translation: str, lang: str) -> bool:
-    word = _spelling(int(number), lang) if number.isdigit() and 2 <= int(number) <= 100 else None
+def _written_out(number: str, text: str, lang: str, lowest: int = 2, whole: bool = False) -> bool:
+    """Whether ``text`` writes ``number`` (from ``lowest`` to 100) out in ``lang`` (num2words), beginning a
+    word, and with ``whole`` ending one too (else inflected endings count: "drei" in "dreien"); a script
+    without spaces (三) at any place."""
+    word = _spelling(int(number), lang) if number.isdigit() and lowest <= int(number) <= 100 else None
     if word is None:
         return False
-    at_a_word = rf"(?<!\w){re.escape(word)}" if word[:1].isascii() else re.escape(word)  # 三: no spaces to begin at
-    return re.search(at_a_word, translation.lower()) is not None
+    at_a_word = rf"(?<!\w){re.escape(word)}" + (r"(?!\w)" if whole else "") if word[:1].isascii() else re.escape(word)
+    return re.search(at_a_word, text.lower()) is not None
 
 
 @functools.lru_cache(maxsize=4096)

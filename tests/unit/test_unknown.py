@@ -107,6 +107,7 @@ def test_a_translation_garbled_numbers_where_it_writes_digits_its_line_has_not()
     assert garbled_numbers("three dogs and 2 cats", "3 Hunde und 2 Katzen", "xx")  # no spelling: digits only
     assert not garbled_numbers("three dogs", "3 Hunde", "en")  # nothing to carry: left as it is
     assert not garbled_numbers("$12.99 and 3,500", "12,99 $ und 3.500", "en")
+    assert not garbled_numbers("三只狗和2只猫", "3 Hunde und 2 Katzen", "ja")  # 三: a script without spaces
 
 
 def test_a_glossary_s_untranslated_terms_are_lost_where_not_written_as_often_as_whole_words() -> None:
