@@ -21,6 +21,7 @@ from nmtk.vocab import UNK_ID
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
+    from nmtk.decode.guide import Glossary
     from nmtk.text.pipeline import TextPipeline
 
 
@@ -54,20 +55,29 @@ def load_translator(source: ModelSource, options: LoadOptions) -> TranslatorBase
     if source.found:
         console.print(f"model: {source.path} ({source.found})")
     translator = _load_exported(source, options) if source.is_export else _load_run(source, options)
-    translator.reading = _reading(source, translator.src_pipe, options.as_typed, options.keep_case)
-    if translator.reading.carry and options.carry_terms:
-        translator.reading = replace(translator.reading,
-                                     terms=terms_pattern(options.carry_terms, options.carry_ignore_case))
+    translator.reading = _reading(source, translator.src_pipe, options)
     return translator
 
 
-def _reading(source: ModelSource, pipe: TextPipeline, as_typed: bool, keep: frozenset[str]) -> Reading:
+def with_glossary(options: LoadOptions, glossary: Glossary | None, hints: bool) -> LoadOptions:
+    """``options`` with what reading takes from ``glossary`` (`translate`'s, a server's own): its words in
+    capitals read as typed (`Glossary.cased`) and, where it goes in as hints, its terms that translate
+    to themselves carried where a hint loses them (`Glossary.untranslated`)."""
+    if glossary is None:
+        return options
+    return replace(options, keep_case=glossary.cased(), carry_terms=glossary.untranslated() if hints else (),
+                   carry_ignore_case=glossary.ignore_case)
+
+
+def _reading(source: ModelSource, pipe: TextPipeline, options: LoadOptions) -> Reading:
     """How the translator reads its lines: capitals folded (a lone word in capitals by how the source
-    subword model spells it), and typos corrected where the recipe asked for it (its training words
-    beside the model); every line as it came with ``as_typed``."""
-    if as_typed:
+    subword model spells it, a glossary's in capitals as typed), typos corrected where the recipe asked
+    for it (its training words beside the model), a glossary's untranslated terms carried; every line
+    as it came with ``as_typed``."""
+    if options.as_typed:
         return Reading(fold_case=False, carry=False, split=False)
     lang, subwords = pipe.moses.lang, pipe.subwords
+    keep, terms = options.keep_case, terms_pattern(options.carry_terms, options.carry_ignore_case)
 
     def pieces(word: str) -> int:
         """The pieces the model spells ``word`` in; where it cannot (<unk>: a vocabulary without capitals),
@@ -77,10 +87,11 @@ def _reading(source: ModelSource, pipe: TextPipeline, as_typed: bool, keep: froz
 
     words = source.manifest.words.get(lang) if source.manifest else None
     if words is None:
-        return Reading(lang=lang, pieces=pieces, keep=keep)
+        return Reading(lang=lang, pieces=pieces, keep=keep, terms=terms)
     from nmtk.text.typos import TypoCorrector
 
-    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words, lang), pieces=pieces, keep=keep)
+    return Reading(lang=lang, typos=TypoCorrector.read(source.path / words, lang), pieces=pieces, keep=keep,
+                   terms=terms)
 
 
 def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, inline_terms, read_guides
-from nmtk.decode.load import LoadOptions, load_translator
+from nmtk.decode.load import LoadOptions, load_translator, with_glossary
 from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
 from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored
@@ -207,10 +207,7 @@ def translate(options: TranslateOptions) -> None:
         raise NmtkError(f"{what}: {model.path}: {NOT_ALIGNED}")
     glossary, bans = read_guides(options.guide, model.recipe)
     hints = glossary is not None and inline_terms(options.guide.terms, model.manifest, str(model.path))
-    keep = glossary.cased() if glossary is not None else frozenset()  # its terms in capitals read as typed
-    carry = glossary.untranslated() if hints else ()  # a hint copies them poorly: carried instead
-    translator = load_translator(model, replace(options.load, keep_case=keep, carry_terms=carry,
-                                                carry_ignore_case=bool(glossary and glossary.ignore_case)))
+    translator = load_translator(model, with_glossary(options.load, glossary, hints))
     if hints:
         translator.check_hints(glossary)
     engine = Engine(translator, search, options.guide.format, glossary, bans, _detects_sources(translator, options),

@@ -18,7 +18,7 @@ from typing import Any
 from nmtk.console import console
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import GuideOptions, TermsMode, inline_terms, read_guides
-from nmtk.decode.load import LoadOptions, load_translator
+from nmtk.decode.load import LoadOptions, load_translator, with_glossary
 from nmtk.decode.search.config import SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.model_source import ModelSource, resolve_model
@@ -73,10 +73,8 @@ def build(options: ServeOptions):  # noqa: ANN201 - the FastAPI app and its work
     on_gpu = _on_gpu(options.load.device, source.is_export)
     threads = options.load.threads or len(os.sched_getaffinity(0))
     workers = options.workers or (1 if on_gpu or threads < 2 else 2)
-    load = replace(options.load, threads=max(1, threads // workers), searches=workers, any_pair=True,
-                   keep_case=glossary.cased() if glossary is not None else frozenset(),  # its terms in capitals
-                   carry_terms=glossary.untranslated() if hints and glossary is not None else (),  # `translate`'s
-                   carry_ignore_case=bool(glossary and glossary.ignore_case))
+    load = with_glossary(replace(options.load, threads=max(1, threads // workers), searches=workers, any_pair=True),
+                         glossary, hints)
     translator = load_translator(source, load)
     default = SearchConfig.from_recipe(source.recipe.decode, **options.search)
     if hints and glossary is not None:
