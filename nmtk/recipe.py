@@ -837,7 +837,21 @@ def _near(loc: tuple[Any, ...]) -> str:
     close = difflib.get_close_matches(loc[-1], fields, n=3, cutoff=0.6)
     if close:
         return f" (did you mean {' or '.join(close)}?)"
+    elsewhere = _sections_with(loc[-1], exclude=loc[0])
+    if elsewhere:  # ``train.lr``: the field is another section's (``optim.lr``)
+        return f" (did you mean {' or '.join(elsewhere)}?)"
     return f" (its fields: {', '.join(fields)})" if len(fields) <= 8 else ""
+
+
+def _sections_with(name: str, exclude: Any) -> list[str]:
+    """The recipe's top-level sections, other than ``exclude``, that have a field ``name``: where a field
+    given in the wrong section belongs."""
+    found = []
+    for section, field in Recipe.model_fields.items():
+        model = _model_in(field.annotation)
+        if section != exclude and model is not None and name in model.model_fields:
+            found.append(f"{section}.{name}")
+    return found
 
 
 def _format_errors(source: str, error: ValidationError, overrides: dict[str, str]) -> str:

@@ -122,6 +122,8 @@ def test_typo_correction_needs_one_pair(nmtk) -> None:
         # a list's item: its section's fields, where none is close
         ('train.stages=[{name="a", mix={train=1}}]', "train.stages.0.mix: unknown field (its fields: name, weights, "
                                                      "updates, epochs, corpus, modifiers)"),
+        # a field of another section: that section's
+        ("train.lr=0.1", "--set train.lr=0.1: unknown field (did you mean optim.lr?)"),
         ("data.train.0.source.sha=1", "--set data.train.0.source.sha=1: unknown field (did you mean sha256?)"),
         ("model.dropout=abc", "--set model.dropout=abc"),
         ("model.heads=7", "must be divisible by heads (7)"),
