@@ -44,6 +44,7 @@ from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
+from nmtk.text.line_breaks import cut_at_breaks, join_at_breaks
 from nmtk.text.markup import MarkupError, text_of
 
 
@@ -460,10 +461,38 @@ def _groups(pairs: list[Pair | None]) -> dict[Pair | None, list[int]]:
     return groups
 
 
+def _per_line_asks(req: LibreRequest) -> list[str]:
+    """What a request asks of each line beyond its translation (its fields' names)."""
+    return [name for name, value in (("prefix", req.prefix), ("constraints", req.constraints),
+                                     ("alternatives", req.alternatives), ("n_best", req.n_best > 1),
+                                     ("scores", req.scores), ("alignment", req.alignment)) if value]
+
+
 async def _text_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
                         ) -> list[dict[str, Any]]:
-    """The answers to the texts ``indices`` of ``req.q`` (one pair's): per text, ``translatedText`` and
-    what else the request asked for."""
+    """The answers to the texts ``indices`` of ``req.q`` (one pair's), their line breaks written back
+    where they end a sentence, a paragraph or a list item (`nmtk.text.line_breaks`: each piece between
+    them translated as a line); where the request asks more of a text than its translation, the text
+    is one line, its breaks spaces."""
+    if _per_line_asks(req):
+        return await _line_answers(service, req, indices, pair)
+    cut = [cut_at_breaks(req.texts[i]) for i in indices]
+    if all(around == [""] for _, around in cut):
+        return await _line_answers(service, req, indices, pair)
+    pieces = [piece for text, _ in cut for piece in text]
+    answers = await _line_answers(service, req.model_copy(update={"q": pieces}), list(range(len(pieces))), pair)
+    joined, start = [], 0
+    for text, around in cut:
+        done = [answer["translatedText"] for answer in answers[start : start + len(text)]]
+        joined.append({"translatedText": join_at_breaks(done, around)})
+        start += len(text)
+    return joined
+
+
+async def _line_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
+                        ) -> list[dict[str, Any]]:
+    """The answers to the texts ``indices`` of ``req.q`` (one pair's), each read as one line: per text,
+    ``translatedText`` and what else the request asked for."""
     items = req.texts
     lines = [" ".join(items[i].splitlines()) for i in indices]  # one segment per string
     search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment,
@@ -539,9 +568,7 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
                         ) -> list[dict[str, Any]]:
     """``format: "html"``: the documents ``indices`` of ``req.q`` (one pair's), their sentences in one
     job (batched with other requests' as text is), tags placed by the alignment (`nmtk.decode.markup`)."""
-    asked = [name for name, value in (("prefix", req.prefix), ("constraints", req.constraints),
-                                      ("alternatives", req.alternatives), ("n_best", req.n_best > 1),
-                                      ("scores", req.scores), ("alignment", req.alignment)) if value]
+    asked = _per_line_asks(req)
     if asked:
         raise ApiError(400, f'format "html": {", ".join(asked)} cannot be asked with it (they are per line of '
                             "text, and an html document's sentences are the server's to cut)")

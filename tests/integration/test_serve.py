@@ -143,6 +143,24 @@ def test_both_request_formats_and_options(served) -> None:
     assert models[0]["source"] == "en" and models[0]["engine"] == "torch"
 
 
+def test_line_breaks_come_back_where_they_end_a_paragraph_or_a_list_item(served) -> None:
+    """A text's paragraphs and list items are translated as lines and its breaks written back between
+    their translations (LibreTranslate's answer); a break inside a sentence is a space, as it was; asked
+    for alternatives, the text is one line."""
+    server, tmp = served
+    one, two, three = _test_lines(tmp, 3)
+    status, body = server.post("/translate", {"q": [one, two, three], "source": "en", "target": "de"})
+    assert status == 200, body
+    first, second, whole = body["translatedText"]
+    middle = three.index(" ", len(three) // 2)
+    texts = [f"{one}\n\n  {two}", f"- {one}\r\n- {two}", f"{three[:middle]}\n{three[middle + 1:]}", f"\n{one}\n"]
+    status, body = server.post("/translate", {"q": texts, "source": "en", "target": "de"})
+    assert status == 200, body
+    assert body["translatedText"] == [f"{first}\n\n  {second}", f"- {first}\r\n- {second}", whole, first]
+    status, body = server.post("/translate", {"q": texts[0], "source": "en", "target": "de", "alternatives": 1})
+    assert status == 200 and "\n" not in body["translatedText"], body
+
+
 @pytest.mark.parametrize(("raw", "status"), [
     (b'{"q": ', 400),                                     # invalid JSON
     (b'{"q": 5}', 422),                                   # wrong type

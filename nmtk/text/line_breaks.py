@@ -1,0 +1,52 @@
+"""Line breaks inside a text sent to `nmtk serve`: kept where they end a sentence, a paragraph or a list
+item, read as spaces where they wrap a sentence.
+
+LibreTranslate gives a text's line breaks back ("Hello.\\nHow are you?" comes back on two lines); nmtk
+read every break as a space and gave the translations back on one line. Cutting at every break is not
+right either: a model reads whole sentences, and a sentence wrapped over two lines (a pasted e-mail,
+a PDF's column) translated line by line comes back as two broken halves. So a break is kept (the text
+cut there, each piece translated alone, the break written back between the translations) where the
+line before it ends a sentence (``. ! ? …``, with closing quotes or brackets after it) or announces
+what follows (``:``), where a blank line follows (a paragraph), or where the next line is a list item
+(``- ``, ``* ``, ``• ``, ``1. ``, ``2) ``: written back as they are, the rest of the item translated);
+any other break is a space, as it was. A text's line breaks before its first word and after its last
+are not written back, as its other outer spaces are not.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BREAK = re.compile(r"[ \t]*(?:\r?\n[ \t]*)+")
+_ENDS = re.compile(r"[.!?…:][\"'”’»)\]]*$")
+_ITEM = re.compile(r"(?:[-*•·–]|\d+[.)])\s")
+
+
+def cut_at_breaks(text: str) -> tuple[list[str], list[str]]:
+    """``text``'s pieces between the line breaks it keeps, and what stands before each piece: before the
+    first, its list item's marker or nothing; before each other, the break as the text writes it (its
+    newlines, ``\n`` or ``\r\n``, and the next line's indentation) and the piece's list item marker,
+    if any: markers are not the model's to translate."""
+    text = text.strip()
+    parts, breaks = _BREAK.split(text), _BREAK.findall(text)
+    marker = _ITEM.match(parts[0])
+    pieces, around = [parts[0][marker.end():] if marker else parts[0]], [marker.group() if marker else ""]
+    for found, line in zip(breaks, parts[1:], strict=True):
+        marker = _ITEM.match(line)
+        if found.count("\n") > 1 or _ENDS.search(pieces[-1]) or marker:
+            pieces.append(line[marker.end():] if marker else line)
+            around.append(_written(found) + (marker.group() if marker else ""))
+        else:  # a wrapped sentence: the break is a space
+            pieces[-1] = f"{pieces[-1]} {line}"
+    return pieces, around
+
+
+def _written(found: str) -> str:
+    """A kept break as it is written back: its newlines and the indentation after the last of them."""
+    newline = "\r\n" if "\r\n" in found else "\n"
+    return newline * found.count("\n") + found.rsplit("\n", 1)[1]
+
+
+def join_at_breaks(pieces: list[str], around: list[str]) -> str:
+    """The translations of `cut_at_breaks`'s pieces, with what stood around them written back."""
+    return "".join(part for pair in zip(around, pieces, strict=True) for part in pair)
