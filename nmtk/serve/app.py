@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Annotated, Any, Literal
@@ -187,8 +188,43 @@ def _as_json(body: bytes, content_type: bytes) -> bytes:
     JSON. A field given twice (``q``) becomes a list."""
     if content_type.split(b";")[0].strip().lower() != FORM or body.lstrip()[:1] in (b"{", b"["):
         return body
-    fields = parse_qs(body.decode("utf-8"), keep_blank_values=True)
+    fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="surrogateescape")  # see `_not_text`
     return json.dumps({k: v[0] if len(v) == 1 else v for k, v in fields.items()}).encode()
+
+
+#: A JSON string escape of a UTF-16 surrogate (``\ud800``): half of an escaped emoji, or a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _not_text(body: bytes) -> str | None:
+    """What a JSON body holds that is not Unicode text, named by its field, else None. JSON may escape a
+    lone surrogate (``"\ud800"``; a pair is an emoji), and a form's percent-escaped bytes that are not
+    UTF-8 are read as such (``surrogateescape``): no text pipeline can encode them (sentencepiece and
+    CTranslate2 failed deep inside a search: a 500). Parsed only where the body holds such an escape."""
+    if not _SURROGATE_ESCAPE.search(body):
+        return None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None  # not JSON: FastAPI's own error says so
+    return _first_surrogate(parsed, "")
+
+
+def _first_surrogate(value: object, where: str) -> str | None:
+    """The first string inside ``value`` (a parsed JSON body) holding a lone surrogate, as an error."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return (f"{where or 'body'}: not Unicode text at character {found.start() + 1} (a lone surrogate, "
+                f"{ascii(found.group())[1:-1]}, or escaped bytes that are not UTF-8)") if found else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and _SURROGATE.search(key):
+            return f"{where or 'body'}: a field name that is not Unicode text"
+        inner = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
+        if found := _first_surrogate(item, inner):
+            return found
+    return None
 
 
 def _body_key(body: bytes) -> str | None:
@@ -228,6 +264,8 @@ class _Guard:
             return await _json_error(400, f"the body is not UTF-8 (byte {exc.start})")(scope, receive, send)
         header = dict(headers)
         body = _as_json(body, header.get(b"content-type", b""))
+        if problem := _not_text(body):
+            return await _json_error(400, problem)(scope, receive, send)
         if self.api_key and header.get(b"authorization") != f"Bearer {self.api_key}".encode() \
                 and _body_key(body) != self.api_key:
             message = "missing or wrong API key (Authorization: Bearer KEY, or api_key in the body)"

@@ -196,6 +196,25 @@ def test_a_wrong_type_is_named_once(served, body: dict, error: str) -> None:
     assert got == 422 and answer["error"] == error, answer
 
 
+@pytest.mark.parametrize(("path", "raw", "error"), [
+    ("/translate", b'{"q": ["a dog", "a \\ud800 dog"]}', "q[1]: not Unicode text at character 3"),
+    ("/translate", b'{"q": "a dog", "glossary": {"dog": "\\udc00"}}', "glossary.dog: not Unicode text at character 1"),
+    ("/translator/translate", b'[{"src": "a \\udfff"}]', "[0].src: not Unicode text at character 3"),
+    ("/detect", b'{"q": "\\ud800"}', "q: not Unicode text at character 1"),
+    ("/translate", b"q=a%20dog%FF", "q: not Unicode text at character 6"),  # a form's bytes that are not UTF-8
+])
+def test_strings_that_are_not_unicode_text_are_named(served, path: str, raw: bytes, error: str) -> None:
+    """JSON can escape a lone surrogate and a form can percent-escape bytes that are not UTF-8: no text
+    pipeline encodes them (they were a 500 from deep inside the search); one 400 names the field. An
+    escaped emoji (a surrogate pair) is text."""
+    server, _ = served
+    form = {"Content-Type": "application/x-www-form-urlencoded"} if raw.startswith(b"q=") else None
+    got, answer = server.request("POST", path, raw=raw, headers=form)
+    assert got == 400 and answer["error"].startswith(error), answer
+    got, answer = server.request("POST", "/translate", raw=b'{"q": "a \\ud83d\\ude00 dog"}')
+    assert got == 200 and "\U0001f600" in answer["translatedText"], answer
+
+
 def test_controls_in_both_request_shapes_equal_translate_and_are_batched(served) -> None:
     """prefix, constraints, glossary, ban and no_repeat_ngram_size per request: what `nmtk translate`
     gives with the same controls; requests of different controls share batches."""
