@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 
-_BREAK = re.compile(r"[ \t]*(?:\r?\n[ \t]*)+")
+#: A line break: ``\n``, ``\r\n``, a lone ``\r`` (old Macs), Unicode's line and paragraph separators.
+_NEWLINE = "(?:\r\n|[\n\r\u2028\u2029])"
+_BREAK = re.compile(rf"[ \t]*(?:{_NEWLINE}[ \t]*)+")
 _ENDS = re.compile(r"[.!?…:][\"'”’»)\]]*$")
 _ITEM = re.compile(r"(?:[-*•·–]|\d+[.)])\s")
 
@@ -25,26 +27,21 @@ _ITEM = re.compile(r"(?:[-*•·–]|\d+[.)])\s")
 def cut_at_breaks(text: str) -> tuple[list[str], list[str]]:
     """``text``'s pieces between the line breaks it keeps, and what stands before each piece: before the
     first, its list item's marker or nothing; before each other, the break as the text writes it (its
-    newlines, ``\n`` or ``\r\n``, and the next line's indentation) and the piece's list item marker,
-    if any: markers are not the model's to translate."""
+    line breaks, ``\\n``, ``\\r\\n`` or another, and the next line's indentation) and the piece's list
+    item marker, if any: markers are not the model's to translate."""
     text = text.strip()
     parts, breaks = _BREAK.split(text), _BREAK.findall(text)
     marker = _ITEM.match(parts[0])
     pieces, around = [parts[0][marker.end():] if marker else parts[0]], [marker.group() if marker else ""]
     for found, line in zip(breaks, parts[1:], strict=True):
         marker = _ITEM.match(line)
-        if found.count("\n") > 1 or _ENDS.search(pieces[-1]) or marker:
+        newlines = re.findall(_NEWLINE, found)
+        if len(newlines) > 1 or "\u2029" in newlines or _ENDS.search(pieces[-1]) or marker:
             pieces.append(line[marker.end():] if marker else line)
-            around.append(_written(found) + (marker.group() if marker else ""))
+            around.append("".join(newlines) + re.split(_NEWLINE, found)[-1] + (marker.group() if marker else ""))
         else:  # a wrapped sentence: the break is a space
             pieces[-1] = f"{pieces[-1]} {line}"
     return pieces, around
-
-
-def _written(found: str) -> str:
-    """A kept break as it is written back: its newlines and the indentation after the last of them."""
-    newline = "\r\n" if "\r\n" in found else "\n"
-    return newline * found.count("\n") + found.rsplit("\n", 1)[1]
 
 
 def join_at_breaks(pieces: list[str], around: list[str]) -> str:

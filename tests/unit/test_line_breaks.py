@@ -13,6 +13,8 @@ from nmtk.text.line_breaks import cut_at_breaks, join_at_breaks
         ("Two dogs play.\nA girl sings.", ["Two dogs play.", "A girl sings."], ["", "\n"]),
         ('He said "Go."\r\nShe went!', ['He said "Go."', "She went!"], ["", "\r\n"]),  # closers, CRLF
         ("A girl\nsings.", ["A girl sings."], [""]),  # a wrapped sentence: a space
+        ("A dog.\rA cat.\u2028A girl\u2028sings\u2029Title", ["A dog.", "A cat.", "A girl sings", "Title"],
+         ["", "\r", "\u2028", "\u2029"]),  # other line breaks; Unicode's paragraph separator
         ("Title\n \n  A dog runs.", ["Title", "A dog runs."], ["", "\n\n  "]),  # a paragraph, indented
         ("Animals:\n- a dog\n* a cat", ["Animals:", "a dog", "a cat"], ["", "\n- ", "\n* "]),  # list items
         ("1. eggs\n2) milk", ["eggs", "milk"], ["1. ", "\n2) "]),
