@@ -22,12 +22,14 @@ from nmtk.rundir import LAST, RUNS, ExportDir, RunDir
 def default_checkpoint(run: RunDir, recipe: Recipe | None = None) -> tuple[Path, str]:
     """The checkpoint translate, export and attention use without ``--checkpoint``, and why: the
     average the recipe's ``[average]`` names (``checkpoint_avg_last<N>.pt``, what ``nmtk average RUN``
-    writes), else ``checkpoint_best.pt`` (best validation BLEU), else ``checkpoint_last.pt``. Other
-    averaged files are used only when named: a stray average never becomes the model. ``recipe``:
-    the run's, when the caller has read it already."""
+    writes), else ``checkpoint_best.pt`` (best validation BLEU), else ``checkpoint_last.pt``, else the
+    newest numbered checkpoint (a run stopped by a crash at its first save has no
+    ``checkpoint_last.pt``: `RunDir.resume_checkpoint`). Other averaged files are used only when named:
+    a stray average never becomes the model. ``recipe``: the run's, when the caller has read it already."""
     last = (recipe or run.recipe()).average.last
     for path, why in ((run.averaged(last), f"the recipe's average of the last {last}"),
-                      (run.best, "best validation BLEU"), (run.last, "the newest")):
+                      (run.best, "best validation BLEU"), (run.last, "the newest"),
+                      (run.resume_checkpoint(), "the newest numbered")):
         if path.is_file():
             return path, why
     raise NmtkError(f"{run.path}: no checkpoint to translate with (train first, or pass --checkpoint)")

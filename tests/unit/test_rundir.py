@@ -69,3 +69,24 @@ def test_a_folder_of_an_older_nmtk_holds_what_is_no_newer_than_its_marker(tmp_pa
     (folder / "test.hyp.de").write_text("a translation the user made later")
     with pytest.raises(NmtkError, match=f"{folder / 'test.hyp.de'}: nmtk {kind} did not write it"):
         check_replaceable(folder, True, kind)
+
+
+def test_the_default_checkpoint_falls_back_to_the_newest_numbered(tmp_path: Path) -> None:
+    """A run that crashed at its first save holds numbered checkpoints and no checkpoint_last.pt: translate
+    takes the newest full one (it said "no checkpoint to translate with (train first …)"); an average the
+    recipe names, the best and the last come first, as before."""
+    from helpers import toy_recipe
+
+    from nmtk.model_source import default_checkpoint
+    from nmtk.recipe import load_recipe
+    from nmtk.rundir import RunDir
+
+    recipe, run = load_recipe(toy_recipe(tmp_path)), RunDir(tmp_path / "run")
+    run.path.mkdir()
+    with pytest.raises(NmtkError, match="no checkpoint to translate with"):
+        default_checkpoint(run, recipe)
+    for name in ("checkpoint_100.pt", "checkpoint_200.pt", "checkpoint_300.params.pt"):
+        (run.path / name).write_bytes(b"")
+    assert default_checkpoint(run, recipe) == (run.path / "checkpoint_200.pt", "the newest numbered")
+    run.last.write_bytes(b"")
+    assert default_checkpoint(run, recipe) == (run.last, "the newest")
