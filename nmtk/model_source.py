@@ -16,7 +16,7 @@ from typing import Any, Literal
 from nmtk.errors import NmtkError
 from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe
-from nmtk.rundir import LAST, RUNS, ExportDir, RunDir
+from nmtk.rundir import LAST, NUMBERED, RUNS, ExportDir, RunDir
 
 
 def default_checkpoint(run: RunDir, recipe: Recipe | None = None) -> tuple[Path, str]:
@@ -36,8 +36,10 @@ def default_checkpoint(run: RunDir, recipe: Recipe | None = None) -> tuple[Path,
 
 
 def latest_run(runs_root: Path = RUNS) -> RunDir | None:
-    """The run under ``runs_root`` whose last checkpoint is newest."""
-    candidates = [p for p in runs_root.glob(f"*/{LAST}")] if runs_root.is_dir() else []
+    """The run under ``runs_root`` whose newest training checkpoint (``checkpoint_last.pt`` or a numbered
+    one: a run stopped at its first save has only those) is newest; averages made later do not count."""
+    candidates = [p for p in runs_root.glob("*/checkpoint_*.pt") if p.name == LAST or NUMBERED.match(p.name)
+                  ] if runs_root.is_dir() else []
     if not candidates:
         return None
     return RunDir(max(candidates, key=lambda p: p.stat().st_mtime).parent)

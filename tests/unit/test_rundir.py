@@ -90,3 +90,20 @@ def test_the_default_checkpoint_falls_back_to_the_newest_numbered(tmp_path: Path
     assert default_checkpoint(run, recipe) == (run.path / "checkpoint_200.pt", "the newest numbered")
     run.last.write_bytes(b"")
     assert default_checkpoint(run, recipe) == (run.last, "the newest")
+
+
+def test_the_newest_run_counts_numbered_checkpoints_and_not_averages(tmp_path: Path) -> None:
+    """``-m`` left out: the run trained most recently, whether it has a checkpoint_last.pt or numbered
+    checkpoints alone; an average written later into an older run does not make it the newest."""
+    from nmtk.model_source import latest_run
+
+    older, newer = tmp_path / "older", tmp_path / "newer"
+    older.mkdir(), newer.mkdir()
+    (older / "checkpoint_last.pt").write_bytes(b"")
+    (newer / "checkpoint_50.pt").write_bytes(b"")
+    (older / "checkpoint_avg_last5.pt").write_bytes(b"")
+    now = time.time()
+    os.utime(older / "checkpoint_last.pt", (now - 100, now - 100))
+    os.utime(newer / "checkpoint_50.pt", (now - 50, now - 50))
+    assert latest_run(tmp_path).path == newer
+    assert latest_run(tmp_path / "none") is None
