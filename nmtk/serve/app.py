@@ -199,7 +199,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def _not_text(body: bytes) -> str | None:
     """What a JSON body holds that is not Unicode text, named by its field, else None. JSON may escape a
-    lone surrogate (``"\ud800"``; a pair is an emoji), and a form's percent-escaped bytes that are not
+    lone surrogate (``"\\ud800"``; a pair is an emoji), and a form's percent-escaped bytes that are not
     UTF-8 are read as such (``surrogateescape``): no text pipeline can encode them (sentencepiece and
     CTranslate2 failed deep inside a search: a 500). Parsed only where the body holds such an escape."""
     if not _SURROGATE_ESCAPE.search(body):
