@@ -773,6 +773,31 @@ def recipe_show(
         sys.stdout.write(text)
 
 
+@recipe_app.command("samples")
+def recipe_samples(
+    file: Annotated[Path, typer.Argument(help="Recipe file.")],
+    data: Annotated[Path | None, typer.Option(help="Its prepared data (default: data-bin/<recipe name>).")] = None,
+    set_: SetOption = None,
+    epoch: Annotated[int, typer.Option(help="The epoch (from 1): each draws its own pairs.")] = 1,
+    stage: Annotated[str | None, typer.Option(help="The stage whose modifiers apply (default: the first).")] = None,
+    count: Annotated[int, typer.Option("-n", "--count", min=1, help="Pairs shown.")] = 10,
+) -> None:
+    """Show training pairs as the recipe's modifiers change them in an epoch, as training feeds them."""
+    from nmtk.data.prepare import default_out_dir
+    from nmtk.recipe import load_recipe
+    from nmtk.train.curriculum import modified_pairs
+
+    recipe = load_recipe(file, set_ or [])
+    found = modified_pairs(recipe, data or default_out_dir(recipe), epoch, stage, count)
+    asked = ", ".join(f"{m.name} {m.p:.0%}" for m in found.modifiers)
+    changed = ", ".join(f"{name} {n:,}" for name, n in found.counts.items() if n and name != "too long")
+    kept = found.counts.get("too long", 0)
+    print(f"epoch {epoch}: {asked}; pairs drawn: {changed or 'none'}"
+          + (f"; {kept:,} kept as they were (too long once changed)" if kept else ""))
+    for source, target, new_source, new_target in found.pairs:  # stdout: what was asked for, as `recipe show`
+        print(f"\nsource  {source}\n     -> {new_source}\ntarget  {target}\n     -> {new_target}")
+
+
 @recipe_app.command("docs")
 def recipe_docs_cmd() -> None:
     """Print the recipe reference in Markdown (docs/recipes.md is this output)."""

@@ -28,6 +28,7 @@ import numpy as np
 from nmtk.data.alignment import Alignments
 from nmtk.errors import NmtkError
 from nmtk.text.subword import word_starts
+from nmtk.vocab import UNK_ID
 
 if TYPE_CHECKING:
     from nmtk.recipe import Modifier
@@ -55,10 +56,12 @@ def seeded_random(seed: int) -> Iterator[None]:
         random.setstate(state)
 
 
-def apply(modifier: Modifier, lines: list[str], partners: list[list[str]], words: Sequence[str] = ()) -> list[str]:
+def apply(modifier: Modifier, lines: list[str], partners: list[list[str]], words: Sequence[str] = (),
+          alphabet: Sequence[str] = ()) -> list[str]:
     """``lines`` (``source<TAB>target[<TAB>alignment]``, Moses tokens) changed by one of OpusTrainer's
     modifiers; ``partners``: for ``merge``, the lines joined to each one; ``words``: target words a ``terms``
-    hint's ``replace`` draws from. Returns one line per line."""
+    hint's ``replace`` draws from; ``alphabet``: the characters ``noise`` draws from (`spelled_alike`).
+    Returns one line per line."""
     surface, typos, noise, merge, placeholders = _opustrainer()
     name = modifier.name
     if name == "uppercase":
@@ -69,7 +72,8 @@ def apply(modifier: Modifier, lines: list[str], partners: list[list[str]], words
         errors = typos.TypoModifier(1.0)
         return [_kept(errors.apply, line) for line in lines]
     if name == "noise":
-        return list(noise.NoiseModifier(1.0)(lines))[::2]  # each fake pair first, then the original
+        with _noise_from(noise, alphabet):
+            return list(noise.NoiseModifier(1.0)(lines))[::2]  # each fake pair first, then the original
     if name == "merge":
         return [merge.merge_sents([line, *more]) for line, more in zip(lines, partners, strict=True)]
     tags = placeholders.PlaceholderTagModifier(modifier.words, replace=modifier.replace, tag=1.0 - modifier.replace)
@@ -94,6 +98,35 @@ def _replacing_with(placeholders: Any, words: Sequence[str], most: int = 1) -> I
         yield
     finally:
         placeholders.get_random_unicode_words = draw
+
+
+@contextmanager
+def _noise_from(noise: Any, alphabet: Sequence[str]) -> Iterator[None]:
+    """OpusTrainer's noise is words of one Unicode script drawn at random (Greek, Arabic, Thai, CJK…): a
+    vocabulary learned on the corpus spells most of them as ``<unk>``, and the pair taught the model to
+    answer unknown pieces with unknown pieces (a Multi30k vocabulary: " ⁇  ⁇ ß ⁇  ⁇ " on both sides).
+    Here its words are drawn from ``alphabet``, characters both vocabularies spell, at OpusTrainer's
+    lengths: the model learns to copy strings it cannot translate, as the modifier means it to."""
+    draw = noise.get_random_unicode_words
+    if alphabet:
+        def drawn(min_length: int = 2, max_length: int = 10, max_words: int = 3) -> list[str]:
+            length = random.randint(min_length, max_length)
+            words = random.randint(1, max_words)
+            return ["".join(random.choice(alphabet) for _ in range(length)) for _ in range(words)]
+
+        noise.get_random_unicode_words = drawn
+    try:
+        yield
+    finally:
+        noise.get_random_unicode_words = draw
+
+
+def spelled_alike(models: tuple[SubwordModel, SubwordModel]) -> list[str]:
+    """The letters and digits of the source vocabulary's pieces that both vocabularies spell without
+    ``<unk>``, sorted: what ``noise`` draws from. No punctuation: the noise is written into the text as
+    Moses left it, and Moses, which reads every line before translation, would split it apart."""
+    chars = {c for piece in models[0].pieces() for c in piece.removeprefix("\u2581") if c.isalnum()}
+    return sorted(c for c in chars if all(UNK_ID not in m.encode(c) for m in models))
 
 
 def _kept(change: Callable[[str], str], line: str) -> str:
@@ -157,6 +190,7 @@ class ModifiedSplit:
         self.changed_tgt: dict[int, np.ndarray] = {}
         self.src, self.tgt = _Side(split.src, self.changed_src), _Side(split.tgt, self.changed_tgt)
         self.words = target_words(subwords[1].pieces())
+        self._alphabet: list[str] | None = None  # `spelled_alike`, when noise first needs it
 
     def __len__(self) -> int:
         return len(self.base)
@@ -182,12 +216,21 @@ class ModifiedSplit:
         with seeded_random(int(rng.integers(2**63))):
             for modifier, indices, more in zip(ordered, chosen, partners, strict=True):
                 joined = [[text[int(j)][1] for j in m] for m in more]
-                changed = apply(modifier, [lines[int(i)] for i in indices], joined, words)
+                changed = apply(modifier, [lines[int(i)] for i in indices], joined, words,
+                                self._noise_alphabet(modifier))
                 for i, line in zip(indices, changed, strict=True):
                     lines[int(i)] = line
                 counts[modifier.name] += len(indices)
         counts["too long"] = self._encode({i: (text[i][0], lines[i]) for c in chosen for i in map(int, c)})
         return counts
+
+    def _noise_alphabet(self, modifier: Modifier) -> list[str]:
+        """The characters ``noise`` draws from (`spelled_alike`), found once; none for other modifiers."""
+        if modifier.name != "noise":
+            return []
+        if self._alphabet is None:
+            self._alphabet = spelled_alike((self.subwords[0], self.subwords[1]))
+        return self._alphabet
 
     def _partners(self, modifier: Modifier, chosen: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
         """``merge``: the 1 to ``max_lines - 1`` other pairs each chosen pair is joined with."""

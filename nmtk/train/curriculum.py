@@ -12,7 +12,8 @@ and modified pairs are functions of the seed, the epoch and the stage alone.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from nmtk.console import console
 from nmtk.data.alignment import Alignments
 from nmtk.data.batching import BatchingPlan, CorpusDraws
-from nmtk.data.dataset import corpus_ids
+from nmtk.data.dataset import corpus_ids, split_lengths, training_split
 from nmtk.data.modifiers import ModifiedSplit
 from nmtk.errors import NmtkError
 from nmtk.manifest import PreparedData
@@ -162,3 +163,63 @@ class Curriculum:
 
     def _weight(self, name: str) -> float:
         return next(c.weight for c in self.corpora if c.name == name)
+
+
+@dataclass(frozen=True)
+class ModifiedPairs:
+    """What `modified_pairs` shows: the modifiers asked for, how many pairs each changed in the epoch
+    (and ``too long``: changed beyond ``data.max_len``, so kept as they were), and some changed pairs as
+    text, each (source, target, modified source, modified target)."""
+
+    modifiers: tuple[Modifier, ...]
+    counts: dict[str, int]
+    pairs: list[tuple[str, str, str, str]]
+
+
+def modified_pairs(recipe: Recipe, data_dir: Path, epoch: int = 1, stage: str | None = None,
+                   count: int = 10) -> ModifiedPairs:
+    """The training pairs ``recipe``'s modifiers change in ``epoch`` (from 1), as `train` feeds them that
+    epoch from the data prepared in ``data_dir``: the same draw from the seed and the epoch, the same
+    text. ``stage``: the modifiers of that stage (its own, else ``train.modifiers``); without it, the
+    first stage's, as training begins.
+
+    Why: OpusTrainer's and Eole's users look at what their modifiers make before spending hours of
+    training on it (Eole's ``-dump_samples``): capitals, typos and hints read wrong are seen at once."""
+    if epoch < 1:
+        raise NmtkError(f"--epoch {epoch}: epochs count from 1")
+    chosen = _stage_named(recipe, stage)
+    modifiers = tuple(recipe.train.modifiers if chosen is None or chosen.modifiers is None else chosen.modifiers)
+    if not modifiers:
+        where = f"stage {chosen.name}" if chosen is not None else "the recipe"
+        raise NmtkError(f"{recipe.name}: {where} has no modifiers ([[train.modifiers]], or a stage's modifiers)")
+    data = PreparedData(data_dir)
+    if not data.manifest_path.is_file():
+        raise NmtkError(f"{data_dir}: no prepared data (nmtk prepare the recipe first, or give --data)")
+    split, _ = training_split(data)
+    curriculum = Curriculum(recipe, data, split, split_lengths(split), show=False)
+    modified = curriculum.split
+    assert isinstance(modified, ModifiedSplit)  # the recipe has modifiers: `Curriculum` made one
+    counts = modified.set_epoch(epoch - 1, modifiers)
+    src, tgt = modified.subwords
+    pairs = []
+    for i in sorted(modified.changed_src):  # drawn pairs that a modifier left as they were are not shown
+        old, new = (split.src[i], split.tgt[i]), (modified.changed_src[i], modified.changed_tgt[i])
+        if not (np.array_equal(old[0], new[0]) and np.array_equal(old[1], new[1])):
+            pairs.append((src.decode(old[0].tolist()), tgt.decode(old[1].tolist()),
+                          src.decode(new[0].tolist()), tgt.decode(new[1].tolist())))
+            if len(pairs) == count:
+                break
+    return ModifiedPairs(modifiers, dict(counts), pairs)
+
+
+def _stage_named(recipe: Recipe, name: str | None) -> Stage | None:
+    """The recipe's stage called ``name`` (None: the first, where there are stages), one error naming
+    the stages where it has none of that name."""
+    stages = recipe.train.stages
+    if name is None:
+        return stages[0] if stages else None
+    found = next((s for s in stages if s.name == name), None)
+    if found is None:
+        have = ", ".join(s.name for s in stages) or "none"
+        raise NmtkError(f"--stage {name}: {recipe.name} has no stage of that name (its stages: {have})")
+    return found

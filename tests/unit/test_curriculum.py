@@ -26,7 +26,7 @@ from nmtk.text.subword import load_subword_model
 from nmtk.train.curriculum import Curriculum
 from nmtk.train.distributed import DistInfo
 from nmtk.train.trainer import Trainer
-from nmtk.vocab import HINT_SYMBOLS
+from nmtk.vocab import HINT_SYMBOLS, UNK_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 BT = """
@@ -109,7 +109,8 @@ def test_each_modifier_changes_the_chosen_pairs_as_opustrainer_does(staged, name
         elif name == "typos":
             assert tgt == old_tgt  # typos are the source's
         elif name == "noise":
-            assert src == tgt and src != old_src  # a random string to copy
+            assert src == tgt and src != old_src  # a random string to copy, of pieces both vocabularies spell
+            assert UNK_ID not in modified.src[i].tolist() + modified.tgt[i].tolist()
         elif name == "merge":
             assert src.startswith(old_src) and len(src) > len(old_src) and tgt.startswith(old_tgt)
         else:
@@ -119,6 +120,39 @@ def test_each_modifier_changes_the_chosen_pairs_as_opustrainer_does(staged, name
                 assert term in tgt.split()  # the hint is the aligned target word
     if name == "typos":
         assert sum(_texts(modified, models, i)[0] != _texts(base, models, i)[0] for i in changed) > 0.4 * len(changed)
+
+
+def test_recipe_samples_shows_the_pairs_an_epoch_changes_as_training_feeds_them(staged, nmtk) -> None:
+    """`nmtk recipe samples`: the epoch's changed pairs, original and modified, as `set_epoch` makes them;
+    a stage's modifiers by name; one line for a recipe without modifiers, an unknown stage, no data."""
+    from nmtk.train.curriculum import modified_pairs
+
+    recipe, result, tmp = staged
+    found = modified_pairs(recipe, result.out_dir, epoch=2, count=3)
+    assert [m.name for m in found.modifiers] == ["terms"] and 0 < len(found.pairs) <= 3
+    modified, models, base = _split(result)
+    modified.set_epoch(1, found.modifiers)
+    changed = [i for i in sorted(modified.changed_src) if _texts(modified, models, i) != _texts(base, models, i)]
+    assert [(*_texts(base, models, i), *_texts(modified, models, i)) for i in changed[:3]] == found.pairs
+    assert all("__source__" in new and "__source__" not in old for old, _, new, _ in found.pairs)
+    stages = 'train.stages=[{name="a", updates=5, modifiers=[{name="uppercase", p=1.0}]}, {name="b"}]'
+    staged_recipe = load_recipe(tmp / "staged.toml", [stages])
+    upper = modified_pairs(staged_recipe, result.out_dir, stage="a", count=2)
+    assert [m.name for m in upper.modifiers] == ["uppercase"] and len(upper.pairs) == 2  # (no capitals in the
+    assert upper.counts["uppercase"] == len(base)                                  # toy vocabulary to compare)
+    for args, error in (({"stage": "c"}, "--stage c: staged has no stage of that name (its stages: a, b)"),
+                        ({"epoch": 0}, "--epoch 0: epochs count from 1")):
+        with pytest.raises(NmtkError, match=error.replace("(", r"\(").replace(")", r"\)")):
+            modified_pairs(staged_recipe, result.out_dir, **args)
+    with pytest.raises(NmtkError, match="no prepared data"):
+        modified_pairs(recipe, tmp / "nowhere")
+    shown = nmtk("recipe", "samples", str(tmp / "staged.toml"), "--data", str(result.out_dir), "-n", "1",
+                 "--set", "train.modifiers=[]")
+    assert shown.returncode == 1 and shown.stderr.strip() == "error: staged: the recipe has no modifiers " \
+        "([[train.modifiers]], or a stage's modifiers)", shown.stderr
+    shown = nmtk("recipe", "samples", str(tmp / "staged.toml"), "--data", str(result.out_dir), "-n", "1")
+    assert shown.returncode == 0 and shown.stdout.startswith("epoch 1: terms 50%; pairs drawn: terms ")
+    assert "__source__" in shown.stdout.splitlines()[3], shown.stdout
 
 
 def test_a_replaced_hint_is_one_to_three_words_of_the_corpus_targets_and_in_the_target_in_their_place(staged) -> None:
