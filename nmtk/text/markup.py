@@ -148,6 +148,7 @@ class _Parser(HTMLParser):
         self._new_block()
         self.verbatim: list[str] | None = None  # the raw text of an element kept whole
         self.verbatim_open: list[str] = []  # its open elements' names (nested ones of the same kind too)
+        self.around: list[str] = []  # xml: open elements whose text spans lines (`_line_break`), outermost first
         self._end_raw = ""
 
     # ----------------------------------------------------------------- state of the block being read
@@ -174,7 +175,10 @@ class _Parser(HTMLParser):
         """End the block: its segment (or, without a word, its markup verbatim)."""
         if self.open:
             index, name = self.open[-1]
-            raise MarkupError(f"{self.opened_at[index]}: <{name}> is not closed (its block ends at {self._where()})")
+            lines = " (in xml each line is one text: an element around several lines has its tags on lines of their " \
+                "own)" if self.kind == "xml" else ""
+            raise MarkupError(f"{self.opened_at[index]}: <{name}> is not closed (its block ends at {self._where()})"
+                              + lines)
         text = "".join(self.text)
         if self.keep is not None and (kept := self.keep(text)):
             text = self._taken_out(text, kept)
@@ -328,6 +332,11 @@ class _Parser(HTMLParser):
         if self.kind == "html" and tag in VOID:  # </br> and the like: nothing to close
             self._point(raw)
             return
+        if not self.open and self.around and self.around[-1] == tag:  # xml: the end of an element around lines
+            self.flush()
+            self.parts.append(raw)
+            self.around.pop()
+            return
         if not self.open or self.open[-1][1] != tag:
             expected = f"</{self.open[-1][1]}>" if self.open else "no end tag (none is open in this block)"
             raise MarkupError(f"{self._where()}: </{tag}> where {expected} was expected")
@@ -349,12 +358,23 @@ class _Parser(HTMLParser):
             lines = data.split("\n")
             for k, line in enumerate(lines):
                 if k:
-                    self.flush()
-                    self.parts.append("\n")
+                    self._line_break()
                 if line:
                     self._add_text(line, html.escape(line, quote=False))
             return
         self._add_text(data, html.escape(data, quote=False))
+
+    def _line_break(self) -> None:
+        """The end of an xml line, which ends its block. Elements still open there with no word of the
+        line inside them (a document's root and containers, each tag on a line of its own: ``<doc>`` /
+        ``  <seg>A dog.</seg>`` / ``</doc>``) are kept as written around the lines they hold, as html's
+        block elements are; an element whose words go on past the line is an error, as before."""
+        if self.open and not "".join(self.text).strip():
+            self.around += [name for _, name in self.open]
+            self.parts.append("".join(self.raw))
+            self._new_block()
+        self.flush()
+        self.parts.append("\n")
 
     def _entity(self, raw: str) -> None:
         if self.verbatim is not None:
@@ -375,21 +395,24 @@ class _Parser(HTMLParser):
         self._entity(f"&#{name};")
 
     def handle_comment(self, data: str) -> None:
+        self._in_place(f"<!--{data}-->")
+
+    def _in_place(self, raw: str) -> None:
+        """A comment or processing instruction: kept where it stands, between the words around it."""
         if self.verbatim is not None:
-            self.verbatim.append(f"<!--{data}-->")
+            self.verbatim.append(raw)
         else:
-            self._point(f"<!--{data}-->")
+            self._point(raw)
 
     def handle_decl(self, decl: str) -> None:
         self.flush()
         self.parts.append(f"<!{decl}>")
 
-    def handle_pi(self, data: str) -> None:
-        self.flush()
-        self.parts.append(f"<?{data}>")
+    def handle_pi(self, data: str) -> None:  # <?xml …?>, <?php …?>: as a comment (it ended the block and
+        self._in_place(f"<?{data}>")          # its sentence; in xml, inside an element, an error)
 
-    def unknown_decl(self, data: str) -> None:  # <![CDATA[...]]>: kept as it is
-        self._point(f"<![{data}]>")
+    def unknown_decl(self, data: str) -> None:  # <![CDATA[...]]>: kept as it is (``data`` is "CDATA[...")
+        self._in_place(f"<![{data}]]>")
 
 
 def _split_at(spans: list[tuple[int, int]], breaks: list[int]) -> list[tuple[int, int]]:
@@ -432,8 +455,9 @@ def parse(markup: str, kind: str = "html", attributes: Sequence[str] = (), keep:
     parser = _Parser(kind, frozenset(a.lower() for a in attributes), keep)
     parser.feed(markup)
     parser.close()
-    if parser.verbatim is not None:
-        raise MarkupError(f"<{parser.verbatim_open[0]}> is not closed before the end of the input")
+    if parser.verbatim is not None or parser.around:
+        name = parser.verbatim_open[0] if parser.verbatim is not None else parser.around[-1]
+        raise MarkupError(f"<{name}> is not closed before the end of the input")
     parser.flush()
     segments, offset = parser.segments, len(parser.segments)
     for segment in segments:  # attribute values follow the text's segments: their slots shift by as many
@@ -562,7 +586,8 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             # a space between it and the words around it, unless it was glued to a word (``dog<img>``,
             # ``<img>dog``) or follows an opening quote or bracket: "isst <img>." for ``eats <img>.``,
             # "siehe <img> jetzt" for ``(see <img>) now`` where the model dropped the (), never "555 ."
-            lead = char > 0 and not tag.after_word and not text[char - 1].isspace() and text[char - 1] not in _OPENING
+            lead = char > 0 and not tag.after_word and not (after and tag.glued) and not text[char - 1].isspace() \
+                and text[char - 1] not in _OPENING  # (``dog.<img>``: glued to the "." before it)
             trail = not after and char < len(text) and not tag.word_after and (
                 text[char].isalnum() or text[char] in _OPENING)
             markup = " " * lead + tag.start + tag.end + " " * trail  # an empty element: both its tags
@@ -586,7 +611,22 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             inserts.append((start, 2, (-hi, depth[k], k), tag.start, k + 1))
             inserts.append((end, 1, (-lo, -depth[k], -k), tag.end, -(k + 1)))
     inserts.sort(key=lambda x: (x[0], x[1], x[2]))
-    return inserts
+    return _before_later_opens(inserts)
+
+
+def _before_later_opens(inserts: list[Insert]) -> list[Insert]:
+    """``inserts`` (sorted) with each point before a word put in front of the tags opening at its character
+    that came after it in the source: ``<!-- c --><b>dog</b>`` keeps the comment outside ``<b>``, where the
+    sort puts such points after every open there. Tags that opened before it (its ancestors among them)
+    still open first. (Points before a word sort as ``(depth, index)``, opens as ``(-hi, depth, index)``.)"""
+    out: list[Insert] = []
+    for insert in inserts:
+        char, phase, order, _, _ = insert
+        at = len(out)
+        while phase == 3 and at and out[at - 1][0] == char and out[at - 1][1] == 2 and out[at - 1][2][2] > order[1]:
+            at -= 1
+        out.insert(at, insert)
+    return out
 
 
 def _nested(inserts: list[Insert]) -> bool:

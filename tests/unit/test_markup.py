@@ -46,6 +46,35 @@ def test_a_copy_gives_the_markup_back(markup: str, expected: str | None) -> None
     assert round_trip(markup) == (expected or markup)
 
 
+@pytest.mark.parametrize("markup, kind", [
+    ("<doc><!-- c --><seg>A dog.</seg></doc>", "xml"),  # a comment before a tag that opens at its word: outside it
+    ("<p><!-- c --><b>A dog</b> runs.</p>", "html"),
+    ("<!-- a --><b><!-- b --><i><!-- c -->x</i></b>", "xml"),  # ... inside those that opened before it
+    ("<doc><seg>A dog.</seg><?pi data?></doc>", "xml"),  # a processing instruction inside an element (an error)
+    ("<p>A <?php echo 1 ?> dog.</p>", "html"),  # ... inside a sentence: it stays one sentence
+    ('<?xml version="1.0"?><doc>A dog.</doc>', "xml"),
+    ("<doc>A <![CDATA[<cat> & co]]> dog.</doc>", "xml"),  # CDATA as written (its "]]>" came back "]>")
+    ('<p>A dog.<img src="x"></p>', "html"),  # glued after the "." (a space was put before it)
+])
+def test_comments_and_processing_instructions_stay_where_they_were(markup: str, kind: str) -> None:
+    assert round_trip(markup, kind) == markup
+    if "php" in markup:
+        assert parse(markup, kind).segments[0].words == ["A", "dog."]
+
+
+def test_an_xml_document_s_elements_around_lines_are_kept_around_them() -> None:
+    """``--format xml --document`` on a document written a tag a line: the root and the containers hold
+    lines of text (each a block); they were "not closed" errors."""
+    doc = ('<?xml version="1.0"?>\n<doc lang="en">\n  <body>\n    <seg id="1">A <b>red</b> car.</seg>\n'
+           '    <seg id="2">Two dogs.</seg>\n  </body>\n</doc>\n')
+    assert round_trip(doc, "xml") == doc
+    assert [s.words for s in parse(doc, "xml").segments] == [["A", "red", "car."], ["Two", "dogs."]]
+    with pytest.raises(MarkupError, match="<doc> is not closed before the end of the input"):
+        parse("<doc>\n<seg>A dog.</seg>\n", "xml")
+    with pytest.raises(MarkupError, match="each line is one text"):  # an element whose words go past its line
+        parse("<doc><seg>A dog\nruns.</seg></doc>", "xml")
+
+
 def test_reordered_words_carry_their_tags() -> None:
     doc = parse("<p>the <b>red</b> <i>car</i> is fast</p>")
     segment = doc.segments[0]
