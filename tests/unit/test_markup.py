@@ -75,6 +75,18 @@ def test_an_xml_document_s_elements_around_lines_are_kept_around_them() -> None:
         parse("<doc><seg>A dog\nruns.</seg></doc>", "xml")
 
 
+def test_sentences_in_elements_side_by_side_are_words_and_sentences_apart() -> None:
+    """``park.</seg><seg>Two``: the text ran "park.Two" together, one word, so a one-line document's
+    sentences were one garbled sentence; a tag opening after a sentence's end now ends the word there
+    (an abbreviation does not: ``Mr.<b>Smith</b>``)."""
+    doc = parse("<doc><seg>A dog runs.</seg><seg>Two cats sleep.</seg></doc>", "xml")
+    assert doc.segments[0].words == ["A", "dog", "runs.", "Two", "cats", "sleep."]
+    assert doc.segments[0].sentences() == [(0, 3), (3, 6)]
+    assert round_trip("<doc><seg>A dog runs.</seg><seg>Two cats.</seg></doc>", "xml") == \
+        "<doc><seg>A dog runs.</seg> <seg>Two cats.</seg></doc>"
+    assert parse("<p>Mr.<b>Smith</b> runs.</p>").segments[0].words == ["Mr.Smith", "runs."]
+
+
 def test_reordered_words_carry_their_tags() -> None:
     doc = parse("<p>the <b>red</b> <i>car</i> is fast</p>")
     segment = doc.segments[0]
