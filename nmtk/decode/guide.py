@@ -251,6 +251,11 @@ def held(text: str, term: str) -> bool:
     return _whole(term).search(text) is not None
 
 
+def occurrences(text: str, term: str) -> int:
+    """How often ``term`` occurs in ``text`` as whole words."""
+    return len(_whole(term).findall(text))
+
+
 def preferring(hyps: list[Hypothesis], terms: tuple[str, ...], words: Callable[[Hypothesis], str],
                keep: int) -> list[Hypothesis]:
     """A line's hypotheses (best first) reordered for the target terms its source holds as hints (one
@@ -273,7 +278,7 @@ def preferring(hyps: list[Hypothesis], terms: tuple[str, ...], words: Callable[[
     def key(i: int) -> tuple[int, int]:
         if i not in keys:
             text = words(hyps[i])
-            found = Counter({t: len(_whole(t).findall(text)) for t in asked})
+            found = Counter({t: occurrences(text, t) for t in asked})
             keys[i] = (sum((asked - found).values()), sum((found - asked).values()))  # too few, too many
         return keys[i]
 

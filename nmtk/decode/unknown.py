@@ -23,6 +23,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from nmtk.decode.guide import occurrences
+
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
     from nmtk.decode.search.config import SearchConfig
@@ -233,8 +235,8 @@ def lost_terms(source: str, translation: str, terms: re.Pattern[str]) -> bool:
     "McDonald s s s", "Googleise für Google"), and such a line is translated again with them carried
     through, as links are."""
     found = [m.group() for m in terms.finditer(source)]
-    return any(len(re.findall(rf"(?<!\w){re.escape(t)}(?!\w)", translation)) != found.count(t)
-               or translation.count(t) != found.count(t) for t in set(found))
+    return any(occurrences(translation, t) != found.count(t) or translation.count(t) != found.count(t)
+               for t in set(found))
 
 
 def restored(found: dict[int, str], translated: list[str]) -> dict[int, str]:

@@ -514,7 +514,8 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     is one line, its breaks spaces."""
     if _per_line_asks(req):
         return await _line_answers(service, req, indices, pair)
-    cut = [cut_at_breaks(req.texts[i]) for i in indices]
+    items = req.texts
+    cut = [cut_at_breaks(items[i]) for i in indices]
     if all(around == [""] for _, around in cut):
         return await _line_answers(service, req, indices, pair)
     pieces = [piece for text, _ in cut for piece in text]

@@ -269,8 +269,8 @@ class _Parser(HTMLParser):
                 self.verbatim_open.append(tag)
             return
         raw = self._translated_attributes(raw, attrs)
-        if self.text and self.text[-1] and not self.text[-1][-1].isspace() and \
-                _ends_sentence(self.text[-1].split()[-1] if self.text[-1].split() else ""):
+        last = self.text[-1] if self.text else ""
+        if last[-1:].strip() and _ends_sentence(last.split()[-1]):
             self.breaks.append(self.chars)  # "park.</seg><seg>Two": two words (the sentences are cut there)
         keep = dict(attrs)
         if self._kept_whole(tag, keep):
