@@ -33,8 +33,20 @@ def _figure(width_px: int, height_px: int, dpi: int = 100) -> Any:
     return fig
 
 
+def picture_format(out: Path) -> str:
+    """The format ``out`` is written in, by its suffix (none: png); one matplotlib cannot write is the
+    user's error, said before anything is drawn."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = out.suffix.lstrip(".").lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise NmtkError(f"-o {out}: .{fmt} is not a picture format matplotlib writes ({', '.join(sorted(known))})")
+    return fmt
+
+
 def _save(fig: Any, out: Path, dpi: int = 100) -> Path:
-    fmt = out.suffix.lstrip(".") or "png"
+    fmt = picture_format(out)
     with atomic_write(out, "wb") as handle:
         fig.savefig(handle, format=fmt, dpi=dpi)
     return out
@@ -58,6 +70,7 @@ def plot_runs(runs: list[Path], out: Path, x: str, size: str, force: bool) -> Pa
         raise NmtkError(f"--size {size}: width and height must lie between 100 and 10000 pixels")
     if out.exists() and not force:
         raise NmtkError(f"{out}: exists; use --force to overwrite it")
+    picture_format(out)
     return training_curves(runs, out, x, (width, height))
 
 

@@ -408,7 +408,7 @@ def translate(
     precision: DecodePrecision = Precision.auto,
     sampling: Annotated[bool, typer.Option("--sampling", help="Sample instead of beam search.")] = False,
     topk: Annotated[int, typer.Option(min=0, help="Sampling: keep the k most likely tokens (0 = all).")] = 0,
-    topp: Annotated[float, typer.Option(min=0.0, max=1.0, help="Sampling: nucleus probability mass.")] = 1.0,
+    topp: Annotated[float, typer.Option(min=0.0, max=1.0, help="Sampling: nucleus mass, 0 < p ≤ 1 (1: no cut).")] = 1.0,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 1,
     ensemble: EnsembleOption = None,

@@ -108,12 +108,16 @@ def _child_loader(source: ModelSource, load: LoadOptions) -> partial[TranslatorB
 def _reload(worker: Worker, info: ModelInfo, source: ModelSource, load: LoadOptions) -> None:
     """Load the run's default checkpoint now (`ModelSource.again`: its average, best or newest; a
     ``--checkpoint`` given at start is not kept) on a thread of its own, and swap it in."""
-    def swap() -> str:
+    def swap() -> str | None:
         fresh = source.again()
-        worker.reload(load_translator(fresh, load), _child_loader(fresh, load))  # with processes: once loaded
-        return fresh.checkpoint_name
+        if worker.reload(load_translator(fresh, load), _child_loader(fresh, load)):  # with processes: once loaded
+            return fresh.checkpoint_name
+        return None  # the server stopped while it loaded
 
-    def loaded(checkpoint: str) -> None:
+    def loaded(checkpoint: str | None) -> None:
+        if checkpoint is None:
+            console.print("reload dropped: the server stopped while it loaded")
+            return
         info.checkpoint = checkpoint
         console.print(f"reloaded: {info.checkpoint}")
 

@@ -89,6 +89,8 @@ class Worker:
         self._threads = [threading.Thread(target=self._run, args=(i,), name=f"nmtk-decoder-{i}", daemon=True)
                          for i in range(workers)]
         self._stopping = False
+        self._stopped = False  # stop() has ended the threads: a reload finishing later keeps nothing
+        self._reloading = threading.Lock()
 
     def start(self) -> None:
         if self.child_loader is not None:
@@ -117,32 +119,42 @@ class Worker:
         return job.future
 
     def stop(self, timeout: float | None = None) -> None:
-        """Finish every queued job, then end the threads."""
+        """Finish every queued job, then end the threads, and a reload's children no thread took up.
+        A reload loading its children meanwhile is waited for: children left to the interpreter's exit
+        keep it waiting for ever (they ignore the SIGTERM multiprocessing ends them with)."""
         self._stopping = True
         for _ in self._threads:
             self.queue.put(None)
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
             interrupts.join(thread, None if deadline is None else max(0.0, deadline - time.monotonic()))
-        for child in self._fresh:
+        with self._reloading:
+            self._stopped = True
+            fresh, self._fresh = self._fresh, [None] * len(self._threads)
+        for child in fresh:
             if child is not None:
                 child.close()
 
-    def reload(self, translator: TranslatorBase, child_loader: Loader | None = None) -> None:
+    def reload(self, translator: TranslatorBase, child_loader: Loader | None = None) -> bool:
         """Use ``translator`` from the next batch on (batches being decoded finish with the old one).
         With child processes, ``child_loader`` loads the new model in new children first (on the caller's
-        thread: a reload's), then each decoding thread swaps its child between two batches."""
-        translator = self._text(translator)  # before new children load: one full copy fewer meanwhile
-        if self.child_loader is not None and child_loader is not None:
-            fresh = _started(child_loader, len(self._threads))
+        thread: a reload's), then each decoding thread swaps its child between two batches. False, and
+        nothing loaded or kept, once the worker has stopped."""
+        with self._reloading:  # one reload at a time, and `stop` waits for it
+            if self._stopped:
+                return False
+            translator = self._text(translator)  # before new children load: one full copy fewer meanwhile
+            if self.child_loader is not None and child_loader is not None:
+                fresh = _started(child_loader, len(self._threads))
+                with self._counting:
+                    old, self._fresh = self._fresh, fresh
+                for child in old:  # a reload before the previous one was taken up
+                    if child is not None:
+                        child.close()
+            self.translator = translator
             with self._counting:
-                old, self._fresh = self._fresh, fresh
-            for child in old:  # a reload before the previous one was taken up
-                if child is not None:
-                    child.close()
-        self.translator = translator
-        with self._counting:
-            self.stats.reloads += 1
+                self.stats.reloads += 1
+            return True
 
     def _text(self, translator: TranslatorBase) -> TranslatorBase:
         if self.child_loader is not None:

@@ -53,6 +53,8 @@ def test_train_learned_then_average_and_translate(copy_run, tmp_path: Path) -> N
     assert (run / "checkpoint_avg_last5.pt").exists()
     again = nmtk("average", str(run), "--last", "5", cwd=tmp, env=env)
     assert again.returncode == 1 and "--force" in again.stderr
+    odd = nmtk("plot", str(tmp / "run"), "-o", str(tmp / "curves.xyz"), cwd=tmp, env=env)  # was matplotlib's ValueError
+    assert odd.returncode == 1 and ".xyz is not a picture format" in odd.stderr and not (tmp / "curves.xyz").exists()
 
     sources = [a for a, _ in copy_pairs(5, seed=7)]
     out = nmtk("translate", "-m", str(run), cwd=tmp, env=env, stdin=sources[0] + "\n\n" + "\n".join(sources[1:]) + "\n")

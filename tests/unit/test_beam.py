@@ -18,6 +18,7 @@ from nmtk.decode.search.batches import decode_ids
 from nmtk.decode.search.beam import BLOCK, Hypothesis, SearchConfig, _by_topk, _in_blocks, length_penalty
 from nmtk.decode.search.choose import search
 from nmtk.decode.search.sampling import SamplingConfig, sample_search
+from nmtk.errors import NmtkError
 from nmtk.model import ModelConfig, Transformer
 from nmtk.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -152,6 +153,13 @@ def test_sampling_is_seeded(model, sources) -> None:
     c = sample_search(model, sources, cfg, sampling=SamplingConfig(topp=0.9, temperature=2.0, seed=4))
     assert [h[0].tokens for h in a] == [h[0].tokens for h in b]
     assert [h[0].tokens for h in a] != [h[0].tokens for h in c]
+
+
+@pytest.mark.parametrize("bad", [{"topp": 0.0}, {"topp": 1.5}, {"topk": -1}, {"temperature": -0.5}])
+def test_a_sampling_setting_that_keeps_no_token_is_refused(bad: dict) -> None:
+    # top-p 0 kept no token: torch.multinomial failed on an all -inf row in the middle of the input
+    with pytest.raises(NmtkError, match="--top|--temperature"):
+        SamplingConfig(**bad)
 
 
 # ------------------------------------------------------------------ exact values with a fake model

@@ -136,6 +136,12 @@ def failing_translator() -> FailingTranslator:
     return FailingTranslator(seconds=0.0)
 
 
+def slow_translator() -> FailingTranslator:
+    """A decoding process that takes a second to load, as a real model does."""
+    time.sleep(1.0)
+    return failing_translator()
+
+
 def _tokens(future) -> list[int]:  # noqa: ANN001 - a job's future
     return future.result(timeout=60)[0][0][0].tokens
 
@@ -194,3 +200,22 @@ def test_with_decoding_processes_the_servers_translator_keeps_only_its_text_pipe
     assert worker.translator.text_only
     assert _tokens(worker.submit(["a b"], KEY)) == [0, 1]  # searched by the new child
     worker.stop(timeout=60)
+
+
+def test_a_reload_loading_when_the_server_stops_leaves_no_process_behind() -> None:
+    """SIGTERM while `POST /reload` loaded its children: the server said "stopped", then "reloaded",
+    and never exited (the children, installed after stop, kept multiprocessing's exit waiting on
+    them for ever). Now stop waits for the reload, ends its children, and a later reload keeps nothing."""
+    import multiprocessing
+
+    worker = Worker(failing_translator(), gather_tokens=100_000, max_wait_ms=1, max_queue=100, workers=1,
+                    child_loader=failing_translator)
+    worker.start()
+    kept: list[bool] = []
+    reload = threading.Thread(target=lambda: kept.append(worker.reload(failing_translator(), slow_translator)))
+    reload.start()
+    time.sleep(0.3)  # its children are loading
+    worker.stop(timeout=60)
+    assert not reload.is_alive() and kept == [True]
+    assert worker.reload(failing_translator(), slow_translator) is False  # after stop: nothing started
+    assert [p for p in multiprocessing.active_children() if p.name == "nmtk-search"] == []

@@ -41,6 +41,15 @@ class SamplingConfig:
     temperature: float = 1.0
     seed: int = 1
 
+    def __post_init__(self) -> None:
+        # a nucleus of mass 0 keeps no token at all: nmtk's engine would draw from nothing and
+        # CTranslate2 refuses it; say so before any line is read
+        if not 0.0 < self.topp <= 1.0:
+            raise NmtkError(f"--topp {self.topp:g}: the nucleus must keep some probability mass, 0 < p <= 1 (1: no "
+                            "cut; --topk 1 for the most likely token alone)")
+        if self.topk < 0 or self.temperature < 0:
+            raise NmtkError(f"--topk {self.topk}, --temperature {self.temperature:g}: neither may be negative")
+
 
 @dataclass(frozen=True)
 class LineControls:
