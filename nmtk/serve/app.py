@@ -10,7 +10,8 @@
 LibreTranslate's clients are served as LibreTranslate serves them: form-encoded bodies as well as
 JSON, the API key as ``api_key`` in the body as well as ``Authorization: Bearer``, language codes in
 any case, ``GET /languages``, ``POST /detect`` (among the model's source languages: `nmtk.text.langid`),
-``source: "auto"`` (a multilingual model: each text goes to the pair of its detected language), and
+``source: "auto"`` (a multilingual model: each text goes to the pair of its detected language; a text
+surely in the target language already comes back as it is), and
 ``format: "html"`` (inline tags kept around the words they covered: `nmtk.decode.markup`).
 
 Errors are JSON ``{"error": ...}``, all of them: 400 (invalid JSON or UTF-8, unknown language pair, empty
@@ -462,22 +463,27 @@ class _Service:
         return langid.detect(text, among or list(dict.fromkeys(lang for p in self.info.pairs for lang in p)))
 
     def route(self, source: str, target: str | None, texts: list[str], html: bool = False
-              ) -> tuple[list[Pair | None], list[tuple[str, float]] | None]:
+              ) -> tuple[list[Pair | None], list[tuple[str, float]] | None, set[int]]:
         """Per text, the pair it goes to, and (source ``auto``) its detected language with the
-        identifier's probability: among the sources that have the target, when there are several.
+        identifier's probability: among the sources that have the target, when there are several; and
+        the texts already in the target language (source ``auto``, the identifier sure of it: `langid.SURE`),
+        which are given back as they are, as LibreTranslate gives them (German sent to an en→de
+        server was translated as English: "Ein Hund rennt im Park." → "Ein Mann mit dem Kopfschmuck.").
         ``html``: the texts are documents, identified by their words (`text_of`), not their tags."""
         chosen = self.check_pair(source, target)
         if source.lower() != "auto":
-            return [chosen] * len(texts), None
+            return [chosen] * len(texts), None, set()
         target = chosen.target if chosen else self.info.pairs[0].target
         sources = sources_of(self.info.pairs, target)
         read = [text_of(text) for text in texts] if html else texts
         every = [self.detect(text) for text in read]  # among all the model's languages, as /detect answers
         found = [languages[0] for languages in every]  # what is reported: what was detected
+        as_is = {i for i, (lang, p) in enumerate(found) if lang == target and lang not in sources and p >= langid.SURE}
         if len(sources) == 1:
-            return [chosen] * len(texts), found
+            return [chosen] * len(texts), found, as_is
         # each text to the likeliest of the sources that have the target (German sent to a de+fr -> en model)
-        return [Pair(next(lang for lang, _ in languages if lang in sources), target) for languages in every], found
+        routed = [Pair(next(lang for lang, _ in languages if lang in sources), target) for languages in every]
+        return routed, found, as_is
 
 
 def _per_line(value: Any, lines: int, name: str, one: type) -> list[Any]:
@@ -491,12 +497,31 @@ def _per_line(value: Any, lines: int, name: str, one: type) -> list[Any]:
     return list(value)
 
 
-def _groups(pairs: list[Pair | None]) -> dict[Pair | None, list[int]]:
-    """The indices of a request's texts per pair they go to."""
+def _groups(pairs: list[Pair | None], as_is: set[int]) -> dict[Pair | None, list[int]]:
+    """The indices of a request's texts per pair they go to (those given back ``as_is`` go to none)."""
     groups: dict[Pair | None, list[int]] = {}
     for i, pair in enumerate(pairs):
-        groups.setdefault(pair, []).append(i)
+        if i not in as_is:
+            groups.setdefault(pair, []).append(i)
     return groups
+
+
+def _as_it_is(req: LibreRequest, text: str) -> dict[str, Any]:
+    """A text given back untranslated (already in the target language), with what else the request asks
+    of a translation, as the translation of a text that is its own."""
+    if req.format == "html":
+        _refuse_per_line_asks(req)
+        return {"translatedText": text}
+    answer: dict[str, Any] = {"translatedText": text}
+    if req.alternatives:
+        answer["alternatives"] = []
+    if req.n_best > 1:
+        answer["n_best"] = [{"text": text, "score": 0.0}]
+    if req.scores:
+        answer["scores"] = 0.0
+    if req.alignment:
+        answer["alignment"] = ""
+    return answer
 
 
 def _per_line_asks(req: LibreRequest) -> list[str]:
@@ -603,14 +628,18 @@ async def _renumbered(service: _Service, req: LibreRequest, lines: list[str], te
     return restored(found, await _marked_texts(service, req, list(found.values()), pair, numbers=True))
 
 
-async def _html_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
-                        ) -> list[dict[str, Any]]:
-    """``format: "html"``: the documents ``indices`` of ``req.q`` (one pair's), their sentences in one
-    job (batched with other requests' as text is), tags placed by the alignment (`nmtk.decode.markup`)."""
+def _refuse_per_line_asks(req: LibreRequest) -> None:
     asked = _per_line_asks(req)
     if asked:
         raise ApiError(400, f'format "html": {", ".join(asked)} cannot be asked with it (they are per line of '
                             "text, and an html document's sentences are the server's to cut)")
+
+
+async def _html_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
+                        ) -> list[dict[str, Any]]:
+    """``format: "html"``: the documents ``indices`` of ``req.q`` (one pair's), their sentences in one
+    job (batched with other requests' as text is), tags placed by the alignment (`nmtk.decode.markup`)."""
+    _refuse_per_line_asks(req)
     try:
         check_engine(service.worker.translator, "html")
     except NmtkError as exc:
@@ -651,10 +680,10 @@ def _translation_routes(app: FastAPI, service: _Service) -> None:
     async def translate(req: LibreRequest) -> dict[str, Any]:
         """LibreTranslate's request; ``q`` a string or a list of strings (``format: "html"``: documents)."""
         items = req.texts
-        pairs, detected = service.route(req.source, req.target, items, html=req.format == "html")
+        pairs, detected, as_is = service.route(req.source, req.target, items, html=req.format == "html")
         answer = _html_answers if req.format == "html" else _text_answers
-        groups = _groups(pairs)
-        answers: list[dict[str, Any]] = [{} for _ in items]
+        groups = _groups(pairs, as_is)
+        answers = [_as_it_is(req, items[i]) if i in as_is else {} for i in range(len(items))]
         found = await asyncio.gather(*(answer(service, req, indices, pair) for pair, indices in groups.items()))
         for indices, group in zip(groups.values(), found, strict=True):
             for i, one in zip(indices, group, strict=True):

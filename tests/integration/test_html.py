@@ -154,6 +154,13 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
         german = asyncio.run(translate(LibreRequest(q="Ein Mann fährt mit dem Fahrrad.", source="auto")))
         alone = asyncio.run(detect(DetectRequest(q="Ein Mann fährt mit dem Fahrrad.")))
         assert german["detectedLanguage"] == alone[0] and alone[0]["language"] == "de"
+        # and, surely German, it comes back as it is, as LibreTranslate gives it (it was translated as English)
+        assert alone[0]["confidence"] >= 50 and german["translatedText"] == "Ein Mann fährt mit dem Fahrrad."
+        both = asyncio.run(translate(LibreRequest(q=["Ein Mann fährt mit dem Fahrrad.", lines[0]], source="auto",
+                                                  alternatives=1)))
+        alike = asyncio.run(translate(LibreRequest(q=lines[0], source="en", alternatives=1)))
+        assert both["translatedText"] == ["Ein Mann fährt mit dem Fahrrad.", alike["translatedText"]]
+        assert both["alternatives"] == [[], alike["alternatives"]]
         # an html document is identified by its words, not its markup (read whole: "de" 27 % here, not 99 %)
         marked = asyncio.run(translate(LibreRequest(q='<div class="header"><p>Ein <b>Mann</b> fährt.</p></div>',
                                                     source="auto", format="html")))
