@@ -38,7 +38,8 @@ from nmtk.files import (
 )
 from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import NOT_ALIGNED, resolve_model
-from nmtk.pair import sources_of
+from nmtk.pair import Pair, sources_of
+from nmtk.text import langid
 from nmtk.text.markup import MarkupError
 
 
@@ -80,6 +81,21 @@ class Engine:
     cut: list[int] = field(default_factory=list)  # input lines whose translation ran to its length limit
     retried: list[int] = field(default_factory=list)  # ... and whose second, repeats barred, ended before it
     detected: dict[str, TranslatorBase] = field(default_factory=dict)  # a buffer's lines' pairs (`view_of`)
+    auto: bool = False  # --source-lang auto: lines already in the target language are written as they are
+    kept: list[int] = field(default_factory=list)  # ... those lines
+
+    def as_they_are(self, sources: list[str], options: TranslateOptions) -> dict[int, str]:
+        """With ``--source-lang auto``, the lines surely in the target language already (`langid.already_in`,
+        among the model's languages), by index: written as they are, as `serve` gives such texts back;
+        where each line gives its translation alone (as carried lines: `carries`)."""
+        if not self.auto or not self.carries(options):
+            return {}
+        pairs = self.translator.pairs
+        target = (self.translator.language_pair or Pair("", self.translator.tgt_pipe.moses.lang)).target
+        sources_ = sources_of(pairs, target) if pairs else [self.translator.src_pipe.moses.lang]
+        among = list(dict.fromkeys(lang for pair in pairs for lang in pair)) if pairs else [*sources_, target]
+        return {k: line for k, line in enumerate(sources)
+                if line.strip() and langid.already_in(langid.detect(line, among)[0], target, sources_)}
 
     def view_of(self, line: str) -> TranslatorBase:
         """The translator that reads ``line``: with ``--source-lang auto``, its detected language's pair,
@@ -211,7 +227,7 @@ def translate(options: TranslateOptions) -> None:
     if hints:
         translator.check_hints(glossary)
     engine = Engine(translator, search, options.guide.format, glossary, bans, _detects_sources(translator, options),
-                    hints)
+                    hints, auto=(options.load.source_lang or "").lower() == "auto")
     engine.translator.check_guides(None if hints else glossary, bans, options.guide.format.constraints, search)
     if options.format != "text":
         _refuse_with_markup(engine, options)
@@ -228,7 +244,7 @@ def translate(options: TranslateOptions) -> None:
             else:
                 _to_partial(engine, options, source, partial, resume, done)
                 os.replace(partial, options.output)
-        console.print(summary(done[0], time.perf_counter() - start, engine.cut, engine.retried))
+        console.print(summary(done[0], time.perf_counter() - start, engine.cut, engine.retried, engine.kept))
     except KeyboardInterrupt as exc:
         code = exit_code(exc)
         if partial is not None and not partial.exists():
@@ -243,13 +259,16 @@ def translate(options: TranslateOptions) -> None:
             source.close()
 
 
-def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = ()) -> str:
+def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (), as_is: list[int] = ()) -> str:
     """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
     translations ran to their length limit (``cut``: the model did not end them, most often because it
     repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading; ``retried``:
-    those translated again with repeats barred, which then ended."""
+    those translated again with repeats barred, which then ended; ``as_is``: those written as they were
+    (``--source-lang auto``: already in the target language)."""
     said = (f"translated {lines:,} line{'' if lines == 1 else 's'} in {seconds:.1f} s "
             f"({lines / max(seconds, 1e-9):.1f} lines/s)")
+    if as_is:
+        said += f"; {len(as_is):,} already in the target language, written as they are: {_lines(as_is)}"
     if retried:
         said += (f"; {len(retried):,} translated again with repeats barred, having run to the length limit: "
                  f"{_lines(retried)}")
@@ -454,7 +473,10 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     engine.detected.clear()
     sources, guides = engine.guides(chunk, first)
     cut: set[int] = set()  # the lines whose translation ran to its length limit, however it was made
-    carried = engine.carried(sources, first, options, cut)
+    as_is = engine.as_they_are(sources, options)
+    engine.kept.extend(first + k for k in as_is)
+    sources, guides = left_out(sources, guides, as_is)
+    carried = engine.carried(sources, first, options, cut) | as_is
     sources, guides = left_out(sources, guides, carried)
     hypotheses = engine.translator.hypotheses(sources, engine.search, first_line=first,
                                               ids=engine.ids(sources, first), guides=guides)

@@ -466,9 +466,8 @@ class _Service:
               ) -> tuple[list[Pair | None], list[tuple[str, float]] | None, set[int]]:
         """Per text, the pair it goes to, and (source ``auto``) its detected language with the
         identifier's probability: among the sources that have the target, when there are several; and
-        the texts already in the target language (source ``auto``, the identifier sure of it: `langid.SURE`),
-        which are given back as they are, as LibreTranslate gives them (German sent to an en→de
-        server was translated as English: "Ein Hund rennt im Park." → "Ein Mann mit dem Kopfschmuck.").
+        the texts already in the target language (source ``auto``: `langid.already_in`), which are given
+        back as they are.
         ``html``: the texts are documents, identified by their words (`text_of`), not their tags."""
         chosen = self.check_pair(source, target)
         if source.lower() != "auto":
@@ -478,7 +477,7 @@ class _Service:
         read = [text_of(text) for text in texts] if html else texts
         every = [self.detect(text) for text in read]  # among all the model's languages, as /detect answers
         found = [languages[0] for languages in every]  # what is reported: what was detected
-        as_is = {i for i, (lang, p) in enumerate(found) if lang == target and lang not in sources and p >= langid.SURE}
+        as_is = {i for i, detected in enumerate(found) if langid.already_in(detected, target, sources)}
         if len(sources) == 1:
             return [chosen] * len(texts), found, as_is
         # each text to the likeliest of the sources that have the target (German sent to a de+fr -> en model)

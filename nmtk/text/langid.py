@@ -161,3 +161,12 @@ def detect(text: str, among: Sequence[str]) -> list[tuple[str, float]]:
     found = [(lang, scale * scores.get(code, 0.0) if (code := code_for(lang)) else 0.0)
              for lang in dict.fromkeys(among)]
     return sorted(found, key=lambda item: -item[1])
+
+
+def already_in(detected: tuple[str, float], target: str, sources: Sequence[str]) -> bool:
+    """Whether a text `detect` found to be ``detected`` (its first answer) is already in ``target``, a
+    language that is none of the ``sources``, and the identifier sure of it (`SURE`): with an ``auto``
+    source such a text is given back as it is, as LibreTranslate gives it, rather than translated as if
+    it were a source ("Ein Hund rennt im Park." by an en→de model: "Ein Mann mit dem Kopfschmuck.")."""
+    lang, probability = detected
+    return lang == target and target not in sources and probability >= SURE

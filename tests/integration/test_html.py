@@ -127,7 +127,7 @@ def test_an_export_places_tags_as_the_run_does(copy_run, exported) -> None:
         assert all(a.count(k) == b.count(k) == 1 for k in kept), (a, b)
 
 
-def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_copy) -> None:
+def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_copy, copy_run) -> None:
     """``format: "html"`` equals `translate --format html` (its documents batched as text is); /detect
     answers in LibreTranslate's shape among the server's languages; ``source: "auto"`` on a one-pair
     server reports the detected source."""
@@ -135,7 +135,7 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
     from nmtk.serve.app import DetectRequest, LibreRequest
     from nmtk.serve.server import ServeOptions, build
 
-    tmp, lines, tagged_lines, _, out, _ = tagged_copy
+    tmp, lines, tagged_lines, _, out, out_plain = tagged_copy
     app, worker, _ = build(ServeOptions(load=LoadOptions(model=tmp / "run"), workers=1))
     translate, detect = _endpoint(app, "/translate"), _endpoint(app, "/detect")
     try:
@@ -161,6 +161,12 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
         alike = asyncio.run(translate(LibreRequest(q=lines[0], source="en", alternatives=1)))
         assert both["translatedText"] == ["Ein Mann fährt mit dem Fahrrad.", alike["translatedText"]]
         assert both["alternatives"] == [[], alike["alternatives"]]
+        # translate --source-lang auto alike: the line written as it is, the others as without it
+        mixed = "\n".join([lines[0], "Ein Mann fährt mit dem Fahrrad.", lines[1]]) + "\n"
+        auto = run_nmtk("translate", "-m", str(tmp / "run"), "--source-lang", "auto", stdin=mixed, env=copy_run[2])
+        assert auto.returncode == 0, auto.stderr
+        assert auto.stdout.splitlines() == [out_plain[0], "Ein Mann fährt mit dem Fahrrad.", out_plain[1]]
+        assert "1 already in the target language, written as they are: line 2" in auto.stderr
         # an html document is identified by its words, not its markup (read whole: "de" 27 % here, not 99 %)
         marked = asyncio.run(translate(LibreRequest(q='<div class="header"><p>Ein <b>Mann</b> fährt.</p></div>',
                                                     source="auto", format="html")))
