@@ -13,7 +13,8 @@ trains, each for the same minutes:
 - ``staged``: two stages (``[[train.stages]]``, OpusTrainer's curriculum): the first half plus the beam
   back-translation (untagged) until the back-translation has been seen twice (``--staged-epochs``), then
   the first half only. With another ``--staged-epochs`` its run is ``run-staged_e<N>``; with
-  ``--staged-bt sampling`` the sampled back-translation instead (``run-staged_sampling``).
+  ``--staged-bt sampling`` the sampled back-translation instead (``run-staged_sampling``); with
+  ``--staged-updates N`` the first stage ends after N updates instead (``run-staged_u<N>``).
 
 ``--models`` picks some of them; ``--seed`` trains the en->de models from another seed (runs named
 ``run-<model>-s<seed>``; the de->en model and its back-translations are seed 1's, made once).
@@ -23,7 +24,7 @@ sacreBLEU. Prints one JSON line: BLEU and updates per model, the back-translatio
 A run already trained is not trained again (`nmtk train` finds it finished).
 
 Usage: python benchmarks/backtranslation.py [--minutes 10] [--work DIR] [--seed 1] [--models half,staged,...]
-       [--staged-epochs 2] [--staged-bt beam|sampling]
+       [--staged-epochs 2 | --staged-updates N] [--staged-bt beam|sampling]
 """
 
 from __future__ import annotations
@@ -42,16 +43,17 @@ MODELS = ("half", "full", "bt_beam_tagged", "bt_beam_untagged", "bt_sampling_tag
 STAGED_EPOCHS = 2.0
 
 
-def stages(epochs: float, kind: str = "beam") -> list[dict]:
+def stages(epochs: float, kind: str = "beam", updates: int | None = None) -> list[dict]:
     """The staged model's curriculum: original + the ``kind`` back-translation until it was seen ``epochs``
-    times, then original only."""
-    return [{"name": "mixed", "epochs": epochs, "corpus": f"bt-{kind}"},
-            {"name": "original", "weights": {f"bt-{kind}": 0.0}}]
+    times (or for ``updates`` updates), then original only."""
+    end = {"updates": updates} if updates else {"epochs": epochs, "corpus": f"bt-{kind}"}
+    return [{"name": "mixed", **end}, {"name": "original", "weights": {f"bt-{kind}": 0.0}}]
 
 
-def staged_name(epochs: float, kind: str) -> str:
+def staged_name(epochs: float, kind: str, updates: int | None = None) -> str:
     """The staged model's run and data name: ``staged``, with what differs from the default appended."""
-    return "staged" + (f"_e{epochs:g}" if epochs != STAGED_EPOCHS else "") + ("_sampling" if kind == "sampling" else "")
+    end = f"_u{updates}" if updates else f"_e{epochs:g}" if epochs != STAGED_EPOCHS else ""
+    return "staged" + end + ("_sampling" if kind == "sampling" else "")
 
 
 def write_root(work: Path) -> Path:
@@ -128,6 +130,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " + ", ".join(MODELS))
     parser.add_argument("--staged-epochs", type=float, default=STAGED_EPOCHS,
                         help="the staged model's first stage ends when the back-translation was seen this often")
+    parser.add_argument("--staged-updates", type=int, default=None,
+                        help="the staged model's first stage ends after this many updates instead")
     parser.add_argument("--staged-bt", choices=("beam", "sampling"), default="beam",
                         help="the back-translation the staged model's first stage mixes in")
     args = parser.parse_args()
@@ -155,10 +159,11 @@ def main() -> None:
     result["bleu"] = {}
     for model in models:
         staged = model == "staged"
-        name = staged_name(args.staged_epochs, args.staged_bt) if staged else model
+        name = staged_name(args.staged_epochs, args.staged_bt, args.staged_updates) if staged else model
         data = staged_name(STAGED_EPOCHS, args.staged_bt) if staged else model  # its corpora: epochs change none
         run = trained(name, recipe(work, f"bt-{name}", training_corpora(model, args.staged_bt),
-                                   stages=stages(args.staged_epochs, args.staged_bt) if staged else None), data=data)
+                                   stages=stages(args.staged_epochs, args.staged_bt, args.staged_updates)
+                                   if staged else None), data=data)
         result["bleu"][name] = test_bleu(run, work / f"data-{data}", "en", "de")
     print(json.dumps(result))
 

@@ -87,8 +87,9 @@ class Engine:
     def as_they_are(self, sources: list[str], options: TranslateOptions) -> dict[int, str]:
         """With ``--source-lang auto``, the lines surely in the target language already (`langid.already_in`,
         among the model's languages), by index: written as they are, as `serve` gives such texts back;
-        where each line gives its translation alone (as carried lines: `carries`)."""
-        if not self.auto or not self.carries(options):
+        where each line gives its translation alone (plain input, no scores, n-best or alignments)."""
+        alone = self.format.plain and not options.print_scores and self.search.nbest == 1 and not self.search.align
+        if not (self.auto and alone):
             return {}
         pairs = self.translator.pairs
         target = (self.translator.language_pair or Pair("", self.translator.tgt_pipe.moses.lang)).target
