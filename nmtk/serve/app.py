@@ -416,7 +416,9 @@ class _Service:
             raise ApiError(422, str(exc)) from None
         limits = self.limits
         if search.beam > limits.max_beam or search.nbest > limits.max_nbest:
-            raise ApiError(413, f"beam/n_best above {limits.max_beam}/{limits.max_nbest}")
+            raise ApiError(413, f"beam {search.beam}, n_best {search.nbest}: this server takes a beam of at most "
+                                f"{limits.max_beam} and at most {limits.max_nbest} hypotheses a line (n_best, or "
+                                f"alternatives {limits.max_nbest - 1} and the translation)")
         if search.align and not self.worker.translator.can_align:
             raise ApiError(400, f"alignment: {NOT_ALIGNED}")
         return search

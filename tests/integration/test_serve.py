@@ -187,13 +187,15 @@ def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(served, raw, s
     ({"q": 123}, "q: expected a string or a list of strings"),
     ({"q": ["a", 5]}, "q: expected a string or a list of strings"),
     ({"q": "x", "prefix": 5}, "prefix: expected a string or a list of strings"),
+    ({"q": "x", "alternatives": 100}, "beam 101, n_best 101: this server takes a beam of at most 16 and at most 16 "
+                                      "hypotheses a line (n_best, or alternatives 15 and the translation)"),
 ])
 def test_a_wrong_type_is_named_once(served, body: dict, error: str) -> None:
     """A field of a string or a list of strings says so, not each member of the union (``q.str: Input
-    should be a valid string``)."""
+    should be a valid string``); a request over the server's limits names them ("beam/n_best above 16/16")."""
     server, _ = served
     got, answer = server.post("/translate", body)
-    assert got == 422 and answer["error"] == error, answer
+    assert got in (413, 422) and answer["error"] == error, answer
 
 
 @pytest.mark.parametrize(("path", "raw", "error"), [
