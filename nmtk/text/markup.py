@@ -466,6 +466,8 @@ def parse(markup: str, kind: str = "html", attributes: Sequence[str] = (), keep:
     for segment in segments:  # attribute values follow the text's segments: their slots shift by as many
         for tag in segment.tags:
             tag.start = _shift_slots(tag.start, offset)
+        # and so do those of elements standing before a block's first word or after its last, kept verbatim
+        segment.before, segment.after = _shift_slots(segment.before, offset), _shift_slots(segment.after, offset)
     segments += [Segment(value.split()) for value in parser.attribute_texts]
     return Document([_shift_slots(p, offset) if isinstance(p, str) else p for p in parser.parts], segments)
 

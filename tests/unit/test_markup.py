@@ -138,6 +138,11 @@ def test_translated_attributes_fill_their_slots_and_others_stay() -> None:
     placed = [place(doc.segments[0], identity(doc.segments[0])), "rotes <Auto>", "groß"]
     assert doc.render(placed) == ('<p>A <img src="a b.png" alt="rotes &lt;Auto&gt;"> and '
                                   '<a title="groß" href="x">link</a>.</p>')
+    # an element before a block's first word or after its last is kept verbatim around the words: its
+    # slot was not renumbered, and the alt became the block's own translation with a NUL-bracketed "0"
+    edges = parse('<p><img alt="red car"> A dog. <img title="big"></p>', "html", ("alt", "title"))
+    placed = [place(edges.segments[0], identity(edges.segments[0])), "rotes Auto", "groß"]
+    assert edges.render(placed) == '<p><img alt="rotes Auto"> A dog. <img title="groß"></p>'
 
 
 def test_sentences_are_cut_where_one_ends_and_the_next_begins() -> None:
