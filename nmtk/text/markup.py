@@ -180,7 +180,8 @@ class _Parser(HTMLParser):
             raise MarkupError(f"{self.opened_at[index]}: <{name}> is not closed (its block ends at {self._where()})"
                               + lines)
         text = "".join(self.text)
-        if self.keep is not None and (kept := self.keep(text)):
+        kept = _apart([*self._markers(text), *(self.keep(text) if self.keep is not None else ())])
+        if kept:
             text = self._taken_out(text, kept)
         spans = _split_at([(m.start(), m.end()) for m in re.finditer(r"\S+", text)], self.breaks)
         if not spans:
@@ -204,20 +205,39 @@ class _Parser(HTMLParser):
         self.segments.append(segment)
         self._new_block()
 
+    def _markers(self, text: str) -> list[tuple[int, int]]:
+        """The outermost elements holding no letter and no point (a footnote's ``1`` or ``[1]``, also as a
+        link in ``<sup>``, the ``2`` of m², a ``*``) written right after a word and not inside one
+        (``dog<sup>1</sup> runs``): kept as
+        they are, each placed after the target word aligned to its word, as a point is. Read as text they
+        glued to the word ("dog1", which the demo model read as the whole line's word:
+        ``<p><sup>Ein Hund rennt.</sup></p>``, and ``Ein Hund rennt<sup>.</sup>`` with a space before
+        it). ``H<sub>2</sub>O`` is inside a word, and read as one."""
+        found = [(lo, hi) for _, end, lo, hi, _ in self.tags
+                 if end and 0 < lo < hi and not text[lo - 1].isspace() and (hi == len(text) or not text[hi].isalnum())
+                 and text[lo:hi].strip() == text[lo:hi] and not any(c.isalpha() for c in text[lo:hi])
+                 and not any(a == b and lo <= a <= hi for _, _, a, b, _ in self.tags)]  # no <img> inside
+        return [(lo, hi) for lo, hi in found if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in found)]
+
     def _taken_out(self, text: str, kept: list[tuple[int, int]]) -> str:
         """``text`` without its ``kept`` spans (characters the model cannot read, links: the caller's
         `Keep`), each become a point where it stood, its characters written as they were, inside the
-        innermost tag around it (an element it fills becomes the point, whole). A span between two
+        innermost tag around it (an element it fills becomes the point, whole, with the elements inside it:
+        ``<b><a href=…>https://…</a></b>`` was an empty ``<b></b>`` beside the link). A span between two
         characters of words leaves a space: the words stay two. Positions after a span move back."""
-        before = len(self.tags)
+        before, inner = len(self.tags), {}
         for lo, hi in reversed(kept):
             glue = " " if 0 < lo and hi < len(text) and not text[lo - 1].isspace() and not text[hi].isspace() else ""
-            span, text = html.escape(text[lo:hi], quote=False), text[:lo] + glue + text[hi:]
+            original, span, text = text, html.escape(text[lo:hi], quote=False), text[:lo] + glue + text[hi:]
             inside = [k for k, (_, _, a, b, _) in enumerate(self.tags) if a <= lo and hi <= b and a < b]
-            whole = inside and self.tags[inside[-1]][2:4] == (lo, hi)  # <b>https://…</b>: the element is the point
-            if whole:
-                start, end, a, b, parent = self.tags[inside[-1]]
-                self.tags[inside[-1]] = (start + span, end, a, b, parent)
+            filled = [k for k in inside if self.tags[k][2:4] == (lo, hi)]  # <b>https://…</b>: the element is the point
+            whole = bool(filled)
+            if whole:  # the outermost it fills holds the markup inside it; the elements there go (`_without`)
+                outer = filled[0]
+                within = [k for k, (_, _, a, b, _) in enumerate(self.tags) if lo <= a < b <= hi and k != outer]
+                start, end, a, b, parent = self.tags[outer]
+                self.tags[outer] = (start + self._markup(original, lo, hi, within), end, a, b, parent)
+                inner.update({k: outer for k in within})
 
             def moved(at: int, lo: int = lo, hi: int = hi, glue: str = glue) -> int:
                 return at if at <= lo else lo + len(glue) if at < hi else at - (hi - lo) + len(glue)
@@ -227,7 +247,27 @@ class _Parser(HTMLParser):
             if not whole:
                 self.tags.append((span, "", lo, lo, inside[-1] if inside else None))
         self.tags[before:] = self.tags[before:][::-1]  # the points in the order they stood (no tag's parent)
+        if inner:
+            self._without(inner)
         return text
+
+    def _markup(self, text: str, lo: int, hi: int, within: list[int]) -> str:
+        """The characters ``[lo, hi)`` of ``text`` escaped, with the tags ``within`` (elements there, in the
+        order they began) written where they began and ended: ``<span>[</span>1<span>]</span>``."""
+        out = []
+        for at in range(lo, hi + 1):
+            out += [self.tags[k][1] for k in reversed(within) if self.tags[k][3] == at]  # inner ends first
+            out += [self.tags[k][0] for k in within if self.tags[k][2] == at]
+            if at < hi:
+                out.append(html.escape(text[at], quote=False))
+        return "".join(out)
+
+    def _without(self, gone: dict[int, int]) -> None:
+        """The block's tags less ``gone`` (index -> the tag that now holds its markup), parents renumbered."""
+        kept = [k for k in range(len(self.tags)) if k not in gone]
+        index = {old: new for new, old in enumerate(kept)}
+        self.tags = [(start, end, lo, hi, None if parent is None else index[gone.get(parent, parent)])
+                     for start, end, lo, hi, parent in (self.tags[k] for k in kept)]
 
     def _outside_the_words(self, segment: Segment, spans: list[tuple[int, int]], text: str
                            ) -> list[tuple[str, str, int, int, int | None]]:
@@ -416,6 +456,16 @@ class _Parser(HTMLParser):
 
     def unknown_decl(self, data: str) -> None:  # <![CDATA[...]]>: kept as it is (``data`` is "CDATA[...")
         self._in_place(f"<![{data}]]>")
+
+
+def _apart(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` in order, each overlapping an earlier (or, from the same place, a longer) one left out: a
+    marker ``[1]`` is kept whole, though the vocabulary cannot spell its brackets."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans, key=lambda span: (span[0], -span[1])):
+        if not out or lo >= out[-1][1]:
+            out.append((lo, hi))
+    return out
 
 
 def _split_at(spans: list[tuple[int, int]], breaks: list[int]) -> list[tuple[int, int]]:

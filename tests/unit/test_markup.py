@@ -202,6 +202,44 @@ def test_kept_spans_leave_the_words_and_come_back_where_they_stood() -> None:
         "Ein Mann isst <img src='s.png'>.")
 
 
+def test_an_element_a_kept_span_fills_is_kept_with_the_elements_around_and_inside_it() -> None:
+    """A link in bold, or a footnote's link with its brackets in spans: the outermost element the span
+    fills is the point, holding the markup inside it (the bold became an empty ``<b></b>`` beside the
+    link, and the spans ``<span></span>`` after the word)."""
+    def keep(text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in re.finditer(r"https://\S+(?<!\.)", text)]
+
+    markup = '<p>A dog <b><a href="https://x.org">https://<i>x</i>.org</a></b> runs.</p>'
+    doc = parse(markup, keep=keep)
+    assert doc.segments[0].words == ["A", "dog", "runs."] and len(doc.segments[0].tags) == 1
+    segment = doc.segments[0]
+    assert place(segment, Target("Ein Hund rennt.", [(0, 3), (4, 8), (9, 15)], [0, 1, 2])) == (
+        'Ein Hund <b><a href="https://x.org">https://<i>x</i>.org</a></b> rennt.')
+
+
+@pytest.mark.parametrize("markup, words, placed", [
+    ("<p>A dog<sup>1</sup> runs.</p>", ["A", "dog", "runs."], "Ein Hund<sup>1</sup> rennt."),
+    ("<p>A dog<sup>[1]</sup> runs.</p>", ["A", "dog", "runs."], "Ein Hund<sup>[1]</sup> rennt."),
+    ('<p>A dog<sup class="r"><a href="#n1"><span>[</span>1<span>]</span></a></sup> runs.</p>', ["A", "dog", "runs."],
+     'Ein Hund<sup class="r"><a href="#n1"><span>[</span>1<span>]</span></a></sup> rennt.'),
+    ("<p>A dog runs.<sup>12</sup></p>", ["A", "dog", "runs."], None),
+    # read as words: letters (an ordinal), inside a word (H2O), a space before it
+    ("<p>A dog<sup>st</sup> runs.</p>", ["A", "dogst", "runs."], None),
+    ("<p>A H<sub>2</sub>O dog.</p>", ["A", "H2O", "dog."], None),
+    ("<p>A dog <sup>1</sup> runs.</p>", ["A", "dog", "1", "runs."], None),
+])
+def test_a_footnote_marker_glued_to_a_word_is_kept_after_it(markup: str, words: list[str], placed: str | None) -> None:
+    """An element holding no letter, written right after a word (a footnote's 1 or [1], the 2 of m²):
+    the model read "dog1" ("<sup>Ein Hund rennt.</sup>"); now it reads "dog", and the marker follows the
+    word aligned to it."""
+    segment = parse(markup).segments[0]
+    assert segment.words == words
+    if placed is not None:
+        assert place(segment, Target("Ein Hund rennt.", [(0, 3), (4, 8), (9, 15)], [0, 1, 2])) == placed
+    if "dogst" not in words and "H2O" not in words:  # a tag inside a word comes back around the word
+        assert round_trip(markup) == markup
+
+
 def test_a_point_after_a_closing_tag_stays_outside_it() -> None:
     """``<i>cat</i><img>`` (no space): the point follows the word and stays where it was, outside ``<i>``;
     written inside, inside."""
