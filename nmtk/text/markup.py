@@ -180,7 +180,7 @@ class _Parser(HTMLParser):
             raise MarkupError(f"{self.opened_at[index]}: <{name}> is not closed (its block ends at {self._where()})"
                               + lines)
         text = "".join(self.text)
-        kept = _apart([*self._markers(text), *(self.keep(text) if self.keep is not None else ())])
+        kept = _apart([*_markers(self.tags, text), *(self.keep(text) if self.keep is not None else ())])
         if kept:
             text = self._taken_out(text, kept)
         spans = _split_at([(m.start(), m.end()) for m in re.finditer(r"\S+", text)], self.breaks)
@@ -205,20 +205,6 @@ class _Parser(HTMLParser):
         self.segments.append(segment)
         self._new_block()
 
-    def _markers(self, text: str) -> list[tuple[int, int]]:
-        """The outermost elements holding no letter and no point (a footnote's ``1`` or ``[1]``, also as a
-        link in ``<sup>``, the ``2`` of m², a ``*``) written right after a word and not inside one
-        (``dog<sup>1</sup> runs``): kept as
-        they are, each placed after the target word aligned to its word, as a point is. Read as text they
-        glued to the word ("dog1", which the demo model read as the whole line's word:
-        ``<p><sup>Ein Hund rennt.</sup></p>``, and ``Ein Hund rennt<sup>.</sup>`` with a space before
-        it). ``H<sub>2</sub>O`` is inside a word, and read as one."""
-        found = [(lo, hi) for _, end, lo, hi, _ in self.tags
-                 if end and 0 < lo < hi and not text[lo - 1].isspace() and (hi == len(text) or not text[hi].isalnum())
-                 and text[lo:hi].strip() == text[lo:hi] and not any(c.isalpha() for c in text[lo:hi])
-                 and not any(a == b and lo <= a <= hi for _, _, a, b, _ in self.tags)]  # no <img> inside
-        return [(lo, hi) for lo, hi in found if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in found)]
-
     def _taken_out(self, text: str, kept: list[tuple[int, int]]) -> str:
         """``text`` without its ``kept`` spans (characters the model cannot read, links: the caller's
         `Keep`), each become a point where it stood, its characters written as they were, inside the
@@ -236,7 +222,7 @@ class _Parser(HTMLParser):
                 outer = filled[0]
                 within = [k for k, (_, _, a, b, _) in enumerate(self.tags) if lo <= a < b <= hi and k != outer]
                 start, end, a, b, parent = self.tags[outer]
-                self.tags[outer] = (start + self._markup(original, lo, hi, within), end, a, b, parent)
+                self.tags[outer] = (start + _markup(self.tags, original, lo, hi, within), end, a, b, parent)
                 inner.update({k: outer for k in within})
 
             def moved(at: int, lo: int = lo, hi: int = hi, glue: str = glue) -> int:
@@ -248,26 +234,8 @@ class _Parser(HTMLParser):
                 self.tags.append((span, "", lo, lo, inside[-1] if inside else None))
         self.tags[before:] = self.tags[before:][::-1]  # the points in the order they stood (no tag's parent)
         if inner:
-            self._without(inner)
+            self.tags = _without(self.tags, inner)
         return text
-
-    def _markup(self, text: str, lo: int, hi: int, within: list[int]) -> str:
-        """The characters ``[lo, hi)`` of ``text`` escaped, with the tags ``within`` (elements there, in the
-        order they began) written where they began and ended: ``<span>[</span>1<span>]</span>``."""
-        out = []
-        for at in range(lo, hi + 1):
-            out += [self.tags[k][1] for k in reversed(within) if self.tags[k][3] == at]  # inner ends first
-            out += [self.tags[k][0] for k in within if self.tags[k][2] == at]
-            if at < hi:
-                out.append(html.escape(text[at], quote=False))
-        return "".join(out)
-
-    def _without(self, gone: dict[int, int]) -> None:
-        """The block's tags less ``gone`` (index -> the tag that now holds its markup), parents renumbered."""
-        kept = [k for k in range(len(self.tags)) if k not in gone]
-        index = {old: new for new, old in enumerate(kept)}
-        self.tags = [(start, end, lo, hi, None if parent is None else index[gone.get(parent, parent)])
-                     for start, end, lo, hi, parent in (self.tags[k] for k in kept)]
 
     def _outside_the_words(self, segment: Segment, spans: list[tuple[int, int]], text: str
                            ) -> list[tuple[str, str, int, int, int | None]]:
@@ -456,6 +424,44 @@ class _Parser(HTMLParser):
 
     def unknown_decl(self, data: str) -> None:  # <![CDATA[...]]>: kept as it is (``data`` is "CDATA[...")
         self._in_place(f"<![{data}]]>")
+
+
+#: A block's tag as the parser keeps it: start and end tags as written, [from, to) characters of its text,
+#: the index of its parent.
+RawTag = tuple[str, str, int, int, "int | None"]
+
+
+def _markers(tags: list[RawTag], text: str) -> list[tuple[int, int]]:
+    """The outermost elements holding no letter and no point (a footnote's ``1`` or ``[1]``, also as a
+    link in ``<sup>``, the ``2`` of m², a ``*``) written right after a word and not inside one
+    (``dog<sup>1</sup> runs``): kept as they are, each placed after the target word aligned to its word,
+    as a point is. Read as text they glued to the word ("dog1", which the demo model read as the whole
+    line's word: ``<p><sup>Ein Hund rennt.</sup></p>``). ``H<sub>2</sub>O`` is inside a word, and read as one."""
+    found = [(lo, hi) for _, end, lo, hi, _ in tags
+             if end and 0 < lo < hi and not text[lo - 1].isspace() and (hi == len(text) or not text[hi].isalnum())
+             and text[lo:hi].strip() == text[lo:hi] and not any(c.isalpha() for c in text[lo:hi])
+             and not any(a == b and lo <= a <= hi for _, _, a, b, _ in tags)]  # no <img> inside
+    return [(lo, hi) for lo, hi in found if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in found)]
+
+
+def _markup(tags: list[RawTag], text: str, lo: int, hi: int, within: list[int]) -> str:
+    """The characters ``[lo, hi)`` of ``text`` escaped, with the ``tags`` ``within`` (elements there, in
+    the order they began) written where they began and ended: ``<span>[</span>1<span>]</span>``."""
+    out = []
+    for at in range(lo, hi + 1):
+        out += [tags[k][1] for k in reversed(within) if tags[k][3] == at]  # inner ends first
+        out += [tags[k][0] for k in within if tags[k][2] == at]
+        if at < hi:
+            out.append(html.escape(text[at], quote=False))
+    return "".join(out)
+
+
+def _without(tags: list[RawTag], gone: dict[int, int]) -> list[RawTag]:
+    """``tags`` less ``gone`` (index -> the tag that now holds its markup), parents renumbered."""
+    kept = [k for k in range(len(tags)) if k not in gone]
+    index = {old: new for new, old in enumerate(kept)}
+    return [(start, end, lo, hi, None if parent is None else index[gone.get(parent, parent)])
+            for start, end, lo, hi, parent in (tags[k] for k in kept)]
 
 
 def _apart(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
