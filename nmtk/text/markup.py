@@ -210,11 +210,12 @@ class _Parser(HTMLParser):
         `Keep`), each become a point where it stood, its characters written as they were, inside the
         innermost tag around it (an element it fills becomes the point, whole, with the elements inside it:
         ``<b><a href=…>https://…</a></b>`` was an empty ``<b></b>`` beside the link). A span between two
-        characters of words leaves a space: the words stay two. Positions after a span move back."""
+        letters or digits leaves a space: the words stay two (before a word's punctuation it leaves none:
+        ``runs<sup>1</sup>.`` is one word, its point after it). Positions after a span move back."""
         before, inner = len(self.tags), {}
         for lo, hi in reversed(kept):
-            glue = " " if 0 < lo and hi < len(text) and not text[lo - 1].isspace() and not text[hi].isspace() else ""
-            original, span, text = text, html.escape(text[lo:hi], quote=False), text[:lo] + glue + text[hi:]
+            glue = " " if 0 < lo and hi < len(text) and text[lo - 1].isalnum() and text[hi].isalnum() else ""
+            original, span, text = text, _escaped(text[lo:hi], self.entities), text[:lo] + glue + text[hi:]
             inside = [k for k, (_, _, a, b, _) in enumerate(self.tags) if a <= lo and hi <= b and a < b]
             filled = [k for k in inside if self.tags[k][2:4] == (lo, hi)]  # <b>https://…</b>: the element is the point
             whole = bool(filled)
@@ -222,7 +223,8 @@ class _Parser(HTMLParser):
                 outer = filled[0]
                 within = [k for k, (_, _, a, b, _) in enumerate(self.tags) if lo <= a < b <= hi and k != outer]
                 start, end, a, b, parent = self.tags[outer]
-                self.tags[outer] = (start + _markup(self.tags, original, lo, hi, within), end, a, b, parent)
+                markup = _markup(self.tags, original, lo, hi, within, self.entities)
+                self.tags[outer] = (start + markup, end, a, b, parent)
                 inner.update({k: outer for k in within})
 
             def moved(at: int, lo: int = lo, hi: int = hi, glue: str = glue) -> int:
@@ -444,15 +446,16 @@ def _markers(tags: list[RawTag], text: str) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in found if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in found)]
 
 
-def _markup(tags: list[RawTag], text: str, lo: int, hi: int, within: list[int]) -> str:
-    """The characters ``[lo, hi)`` of ``text`` escaped, with the ``tags`` ``within`` (elements there, in
-    the order they began) written where they began and ended: ``<span>[</span>1<span>]</span>``."""
+def _markup(tags: list[RawTag], text: str, lo: int, hi: int, within: list[int], entities: dict[str, str]) -> str:
+    """The characters ``[lo, hi)`` of ``text`` escaped (``entities`` as written), with the ``tags``
+    ``within`` (elements there, in the order they began) written where they began and ended:
+    ``<span>[</span>1<span>]</span>``."""
     out = []
     for at in range(lo, hi + 1):
         out += [tags[k][1] for k in reversed(within) if tags[k][3] == at]  # inner ends first
         out += [tags[k][0] for k in within if tags[k][2] == at]
         if at < hi:
-            out.append(html.escape(text[at], quote=False))
+            out.append(_escaped(text[at], entities))
     return "".join(out)
 
 

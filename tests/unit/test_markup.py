@@ -215,6 +215,12 @@ def test_an_element_a_kept_span_fills_is_kept_with_the_elements_around_and_insid
     segment = doc.segments[0]
     assert place(segment, Target("Ein Hund rennt.", [(0, 3), (4, 8), (9, 15)], [0, 1, 2])) == (
         'Ein Hund <b><a href="https://x.org">https://<i>x</i>.org</a></b> rennt.')
+    # a kept character written as an entity comes back as that entity (it came back as the character)
+    written = "<p>A dog &copy; runs<sup>&dagger;</sup>.</p>"
+    entity = parse(written, keep=lambda text: [m.span() for m in re.finditer("©", text)])
+    assert entity.segments[0].words == ["A", "dog", "runs."]
+    target = Target("Ein Hund rennt.", [(0, 3), (4, 8), (9, 14), (14, 15)], [0, 1, 2, 2])
+    assert entity.render([place(entity.segments[0], target)]) == "<p>Ein Hund &copy; rennt.<sup>&dagger;</sup></p>"
 
 
 @pytest.mark.parametrize("markup, words, placed", [
