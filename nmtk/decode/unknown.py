@@ -207,10 +207,11 @@ def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, str
 
 
 def unread(line: str) -> bool:
-    """Whether ``line`` holds something but no letter or digit (``...``, ``* * *``, ``—``): markup keeps
-    such a sentence, and so such a line, as it is (`nmtk.decode.markup.MarkedUp`), where a model writes
-    one of its own."""
-    return bool(line.strip()) and not any(c.isalnum() for c in line)
+    """Whether ``line`` holds something but no letter (``...``, ``* * *``, ``—``, and numbers alone:
+    ``3``, ``12:30``, ``$5``, ``2024``): markup keeps such a sentence, and so such a line, as it is
+    (`nmtk.decode.markup.MarkedUp`), where a model writes one of its own (the demo model: "..." →
+    "Ein Taucher.", a table cell's "3" → "Drei", "12:30" → "1 1 19999994.")."""
+    return bool(line.strip()) and not any(c.isalpha() for c in line)
 
 
 def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:

@@ -188,8 +188,8 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
         worker.stop(timeout=30)
 
 
-def test_what_has_no_letter_or_digit_is_kept_as_it_is_in_text_and_html(copy_run, monkeypatch) -> None:
-    """A line or sentence of punctuation and symbols alone (``...``, ``* * *``) is nothing to translate:
+def test_what_has_no_letter_is_kept_as_it_is_in_text_and_html(copy_run, monkeypatch) -> None:
+    """A line or sentence of punctuation, symbols and numbers alone (``...``, ``* * *``, ``3``) is nothing to translate:
     given to a model, it writes a sentence of its own (the demo model made "..." "Ein Taucher."). Text
     and html keep it as it is, the rest translated as before. (The copy model's vocabulary spells no
     punctuation, which would be carried anyway: here it spells everything.)"""
@@ -204,10 +204,12 @@ def test_what_has_no_letter_or_digit_is_kept_as_it_is_in_text_and_html(copy_run,
     translator = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))
     monkeypatch.setattr(translator.src_pipe, "spells", lambda char: True)
     search = SearchConfig(beam=2)
-    html = ["<p>...</p>", "<p>the <b>red</b> cat runs</p>", "<ul><li>* * *</li><li>a cat</li></ul>"]
+    html = ["<p>...</p>", "<p>the <b>red</b> cat runs</p>", "<ul><li>* * *</li><li>a cat</li></ul>",
+            "<tr><td>3</td><td>12:30</td></tr>"]
     got = translate_markup(translator, html, search, "html")
     assert got[0] == html[0] and got[2].startswith("<ul><li>* * *</li><li>"), got
-    assert got[1] == "<p>the <b>red</b> cat runs</p>" and got[2] == html[2], got
+    assert got[1] == "<p>the <b>red</b> cat runs</p>" and got[2] == html[2] and got[3] == html[3], got
     engine = Engine(translator, search)
     options = TranslateOptions()
-    assert engine.carried(["...", "the red cat runs", "* * *"], 1, options, set()) == {0: "...", 2: "* * *"}
+    lines = ["...", "the red cat runs", "* * *", "3", "$5 - 12:30"]  # numbers alone: "Drei" from the demo model
+    assert engine.carried(lines, 1, options, set()) == {0: "...", 2: "* * *", 3: "3", 4: "$5 - 12:30"}
