@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import keeper, unread
+from nmtk.decode.unknown import garbled_numbers, keeper, lost_numbers, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
-from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, token_spans
+from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, text_of, token_spans
 from nmtk.text.subword import word_index
 
 
@@ -137,9 +137,12 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
                      cut: list[int] | None = None) -> list[str]:
     """``documents`` (html or xml) translated with their tags, all their sentences in one search (with
     the glossary's terms, as constraints or, ``hints``, as hints in the sources, and the banned
-    phrases, as in text); with ``numbers``, their numbers carried through as links are. ``cut``: where
-    given, the indices of the documents a sentence of which ran to its length limit are added to it
-    (`translate`'s last line names them)."""
+    phrases, as in text); with ``numbers``, their numbers carried through as links are. Without, a
+    document whose translation lost or garbled a number of its text is translated again with its
+    numbers carried, as a line of text is (`renumbered_lines`; the demo model wrote "&copy; 2024 Dog
+    Park" as "&copy; Basketballspieler der Nummer4444."). ``cut``: where given, the indices of the
+    documents a sentence of which ran to its length limit are added to it (`translate`'s last line
+    names them)."""
     check_engine(translator, kind)
     marked = MarkedUp.of(documents, kind, translator, attributes, numbers)
     lines = marked.lines
@@ -151,7 +154,26 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
         guides = [guided(translator.reading.read(line), Guidance(), glossary, bans, tokenize, hints) for line in lines]
     ids = marked.ids(translator, glossary if hints else None)
     hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
+    ran = sorted({d for (d, *_), found in zip(marked.places, hyps, strict=True) if found and found[0].cut})
+    out = marked.render(hyps, translator)
+    if not numbers and translator.reading.carry:
+        again = [d for d, (source, done) in enumerate(zip(documents, out, strict=True))
+                 if lost_a_number(translator, source, done, kind)]
+        if again:  # made again with their numbers carried; their length limits are the new translations'
+            still: list[int] = []
+            redone = translate_markup(translator, [documents[d] for d in again], search, kind, attributes, glossary,
+                                      bans, hints, numbers=True, cut=still)
+            for d, text in zip(again, redone, strict=True):
+                out[d] = text
+            ran = sorted(set(ran) - set(again) | {again[k] for k in still})
     if cut is not None:
-        cut += sorted({d for (d, *_), found in zip(marked.places, hyps, strict=True) if found and found[0].cut})
-    return marked.render(hyps, translator)
+        cut += ran
+    return out
+
+
+def lost_a_number(translator: TranslatorBase, source: str, translation: str, kind: str) -> bool:
+    """Whether the words of ``translation`` (a document) lost or garbled a number of ``source``'s."""
+    words, translated = text_of(source, kind), text_of(translation, kind)
+    return (lost_numbers(words, translated, translator.tgt_pipe.moses.lang)
+            or garbled_numbers(words, translated, translator.src_pipe.moses.lang))
 

@@ -188,6 +188,32 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
         worker.stop(timeout=30)
 
 
+def test_markup_whose_translation_lost_a_number_is_made_again_with_its_numbers_carried(copy_run, monkeypatch) -> None:
+    """As a line of text is: the demo model wrote "&copy; 2024 Dog Park" as "&copy; Basketballspieler der
+    Nummer4444." and html had no second try. Here the first search loses everything."""
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.markup import translate_markup
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.model_source import resolve_model
+    from nmtk.precision import Precision
+
+    tmp, _, _ = copy_run
+    translator = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))
+    monkeypatch.setattr(translator.src_pipe, "spells", lambda char: True)
+    calls: list[list[str]] = []
+    real = translator.hypotheses
+
+    def losing_first(lines, search, **kwargs):  # noqa: ANN001, ANN202 - the translator's own signature
+        calls.append(list(lines))
+        return [[] for _ in lines] if len(calls) == 1 else real(lines, search, **kwargs)
+
+    monkeypatch.setattr(translator, "hypotheses", losing_first)
+    documents = ["<p>the <b>red</b> cat runs 12 times</p>", "<p>a cat</p>"]
+    got = translate_markup(translator, documents, SearchConfig(beam=2), "html")
+    assert len(calls) == 2 and calls[1] == ["the red cat runs times"], calls  # the number out of the words
+    assert "12" in got[0] and got[0].count("<b>") == 1 and got[1] == "<p></p>", got  # only the one made again
+
+
 def test_what_has_no_letter_is_kept_as_it_is_in_text_and_html(copy_run, monkeypatch) -> None:
     """A line or sentence of punctuation, symbols and numbers alone (``...``, ``* * *``, ``3``) is nothing to translate:
     given to a model, it writes a sentence of its own (the demo model made "..." "Ein Taucher."). Text
