@@ -3,8 +3,9 @@
 A document is cut into *segments* (`parse`): the text of each block (a paragraph, a list item, a
 table cell; in ``xml``, a line), with its inline tags (``<b>``, ``<a href=...>``, ``<span>``) taken out
 and remembered by the words they covered. Everything else — block tags, comments, and elements not to
-translate (``<code>``, ``<pre>``, ``<script>``, ``<style>``, ``translate="no"``, ``class="notranslate"``)
-— is kept verbatim between the segments. Each segment's sentences are translated whole, so ``<b>red</b>
+translate (``<code>``, ``<pre>``, ``<script>``, ``<style>``, ``translate="no"``, ``class="notranslate"``;
+in ``xml``, XLIFF's and TMX's inline codes ``<bpt>``, ``<ept>``, ``<ph>``, ``<it>``, ``<ut>``) — is kept
+verbatim between the segments. Each segment's sentences are translated whole, so ``<b>red</b>
 car`` is translated as one sentence, not as two fragments; the tags are then put back around the target
 words aligned to the source words they covered (`place`), nested as they were, each exactly once.
 
@@ -34,6 +35,10 @@ BLOCKS = frozenset(
     "table tbody td tfoot th thead title tr ul".split())
 #: Elements whose content is never translated (kept verbatim, the element with it).
 VERBATIM = frozenset("code pre script style textarea kbd samp var math svg template noscript".split())
+#: In xml, XLIFF's and TMX's inline codes: their content is the original document's markup (``<bpt
+#: id="1">&lt;b&gt;</bpt>``), kept verbatim as these elements are in html (it was translated: "Nahaufnahme
+#: &lt;&gt;"). ``<sub>``, their translatable part, and XLIFF 2's ``<pc>`` are translated.
+NATIVE_CODE = frozenset("bpt ept ph it ut".split())
 #: HTML's void elements: a start tag and no end tag.
 VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
 #: Where a translated attribute's value goes in the markup until its translation is known.
@@ -306,7 +311,7 @@ class _Parser(HTMLParser):
     def _kept_whole(self, tag: str, attrs: dict[str, str | None]) -> bool:
         if attrs.get("translate", "") == "no" or "notranslate" in (attrs.get("class") or "").split():
             return True
-        return self.kind == "html" and tag in VERBATIM
+        return tag in (VERBATIM if self.kind == "html" else NATIVE_CODE)
 
     def _point(self, raw: str) -> None:
         """An element with nothing to translate inside: placed between words."""

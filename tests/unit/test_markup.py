@@ -46,6 +46,16 @@ def test_a_copy_gives_the_markup_back(markup: str, expected: str | None) -> None
     assert round_trip(markup) == (expected or markup)
 
 
+def test_xliff_inline_codes_are_kept_verbatim_in_xml() -> None:
+    """``<bpt>``/``<ept>``/``<ph>`` hold the original document's markup: not words to translate (the
+    demo model made ``<bpt>&lt;b&gt;</bpt>`` "<bpt>Nahaufnahme &lt;&gt;</bpt>"); ``<g>`` holds words."""
+    markup = 'A <bpt id="1">&lt;b&gt;</bpt>red<ept id="1">&lt;/b&gt;</ept> <g id="2">car</g><ph id="3">{0}</ph>.'
+    segment = parse(markup, "xml").segments[0]
+    assert segment.words == ["A", "red", "car."]
+    assert round_trip(markup, "xml") == markup
+    assert parse("<p>A <ph>red</ph> car.</p>").segments[0].words == ["A", "red", "car."]  # html has no such codes
+
+
 @pytest.mark.parametrize("markup, kind", [
     ("<doc><!-- c --><seg>A dog.</seg></doc>", "xml"),  # a comment before a tag that opens at its word: outside it
     ("<p><!-- c --><b>A dog</b> runs.</p>", "html"),
