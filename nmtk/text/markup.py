@@ -96,11 +96,13 @@ class Segment:
         """The segment's sentences as word ranges: a sentence ends after a word ending in ``.``, ``!`` or
         ``?`` (closing quotes and brackets aside) when the next word begins with a capital or a digit,
         or an element with nothing to translate stands before it (``it. <code>nmtk</code> is``), unless
-        the word is an abbreviation (``Dr.``, ``e.g.``, ``J.``)."""
+        the word is an abbreviation (``Dr.``, ``e.g.``, ``J.``); a separator (`SEPARATORS`) is one alone."""
         cuts, start = [], 0
         kept = {tag.first for tag in self.tags if tag.point}  # an element kept verbatim starts a sentence too
+        apart = {tag.first for tag in self.tags if tag.point and not tag.end and _separator(tag.start.strip())}
         for i in range(len(self.words) - 1):
-            if _ends_sentence(self.words[i]) and (_starts_sentence(self.words[i + 1]) or i + 1 in kept):
+            ends = _ends_sentence(self.words[i]) and (_starts_sentence(self.words[i + 1]) or i + 1 in kept)
+            if ends or i + 1 in apart or _separator(self.words[i]) or _separator(self.words[i + 1]):
                 cuts.append((start, i + 1))
                 start = i + 1
         return [*cuts, (start, len(self.words))] if self.words else []
@@ -108,6 +110,16 @@ class Segment:
 
 _SENTENCE_END = re.compile(r"[.!?][\"'”’»)\]]*$")
 _TITLES = frozenset("mr mrs ms dr prof st nr no vs jr sr hr fr frau herr mme mlle m".split())
+
+
+#: Characters that set a menu's or a footer's items apart (``Home | About us``, ``A · B · C``): a word of
+#: them alone is a sentence of its own, kept as it is, and the items on either side are translated apart
+#: (read as one sentence, "Home | About us" moved the bar into the second link).
+SEPARATORS = frozenset("|¦‖·•∙‧")
+
+
+def _separator(word: str) -> bool:
+    return bool(word) and all(c in SEPARATORS for c in word)
 
 
 def _ends_sentence(word: str) -> bool:
@@ -217,8 +229,9 @@ class _Parser(HTMLParser):
         ``<b><a href=…>https://…</a></b>`` was an empty ``<b></b>`` beside the link). A span between two
         letters or digits leaves a space: the words stay two (before a word's punctuation it leaves none:
         ``runs<sup>1</sup>.`` is one word, its point after it). Positions after a span move back."""
-        before, inner = len(self.tags), {}
+        before, inner, places = len(self.tags), {}, []
         for lo, hi in reversed(kept):
+            place = sum(a <= lo for _, _, a, _, _ in self.tags[:before])  # the tags begun before it, in the source
             glue = " " if 0 < lo and hi < len(text) and text[lo - 1].isalnum() and text[hi].isalnum() else ""
             original, span, text = text, _escaped(text[lo:hi], self.entities), text[:lo] + glue + text[hi:]
             inside = [k for k, (_, _, a, b, _) in enumerate(self.tags) if a <= lo and hi <= b and a < b]
@@ -239,9 +252,11 @@ class _Parser(HTMLParser):
             self.breaks = [moved(b) for b in self.breaks]
             if not whole:
                 self.tags.append((span, "", lo, lo, inside[-1] if inside else None))
+                places.append(place)
         self.tags[before:] = self.tags[before:][::-1]  # the points in the order they stood (no tag's parent)
+        self.tags, index = _in_source_order(self.tags, before, places[::-1])
         if inner:
-            self.tags = _without(self.tags, inner)
+            self.tags = _without(self.tags, {index[k]: index[v] for k, v in inner.items()})
         return text
 
     def _outside_the_words(self, segment: Segment, spans: list[tuple[int, int]], text: str
@@ -462,6 +477,17 @@ def _markup(tags: list[RawTag], text: str, lo: int, hi: int, within: list[int], 
         if at < hi:
             out.append(_escaped(text[at], entities))
     return "".join(out)
+
+
+def _in_source_order(tags: list[RawTag], before: int, places: list[int]) -> tuple[list[RawTag], dict[int, int]]:
+    """``tags[:before]`` (in the order they began) with the points ``tags[before:]`` put among them where
+    they stood (``places``: how many of the former began before each), parents renumbered; and where each
+    old index went. A point standing before a tag must come before it: ``A 🐶<b>dog</b>`` came back
+    ``<b>🐶Hund</b>``, a menu's ``|`` inside the next link."""
+    order = sorted([(k, 1, k) for k in range(before)] + [(at, 0, before + j) for j, at in enumerate(places)])
+    index = {old: new for new, (_, _, old) in enumerate(order)}
+    return [(start, end, lo, hi, None if parent is None else index[parent])
+            for start, end, lo, hi, parent in (tags[old] for _, _, old in order)], index
 
 
 def _without(tags: list[RawTag], gone: dict[int, int]) -> list[RawTag]:

@@ -256,6 +256,22 @@ def test_a_footnote_marker_glued_to_a_word_is_kept_after_it(markup: str, words: 
         assert round_trip(markup) == markup
 
 
+def test_a_kept_span_before_a_tag_stays_before_it_and_separators_part_a_menu_s_items() -> None:
+    """A span taken out before an element opening at the next word stays outside it (``A 🐶<b>dog</b>``
+    came back ``<b>🐶Hund</b>``); a separator (``|``, ``·``) is a sentence of its own, so that a menu's
+    items are translated apart (read as one sentence, the bar went into the next link)."""
+    def keep(text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in re.finditer(r"🐶|\|", text)]
+
+    glued = parse("<p>A 🐶<b>dog</b> runs.</p>", keep=keep).segments[0]
+    assert place(glued, identity(glued)) == "A 🐶<b>dog</b> runs."
+    menu = parse('<p><a href="/">Home</a> | <a href="/b">About us</a> · <a href="/c">Help</a></p>', keep=keep)
+    segment = menu.segments[0]
+    assert [segment.words[a:b] for a, b in segment.sentences()] == [["Home"], ["About", "us"], ["·"], ["Help"]]
+    assert menu.render([place(segment, identity(segment))]) == (
+        '<p><a href="/">Home</a> | <a href="/b">About us</a> · <a href="/c">Help</a></p>')
+
+
 def test_a_point_after_a_closing_tag_stays_outside_it() -> None:
     """``<i>cat</i><img>`` (no space): the point follows the word and stays where it was, outside ``<i>``;
     written inside, inside."""
