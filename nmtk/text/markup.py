@@ -778,6 +778,7 @@ def _target_ranges(segment: Segment, target: Target) -> list[tuple[int, int]]:
     its parent's, each non-empty when its source words were (so its content is)."""
     n = len(target.spans)
     ranges: list[tuple[int, int]] = []
+    sentences = segment.sentences()
     for tag in segment.tags:  # parents come before their children
         parent = ranges[tag.parent] if tag.parent is not None else (0, n)
         if n == 0:
@@ -792,7 +793,7 @@ def _target_ranges(segment: Segment, target: Target) -> list[tuple[int, int]]:
             continue
         hits = [j for j, s in enumerate(target.aligned) if tag.first <= s < tag.last and parent[0] <= j < parent[1]]
         if not hits:
-            hits = [_nearest(tag, target.aligned, parent)]
+            hits = [_nearest(tag, target.aligned, parent, sentences)]
         lo, hi = min(hits), max(hits) + 1
         for k, (plo, phi) in enumerate(ranges):  # crossing a placed range (not an ancestor): cut to one side
             if plo == phi or _ancestor(segment.tags, k, len(ranges)) or hi <= plo or lo >= phi:
@@ -814,14 +815,18 @@ def _ancestor(tags: list[Tag], k: int, of: int) -> bool:
     return False
 
 
-def _nearest(tag: Tag, aligned: list[int], parent: tuple[int, int]) -> int:
-    """The target word (inside ``parent``) aligned nearest to the tag's source words: where a tag goes
-    whose words no target word is aligned to."""
+def _nearest(tag: Tag, aligned: list[int], parent: tuple[int, int], sentences: list[tuple[int, int]]) -> int:
+    """The target word (inside ``parent``, and of the tag's own sentence where that has one there)
+    aligned nearest to the tag's source words: where a tag goes whose words no target word is aligned
+    to. (A link on a sentence's last word, which its translation lost, went around the next sentence's
+    first word.)"""
     def distance(j: int) -> tuple[int, int]:
         s = aligned[j]
         return (0 if tag.first <= s < tag.last else min(abs(s - tag.first), abs(s - (tag.last - 1))), j)
 
-    return min(range(parent[0], parent[1]), key=distance)
+    first, last = next(((a, b) for a, b in sentences if a <= tag.first < b), (0, len(aligned) and max(aligned) + 1))
+    own = [j for j in range(parent[0], parent[1]) if first <= aligned[j] < last]
+    return min(own or range(parent[0], parent[1]), key=distance)
 
 
 def _point_in(source_point: int, aligned: list[int], parent: tuple[int, int]) -> int:

@@ -272,6 +272,18 @@ def test_a_kept_span_before_a_tag_stays_before_it_and_separators_part_a_menu_s_i
         '<p><a href="/">Home</a> | <a href="/b">About us</a> · <a href="/c">Help</a></p>')
 
 
+def test_a_tag_whose_words_were_lost_stays_in_its_own_sentence() -> None:
+    """A link on a sentence's last word, which the translation lost, goes around the nearest word of its
+    own sentence, not the next sentence's first word (a Wikipedia paragraph's "of the <a>wolf</a>."
+    came back with the link around the next sentence's "Ein")."""
+    segment = parse('<p>A dog runs to the <a href="/w">wolf</a>. A cat sleeps.</p>').segments[0]
+    assert segment.sentences() == [(0, 6), (6, 9)]
+    words = ["Ein", "Hund", "rennt.", "Eine", "Katze", "schläft."]
+    text = " ".join(words)
+    target = Target(text, token_spans(words, text), [0, 1, 2, 6, 7, 8])  # nothing aligned to "wolf."
+    assert place(segment, target) == 'Ein Hund <a href="/w">rennt</a>. Eine Katze schläft.'
+
+
 def test_a_point_after_a_closing_tag_stays_outside_it() -> None:
     """``<i>cat</i><img>`` (no space): the point follows the word and stays where it was, outside ``<i>``;
     written inside, inside."""
