@@ -208,6 +208,7 @@ class _Parser(HTMLParser):
             return
         segment = Segment([text[a:b] for a, b in spans], entities=self.entities,
                           before=text[: spans[0][0]], after=text[spans[-1][1]:])
+        self.tags = _collapsed(self.tags)
         tags = self._outside_the_words(segment, spans, text)
         for start, end, lo, hi, parent in tags:
             first, last = _covered(spans, lo, hi)
@@ -488,6 +489,31 @@ def _in_source_order(tags: list[RawTag], before: int, places: list[int]) -> tupl
     index = {old: new for new, (_, _, old) in enumerate(order)}
     return [(start, end, lo, hi, None if parent is None else index[parent])
             for start, end, lo, hi, parent in (tags[old] for _, _, old in order)], index
+
+
+def _subtree(tags: list[RawTag], k: int) -> str:
+    """Tag ``k``'s markup with the elements it holds (``<i><img src="x"></i>``), all points."""
+    return tags[k][0] + "".join(_subtree(tags, c) for c, tag in enumerate(tags) if tag[4] == k) + tags[k][1]
+
+
+def _collapsed(tags: list[RawTag]) -> list[RawTag]:
+    """``tags`` with each empty element that holds other points (``<i><img src="x"></i>``, an icon) made
+    one point of its markup: placed apart, the image came out of its element (``<em></em> <img>``), and
+    at a block's edge the parser failed (a KeyError)."""
+    holders = [k for k, (_, _, lo, hi, parent) in enumerate(tags) if lo == hi and (parent is None or tags[parent][2]
+               != tags[parent][3]) and any(tag[4] == k for tag in tags)]
+    if not holders:
+        return tags
+    gone: dict[int, int] = {}
+    for k in holders:
+        inside, tags[k] = _descendants(tags, k), (_subtree(tags, k), "", *tags[k][2:])
+        gone.update({d: k for d in inside})
+    return _without(tags, gone)
+
+
+def _descendants(tags: list[RawTag], k: int) -> list[int]:
+    out = [c for c, tag in enumerate(tags) if tag[4] == k]
+    return out + [d for c in out for d in _descendants(tags, c)]
 
 
 def _without(tags: list[RawTag], gone: dict[int, int]) -> list[RawTag]:

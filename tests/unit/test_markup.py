@@ -284,6 +284,15 @@ def test_a_tag_whose_words_were_lost_stays_in_its_own_sentence() -> None:
     assert place(segment, target) == 'Ein Hund <a href="/w">rennt</a>. Eine Katze schläft.'
 
 
+@pytest.mark.parametrize("markup", [
+    '<p>A dog. <i class="icon"><img src="x"></i> </p>',  # at a block's edge: the parser failed (KeyError)
+    '<p><span><i><img src="a"></i><b></b></span> A dog.</p>',
+    '<p>A <em><img src="b"></em> dog.</p>',  # inside a sentence: the image came out of its element
+])
+def test_an_empty_element_holding_an_image_is_kept_whole(markup: str) -> None:
+    assert round_trip(markup) == markup
+
+
 def test_a_point_after_a_closing_tag_stays_outside_it() -> None:
     """``<i>cat</i><img>`` (no space): the point follows the word and stays where it was, outside ``<i>``;
     written inside, inside."""
