@@ -210,6 +210,7 @@ class _Parser(HTMLParser):
                           before=text[: spans[0][0]], after=text[spans[-1][1]:])
         self.tags = _collapsed(self.tags)
         tags = self._outside_the_words(segment, spans, text)
+        _inner_edges(segment, tags, spans[0][0], spans[-1][1])
         for start, end, lo, hi, parent in tags:
             first, last = _covered(spans, lo, hi)
             glued = lo == hi and 0 < first and spans[first - 1][1] >= lo  # after the word before it, no space
@@ -489,6 +490,17 @@ def _in_source_order(tags: list[RawTag], before: int, places: list[int]) -> tupl
     index = {old: new for new, (_, _, old) in enumerate(order)}
     return [(start, end, lo, hi, None if parent is None else index[parent])
             for start, end, lo, hi, parent in (tags[old] for _, _, old in order)], index
+
+
+def _inner_edges(segment: Segment, tags: list[RawTag], first: int, last: int) -> None:
+    """The whitespace inside an element that opens before the block's first word (or closes after its
+    last) is that element's, not the block's: ``<p><a><img> Home</a></p>`` came back ``<p> <a><img>
+    Startseite</a></p>``, the space written both before the block and by the image's placement."""
+    lead = min([first, *(lo for _, _, lo, hi, _ in tags if lo < first < hi)])
+    tail = max([last, *(hi for _, _, lo, hi, _ in tags if lo < last < hi)])
+    before, after = segment.before, segment.after  # their markup of points outside every tag stays
+    segment.before = before[: len(before) - min(first - lead, len(before) - len(before.rstrip()))]
+    segment.after = after[min(tail - last, len(after) - len(after.lstrip())) :]
 
 
 def _subtree(tags: list[RawTag], k: int) -> str:

@@ -288,6 +288,8 @@ def test_a_tag_whose_words_were_lost_stays_in_its_own_sentence() -> None:
     '<p>A dog. <i class="icon"><img src="x"></i> </p>',  # at a block's edge: the parser failed (KeyError)
     '<p><span><i><img src="a"></i><b></b></span> A dog.</p>',
     '<p>A <em><img src="b"></em> dog.</p>',  # inside a sentence: the image came out of its element
+    '<p><a href="/"><i class="icon"><img src="h"></i> Home</a></p>',  # a menu's icon: "<p> <a …" (one space more)
+    '<p>  <a href="/"><img src="h"> Home</a> </p>',
 ])
 def test_an_empty_element_holding_an_image_is_kept_whole(markup: str) -> None:
     assert round_trip(markup) == markup
