@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import html
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -231,34 +232,32 @@ class _Parser(HTMLParser):
         ``<b><a href=…>https://…</a></b>`` was an empty ``<b></b>`` beside the link). A span between two
         letters or digits leaves a space: the words stay two (before a word's punctuation it leaves none:
         ``runs<sup>1</sup>.`` is one word, its point after it). Positions after a span move back."""
-        before, inner, places = len(self.tags), {}, []
-        for lo, hi in reversed(kept):
-            place = sum(a <= lo for _, _, a, _, _ in self.tags[:before])  # the tags begun before it, in the source
-            glue = " " if 0 < lo and hi < len(text) and text[lo - 1].isalnum() and text[hi].isalnum() else ""
-            original, span, text = text, _escaped(text[lo:hi], self.entities), text[:lo] + glue + text[hi:]
-            inside = [k for k, (_, _, a, b, _) in enumerate(self.tags) if a <= lo and hi <= b and a < b]
-            filled = [k for k in inside if self.tags[k][2:4] == (lo, hi)]  # <b>https://…</b>: the element is the point
-            whole = bool(filled)
-            if whole:  # the outermost it fills holds the markup inside it; the elements there go (`_without`)
+        tags, starts = self.tags, [a for _, _, a, _, _ in self.tags]  # in the order they began: ``a`` ascends
+        glues = _glues(text, kept)
+        inner, points, places = {}, [], []
+        for lo, hi in kept:  # in the source's positions: they all move once, below
+            place = bisect_right(starts, lo)  # the tags begun before it, in the source
+            inside = _enclosing(tags, place, lo, hi)
+            filled = [k for k in inside if tags[k][2:4] == (lo, hi)]  # <b>https://…</b>: the element is the point
+            if filled:  # the outermost it fills holds the markup inside it; the elements there go (`_without`)
                 outer = filled[0]
-                within = [k for k, (_, _, a, b, _) in enumerate(self.tags) if lo <= a < b <= hi and k != outer]
-                start, end, a, b, parent = self.tags[outer]
-                markup = _markup(self.tags, original, lo, hi, within, self.entities)
-                self.tags[outer] = (start + markup, end, a, b, parent)
+                within = [k for k in range(bisect_left(starts, lo), bisect_left(starts, hi))
+                          if tags[k][2] < tags[k][3] <= hi and k != outer]
+                start, end, a, b, parent = tags[outer]
+                tags[outer] = (start + _markup(tags, text, lo, hi, within, self.entities), end, a, b, parent)
                 inner.update({k: outer for k in within})
-
-            def moved(at: int, lo: int = lo, hi: int = hi, glue: str = glue) -> int:
-                return at if at <= lo else lo + len(glue) if at < hi else at - (hi - lo) + len(glue)
-
-            self.tags = [(s, e, moved(a), moved(b), p) for s, e, a, b, p in self.tags]
-            self.breaks = [moved(b) for b in self.breaks]
-            if not whole:
-                self.tags.append((span, "", lo, lo, inside[-1] if inside else None))
+            else:
+                points.append((_escaped(text[lo:hi], self.entities), "", lo, lo, inside[-1] if inside else None))
                 places.append(place)
-        self.tags[before:] = self.tags[before:][::-1]  # the points in the order they stood (no tag's parent)
-        self.tags, index = _in_source_order(self.tags, before, places[::-1])
+        moved = _moved(kept, glues)
+        self.tags = [(s, e, moved(a), moved(b), p) for s, e, a, b, p in tags + points]
+        self.breaks = [moved(b) for b in self.breaks]
+        self.tags, index = _in_source_order(self.tags, len(tags), places)
         if inner:
             self.tags = _without(self.tags, {index[k]: index[v] for k, v in inner.items()})
+        bounds = [0, *(x for span in kept for x in span), len(text)]
+        pieces = [text[bounds[2 * i] : bounds[2 * i + 1]] for i in range(len(kept) + 1)]
+        text = "".join(piece + glue for piece, glue in zip(pieces, [*glues, ""], strict=True))
         return text
 
     def _outside_the_words(self, segment: Segment, spans: list[tuple[int, int]], text: str
@@ -461,10 +460,11 @@ def _markers(tags: list[RawTag], text: str) -> list[tuple[int, int]]:
     (``dog<sup>1</sup> runs``): kept as they are, each placed after the target word aligned to its word,
     as a point is. Read as text they glued to the word ("dog1", which the demo model read as the whole
     line's word: ``<p><sup>Ein Hund rennt.</sup></p>``). ``H<sub>2</sub>O`` is inside a word, and read as one."""
+    points = sorted(a for _, _, a, b, _ in tags if a == b)
     found = [(lo, hi) for _, end, lo, hi, _ in tags
              if end and 0 < lo < hi and not text[lo - 1].isspace() and (hi == len(text) or not text[hi].isalnum())
              and text[lo:hi].strip() == text[lo:hi] and not any(c.isalpha() for c in text[lo:hi])
-             and not any(a == b and lo <= a <= hi for _, _, a, b, _ in tags)]  # no <img> inside
+             and bisect_left(points, lo) == bisect_right(points, hi)]  # no <img> inside
     return [(lo, hi) for lo, hi in found if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in found)]
 
 
@@ -479,6 +479,53 @@ def _markup(tags: list[RawTag], text: str, lo: int, hi: int, within: list[int], 
         if at < hi:
             out.append(_escaped(text[at], entities))
     return "".join(out)
+
+
+def _enclosing(tags: list[RawTag], place: int, lo: int, hi: int) -> list[int]:
+    """The elements around ``[lo, hi)``, outermost first, of ``tags[:place]`` (those begun at or before
+    ``lo``): the last begun that ends at or after ``hi`` is the innermost, the others are its ancestors."""
+    k = place - 1
+    while k >= 0 and not (tags[k][2] < tags[k][3] and hi <= tags[k][3]):
+        k -= 1
+    chain: list[int] = []
+    at: int | None = k if k >= 0 else None
+    while at is not None:
+        chain.append(at)
+        at = tags[at][4]
+    return chain[::-1]
+
+
+def _glues(text: str, kept: list[tuple[int, int]]) -> list[str]:
+    """What each ``kept`` span leaves in its place: a space between two letters or digits (the words stay
+    two), else nothing. Its right neighbour is the one left once the spans after it are out: of
+    ``e🐶https://…`` the emoji leaves nothing where the link after it leaves nothing either."""
+    glues, after = [""] * len(kept), None  # the character after the span, the later spans out
+    for k in range(len(kept) - 1, -1, -1):
+        lo, hi = kept[k]
+        if k + 1 < len(kept) and kept[k + 1][0] == hi:
+            after = glues[k + 1][:1] or after
+        else:
+            after = text[hi] if hi < len(text) else None
+        if 0 < lo and text[lo - 1].isalnum() and after is not None and after.isalnum():
+            glues[k] = " "
+    return glues
+
+
+def _moved(kept: list[tuple[int, int]], glues: list[str]) -> Callable[[int], int]:
+    """Where a position of a block's text goes once the ``kept`` spans (in order) are taken out, each
+    leaving its glue: a position inside a span goes to just after the span's glue."""
+    his = [hi for _, hi in kept]
+    shifts = [0]
+    for (lo, hi), glue in zip(kept, glues, strict=True):
+        shifts.append(shifts[-1] + hi - lo - len(glue))
+
+    def moved(at: int) -> int:
+        k = bisect_right(his, at)  # the spans that end at or before it
+        if k < len(kept) and kept[k][0] < at:  # inside span k
+            return kept[k][0] - shifts[k] + len(glues[k])
+        return at - shifts[k]
+
+    return moved
 
 
 def _in_source_order(tags: list[RawTag], before: int, places: list[int]) -> tuple[list[RawTag], dict[int, int]]:
@@ -512,8 +559,9 @@ def _collapsed(tags: list[RawTag]) -> list[RawTag]:
     """``tags`` with each empty element that holds other points (``<i><img src="x"></i>``, an icon) made
     one point of its markup: placed apart, the image came out of its element (``<em></em> <img>``), and
     at a block's edge the parser failed (a KeyError)."""
-    holders = [k for k, (_, _, lo, hi, parent) in enumerate(tags) if lo == hi and (parent is None or tags[parent][2]
-               != tags[parent][3]) and any(tag[4] == k for tag in tags)]
+    parents = {tag[4] for tag in tags}
+    holders = [k for k, (_, _, lo, hi, parent) in enumerate(tags)
+               if lo == hi and k in parents and (parent is None or tags[parent][2] != tags[parent][3])]
     if not holders:
         return tags
     gone: dict[int, int] = {}
