@@ -156,9 +156,8 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
     ran = sorted({d for (d, *_), found in zip(marked.places, hyps, strict=True) if found and found[0].cut})
     out = marked.render(hyps, translator)
-    if not numbers and translator.reading.carry:
-        again = [d for d, (source, done) in enumerate(zip(documents, out, strict=True))
-                 if lost_a_number(translator, source, done, kind)]
+    if not numbers:
+        again = renumbered_documents(translator, documents, out, kind)
         if again:  # made again with their numbers carried; their length limits are the new translations'
             still: list[int] = []
             redone = translate_markup(translator, [documents[d] for d in again], search, kind, attributes, glossary,
@@ -171,9 +170,18 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     return out
 
 
-def lost_a_number(translator: TranslatorBase, source: str, translation: str, kind: str) -> bool:
-    """Whether the words of ``translation`` (a document) lost or garbled a number of ``source``'s."""
-    words, translated = text_of(source, kind), text_of(translation, kind)
-    return (lost_numbers(words, translated, translator.tgt_pipe.moses.lang)
-            or garbled_numbers(words, translated, translator.src_pipe.moses.lang))
+def renumbered_documents(translator: TranslatorBase, documents: list[str], translations: list[str], kind: str
+                         ) -> list[int]:
+    """The indices of the ``documents`` whose words' ``translations`` lost or garbled a number of theirs,
+    to be made again with their numbers carried (`renumbered_lines`' test, on markup's words); none
+    where lines are read as typed. `translate_markup` and `serve`'s html both ask it."""
+    if not translator.reading.carry:
+        return []
+    lang, source_lang = translator.tgt_pipe.moses.lang, translator.src_pipe.moses.lang
+    found = []
+    for d, (source, translation) in enumerate(zip(documents, translations, strict=True)):
+        words, translated = text_of(source, kind), text_of(translation, kind)
+        if lost_numbers(words, translated, lang) or garbled_numbers(words, translated, source_lang):
+            found.append(d)
+    return found
 

@@ -38,7 +38,7 @@ from nmtk.files import (
 )
 from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import NOT_ALIGNED, resolve_model
-from nmtk.pair import Pair, sources_of
+from nmtk.pair import sources_of
 from nmtk.text import langid
 from nmtk.text.markup import MarkupError
 
@@ -91,8 +91,8 @@ class Engine:
         alone = self.format.plain and not options.print_scores and self.search.nbest == 1 and not self.search.align
         if not (self.auto and alone):
             return {}
-        pairs = self.translator.pairs
-        target = (self.translator.language_pair or Pair("", self.translator.tgt_pipe.moses.lang)).target
+        pairs, pair = self.translator.pairs, self.translator.language_pair
+        target = pair.target if pair is not None else self.translator.tgt_pipe.moses.lang
         sources_ = sources_of(pairs, target) if pairs else [self.translator.src_pipe.moses.lang]
         among = list(dict.fromkeys(lang for pair in pairs for lang in pair)) if pairs else [*sources_, target]
         return {k: line for k, line in enumerate(sources)

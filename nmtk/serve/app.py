@@ -38,7 +38,7 @@ from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
-from nmtk.decode.markup import MarkedUp, check_engine, lost_a_number, markup_search
+from nmtk.decode.markup import MarkedUp, check_engine, markup_search, renumbered_documents
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored
 from nmtk.errors import NmtkError, validator_words
@@ -671,11 +671,8 @@ async def _marked_texts(service: _Service, req: LibreRequest, documents: list[st
     hints = service.hint_glossary(req.glossary, req.glossary_ignore_case, pair)
     hyps, translator = await service.run(lines, search, guides, pair, marked.ids(view, hints))
     out = marked.render(hyps, translator)
-    if numbers or not view.reading.carry:
-        return out
     # a document whose translation lost a number: made again with its numbers carried, as `translate` does
-    again = [k for k, (document, text) in enumerate(zip(documents, out, strict=True))
-             if lost_a_number(view, document, text, "html")]
+    again = [] if numbers else renumbered_documents(view, documents, out, "html")
     if again:
         redone = await _marked_texts(service, req, [documents[k] for k in again], pair, numbers=True)
         for k, text in zip(again, redone, strict=True):

@@ -910,7 +910,7 @@ def _nearest(tag: Tag, aligned: list[int], parent: tuple[int, int], sentences: l
         s = aligned[j]
         return (0 if tag.first <= s < tag.last else min(abs(s - tag.first), abs(s - (tag.last - 1))), j)
 
-    first, last = next(((a, b) for a, b in sentences if a <= tag.first < b), (0, len(aligned) and max(aligned) + 1))
+    first, last = next(((a, b) for a, b in sentences if a <= tag.first < b), (tag.first, tag.last))
     own = [j for j in range(parent[0], parent[1]) if first <= aligned[j] < last]
     return min(own or range(parent[0], parent[1]), key=distance)
 
