@@ -120,6 +120,22 @@ def resolve_model(model: Path | None = None, checkpoint: Path | None = None) -> 
     return ModelSource("run", run.path, Path(chosen), why, recipe, manifest, found)
 
 
+def ensemble_member(path: Path) -> tuple[Path, str]:
+    """The checkpoint ``--ensemble PATH`` names, and why: a checkpoint file as it is, a run directory's
+    default checkpoint (as ``-m`` chooses it: `default_checkpoint`), so that runs of several seeds on one
+    prepared vocabulary ensemble as they are named; an export holds one model in CTranslate2's format,
+    which nmtk's engine cannot read."""
+    path = Path(path)
+    if ExportDir(path).is_export():
+        raise NmtkError(f"--ensemble {path}: an export (CTranslate2) cannot join an ensemble: name the run it was "
+                        "exported from, or one of that run's checkpoints")
+    if path.is_file():
+        return path, "asked for"
+    if not path.is_dir():
+        raise NmtkError(f"--ensemble {path}: no such checkpoint file or run directory")
+    return default_checkpoint(RunDir(path).require())
+
+
 def _export_source(export: ExportDir, checkpoint: Path | None) -> ModelSource:
     try:
         meta = export.meta()

@@ -319,8 +319,9 @@ BufferOption = Annotated[int, typer.Option(min=1, help="Input lines read, sorted
                                            "buffer is written as soon as it is done.")]
 SkipOption = Annotated[int, typer.Option(min=0, help="Leave out the first N input lines: to go on after an "
                                          "interrupted run, appending to -o's .partial file.")]
-EnsembleOption = Annotated[list[Path] | None, typer.Option(help="More checkpoints of the same run to ensemble "
-                                                           "(repeatable).")]
+EnsembleOption = Annotated[list[Path] | None, typer.Option(help="More models to ensemble with -m's: checkpoints or run "
+                                                           "directories (their default checkpoint) trained with the "
+                                                           "same subword model (repeatable).")]
 AlignOption = Annotated[bool, typer.Option("--print-alignment", help="Append a tab and word alignments 'i-j' "
                                            "(source word i, target word j).")]
 AlignLayerOption = Annotated[int | None, typer.Option(min=1, help="Decoder layer (from 1) whose cross-attention "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from nmtk.console import console
 from nmtk.errors import NmtkError
-from nmtk.model_source import NOT_ALIGNED, ModelSource
+from nmtk.model_source import NOT_ALIGNED, ModelSource, ensemble_member
 from nmtk.precision import Precision
 from nmtk.text.reading import Reading, terms_pattern
 from nmtk.vocab import UNK_ID
@@ -117,7 +117,12 @@ def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:
         keep_freed_memory()
     model = load_model(source.checkpoint, device, manifest.vocab.sha256)
     if options.ensemble:
-        model = Ensemble([model, *(load_model(p, device, manifest.vocab.sha256) for p in options.ensemble)])
+        members = [model]
+        for path in options.ensemble:
+            checkpoint, why = ensemble_member(path)
+            console.print(f"ensemble: {checkpoint} ({why})")
+            members.append(load_model(checkpoint, device, manifest.vocab.sha256))
+        model = Ensemble(members)
     cfg = model.cfg
     shapes = Shapes(cfg.d_model, cfg.d_ff, cfg.tgt_vocab)
     precision, why = resolve_precision(options.precision, device, shapes, "decode", workload=step_probe(model, device))

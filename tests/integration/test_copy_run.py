@@ -70,6 +70,31 @@ def test_train_learned_then_average_and_translate(copy_run, tmp_path: Path) -> N
     assert [float(r[1]) for r in rows] == sorted((float(r[1]) for r in rows), reverse=True)
 
 
+def test_an_ensemble_names_checkpoints_or_run_directories(copy_run, exported) -> None:
+    """`--ensemble` takes a checkpoint or a run directory (its default checkpoint, as -m chooses it: runs
+    of several seeds ensemble as they are named; a directory was 'checkpoint not found'); a model
+    ensembled with itself translates as it does alone; an export or a missing path is one line."""
+    from nmtk.model_source import default_checkpoint
+    from nmtk.rundir import RunDir
+
+    tmp, _, env = copy_run
+    run = tmp / "run"
+    text = "\n".join(a for a, _ in copy_pairs(4, seed=11)) + "\n"
+    alone = nmtk("translate", "-m", str(run), "--precision", "fp32", cwd=tmp, env=env, stdin=text)
+    assert alone.returncode == 0, alone.stderr
+    chosen, why = default_checkpoint(RunDir(run))
+    last = run / "checkpoint_last.pt"
+    for member, named in ((run, f"{chosen.name} ({why})"), (last, "checkpoint_last.pt (asked for)")):
+        both = nmtk("translate", "-m", str(run), "--precision", "fp32", "--ensemble", str(member), cwd=tmp, env=env,
+                    stdin=text)
+        assert both.returncode == 0 and both.stdout == alone.stdout, both.stderr
+        assert "ensemble: " in both.stderr and named in both.stderr, both.stderr
+    for member, message in ((exported, "an export (CTranslate2) cannot join an ensemble"),
+                            (tmp / "nowhere", "no such checkpoint file or run directory")):
+        bad = nmtk("translate", "-m", str(run), "--ensemble", str(member), cwd=tmp, env=env, stdin=text)
+        assert bad.returncode == 1 and message in bad.stderr and bad.stdout == "", bad.stderr
+
+
 # ------------------------------------------------------------------------------------ attention
 
 

@@ -1,4 +1,5 @@
-"""Ensembles of checkpoints of one run: log-probabilities averaged at every decoding step."""
+"""Ensembles of models of one vocabulary (checkpoints of a run, runs of several seeds): log-probabilities
+averaged at every decoding step."""
 
 from __future__ import annotations
 
