@@ -40,7 +40,7 @@ from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import NOT_ALIGNED, resolve_model
 from nmtk.pair import sources_of
 from nmtk.text import langid
-from nmtk.text.markup import MarkupError
+from nmtk.text.markup import MarkupError, holds_tags
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class Engine:
     detected: dict[str, TranslatorBase] = field(default_factory=dict)  # a buffer's lines' pairs (`view_of`)
     auto: bool = False  # --source-lang auto: lines already in the target language are written as they are
     kept: list[int] = field(default_factory=list)  # ... those lines
+    tagged: list[int] = field(default_factory=list)  # text lines holding markup tags (`holds_tags`)
 
     def as_they_are(self, sources: list[str], options: TranslateOptions) -> dict[int, str]:
         """With ``--source-lang auto``, the lines surely in the target language already (`langid.already_in`,
@@ -245,7 +246,8 @@ def translate(options: TranslateOptions) -> None:
             else:
                 _to_partial(engine, options, source, partial, resume, done)
                 os.replace(partial, options.output)
-        console.print(summary(done[0], time.perf_counter() - start, engine.cut, engine.retried, engine.kept))
+        console.print(summary(done[0], time.perf_counter() - start, engine.cut, engine.retried, engine.kept,
+                              engine.tagged))
     except KeyboardInterrupt as exc:
         code = exit_code(exc)
         if partial is not None and not partial.exists():
@@ -260,12 +262,14 @@ def translate(options: TranslateOptions) -> None:
             source.close()
 
 
-def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (), as_is: list[int] = ()) -> str:
+def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (), as_is: list[int] = (),
+            tagged: list[int] = ()) -> str:
     """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
     translations ran to their length limit (``cut``: the model did not end them, most often because it
     repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading; ``retried``:
     those translated again with repeats barred, which then ended; ``as_is``: those written as they were
-    (``--source-lang auto``: already in the target language)."""
+    (``--source-lang auto``: already in the target language); ``tagged``: text lines holding markup tags,
+    read as words (``--format html`` translates around them)."""
     said = (f"translated {lines:,} line{'' if lines == 1 else 's'} in {seconds:.1f} s "
             f"({lines / max(seconds, 1e-9):.1f} lines/s)")
     if as_is:
@@ -273,6 +277,9 @@ def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (),
     if retried:
         said += (f"; {len(retried):,} translated again with repeats barred, having run to the length limit: "
                  f"{_lines(retried)}")
+    if tagged:
+        said += (f"; {len(tagged):,} held markup tags, read as words (--format html translates the text between "
+                 f"them and puts them back): {_lines(tagged)}")
     if cut:
         said += f"; {len(cut):,} ran to the length limit without ending (the model repeating itself?): {_lines(cut)}"
     return said
@@ -472,6 +479,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
         engine.cut.extend(first + d for d in ran)
         return [" ".join(line.splitlines()) for line in done]
     engine.detected.clear()
+    engine.tagged.extend(first + k for k, line in enumerate(chunk) if holds_tags(line))
     sources, guides = engine.guides(chunk, first)
     cut: set[int] = set()  # the lines whose translation ran to its length limit, however it was made
     as_is = engine.as_they_are(sources, options)

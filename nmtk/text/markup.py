@@ -53,6 +53,20 @@ Keep = Callable[[str], list[tuple[int, int]]]
 _BROKEN_TAG = re.compile(r"</?[A-Za-z]")
 
 
+#: What surely is a markup tag in a line of text: a closing tag (subtitles' ``<i>…</i>``), a self-closing one
+#: (XLIFF's ``<x id="1"/>``, ``<br/>``), ``<br>``, or a tag with an attribute (``<a href="…">``); not a
+#: corpus's or a language's tag (``<BT>``, ``<2de>``) nor ``a < b > c``.
+_TAG_IN_TEXT = re.compile(r"</[A-Za-z][\w:.-]*\s*>|<[A-Za-z][\w:.-]*(?:\s[^<>]*)?/>|<br\s*>|"
+                          r"<[A-Za-z][\w:.-]*\s+[\w:.-]+\s*=\s*[\"'][^<>]*>", re.IGNORECASE)
+
+
+def holds_tags(line: str) -> bool:
+    """Whether a line of text holds markup tags, which a model trained on plain text reads as words
+    (``<b>A</b> cat.`` gave the demo model "<Ein Bahnen> < dreht sich."): `translate` names such lines
+    and says that ``--format html`` keeps tags out of the sentences."""
+    return "<" in line and _TAG_IN_TEXT.search(line) is not None
+
+
 class MarkupError(NmtkError):
     """Input that is not well-formed where it must be; ``document``: which of several (`MarkedUp.of`'s
     list: a file's lines, a request's items) it is in, where there were several."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nmtk.decode.stream import TranslateOptions, count_lines, lines_to_translate, summary, time_left
+from nmtk.text.markup import holds_tags
 
 
 def test_the_progress_total_leaves_out_skipped_lines(tmp_path: Path) -> None:
@@ -33,3 +34,17 @@ def test_the_last_line_names_lines_cut_and_lines_searched_again_apart() -> None:
     assert said == ("translated 20 lines in 2.0 s (10.0 lines/s); 12 translated again with repeats barred, having "
                     "run to the length limit: lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more; 1 ran to the length "
                     "limit without ending (the model repeating itself?): line 13")
+
+
+def test_text_lines_holding_markup_tags_are_named_on_the_last_line() -> None:
+    """A line of text with tags (subtitles' <i>, a scraped <br>, XLIFF's <x/>) is read as words, which a model
+    trained on plain text garbles: the last line names such lines and --format html; corpus and language
+    tags and comparisons are not tags."""
+    tagged = ['<b>A</b> cat.', '<i>Where are you?</i>', 'one<br>two', 'one<BR/>two', 'see <x id="1"/> here',
+              'Click <a href="x">here', "<span class='a'>b"]
+    plain = ["A dog.", "a < b > c", "<BT> A dog.", "<2de> Hallo", "x<y and y>z", "<unk> is a token", "<3 you",
+             "if a<b then", "</ 3"]
+    assert all(holds_tags(line) for line in tagged) and not any(holds_tags(line) for line in plain)
+    said = summary(9, 1.0, [], tagged=[2, 5])
+    assert said.endswith("; 2 held markup tags, read as words (--format html translates the text between them and "
+                         "puts them back): lines 2, 5")
