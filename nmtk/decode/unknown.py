@@ -91,8 +91,13 @@ _SPACED = re.compile(r"(?<![\d.,])\d{1,3}(?:[ \u00a0\u202f]\d{3})+(?![\d.,]*\d)"
 
 
 def _digits(number: str) -> str:
-    """A number's digits alone, each as an ASCII digit (٣ and ३ are 3): ``3,500`` and ``3.500`` alike."""
-    return "".join(str(unicodedata.digit(ch)) for ch in number if ch.isdecimal())
+    """A number as its languages may write it: its digits, each as an ASCII digit (٣ and ३ are 3), where
+    it is whole or its groups are thousands (``3,500``, ``3.500``, ``3 500`` and ``3500`` alike); else
+    its groups of digits apart, whatever stands between them (``3.5`` and ``3,5``, ``12:30`` and
+    ``12.30``, ``12/05/2023`` and ``12.05.2023`` alike), so that a decimal is not its digits run
+    together: "3.5" came back "Nummer 35", taken for kept."""
+    groups = ["".join(str(unicodedata.digit(ch)) for ch in group) for group in re.findall(r"\d+", number)]
+    return "".join(groups) if all(len(group) == 3 for group in groups[1:]) else "·".join(groups)
 
 
 def _numbers_in(text: str) -> set[str]:

@@ -83,6 +83,13 @@ def test_a_translation_lost_a_number_where_neither_its_digits_nor_its_words_are_
     assert lost_numbers("12 cats sit on 2 chairs.", "12 Katzen sitzen auf Stühlen.", "xx")
     assert lost_numbers("12 cats", "2 Katzen", "xx") and lost_numbers("2 cats and 1 dog", "12 Katzen", "xx")
     assert not lost_numbers("12 cats on 2 chairs", "12 Katzen auf 2 Stühlen", "xx")
+    # a decimal is its groups, not its digits run together ("3.5" came back "Nummer 35", taken for kept);
+    # thousands are its digits, however they are set apart
+    assert lost_numbers("A man gets 3.5 on a car.", "Ein Mann steigt aus der Nummer 35.", "de")
+    assert garbled_numbers("A man gets 3.5 on a car.", "Ein Mann steigt aus der Nummer 35.", "en")
+    assert not lost_numbers("It weighs 3.5 kg at 12:30.", "Es wiegt 3,5 kg um 12.30 Uhr.", "de")
+    assert not any(lost_numbers("1,000 people", text, "de") for text in ("1000 Leute", "1.000 Leute", "1 000 Leute"))
+    assert lost_numbers("2024-01-02", "20240102", "xx") and lost_numbers("12:30", "1230", "xx")
     assert not lost_numbers("3,500 people", "3 500 personnes", "fr")
     assert not lost_numbers("3,500 people", "3\u202f500 personnes", "fr")
     assert not lost_numbers("a 3-year-old and 10 kids", "ein 3-Jähriger und 10er-Gruppe", "xx")
