@@ -144,10 +144,12 @@ def _unspelt(line: str, spells: Callable[[str], bool]) -> list[list[int]]:
     return runs
 
 
-#: A URL (a scheme's ``://`` or ``www.`` and what follows up to white space, quotes or angle brackets)
-#: or an e-mail address. A pattern of our own rather than a URL library's: what is wanted is not a
-#: parser's verdict but the span a reader sees as one link, ending where the sentence resumes.
-LINK = re.compile(r"\b(?:[a-z][a-z0-9+.-]*://|www\.)[^\s<>\"“”„«»]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.IGNORECASE)
+#: A URL (a scheme's ``://`` or ``www.`` and what follows up to white space, quotes or angle brackets),
+#: an e-mail address, or a social network's handle (``@alice``, Mastodon's ``@alice@example.social``: a
+#: name, which the demo model dropped). A pattern of our own rather than a URL library's: what is wanted
+#: is not a parser's verdict but the span a reader sees as one link, ending where the sentence resumes.
+LINK = re.compile(r"\b(?:[a-z][a-z0-9+.-]*://|www\.)[^\s<>\"“”„«»]+|(?<![\w@.])@\w+(?:@[\w-]+(?:\.[\w-]+)+)?"
+                  r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.IGNORECASE)
 #: What ends a sentence or a clause after a link belongs to the sentence (``see example.com/a).``).
 _AFTER_LINK = ".,;:!?'’)]}"
 

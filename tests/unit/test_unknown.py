@@ -59,8 +59,12 @@ def test_links_are_carried_whole_and_the_sentence_keeps_its_punctuation() -> Non
         "https://de.wikipedia.org/wiki/Bonn_(Stadt)", "www.example.com/a?b=1&c=2", "Jo.Doe+x@mail.example.org",
         "ftp://files.example.net/x"]
     assert copied(line) == line
-    for plain in ("A dog runs, e.g. at 3.5 km/h.", "a@b is no address", "Mr.Smith ran. 12:30", "http:// alone"):
+    for plain in ("A dog runs, e.g. at 3.5 km/h.", "a@b is no address", "Mr.Smith ran. 12:30", "http:// alone",
+                  "Meet at 5 @ the park.", "mail@@x"):
         assert link_spans(plain) == [], plain
+    handles = "Thanks @alice_b, and @jo@example.social: see jo@example.org."  # a handle is a name: the model dropped it
+    assert [handles[lo:hi] for lo, hi in link_spans(handles)] == ["@alice_b", "@jo@example.social", "jo@example.org"]
+    assert copied(handles) == handles
 
 
 def test_a_link_beside_an_unknown_character_is_one_span_and_a_span_between_letters_leaves_two_words() -> None:
