@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from functools import partial
 
-from nmtk.decode.unknown import garbled_numbers, kept_spans, link_spans, lost_numbers, lost_terms
+from nmtk.decode.unknown import code_spans, garbled_numbers, kept_spans, link_spans, lost_numbers, lost_terms
 from nmtk.text.markup import Target, parse, place, token_spans
 
 
@@ -65,6 +65,17 @@ def test_links_are_carried_whole_and_the_sentence_keeps_its_punctuation() -> Non
     handles = "Thanks @alice_b, and @jo@example.social: see jo@example.org."  # a handle is a name: the model dropped it
     assert [handles[lo:hi] for lo, hi in link_spans(handles)] == ["@alice_b", "@jo@example.social", "jo@example.org"]
     assert copied(handles) == handles
+
+
+def test_codes_of_capitals_and_digits_are_carried_and_words_with_small_letters_are_not() -> None:
+    """``B-52``, ``COVID-19``, ``MP3`` are written alike in every language (the demo model: "Ein52",
+    "„VO“.19", dropped); ``10th``, ``mp3``, ``Mid-1990s`` and plain numbers are the model's."""
+    line = "A B-52, a COVID-19 test, an MP3 player (H2O), 3D at 4K; the 10th mp3 of the Mid-1990s, 12 dogs."
+    assert [line[lo:hi] for lo, hi in code_spans(line)] == ["B-52", "COVID-19", "MP3", "H2O", "3D", "4K"]
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only)] == ["B-52", "COVID-19", "MP3", "(H2O)", "3D",
+                                                                         "4K"]
+    assert kept_spans(line, ascii_only, links=False) == [] and code_spans("TWO MEN IN THEIR 50S, THE 3RD RUN") == []
+    assert copied(line) == line
 
 
 def test_a_link_beside_an_unknown_character_is_one_span_and_a_span_between_letters_leaves_two_words() -> None:
