@@ -40,6 +40,7 @@ from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import NOT_ALIGNED, resolve_model
 from nmtk.pair import sources_of
 from nmtk.text import langid
+from nmtk.text.line_breaks import list_marker
 from nmtk.text.markup import MarkupError, holds_tags
 
 
@@ -98,6 +99,15 @@ class Engine:
         among = list(dict.fromkeys(lang for pair in pairs for lang in pair)) if pairs else [*sources_, target]
         return {k: line for k, line in enumerate(sources)
                 if line.strip() and langid.already_in(langid.detect(line, among)[0], target, sources_)}
+
+    def markers(self, lines: list[str], options: TranslateOptions) -> list[str]:
+        """Each line's list item marker (`list_marker`: ``1. ``, ``- ``, ``a) ``), written back before its
+        translation as `serve` writes a text's back, where each line gives its translation alone and is
+        not read as typed; else none."""
+        alone = self.format.plain and not options.print_scores and self.search.nbest == 1 and not self.search.align
+        if not (alone and self.translator.reading.carry):
+            return [""] * len(lines)
+        return [list_marker(line) for line in lines]
 
     def view_of(self, line: str) -> TranslatorBase:
         """The translator that reads ``line``: with ``--source-lang auto``, its detected language's pair,
@@ -480,6 +490,8 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
         return [" ".join(line.splitlines()) for line in done]
     engine.detected.clear()
     engine.tagged.extend(first + k for k, line in enumerate(chunk) if holds_tags(line))
+    markers = engine.markers(chunk, options)
+    chunk = [line[len(marker):] for line, marker in zip(chunk, markers, strict=True)]
     sources, guides = engine.guides(chunk, first)
     cut: set[int] = set()  # the lines whose translation ran to its length limit, however it was made
     as_is = engine.as_they_are(sources, options)
@@ -494,7 +506,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
     out = engine.renumbered(chunk, [carried.get(k, line) for k, line in enumerate(out)], options, cut)
     engine.cut.extend(first + k for k in sorted(cut))
-    return out
+    return [marker + line for marker, line in zip(markers, out, strict=True)] if any(markers) else out
 
 
 def _stream(engine: Engine, options: TranslateOptions, source: BinaryIO, sink: TextIO, done: list[int]) -> None:

@@ -8,7 +8,8 @@ a PDF's column) translated line by line comes back as two broken halves. So a br
 cut there, each piece translated alone, the break written back between the translations) where the
 line before it ends a sentence (``. ! ? …``, with closing quotes or brackets after it) or announces
 what follows (``:``), where a blank line follows (a paragraph), or where the next line is a list item
-(``- ``, ``* ``, ``• ``, ``1. ``, ``2) ``: written back as they are, the rest of the item translated);
+(``- ``, ``* ``, ``• ``, ``1. ``, ``2) ``, ``(3) ``, ``a) ``: written back as they are, the rest of the item
+translated; `translate` keeps a line's own marker so: `list_marker`);
 any other break is a space, as it was. A text's line breaks before its first word and after its last
 are not written back, as its other outer spaces are not.
 """
@@ -21,7 +22,15 @@ import re
 _NEWLINE = "(?:\r\n|[\n\r\u2028\u2029])"
 _BREAK = re.compile(rf"[ \t]*(?:{_NEWLINE}[ \t]*)+")
 _ENDS = re.compile(r"[.!?…:][\"'”’»)\]]*$")
-_ITEM = re.compile(r"(?:[-*•·–]|\d+[.)])\s")
+_ITEM = re.compile(r"(?:[-*•·–]|\d+[.)]|\(\d+\)|[a-z]\))[ \t]+")
+
+
+def list_marker(line: str) -> str:
+    """The list item's marker ``line`` begins with and the white space after it (``"1. "``, ``"- "``,
+    ``"a) "``), else "": not the model's to translate (the demo model dropped "1." and "2)"), and
+    written back before the item's translation."""
+    marker = _ITEM.match(line)
+    return marker.group() if marker and line[marker.end():].strip() else ""
 
 
 def cut_at_breaks(text: str) -> tuple[list[str], list[str]]:

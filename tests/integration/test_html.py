@@ -239,3 +239,33 @@ def test_what_has_no_letter_is_kept_as_it_is_in_text_and_html(copy_run, monkeypa
     options = TranslateOptions()
     lines = ["...", "the red cat runs", "* * *", "3", "$5 - 12:30"]  # numbers alone: "Drei" from the demo model
     assert engine.carried(lines, 1, options, set()) == {0: "...", 2: "* * *", 3: "3", 4: "$5 - 12:30"}
+
+
+def test_a_lines_list_marker_is_written_back_before_its_translation(copy_run, monkeypatch) -> None:
+    """``1. ``, ``2) ``, ``- ``, ``a) `` begin a list item, not a sentence: the model is given the item alone
+    (the demo model dropped "1." and "2)") and the marker is written back, as `serve` writes a text's
+    back; read as typed, or with n-best lists, the line is the model's whole."""
+    from nmtk.decode.load import LoadOptions, load_translator
+    from nmtk.decode.search.config import SearchConfig
+    from nmtk.decode.stream import Engine, TranslateOptions, _translated
+    from nmtk.model_source import resolve_model
+    from nmtk.precision import Precision
+
+    tmp, _, _ = copy_run
+    translator = load_translator(resolve_model(tmp / "run"), LoadOptions(precision=Precision.fp32, threads=1))
+    monkeypatch.setattr(translator.src_pipe, "spells", lambda char: True)
+    given: list[str] = []
+    hypotheses = translator.hypotheses
+
+    def recorded(sources, *args, **kwargs):
+        given.extend(sources)
+        return hypotheses(sources, *args, **kwargs)
+
+    monkeypatch.setattr(translator, "hypotheses", recorded)
+    lines = ["1. the red cat runs", "2)  a dog", "- the cat", "a) a red dog", "the cat", "1.5 cats"]
+    out = _translated(Engine(translator, SearchConfig(beam=2)), TranslateOptions(), lines, 1)
+    assert given[:6] == ["the red cat runs", "a dog", "the cat", "a red dog", "the cat", "1.5 cats"], given
+    assert [line[:4] for line in out[:4]] == ["1. t", "2)  ", "- th", "a) a"] and not out[4].startswith("1"), out
+    given.clear()
+    _translated(Engine(translator, SearchConfig(beam=2, nbest=2)), TranslateOptions(), lines[:1], 1)
+    assert given == lines[:1]

@@ -18,6 +18,7 @@ from nmtk.text.line_breaks import cut_at_breaks, join_at_breaks
         ("Title\n \n  A dog runs.", ["Title", "A dog runs."], ["", "\n\n  "]),  # a paragraph, indented
         ("Animals:\n- a dog\n* a cat", ["Animals:", "a dog", "a cat"], ["", "\n- ", "\n* "]),  # list items
         ("1. eggs\n2) milk", ["eggs", "milk"], ["1. ", "\n2) "]),
+        ("(1)  eggs\na) milk\n1.5 kg", ["eggs", "milk 1.5 kg"], ["(1)  ", "\na) "]),  # a decimal is no item
         ("\n\n A dog runs. \n", ["A dog runs."], [""]),  # outer breaks: not written back
         ("", [""], [""]),
     ],
