@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from nmtk.decode.guide import occurrences
+from nmtk.text.line_breaks import list_marker
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
@@ -32,10 +33,11 @@ if TYPE_CHECKING:
 def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, numbers: bool = False,
                terms: re.Pattern[str] | None = None) -> list[tuple[int, int]]:
     """The [start, end) of each span of ``line`` to carry through: its runs of characters ``spells``
-    refuses and, with ``links``, its URLs, e-mail addresses, handles and codes (`code_spans`; with
+    refuses and, with ``links``, its URLs, e-mail addresses, handles, codes (`code_spans`) and the list
+    item marker it begins with (markup's ``<p>1. A dog…``; a line's own is written back apart; with
     ``numbers``, its numbers too; with ``terms``, a glossary's terms that translate to themselves:
     `Glossary.untranslated`), each with the brackets or quotes that enclose it, in order."""
-    found = _unspelt(line, spells) + (link_spans(line) + code_spans(line) if links else [])
+    found = _unspelt(line, spells) + (link_spans(line) + code_spans(line) + _item_marker(line) if links else [])
     if numbers:
         found += [list(m.span()) for m in NUMBER.finditer(line)]
     if terms is not None:
@@ -185,6 +187,14 @@ CODE = re.compile(r"(?<![\w-])(?!\d+(?:S|ST|ND|RD|TH)(?![\w-]))(?=[A-Z0-9-]*[0-9
 def code_spans(line: str) -> list[list[int]]:
     """The [start, end) of each code (`CODE`) in ``line``."""
     return [list(m.span()) for m in CODE.finditer(line)] if any(c.isdigit() for c in line) else []
+
+
+def _item_marker(text: str) -> list[list[int]]:
+    """The [start, end) of the list item marker ``text`` begins with (`list_marker`: ``1.``, ``2)``, ``-``),
+    if any: the demo model dropped it."""
+    start = len(text) - len(text.lstrip())
+    marker = list_marker(text[start:]).rstrip()
+    return [[start, start + len(marker)]] if marker else []
 
 
 def _merged(runs: list[list[int]]) -> list[list[int]]:

@@ -118,6 +118,14 @@ def test_numbers_are_kept_only_when_asked() -> None:
     assert copied(line) == line
 
 
+def test_a_list_marker_beginning_a_block_is_kept() -> None:
+    """Markup's ``<p>1. A dog runs.</p>``: the demo model dropped the "1." (a line's own marker is written
+    back apart: `nmtk.text.line_breaks.list_marker`)."""
+    block = "  1. A dog runs. 2. A cat."  # the marker the block begins with, not one after a sentence
+    assert [block[lo:hi] for lo, hi in kept_spans(block, ascii_only)] == ["1."] and copied(block) == block
+    assert kept_spans(block, ascii_only, links=False) == [] and kept_spans("1.5 kg", ascii_only) == []
+
+
 def test_a_translation_garbled_numbers_where_it_writes_digits_its_line_has_not() -> None:
     """The demo model turned "12 cats" into "1 1 1 1 12 Viert": made again with the line's numbers carried.
     A number the line spells out ("three" → "3") is its own; a line without digits has nothing to carry."""
