@@ -277,7 +277,8 @@ def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (),
     """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
     translations ran to their length limit (``cut``: the model did not end them, most often because it
     repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading; ``retried``:
-    those translated again with repeats barred, which then ended; ``as_is``: those written as they were
+    those translated again with repeats barred (they had run to the limit, or stuttered), which then ended;
+    ``as_is``: those written as they were
     (``--source-lang auto``: already in the target language); ``tagged``: text lines holding markup tags,
     read as words (``--format html`` translates around them)."""
     said = (f"translated {lines:,} line{'' if lines == 1 else 's'} in {seconds:.1f} s "
@@ -285,7 +286,7 @@ def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (),
     if as_is:
         said += f"; {len(as_is):,} already in the target language, written as they are: {_lines(as_is)}"
     if retried:
-        said += (f"; {len(retried):,} translated again with repeats barred, having run to the length limit: "
+        said += (f"; {len(retried):,} translated again with repeats barred, having repeated themselves: "
                  f"{_lines(retried)}")
     if tagged:
         said += (f"; {len(tagged):,} held markup tags, read as words (--format html translates the text between "

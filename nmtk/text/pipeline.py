@@ -61,6 +61,12 @@ class TextPipeline:
         found = tuple(ids.get("\u2581" + symbol) for symbol in HINT_SYMBOLS)
         return None if None in found else found  # type: ignore[return-value]
 
+    @cached_property
+    def lettered(self) -> frozenset[int]:
+        """The ids of the pieces that hold a letter: a translation's run of them repeated back to back is
+        a model stuttering (`nmtk.decode.base.stutters`), a run of ``1``s or ``!``s is not."""
+        return frozenset(i for i, piece in enumerate(self.subwords.pieces()) if any(c.isalpha() for c in piece))
+
     def spells(self, char: str) -> bool:
         """Whether the subword model spells ``char`` (through Moses) without ``<unk>``: false for an emoji
         or a script its training data lacked, where it has no byte fallback (`nmtk.decode.unknown`)."""

@@ -405,8 +405,9 @@ def test_a_line_of_several_sentences_is_translated_sentence_by_sentence_in_both_
 
 def test_a_line_that_ran_to_its_length_limit_is_searched_again_with_repeats_barred(copy_run, exported,
                                                                                      monkeypatch) -> None:
-    """A translation cut at its length limit (a model repeating itself) is searched again with no 3-gram
-    twice, in both engines, and taken where it then ends (``retried``); other lines, sampling and a
+    """A translation cut at its length limit (a model repeating itself), or stuttering short of it, is
+    searched again with no 3-gram twice, in both engines, and taken where it then ends (``retried``);
+    other lines, sampling and a
     search that bars repeats as asked are left as they are. The copy model never loops: its search is
     made to loop here for one line unless repeats are barred, as the demo model's does."""
     from nmtk.decode.base import REPEATS_BARRED
@@ -418,23 +419,25 @@ def test_a_line_that_ran_to_its_length_limit_is_searched_again_with_repeats_barr
     for model in (tmp / "run", exported):
         translator = load_translator(resolve_model(model), LoadOptions(threads=1))
         searched, seen = translator.decode_pieces, []
-        looping = translator.encode(["the dog runs"])[0]
+        looping, stuttering = translator.encode(["the dog runs", "a cat sits"])
 
-        def loops(pieces, search, controls=None, searched=searched, seen=seen, looping=looping):
+        def loops(pieces, search, controls=None, searched=searched, seen=seen, looping=looping,
+                  stuttering=stuttering):
             seen.append((len(pieces), search.no_repeat_ngram_size))
             found = searched(pieces, search, controls)
             for piece, hyps in zip(pieces, found, strict=True):
-                if piece == looping and not search.no_repeat_ngram_size:
-                    for h in hyps:
-                        h.tokens = h.tokens[:1] * 200  # "Kartoffffff…" past any limit
+                if piece in (looping, stuttering) and not search.no_repeat_ngram_size:
+                    for h in hyps:  # "Kartoffffff…" past any limit; "Rutututut" short of it
+                        h.tokens = h.tokens[:1] * 200 if piece == looping else h.tokens[:1] * 4 + h.tokens
             return found
 
         monkeypatch.setattr(translator, "decode_pieces", loops)
-        lines = ["the red cat", "the dog runs"]
+        lines = ["the red cat", "the dog runs", "a cat sits"]
         plain = translator.hypotheses(lines, SearchConfig(beam=4))
-        assert seen == [(2, 0), (1, REPEATS_BARRED)]
+        assert seen == [(3, 0), (2, REPEATS_BARRED)]
         assert translator.detokenize(plain[0][0]) == "the red cat" and not plain[0][0].retried
         assert translator.detokenize(plain[1][0]) == "the dog runs" and plain[1][0].retried and not plain[1][0].cut
+        assert translator.detokenize(plain[2][0]) == "a cat sits" and plain[2][0].retried
         for search in (SearchConfig(beam=4, no_repeat_ngram_size=4), SearchConfig(beam=1, sampling=SamplingConfig())):
             seen.clear()
             hyps = translator.hypotheses(lines, search)

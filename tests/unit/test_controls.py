@@ -331,3 +331,16 @@ def test_a_term_asked_for_twice_is_produced_twice(model, sources) -> None:
     twice = [LineControls(constraints=((9,), (9,)))] * len(sources)
     for hyps in search(model, sources, SearchConfig(beam=4), twice):
         assert hyps[0].tokens.count(9) >= 2, hyps[0].tokens
+
+
+def test_a_translation_stutters_where_pieces_with_letters_repeat_back_to_back() -> None:
+    """One piece 4 times, two 4 times, three 3 times, a letter among them ("Rutututututzt"); fewer repeats,
+    other pieces between, or digits and punctuation ("1111", "!!!!") are no stutter."""
+    from nmtk.decode.base import stutters
+
+    lettered = frozenset(range(10, 20))  # ids 10-19 hold a letter; 1-9 are digits and punctuation
+    assert stutters([10, 11, 11, 11, 11, 12], lettered) and stutters([12, 13, 12, 13, 12, 13, 12, 13], lettered)
+    assert stutters([10, 11, 12, 10, 11, 12, 10, 11, 12, 14], lettered)
+    assert not stutters([10, 11, 11, 11, 12], lettered) and not stutters([12, 13, 12, 13, 12, 13, 14], lettered)
+    assert not stutters([10, 11, 12, 10, 11, 12, 14], lettered) and not stutters([1, 1, 1, 1, 1, 2, 2, 2, 2], lettered)
+    assert not stutters([10, 11, 10, 12, 10, 13, 10], lettered) and not stutters([], lettered)

@@ -32,7 +32,7 @@ def test_the_last_line_names_lines_cut_and_lines_searched_again_apart() -> None:
     assert summary(3, 1.0, []) == "translated 3 lines in 1.0 s (3.0 lines/s)"
     said = summary(20, 2.0, [13], list(range(1, 13)))
     assert said == ("translated 20 lines in 2.0 s (10.0 lines/s); 12 translated again with repeats barred, having "
-                    "run to the length limit: lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more; 1 ran to the length "
+                    "repeated themselves: lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more; 1 ran to the length "
                     "limit without ending (the model repeating itself?): line 13")
 
 
