@@ -164,24 +164,22 @@ def stutters(tokens: list[int], lettered: frozenset[int]) -> bool:
     return False
 
 
-def unrepeated(searched: Callable[..., list[list[Hypothesis]]], ids: list[list[int] | None], search: SearchConfig,
-               controls: list[LineControls | None] | None, results: list[list[Hypothesis]],
-               lettered: frozenset[int] = frozenset()) -> list[list[Hypothesis]]:
-    """``results`` with each line whose best translation ran to its length limit (``cut``: a model
-    repeating itself, "Kartoffffatatatat…") or stutters (`stutters`, ``lettered``: the target pieces
-    with a letter) searched again (``searched(ids, search, controls)``) with no n-gram of
-    `REPEATS_BARRED` pieces twice, and that translation taken (marked ``retried``) where it ends before
-    the limit. A search that samples, or bars repeats as asked already, is left as it is:
-    the first is random by design, the second what the user chose; so is one told not to
+def unrepeated(searched: Callable[[list[int], SearchConfig], list[list[Hypothesis]]], search: SearchConfig,
+               results: list[list[Hypothesis]], lettered: frozenset[int] = frozenset()) -> list[list[Hypothesis]]:
+    """``results`` (a sentence's hypotheses each, as ``search`` found them) with each sentence whose best
+    translation ran to its length limit (``cut``: a model repeating itself, "Kartoffffatatatat…") or
+    stutters (`stutters`, ``lettered``: the target pieces with a letter) searched again
+    (``searched(indices, search)``) with no n-gram of `REPEATS_BARRED` pieces twice, and that translation
+    taken (marked ``retried``) where it ends before the limit. Sentence by sentence: a line's other
+    sentences keep their translations. A search that samples, or bars repeats as asked already, is left
+    as it is: the first is random by design, the second what the user chose; so is one told not to
     (``retry_cut``: validation, which measures the model alone and is timed with training)."""
     if not search.retry_cut or search.sampling is not None or search.no_repeat_ngram_size:
         return results
     again = [i for i, hyps in enumerate(results) if hyps and (hyps[0].cut or stutters(hyps[0].tokens, lettered))]
     if not again:
         return results
-    barred = replace(search, no_repeat_ngram_size=REPEATS_BARRED)
-    lines = None if controls is None else [controls[i] for i in again]
-    for i, hyps in zip(again, searched([ids[i] for i in again], barred, controls=lines), strict=True):
+    for i, hyps in zip(again, searched(again, replace(search, no_repeat_ngram_size=REPEATS_BARRED)), strict=True):
         if hyps and not hyps[0].cut:
             for h in hyps:
                 h.retried = True
@@ -311,8 +309,7 @@ class TranslatorBase:
         """
         if search.align and not self.can_align:
             raise NmtkError(f"alignments: {NOT_ALIGNED}")
-        results = unrepeated(partial(self._searched, first_line=0, warn=False), ids, search, controls,
-                             self._searched(ids, search, first_line, controls), self.tgt_pipe.lettered)
+        results = self._searched(ids, search, first_line, controls)
         for i, hyps in enumerate(results):
             if controls is not None and controls[i] and ids[i] is not None and writes_nothing(hyps, self.tgt_pipe):
                 results[i] = hyps = self._rescued(ids[i], search, first_line + i, controls[i])
@@ -334,11 +331,18 @@ class TranslatorBase:
         pieces = piece_controls(controls, todo, segments, self.tgt_pipe.starts)
         hinted = piece_terms(segments, [line[i].hinted for i in todo], self.src_pipe, self.tgt_pipe)
         wide = replace(search, alternatives=search.alternatives or any(hinted))  # for `preferring` to choose
-        decode = partial(marking_cut, partial(self.decode_pieces, search=wide, controls=pieces), wide,
-                         self.max_positions, markers, pieces)
-        if any(hinted):
-            decode = partial(preferring_pieces, decode, self.tgt_pipe, hinted, search.returned)
-        for i, hyps, n, lengthy in zip(todo, segments.decode(decode), segments.count, segments.lengthy, strict=True):
+
+        def decode(chosen: list[int], how: SearchConfig) -> list[list[Hypothesis]]:
+            """The pieces ``chosen`` (indices into ``segments.pieces``) searched as ``how`` says."""
+            own = None if pieces is None else [pieces[j] for j in chosen]
+            run = partial(marking_cut, partial(self.decode_pieces, search=how, controls=own), how, self.max_positions,
+                          markers, own)
+            if any(hinted):
+                run = partial(preferring_pieces, run, self.tgt_pipe, [hinted[j] for j in chosen], search.returned)
+            return run([segments.pieces[j] for j in chosen])
+
+        found = unrepeated(decode, wide, decode(list(range(len(segments.pieces))), wide), self.tgt_pipe.lettered)
+        for i, hyps, n, lengthy in zip(todo, segments.join(found), segments.count, segments.lengthy, strict=True):
             results[i] = hyps
             if lengthy and warn:
                 warn_split(first_line + i, ids[i], self.max_positions, n, self.longest_trained, markers)

@@ -226,7 +226,8 @@ def _joined(parts: list[Hypothesis]) -> Hypothesis:
     """One hypothesis of ``parts`` in order: their tokens, the mean of their scores, their alignments
     (word indices continuing across parts)."""
     tokens = [t for h in parts for t in h.tokens]
-    hyp = Hypothesis(tokens, sum(h.score for h in parts) / max(len(parts), 1), cut=any(h.cut for h in parts))
+    hyp = Hypothesis(tokens, sum(h.score for h in parts) / max(len(parts), 1), cut=any(h.cut for h in parts),
+                     retried=any(h.retried for h in parts))
     if parts and all(h.alignment is not None for h in parts):
         from nmtk.decode.search.word_alignment import Alignment
 

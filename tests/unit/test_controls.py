@@ -344,3 +344,32 @@ def test_a_translation_stutters_where_pieces_with_letters_repeat_back_to_back() 
     assert not stutters([10, 11, 11, 11, 12], lettered) and not stutters([12, 13, 12, 13, 12, 13, 14], lettered)
     assert not stutters([10, 11, 12, 10, 11, 12, 14], lettered) and not stutters([1, 1, 1, 1, 1, 2, 2, 2, 2], lettered)
     assert not stutters([10, 11, 10, 12, 10, 13, 10], lettered) and not stutters([], lettered)
+
+
+def test_only_the_sentences_that_repeated_themselves_are_searched_again() -> None:
+    """`unrepeated` works sentence by sentence: of a line's three sentences the one that stutters is searched
+    again with repeats barred, and taken where it then ends; the others keep their translations (a whole
+    line of 300 sentences was searched again for one)."""
+    from nmtk.decode.base import REPEATS_BARRED, unrepeated
+    from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig
+
+    def results() -> list[list[Hypothesis]]:
+        return [[Hypothesis([10, 11], -1.0)], [Hypothesis([12, 13, 13, 13, 13], -2.0)],
+                [Hypothesis([14] * 9, -3.0, cut=True)]]
+
+    asked: list[tuple[list[int], int]] = []
+
+    def searched(indices: list[int], how: SearchConfig) -> list[list[Hypothesis]]:
+        asked.append((indices, how.no_repeat_ngram_size))
+        return [[Hypothesis([15, 16], -4.0)], [Hypothesis([17] * 9, -5.0, cut=True)]]
+
+    lettered = frozenset(range(10, 20))
+    found = unrepeated(searched, SearchConfig(beam=2), results(), lettered)
+    assert asked == [([1, 2], REPEATS_BARRED)]
+    assert [h[0].tokens for h in found] == [[10, 11], [15, 16], [14] * 9] and [h[0].retried for h in found] == [
+        False, True, False]
+    for how in (SearchConfig(beam=2, no_repeat_ngram_size=4), SearchConfig(beam=1, sampling=SamplingConfig()),
+                SearchConfig(beam=2, retry_cut=False)):
+        asked.clear()
+        assert [h[0].tokens for h in unrepeated(searched, how, results(), lettered)][1] == [12, 13, 13, 13, 13]
+        assert asked == []
