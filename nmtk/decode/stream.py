@@ -24,7 +24,7 @@ from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, gui
 from nmtk.decode.load import LoadOptions, load_translator, with_glossary
 from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
-from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored
+from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored, sentences_apart
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
     InvalidUtf8,
@@ -100,14 +100,18 @@ class Engine:
         return {k: line for k, line in enumerate(sources)
                 if line.strip() and langid.already_in(langid.detect(line, among)[0], target, sources_)}
 
-    def markers(self, lines: list[str], options: TranslateOptions) -> list[str]:
+    def opened(self, lines: list[str], options: TranslateOptions) -> tuple[list[str], list[str]]:
         """Each line's list item marker (`list_marker`: ``1. ``, ``- ``, ``a) ``), written back before its
-        translation as `serve` writes a text's back, where each line gives its translation alone and is
-        not read as typed; else none."""
+        translation as `serve` writes a text's back, and the rest of the line, its sentences glued to
+        each other set apart (`sentences_apart`: "snow.A cat"), where each line gives its translation
+        alone and is not read as typed; else no markers and the lines as they are."""
         alone = self.format.plain and not options.print_scores and self.search.nbest == 1 and not self.search.align
-        if not (alone and self.translator.reading.carry):
-            return [""] * len(lines)
-        return [list_marker(line) for line in lines]
+        reading = self.translator.reading
+        if not (alone and reading.carry):
+            return [""] * len(lines), lines
+        markers = [list_marker(line) for line in lines]
+        rest = [line[len(marker):] for line, marker in zip(lines, markers, strict=True)]
+        return markers, [sentences_apart(line) for line in rest] if reading.split else rest
 
     def view_of(self, line: str) -> TranslatorBase:
         """The translator that reads ``line``: with ``--source-lang auto``, its detected language's pair,
@@ -491,8 +495,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
         return [" ".join(line.splitlines()) for line in done]
     engine.detected.clear()
     engine.tagged.extend(first + k for k, line in enumerate(chunk) if holds_tags(line))
-    markers = engine.markers(chunk, options)
-    chunk = [line[len(marker):] for line, marker in zip(chunk, markers, strict=True)]
+    markers, chunk = engine.opened(chunk, options)
     sources, guides = engine.guides(chunk, first)
     cut: set[int] = set()  # the lines whose translation ran to its length limit, however it was made
     as_is = engine.as_they_are(sources, options)

@@ -189,6 +189,30 @@ def code_spans(line: str) -> list[list[int]]:
     return [list(m.span()) for m in CODE.finditer(line)] if any(c.isdigit() for c in line) else []
 
 
+#: A sentence's end glued to the next sentence's start (``snow.A cat``, ``park!The``): a word's last three
+#: letters in small letters, the end, a capital and a small letter or a space.
+_GLUED = re.compile(r"(?<=[^\W\d_]{3})[.!?]+(?=[^\W\d_](?:[^\W\d_]|\s|$))")
+
+
+def sentences_apart(line: str) -> str:
+    """``line`` with a space after each sentence end glued to the next sentence (pasted or OCR'd text:
+    "Two dogs play in the snow.A cat watches." was one word "snow.A" to the model, which dropped the
+    second sentence), outside links; "e.g.The", "Ph.D", "U.S.A", "3.5" and "java.util.List" are left as
+    they are."""
+    if "." not in line and "!" not in line and "?" not in line:
+        return line
+    links = link_spans(line)
+    out, at = [], 0
+    for match in _GLUED.finditer(line):
+        end = match.end()
+        before, after = line[match.start() - 3 : match.start()], line[end]
+        word = line[max(line.rfind(" ", 0, match.start()), line.rfind("\t", 0, match.start())) + 1 : match.start()]
+        if before.islower() and after.isupper() and "." not in word and not any(lo <= end <= hi for lo, hi in links):
+            out += [line[at:end], " "]
+            at = end
+    return "".join(out) + line[at:] if out else line
+
+
 def _item_marker(text: str) -> list[list[int]]:
     """The [start, end) of the list item marker ``text`` begins with (`list_marker`: ``1.``, ``2)``, ``-``),
     if any: the demo model dropped it."""

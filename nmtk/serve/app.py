@@ -40,7 +40,7 @@ from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search, renumbered_documents
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored
+from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored, sentences_apart
 from nmtk.errors import NmtkError, validator_words
 from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
@@ -542,8 +542,12 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
         return await _line_answers(service, req, indices, pair)
     items = req.texts
     cut = [cut_at_breaks(items[i]) for i in indices]
-    if all(around == [""] for _, around in cut):
+    reading = service.worker.translator.for_pair(pair).reading
+    apart = [[sentences_apart(piece) for piece in text] if reading.carry and reading.split else text
+             for text, _ in cut]  # "snow.A cat": two sentences, as `translate` reads them
+    if all(around == [""] for _, around in cut) and all(a == t for a, (t, _) in zip(apart, cut, strict=True)):
         return await _line_answers(service, req, indices, pair)
+    cut = [(text, around) for text, (_, around) in zip(apart, cut, strict=True)]
     pieces = [piece for text, _ in cut for piece in text]
     answers = await _line_answers(service, req.model_copy(update={"q": pieces}), list(range(len(pieces))), pair)
     joined, start = [], 0

@@ -262,9 +262,10 @@ def test_a_lines_list_marker_is_written_back_before_its_translation(copy_run, mo
         return hypotheses(sources, *args, **kwargs)
 
     monkeypatch.setattr(translator, "hypotheses", recorded)
-    lines = ["1. the red cat runs", "2)  a dog", "- the cat", "a) a red dog", "the cat", "1.5 cats"]
+    lines = ["1. the red cat runs", "2)  a dog", "- the cat", "a) a red dog", "the cat.The dog", "1.5 cats"]
     out = _translated(Engine(translator, SearchConfig(beam=2)), TranslateOptions(), lines, 1)
-    assert given[:6] == ["the red cat runs", "a dog", "the cat", "a red dog", "the cat", "1.5 cats"], given
+    # and sentences glued to each other set apart ("snow.A cat" was one word to the model)
+    assert given[:6] == ["the red cat runs", "a dog", "the cat", "a red dog", "the cat. The dog", "1.5 cats"], given
     assert [line[:4] for line in out[:4]] == ["1. t", "2)  ", "- th", "a) a"] and not out[4].startswith("1"), out
     given.clear()
     _translated(Engine(translator, SearchConfig(beam=2, nbest=2)), TranslateOptions(), lines[:1], 1)

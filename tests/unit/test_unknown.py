@@ -6,7 +6,15 @@ from __future__ import annotations
 import html
 from functools import partial
 
-from nmtk.decode.unknown import code_spans, garbled_numbers, kept_spans, link_spans, lost_numbers, lost_terms
+from nmtk.decode.unknown import (
+    code_spans,
+    garbled_numbers,
+    kept_spans,
+    link_spans,
+    lost_numbers,
+    lost_terms,
+    sentences_apart,
+)
 from nmtk.text.markup import Target, parse, place, token_spans
 
 
@@ -160,3 +168,13 @@ def test_a_glossary_s_untranslated_terms_are_lost_where_not_written_as_often_as_
     assert kept_spans("a nasa engineer", lambda c: True, terms=terms) == []
     assert kept_spans("a nasa engineer", lambda c: True, terms=terms_pattern(["NASA"], ignore_case=True)) == [(2, 6)]
     assert terms_pattern([]) is None
+
+
+def test_sentences_glued_to_each_other_are_set_apart_outside_links_and_abbreviations() -> None:
+    """Pasted or OCR'd text: "snow.A cat" was one word to the model, which dropped the second sentence."""
+    assert sentences_apart("Two dogs play in the snow.A cat watches.Then it sleeps!Really?Yes") == (
+        "Two dogs play in the snow. A cat watches. Then it sleeps! Really? Yes")
+    assert sentences_apart("Die Straße.Über uns") == "Die Straße. Über uns"
+    for kept in ("e.g.The dog", "a Ph.D student", "the U.S.A team", "it costs 3.5 now", "A dog.", "java.util.List",
+                 "see www.example.com/Page.Html or jo@doe.Example", "two dogs.a cat", "the end.", "run.X1"):
+        assert sentences_apart(kept) == kept, kept
