@@ -212,7 +212,8 @@ class _Parser(HTMLParser):
             raise MarkupError(f"{self.opened_at[index]}: <{name}> is not closed (its block ends at {self._where()})"
                               + lines)
         text = "".join(self.text)
-        kept = _apart([*_markers(self.tags, text), *(self.keep(text) if self.keep is not None else ())])
+        kept = _together(_apart([*_markers(self.tags, text), *(self.keep(text) if self.keep is not None else ())]),
+                         text, self.tags)
         if kept:
             text = self._taken_out(text, kept)
         spans = _split_at([(m.start(), m.end()) for m in re.finditer(r"\S+", text)], self.breaks)
@@ -247,6 +248,9 @@ class _Parser(HTMLParser):
         letters or digits leaves a space: the words stay two (before a word's punctuation it leaves none:
         ``runs<sup>1</sup>.`` is one word, its point after it). Positions after a span move back."""
         tags, starts = self.tags, [a for _, _, a, _, _ in self.tags]  # in the order they began: ``a`` ascends
+        children: dict[int | None, list[int]] = {}
+        for k, tag in enumerate(tags):
+            children.setdefault(tag[4], []).append(k)
         glues = _glues(text, kept)
         inner, points, places = {}, [], []
         for lo, hi in kept:  # in the source's positions: they all move once, below
@@ -255,11 +259,9 @@ class _Parser(HTMLParser):
             filled = [k for k in inside if tags[k][2:4] == (lo, hi)]  # <b>https://…</b>: the element is the point
             if filled:  # the outermost it fills holds the markup inside it; the elements there go (`_without`)
                 outer = filled[0]
-                within = [k for k in range(bisect_left(starts, lo), bisect_left(starts, hi))
-                          if tags[k][2] < tags[k][3] <= hi and k != outer]
                 start, end, a, b, parent = tags[outer]
-                tags[outer] = (start + _markup(tags, text, lo, hi, within, self.entities), end, a, b, parent)
-                inner.update({k: outer for k in within})
+                tags[outer] = (start + _inner(tags, text, outer, children, self.entities), end, a, b, parent)
+                inner.update({k: outer for k in _held(children, outer)})
             else:
                 points.append((_escaped(text[lo:hi], self.entities), "", lo, lo, inside[-1] if inside else None))
                 places.append(place)
@@ -482,17 +484,26 @@ def _markers(tags: list[RawTag], text: str) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in found if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in found)]
 
 
-def _markup(tags: list[RawTag], text: str, lo: int, hi: int, within: list[int], entities: dict[str, str]) -> str:
-    """The characters ``[lo, hi)`` of ``text`` escaped (``entities`` as written), with the ``tags``
-    ``within`` (elements there, in the order they began) written where they began and ended:
-    ``<span>[</span>1<span>]</span>``."""
-    out = []
-    for at in range(lo, hi + 1):
-        out += [tags[k][1] for k in reversed(within) if tags[k][3] == at]  # inner ends first
-        out += [tags[k][0] for k in within if tags[k][2] == at]
-        if at < hi:
-            out.append(_escaped(text[at], entities))
+def _inner(tags: list[RawTag], text: str, k: int, children: dict[int | None, list[int]],
+           entities: dict[str, str]) -> str:
+    """What element ``k`` holds, as written: its characters of ``text`` escaped (``entities`` as written)
+    and the elements and points in it, each where it stood (``<span>[</span>1<span>]</span>``,
+    ``<img src="a.png"> 🐶``)."""
+    out, at = [], tags[k][2]
+    for child in children.get(k, ()):  # in the order they began: the order they stand in
+        start, end, lo, hi, _ = tags[child]
+        out += [_escaped(text[at:lo], entities), start, _inner(tags, text, child, children, entities), end]
+        at = hi
+    out.append(_escaped(text[at : tags[k][3]], entities))
     return "".join(out)
+
+
+def _held(children: dict[int | None, list[int]], k: int) -> list[int]:
+    """The elements and points inside element ``k``, at any depth."""
+    out = list(children.get(k, ()))
+    for child in out:
+        out += children.get(child, ())  # (the list grows as it is read: breadth first)
+    return out
 
 
 def _enclosing(tags: list[RawTag], place: int, lo: int, hi: int) -> list[int]:
@@ -606,6 +617,56 @@ def _apart(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         if not out or lo >= out[-1][1]:
             out.append((lo, hi))
     return out
+
+
+def _together(spans: list[tuple[int, int]], text: str, tags: list[RawTag]) -> list[tuple[int, int]]:
+    """``spans`` (in order, apart) with those that only white space parts, no tag beginning or ending
+    between them, as one: they stand together in one element and come back together; and an element
+    that holds nothing but spans, white space and images, in elements of its own or not, is one span,
+    kept whole (``<sup>🐶 🐱</sup>`` came back ``<sup></sup> 🐶 🐱``,
+    ``<b><i>jo@x.org</i> B-52</b>`` ``<b></b> <i>jo@x.org</i> B-52``)."""
+    spans = _filled_elements(spans, text, tags) if spans or any(a == b for _, _, a, b, _ in tags) else spans
+    if len(spans) < 2:
+        return spans
+    bounds = sorted({x for _, _, a, b, _ in tags for x in (a, b)})
+    out = [spans[0]]
+    for lo, hi in spans[1:]:
+        last_lo, last_hi = out[-1]
+        if not text[last_hi:lo].strip() and bisect_left(bounds, last_hi) == bisect_right(bounds, lo):
+            out[-1] = (last_lo, hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _filled_elements(spans: list[tuple[int, int]], text: str, tags: list[RawTag]) -> list[tuple[int, int]]:
+    """``spans`` with those inside an element that holds nothing else but white space (and images or other
+    points) as the element's one span, the outermost such element's; so is an element of images and
+    white space alone (``<span><img> <img></span>``)."""
+    read, held = [0], [0]  # up to each place: characters neither white space nor kept; kept ones
+    inside, cut = [False] * len(text), [False] * (len(text) + 1)  # cut: a place a span runs across
+    for lo, hi in spans:
+        inside[lo:hi] = [True] * (hi - lo)
+        cut[lo + 1 : hi] = [True] * max(hi - lo - 1, 0)
+    for char, is_kept in zip(text, inside, strict=True):
+        read.append(read[-1] + (not is_kept and not char.isspace()))
+        held.append(held[-1] + is_kept)
+    pointed = {parent for _, _, a, b, parent in tags if a == b}  # elements holding a point (an image)
+    filled = [(a, b) for k, (_, _, a, b, _) in enumerate(tags)
+              if a < b and read[b] == read[a] and (held[b] > held[a] or k in pointed) and not (cut[a] or cut[b])]
+    outer: list[tuple[int, int]] = []
+    for a, b in sorted(filled, key=lambda ab: (ab[0], -ab[1])):
+        if not outer or a >= outer[-1][1]:
+            outer.append((a, b))
+    if not outer:
+        return spans
+    starts = [a for a, _ in outer]
+
+    def within(span: tuple[int, int]) -> bool:
+        k = bisect_right(starts, span[0]) - 1
+        return k >= 0 and span[1] <= outer[k][1]
+
+    return sorted([*outer, *(span for span in spans if not within(span))])
 
 
 def _split_at(spans: list[tuple[int, int]], breaks: list[int]) -> list[tuple[int, int]]:

@@ -340,3 +340,21 @@ def test_a_blocks_sentences_are_matched_to_their_words_one_by_one() -> None:
     assert [target.text[lo:hi] for lo, hi in target.spans] == ["Ein", "„", "Hund", "“", "rennt", ".", "Eine", "Katze",
                                                                 "."]
     assert target.spans == token_spans(words, target.text)
+
+
+@pytest.mark.parametrize("markup", [
+    '<p>A dog <sup>🐶 🐱</sup> runs.</p>',  # came back '<sup></sup> 🐶 🐱'
+    '<p>A dog runs <b><i>jo@x.example</i> 🐶</b></p>',  # '<b></b> <i>jo@x.example</i> 🐶'
+    '<p>A <a href="/u"><img src="face.png"> 🐶</a> runs.</p>',  # '<a></a> <img> 🐶'
+    '<p>A dog <span><img src="a.png"> <img src="b.png"></span> runs.</p>',  # '<span></span> <img> <img>'
+    '<p>A <b>🐶</b> <i>🐱</i> dog.</p>',  # apart, each in its own element, as they were
+])
+def test_an_element_holding_only_kept_spans_and_images_is_kept_whole(markup: str) -> None:
+    """Spans the model does not read (`nmtk.decode.unknown`: here emoji and links) and images, with white
+    space alone between them, in an element with no word: the element is one point, whole; a copy gives
+    the markup back."""
+    def keep(text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in re.finditer(r"[🐶🐱]|\S+@\S+", text)]
+
+    doc = parse(markup, keep=keep)
+    assert doc.render([place(s, identity(s)) for s in doc.segments]) == markup
