@@ -410,9 +410,9 @@ class _Parser(HTMLParser):
                 if k:
                     self._line_break()
                 if line:
-                    self._add_text(line, html.escape(line, quote=False))
+                    self._add_text(line, _as_text(line))
             return
-        self._add_text(data, html.escape(data, quote=False))
+        self._add_text(data, _as_text(data))
 
     def _line_break(self) -> None:
         """The end of an xml line, which ends its block. Elements still open there with no word of the
@@ -432,9 +432,9 @@ class _Parser(HTMLParser):
             return
         char = html.unescape(raw)
         if char == raw:  # not an entity HTML knows: kept as written, as text
-            self._add_text(raw, html.escape(raw, quote=False))
+            self._add_text(raw, _as_text(raw))
             return
-        if char not in "&<>":
+        if char not in "&<":
             self.entities[char] = raw
         self._add_text(char, raw)
 
@@ -918,8 +918,15 @@ def _end(text: str, span: tuple[int, int], trim: bool) -> int:
     return span[1] - tail if trim and tail < len(word) else span[1]
 
 
+def _as_text(text: str) -> str:
+    """``text`` as markup's text: ``&`` and ``<`` escaped, which text cannot hold as they are; a ``>`` it can
+    (``00:01 --> 00:04`` in a subtitle came back ``--&gt;``: `_escaped` writes ``&gt;`` where the source
+    did)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;")
+
+
 def _escaped(text: str, entities: dict[str, str]) -> str:
-    text = html.escape(text, quote=False)
+    text = _as_text(text)
     for char, entity in entities.items():
         if char in text:
             text = text.replace(char, entity)

@@ -39,6 +39,9 @@ def round_trip(markup: str, kind: str = "html") -> str:
     ('<p>A dog runs. <img src="b.png"></p>', None),
     ("<p><code>x = 1</code> is code.</p>", None),
     ('<p> <span translate="no">nmtk</span>  works. <!-- c --> </p>', None),
+    # a ">" written as it is comes back so (a subtitle's "-->" came back "--&gt;"), one written "&gt;" so
+    ("<p>00:00:01,000 --> 00:00:04,000</p><p>And c > d.</p>", None),
+    ("<p>A &gt; b.</p>", None),
 ])
 def test_a_copy_gives_the_markup_back(markup: str, expected: str | None) -> None:
     """With every word aligned to itself, every tag, entity, comment and verbatim element is where it was
