@@ -144,6 +144,12 @@ class Glossary:
         untranslated, as links are (`LoadOptions.carry_terms`)."""
         return tuple(src for src, tgt in self.pairs if src.strip() == tgt.strip())
 
+    def translated(self) -> tuple[str, ...]:
+        """Its source terms whose target is another (``MP3`` → ``Musikdatei``): what the line holds there
+        is the glossary's to translate, not carried through though it be a code, a link or a handle
+        (`nmtk.decode.unknown.kept_spans`)."""
+        return tuple(src for src, tgt in self.pairs if src.strip() != tgt.strip())
+
     def where_each(self) -> tuple[str, ...]:
         """Where each pair was read, for errors about it (``glossary[i]`` where nothing was said)."""
         return self.origins if len(self.origins) == len(self.pairs) else tuple(

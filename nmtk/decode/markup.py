@@ -45,8 +45,9 @@ class MarkedUp:
 
     @classmethod
     def of(cls, documents: list[str], kind: str, translator: TranslatorBase,
-           attributes: tuple[str, ...] = (), numbers: bool = False) -> MarkedUp:
-        parsed, keep = [], keeper(translator, numbers)  # emoji, unknown scripts, links (numbers) carried
+           attributes: tuple[str, ...] = (), numbers: bool = False, glossary: Glossary | None = None) -> MarkedUp:
+        # emoji, unknown scripts, links (numbers) carried; not what the glossary translates
+        parsed, keep = [], keeper(translator, numbers, glossary)
         for d, text in enumerate(documents):
             try:
                 parsed.append(parse(text, kind, attributes, keep))
@@ -152,7 +153,7 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     documents a sentence of which ran to its length limit are added to it (`translate`'s last line
     names them)."""
     check_engine(translator, kind)
-    marked = MarkedUp.of(documents, kind, translator, attributes, numbers)
+    marked = MarkedUp.of(documents, kind, translator, attributes, numbers, glossary)
     lines = marked.lines
     if not lines:
         return list(documents)

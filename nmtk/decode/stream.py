@@ -142,7 +142,7 @@ class Engine:
         refuse_tags(self.translator, sources, first)  # as `encode` checks the lines it is given
         out: dict[int, str] = {}
         for view, lines in self.views(sources, range(len(sources))):
-            found = carried_lines(view, [sources[k] for k in lines])
+            found = carried_lines(view, [sources[k] for k in lines], self.glossary)
             out.update({lines[i]: text for i, text in self._through_markup(view, found, cut, lines).items()})
         return out
 

@@ -23,35 +23,45 @@ import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from nmtk.decode.guide import occurrences
+from nmtk.decode.guide import Glossary, occurrences
 from nmtk.text.line_breaks import list_marker
+from nmtk.text.reading import terms_pattern
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
     from nmtk.decode.search.config import SearchConfig
 
 def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, numbers: bool = False,
-               terms: re.Pattern[str] | None = None) -> list[tuple[int, int]]:
+               terms: re.Pattern[str] | None = None, glossed: re.Pattern[str] | None = None
+               ) -> list[tuple[int, int]]:
     """The [start, end) of each span of ``line`` to carry through: its runs of characters ``spells``
     refuses and, with ``links``, its URLs, e-mail addresses, handles, codes (`code_spans`) and the list
     item marker it begins with (markup's ``<p>1. A dog…``; a line's own is written back apart; with
     ``numbers``, its numbers too; with ``terms``, a glossary's terms that translate to themselves:
-    `Glossary.untranslated`), each with the brackets or quotes that enclose it, in order."""
+    `Glossary.untranslated`), each with the brackets or quotes that enclose it, in order; none that
+    overlaps a term of ``glossed`` (a glossary's terms that translate to another: `Glossary.translated`),
+    which the glossary translates ("MP3" → "Musikdatei" came back "MP3")."""
     found = _unspelt(line, spells) + (link_spans(line) + code_spans(line) + _item_marker(line) if links else [])
     if numbers:
         found += [list(m.span()) for m in NUMBER.finditer(line)]
     if terms is not None:
         found += [list(m.span()) for m in terms.finditer(line)]
+    if glossed is not None and found:
+        asked = [m.span() for m in glossed.finditer(line)]
+        found = [run for run in found if not any(lo < run[1] and run[0] < hi for lo, hi in asked)]
     return [_enclosed(line, run) for run in _merged(found)]
 
 
-def keeper(translator: TranslatorBase, numbers: bool = False) -> Callable[[str], list[tuple[int, int]]]:
+def keeper(translator: TranslatorBase, numbers: bool = False, glossary: Glossary | None = None
+           ) -> Callable[[str], list[tuple[int, int]]]:
     """`kept_spans` as ``translator`` reads its lines: what markup's parser takes out of a block's text
     (`nmtk.text.markup.parse`'s ``keep``), so that html carries them as text does. ``numbers``: a line
     translated again (`renumbered_lines`), which carries its numbers and its glossary's untranslated
-    terms too (`Reading.terms`)."""
+    terms too (`Reading.terms`); ``glossary``: the terms it translates are not carried."""
     spells, links, terms = read_as_spelt(translator), translator.reading.carry, translator.reading.terms
-    return lambda text: kept_spans(text, spells, links, numbers and links, terms if numbers and links else None)
+    glossed = None if glossary is None else terms_pattern(glossary.translated(), glossary.ignore_case)
+    return lambda text: kept_spans(text, spells, links, numbers and links, terms if numbers and links else None,
+                                   glossed)
 
 
 #: A number as written (``3``, ``3,500``, ``12/05/2023``, ``$12.99``, ``10%``), not one inside a word
@@ -253,11 +263,11 @@ def can_carry(translator: TranslatorBase, search: SearchConfig) -> bool:
     return translator.can_align and search.nbest == 1 and search.sampling is None and not search.align
 
 
-def carried_lines(translator: TranslatorBase, lines: list[str]) -> dict[int, str]:
+def carried_lines(translator: TranslatorBase, lines: list[str], glossary: Glossary | None = None) -> dict[int, str]:
     """The lines of ``lines`` holding spans to carry (`kept_spans`, as the translator reads them), by
     index, each as an html fragment (its text escaped), in which markup keeps those spans out of the
     words (`keeper`) and places them as it places an ``<img>``."""
-    keep = keeper(translator)
+    keep = keeper(translator, glossary=glossary)
     return {k: html.escape(line, quote=False) for k, line in enumerate(lines) if keep(line) or unread(line)}
 
 

@@ -613,7 +613,8 @@ async def _carried(service: _Service, req: LibreRequest, lines: list[str], searc
         refuse_tags(view, lines)  # as `encode` checks the lines it is given
     except NmtkError as exc:
         raise ApiError(422, str(exc)) from None
-    found = carried_lines(view, lines)
+    every = service.with_server(service.request_glossary(req.glossary, req.glossary_ignore_case))
+    found = carried_lines(view, lines, every)
     if not found:
         return {}
     return restored(found, await _marked_texts(service, req, list(found.values()), pair))
@@ -664,7 +665,8 @@ async def _marked_texts(service: _Service, req: LibreRequest, documents: list[st
     glossary, bans and search settings: html requests' and text carrying unknown characters' (and, with
     ``numbers``, its numbers: `_renumbered`)."""
     view = service.worker.translator.for_pair(pair)
-    marked = MarkedUp.of(documents, "html", view, tuple(req.translate_attributes), numbers)
+    every = service.with_server(service.request_glossary(req.glossary, req.glossary_ignore_case))
+    marked = MarkedUp.of(documents, "html", view, tuple(req.translate_attributes), numbers, every)
     lines = marked.lines
     if not lines:  # markup and no word: nothing to translate
         return list(documents)

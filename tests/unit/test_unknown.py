@@ -178,3 +178,17 @@ def test_sentences_glued_to_each_other_are_set_apart_outside_links_and_abbreviat
     for kept in ("e.g.The dog", "a Ph.D student", "the U.S.A team", "it costs 3.5 now", "A dog.", "java.util.List",
                  "see www.example.com/Page.Html or jo@doe.Example", "two dogs.a cat", "the end.", "run.X1"):
         assert sentences_apart(kept) == kept, kept
+
+
+def test_what_a_glossary_translates_is_not_carried() -> None:
+    """A code, handle or link that a glossary term translates to something else is the glossary's
+    (``MP3`` → ``Musikdatei`` came back "MP3"); one it keeps as it is, and the rest, are still carried."""
+    from nmtk.decode.guide import Glossary
+    from nmtk.text.reading import terms_pattern
+
+    glossary = Glossary((("MP3", "Musikdatei"), ("@alice", "Alice"), ("NASA", "NASA")))
+    assert glossary.translated() == ("MP3", "@alice") and glossary.untranslated() == ("NASA",)
+    glossed = terms_pattern(glossary.translated())
+    line = "An MP3 player, @alice and @bob, B-52 and 🐶."
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, glossed=glossed)] == ["@bob", "B-52", "🐶"]
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only)] == ["MP3", "@alice", "@bob", "B-52", "🐶"]
