@@ -189,9 +189,11 @@ def link_spans(line: str) -> list[list[int]]:
 #: ``A4``, ``H2O``, ``LH123``): a name every language writes alike, which the demo model garbled ("A B-52
 #: …" → "Ein52 …", "COVID-19" → "„VO“.19"). A word with a small letter (``10th``, ``mp3``, ``Mid-1990s``)
 #: is the model's to translate, as are an ordinal or a decade in capitals (``10TH``, ``50S``: a line in
-#: capitals is read in sentence case).
+#: capitals is read in sentence case). So is a size (``77x147``, ``1920×1080``, ``2.5x4``): "77x147 cm"
+#: came back without it.
 CODE = re.compile(r"(?<![\w-])(?!\d+(?:S|ST|ND|RD|TH)(?![\w-]))(?=[A-Z0-9-]*[0-9])(?=[A-Z0-9-]*[A-Z])"
-                  r"[A-Z0-9]+(?:-[A-Z0-9]+)*(?![\w-])")
+                  r"[A-Z0-9]+(?:-[A-Z0-9]+)*(?![\w-])"
+                  r"|(?<![\w.,])\d+(?:[.,]\d+)?(?:[x×]\d+(?:[.,]\d+)?)+(?![\w.,]*\d)")  # sizes: 77x147, 1920×1080
 
 
 def code_spans(line: str) -> list[list[int]]:

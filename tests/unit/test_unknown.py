@@ -83,6 +83,8 @@ def test_codes_of_capitals_and_digits_are_carried_and_words_with_small_letters_a
     assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only)] == ["B-52", "COVID-19", "MP3", "(H2O)", "3D",
                                                                          "4K"]
     assert kept_spans(line, ascii_only, links=False) == [] and code_spans("TWO MEN IN THEIR 50S, THE 3RD RUN") == []
+    sizes = "A 77x147 cm shelf, a 1920×1080 screen, a 4x4 car, 3x faster, x3."  # "77x147 cm" came back without it
+    assert [sizes[lo:hi] for lo, hi in code_spans(sizes)] == ["77x147", "1920×1080", "4x4"]
     assert copied(line) == line
 
 
