@@ -318,7 +318,7 @@ class TranslatorBase:
         return results
 
     def _searched(self, ids: list[list[int] | None], search: SearchConfig, first_line: int,
-                  controls: list[LineControls | None] | None, warn: bool = True) -> list[list[Hypothesis]]:
+                  controls: list[LineControls | None] | None) -> list[list[Hypothesis]]:
         """The search of `hypotheses_of_ids`, each line as its controls ask, long lines in pieces."""
         todo = [i for i, x in enumerate(ids) if x is not None]
         results: list[list[Hypothesis]] = [[] for _ in ids]
@@ -344,7 +344,7 @@ class TranslatorBase:
         found = unrepeated(decode, wide, decode(list(range(len(segments.pieces))), wide), self.tgt_pipe.lettered)
         for i, hyps, n, lengthy in zip(todo, segments.join(found), segments.count, segments.lengthy, strict=True):
             results[i] = hyps
-            if lengthy and warn:
+            if lengthy:
                 warn_split(first_line + i, ids[i], self.max_positions, n, self.longest_trained, markers)
         return results
 

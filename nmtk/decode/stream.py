@@ -86,12 +86,15 @@ class Engine:
     kept: list[int] = field(default_factory=list)  # ... those lines
     tagged: list[int] = field(default_factory=list)  # text lines holding markup tags (`holds_tags`)
 
+    def alone(self, options: TranslateOptions) -> bool:
+        """Whether each line gives its translation alone: plain input, no scores, n-best or alignments."""
+        return self.format.plain and not options.print_scores and self.search.nbest == 1 and not self.search.align
+
     def as_they_are(self, sources: list[str], options: TranslateOptions) -> dict[int, str]:
         """With ``--source-lang auto``, the lines surely in the target language already (`langid.already_in`,
         among the model's languages), by index: written as they are, as `serve` gives such texts back;
-        where each line gives its translation alone (plain input, no scores, n-best or alignments)."""
-        alone = self.format.plain and not options.print_scores and self.search.nbest == 1 and not self.search.align
-        if not (self.auto and alone):
+        where each line gives its translation alone (`alone`)."""
+        if not (self.auto and self.alone(options)):
             return {}
         pairs, pair = self.translator.pairs, self.translator.language_pair
         target = pair.target if pair is not None else self.translator.tgt_pipe.moses.lang
@@ -105,9 +108,8 @@ class Engine:
         translation as `serve` writes a text's back, and the rest of the line, its sentences glued to
         each other set apart (`sentences_apart`: "snow.A cat"), where each line gives its translation
         alone and is not read as typed; else no markers and the lines as they are."""
-        alone = self.format.plain and not options.print_scores and self.search.nbest == 1 and not self.search.align
         reading = self.translator.reading
-        if not (alone and reading.carry):
+        if not (self.alone(options) and reading.carry):
             return [""] * len(lines), lines
         markers = [list_marker(line) for line in lines]
         rest = [line[len(marker):] for line, marker in zip(lines, markers, strict=True)]

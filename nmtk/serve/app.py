@@ -337,7 +337,7 @@ class _Service:
         ``--terms inline`` the glossaries are hints (`hinted`), their terms preferred among the finished
         hypotheses (`preferring`), not constraints."""
         server = self.server_guides
-        every = self.with_server(self.request_glossary(glossary, ignore_case))
+        every = self.every_glossary(glossary, ignore_case)
         bans = tuple(server.bans) + tuple(b.strip() for b in ban or () if b.strip())
         if every is None and not bans and not any(prefix) and not any(constraints):
             return None
@@ -376,6 +376,10 @@ class _Service:
         plain = self.worker.translator.for_pair(None)
         ids = [h if h is not None else plain.encode([line])[0] for line, h in zip(lines, hints, strict=True)]
         return (guides if any(guides) else None), ids
+
+    def every_glossary(self, glossary: list[tuple[str, str]] | None, ignore_case: bool) -> Glossary | None:
+        """The server's glossary and a request's (`request_glossary`) as one (None: neither)."""
+        return self.with_server(self.request_glossary(glossary, ignore_case))
 
     def with_server(self, extra: Glossary | None) -> Glossary | None:
         """The server's glossary with a request's added (None: neither)."""
@@ -542,12 +546,8 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
         return await _line_answers(service, req, indices, pair)
     items = req.texts
     cut = [cut_at_breaks(items[i]) for i in indices]
-    reading = service.worker.translator.for_pair(pair).reading
-    apart = [[sentences_apart(piece) for piece in text] if reading.carry and reading.split else text
-             for text, _ in cut]  # "snow.A cat": two sentences, as `translate` reads them
-    if all(around == [""] for _, around in cut) and all(a == t for a, (t, _) in zip(apart, cut, strict=True)):
+    if all(around == [""] for _, around in cut):
         return await _line_answers(service, req, indices, pair)
-    cut = [(text, around) for text, (_, around) in zip(apart, cut, strict=True)]
     pieces = [piece for text, _ in cut for piece in text]
     answers = await _line_answers(service, req.model_copy(update={"q": pieces}), list(range(len(pieces))), pair)
     joined, start = [], 0
@@ -564,6 +564,9 @@ async def _line_answers(service: _Service, req: LibreRequest, indices: list[int]
     ``translatedText`` and what else the request asked for."""
     items = req.texts
     lines = [" ".join(items[i].splitlines()) for i in indices]  # one segment per string
+    reading = service.worker.translator.for_pair(pair).reading
+    if not _per_line_asks(req) and reading.carry and reading.split:  # "snow.A cat": two sentences, as
+        lines = [sentences_apart(line) for line in lines]  # `translate` reads them
     search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment,
                                 no_repeat_ngram_size=req.no_repeat_ngram_size,
                                 repetition_penalty=req.repetition_penalty)
@@ -613,8 +616,7 @@ async def _carried(service: _Service, req: LibreRequest, lines: list[str], searc
         refuse_tags(view, lines)  # as `encode` checks the lines it is given
     except NmtkError as exc:
         raise ApiError(422, str(exc)) from None
-    every = service.with_server(service.request_glossary(req.glossary, req.glossary_ignore_case))
-    found = carried_lines(view, lines, every)
+    found = carried_lines(view, lines, service.every_glossary(req.glossary, req.glossary_ignore_case))
     if not found:
         return {}
     return restored(found, await _marked_texts(service, req, list(found.values()), pair))
@@ -665,8 +667,8 @@ async def _marked_texts(service: _Service, req: LibreRequest, documents: list[st
     glossary, bans and search settings: html requests' and text carrying unknown characters' (and, with
     ``numbers``, its numbers: `_renumbered`)."""
     view = service.worker.translator.for_pair(pair)
-    every = service.with_server(service.request_glossary(req.glossary, req.glossary_ignore_case))
-    marked = MarkedUp.of(documents, "html", view, tuple(req.translate_attributes), numbers, every)
+    marked = MarkedUp.of(documents, "html", view, tuple(req.translate_attributes), numbers,
+                         service.every_glossary(req.glossary, req.glossary_ignore_case))
     lines = marked.lines
     if not lines:  # markup and no word: nothing to translate
         return list(documents)

@@ -248,9 +248,7 @@ class _Parser(HTMLParser):
         letters or digits leaves a space: the words stay two (before a word's punctuation it leaves none:
         ``runs<sup>1</sup>.`` is one word, its point after it). Positions after a span move back."""
         tags, starts = self.tags, [a for _, _, a, _, _ in self.tags]  # in the order they began: ``a`` ascends
-        children: dict[int | None, list[int]] = {}
-        for k, tag in enumerate(tags):
-            children.setdefault(tag[4], []).append(k)
+        children = _children(tags)
         glues = _glues(text, kept)
         inner, points, places = {}, [], []
         for lo, hi in kept:  # in the source's positions: they all move once, below
@@ -498,6 +496,14 @@ def _inner(tags: list[RawTag], text: str, k: int, children: dict[int | None, lis
     return "".join(out)
 
 
+def _children(tags: list[RawTag]) -> dict[int | None, list[int]]:
+    """Each tag's (None: the block's) children, in the order they began."""
+    children: dict[int | None, list[int]] = {}
+    for k, tag in enumerate(tags):
+        children.setdefault(tag[4], []).append(k)
+    return children
+
+
 def _held(children: dict[int | None, list[int]], k: int) -> list[int]:
     """The elements and points inside element ``k``, at any depth."""
     out = list(children.get(k, ()))
@@ -575,11 +581,6 @@ def _inner_edges(segment: Segment, tags: list[RawTag], first: int, last: int) ->
     segment.after = after[min(tail - last, len(after) - len(after.lstrip())) :]
 
 
-def _subtree(tags: list[RawTag], k: int) -> str:
-    """Tag ``k``'s markup with the elements it holds (``<i><img src="x"></i>``), all points."""
-    return tags[k][0] + "".join(_subtree(tags, c) for c, tag in enumerate(tags) if tag[4] == k) + tags[k][1]
-
-
 def _collapsed(tags: list[RawTag]) -> list[RawTag]:
     """``tags`` with each empty element that holds other points (``<i><img src="x"></i>``, an icon) made
     one point of its markup: placed apart, the image came out of its element (``<em></em> <img>``), and
@@ -590,15 +591,11 @@ def _collapsed(tags: list[RawTag]) -> list[RawTag]:
     if not holders:
         return tags
     gone: dict[int, int] = {}
-    for k in holders:
-        inside, tags[k] = _descendants(tags, k), (_subtree(tags, k), "", *tags[k][2:])
-        gone.update({d: k for d in inside})
+    children = _children(tags)
+    for k in holders:  # all points: no text inside
+        tags[k] = (tags[k][0] + _inner(tags, "", k, children, {}) + tags[k][1], "", *tags[k][2:])
+        gone.update({d: k for d in _held(children, k)})
     return _without(tags, gone)
-
-
-def _descendants(tags: list[RawTag], k: int) -> list[int]:
-    out = [c for c, tag in enumerate(tags) if tag[4] == k]
-    return out + [d for c in out for d in _descendants(tags, c)]
 
 
 def _without(tags: list[RawTag], gone: dict[int, int]) -> list[RawTag]:
@@ -625,7 +622,7 @@ def _together(spans: list[tuple[int, int]], text: str, tags: list[RawTag]) -> li
     that holds nothing but spans, white space and images, in elements of its own or not, is one span,
     kept whole (``<sup>🐶 🐱</sup>`` came back ``<sup></sup> 🐶 🐱``,
     ``<b><i>jo@x.org</i> B-52</b>`` ``<b></b> <i>jo@x.org</i> B-52``)."""
-    spans = _filled_elements(spans, text, tags) if spans or any(a == b for _, _, a, b, _ in tags) else spans
+    spans = _filled_elements(spans, text, tags)
     if len(spans) < 2:
         return spans
     bounds = sorted({x for _, _, a, b, _ in tags for x in (a, b)})
