@@ -13,6 +13,7 @@ Input convention (fairseq's ``--constraints``, extended by the prefix): with ``-
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -190,15 +191,21 @@ class Glossary:
         return self
 
     def _matches(self, words: list[str], tokenize: Callable[[str], str]) -> Iterator[tuple[int, int, str]]:
-        """(start, end, target term) of each source term in ``words`` (Moses tokens), left to right."""
+        """(start, end, target term) of each source term in ``words`` (Moses tokens), left to right.
+
+        A term's first word may follow punctuation and its last word may carry some (``street.``,
+        ``(man``, ``ice cream,``): without Moses (a recipe's default) the words are the line's
+        space-separated ones, and a term ending a sentence or a clause never stood alone; the match is
+        the whole word, punctuation and all, as the ``terms`` modifier hints such words in training."""
         if not self.pairs:
             return
         self.index(tokenize)
         normed = [self._norm(w) for w in words]
         for i, word in enumerate(normed):
-            for term, target in self._index.get(word, ()):
-                if tuple(normed[i : i + len(term)]) == term:
-                    yield i, i + len(term), target
+            for first in dict.fromkeys((word, _edged(word, left=True), _edged(word, left=True, right=True))):
+                for term, target in self._index.get(first, ()):
+                    if _fits(normed[i : i + len(term)], term):
+                        yield i, i + len(term), target
 
     def hinted(self, source: str, tokenize: Callable[[str], str], tokenize_target: Callable[[str], str],
                tokenized: bool = False) -> str:
@@ -242,6 +249,27 @@ def guided(source: str, guide: Guidance, glossary: Glossary | None, bans: tuple[
     if bans:
         guide = replace(guide, bans=bans)
     return guide or None
+
+
+def _edged(word: str, left: bool = False, right: bool = False) -> str:
+    """``word`` without the punctuation at its left and/or right edge (``"(street."`` → ``"street."``,
+    ``"street"``); a word of punctuation alone stays as it is (no term matches it emptied)."""
+    start, end = 0, len(word)
+    while left and start < end and unicodedata.category(word[start]).startswith("P"):
+        start += 1
+    while right and end > start and unicodedata.category(word[end - 1]).startswith("P"):
+        end -= 1
+    return word[start:end] or word
+
+
+def _fits(words: list[str], term: tuple[str, ...]) -> bool:
+    """Whether ``words`` are ``term``'s, punctuation allowed before its first and after its last word
+    (`Glossary._matches`); inside it ("ice, cream") they must be as the term has them."""
+    if len(words) != len(term):
+        return False
+    last = len(term) - 1
+    return all(w == t or _edged(w, left=k == 0, right=k == last) == t
+               for k, (w, t) in enumerate(zip(words, term, strict=True)))
 
 
 @lru_cache(maxsize=8192)

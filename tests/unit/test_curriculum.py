@@ -333,6 +333,19 @@ def test_a_glossary_becomes_hints_in_the_source_longest_term_first() -> None:
     assert glossary.hinted("A cat.", tokenize, str) == "A cat ."
 
 
+
+def test_without_moses_a_term_beside_punctuation_is_found_and_hinted_whole() -> None:
+    """A recipe without Moses (the default) reads space-separated words: "street." ending a sentence and
+    "man," before a comma were never found, so neither hints nor constraints reached them. Found now,
+    hinted as the whole word (as the terms modifier hints such words in training); punctuation inside a
+    term, or letters after it, still no match."""
+    glossary = Glossary((("street", "Straße"), ("man", "Mann"), ("ice cream", "Eis")))
+    assert glossary.hinted("The man, in the street.", str, str) == (
+        "The __source__ man, __target__ Mann __done__ in the __source__ street. __target__ Straße __done__")
+    assert glossary.found('("man") eats ice cream!', str) == {"Mann": '("man")', "Eis": "ice cream!"}
+    assert glossary.terms("ice, cream; a streets' man's", str) == ()
+    assert Glossary((("e.g.", "z.B."),)).terms("say e.g. this", str) == ("z.B.",)  # its own punctuation kept
+
 def test_an_alignment_of_a_hinted_source_names_the_line_s_own_words() -> None:
     """Hint markup and the target term belong to the source term's first word; the other words keep
     the numbers they have without hints (an alignment once named positions past the line's end)."""

@@ -15,15 +15,16 @@ def _view(tokenize) -> SimpleNamespace:  # noqa: ANN001 - a Moses tokenizer's st
 
 
 def test_a_multilingual_servers_glossary_is_matched_by_the_requests_own_pair() -> None:
-    """Moses splits by language (French ``l'homme`` → ``l' homme``, English → ``l 'homme``): a request
-    for a model's second source was matched with the first source's Moses, and missed its term."""
-    english = _view(lambda text: text.replace("'", " '"))
+    """Moses splits by language (French ``l'homme`` → ``l' homme``; here the first source's stand-in
+    splits nothing): a request for a model's second source was matched with the first source's Moses,
+    and missed its term."""
+    english = _view(lambda text: text)
     french = _view(lambda text: text.replace("'", "' "))
     translator = SimpleNamespace(**vars(english), for_pair=lambda pair: french if pair == Pair("fr", "de") else english)
     service = _Service(SimpleNamespace(translator=translator), None, None, None, ServerGuides())
     asked = (["l'homme court"], [None], [[]], [("homme", "Mann")], False, None)
     assert service.guides(*asked, Pair("fr", "de"))[0].constraints == ("Mann",)
-    assert service.guides(*asked, Pair("en", "de")) == [None]  # English Moses: "'homme", no term
+    assert service.guides(*asked, Pair("en", "de")) == [None]  # one word "l'homme", no term
 
 
 def test_a_server_with_inline_terms_asks_for_them_as_hinted_terms_not_constraints() -> None:
