@@ -35,3 +35,14 @@ def render_manifest(manifest: Manifest) -> None:
                       f"{sides[src]['max_len']} / {sides[tgt]['max_len']}", f"{split['seconds']:.1f} s")
     # a log file has no width to fit: there, every figure whole (a console's print can only narrow)
     (console if console.is_terminal else Console(stderr=True, highlight=False, width=LOG_WIDTH)).print(table)
+    for name, corpus in _emptied(manifest):
+        rules = ", ".join(f"{rule} {n:,}" for rule, n in corpus["dropped"].items()) or "it holds no lines"
+        console.print(f"[yellow]warning[/]: training corpus {name}: none of its {corpus['pairs_in']:,} pairs kept "
+                      f"({rules}; dropped.tsv names each): check its files and languages")
+
+
+def _emptied(manifest: Manifest) -> list[tuple[str, dict]]:
+    """The training corpora that cleaning left without a pair, where a split has several (one alone
+    left empty is an error of `prepare`'s own): a back-translation in the wrong language, say."""
+    return [(c["name"], c) for split in manifest.splits.values() if len(split.get("corpora", ())) > 1
+            for c in split["corpora"] if not c["kept"]]

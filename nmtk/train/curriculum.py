@@ -24,7 +24,7 @@ from nmtk.data.batching import BatchingPlan, CorpusDraws
 from nmtk.data.dataset import corpus_ids, split_lengths, training_split
 from nmtk.data.modifiers import ModifiedSplit
 from nmtk.errors import NmtkError
-from nmtk.manifest import PreparedData
+from nmtk.manifest import DROPPED, PreparedData
 from nmtk.recipe import Modifier, Recipe, Stage
 from nmtk.text.subword import load_subword_model
 from nmtk.train.metrics import MetricsLog
@@ -174,6 +174,33 @@ class ModifiedPairs:
     modifiers: tuple[Modifier, ...]
     counts: dict[str, int]
     pairs: list[tuple[str, str, str, str]]
+
+
+def check_stage_pairs(recipe: Recipe, data: PreparedData) -> None:
+    """One line naming the stage that would wait for, or train on, corpora `prepare` kept no pair of
+    (a back-translation in the wrong language, every pair too long): its stage would end with its
+    first epoch, or train on nothing, and the run would silently be another curriculum. Before the run
+    directory is opened: nothing is written or moved aside (``--restart``)."""
+    stages = recipe.train.stages
+    if not stages:
+        return
+    manifest = data.manifest()
+    recorded = {c["name"].rpartition("/")[2]: c for pair in manifest.language_pairs()
+                for c in manifest.training_corpora(pair)}
+    corpora = [c for pair in recipe.data.language_pairs() for c in pair.train]
+    empty = {name: c for name, c in recorded.items() if not c["kept"]}
+    why = lambda name: ", ".join(f"{rule} {n:,}" for rule, n in empty[name]["dropped"].items()) or "none, it is empty"  # noqa: E731
+    for index, stage in enumerate(stages):
+        where = f"train.stages[{index}] ({stage.name})"
+        if stage.corpus in empty:
+            raise NmtkError(f"{where}: ends once {stage.corpus} is seen, but prepare kept none of its "
+                            f"{empty[stage.corpus]['pairs_in']:,} pairs (dropped: {why(stage.corpus)}; {data.path}"
+                            f"/{DROPPED} names each): fix the corpus, or the stage")
+        weighed = [c.name for c in corpora if stage.weights.get(c.name, c.weight) > 0]
+        if weighed and all(name in empty for name in weighed):
+            raise NmtkError(f"{where}: trains on {', '.join(weighed)}, but prepare kept none of "
+                            f"{'its' if len(weighed) == 1 else 'their'} pairs (dropped: "
+                            f"{'; '.join(why(n) for n in weighed)}): fix the corpora, or the stage's weights")
 
 
 def modified_pairs(recipe: Recipe, data_dir: Path, epoch: int = 1, stage: str | None = None,

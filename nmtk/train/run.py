@@ -26,6 +26,7 @@ from nmtk.model_source import resolve_model
 from nmtk.recipe import Recipe, added_later, differences, with_current_names
 from nmtk.rundir import RunDir, default_run_dir
 from nmtk.text.pairs import training_pipelines
+from nmtk.train.curriculum import check_stage_pairs
 from nmtk.train.distributed import (
     DistInfo,
     barrier,
@@ -163,6 +164,7 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
     size = update_size(recipe.train.update_freq, recipe.batching.batch_tokens, info.world_size)  # every rank refuses
     _refuse_before_preparing(run, recipe, restart, init_from)
     data = _prepare_data(recipe, data_dir, data_root, info)
+    check_stage_pairs(recipe, data)
     checkpoint = _open_run(run, recipe, data, info, restart)
     trainer = Trainer(recipe, data, training_pipelines(data.path, recipe, data.manifest()), run, device, info)
     _restrict_outputs(trainer.model, data, recipe)

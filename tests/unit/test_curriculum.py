@@ -312,6 +312,34 @@ def test_bad_modifiers_and_stages_are_one_line_naming_the_field_and_nothing_is_w
     assert sorted(p.name for p in tmp_path.iterdir()) == ["toy.toml"]
 
 
+def test_a_stage_on_a_corpus_prepare_emptied_is_refused_naming_the_stage(staged, capsys) -> None:
+    """A back-translation in the wrong language loses every pair to cleaning: a stage waiting for it ended
+    with its first epoch and one training on it alone trained on nothing, silently another curriculum.
+    `prepare` warns, and `train` refuses naming the stage (before it opens the run directory)."""
+    from nmtk.data.report import render_manifest
+    from nmtk.manifest import PreparedData
+    from nmtk.train.curriculum import check_stage_pairs
+
+    _, result, tmp = staged
+    manifest = result.data.manifest().model_copy(deep=True)
+    bt = manifest.splits["train"]["corpora"][1]
+    bt.update(kept=0, dropped={"language": bt["pairs_in"]})
+    emptied = PreparedData(result.out_dir, manifest)
+    render_manifest(manifest)
+    assert "warning: training corpus bt: none of its 100 pairs kept (language 100" in capsys.readouterr().err
+    waits = '[[train.stages]]\nname = "mixed"\nepochs = 2\ncorpus = "bt"\n[[train.stages]]\nname = "original"\n'
+    only = '[[train.stages]]\nname = "bt-only"\nweights = { train = 0 }\n'
+    for extra, message in ((waits, r"train.stages\[0\] \(mixed\): ends once bt is seen, but prepare kept none of "
+                                   r"its 100 pairs \(dropped: language 100; .*dropped.tsv names each\)"),
+                           (only, r"train.stages\[0\] \(bt-only\): trains on bt, but prepare kept none of its pairs")):
+        (tmp / "emptied.toml").write_text((tmp / "staged.toml").read_text() + extra)
+        stages = load_recipe(tmp / "emptied.toml")
+        with pytest.raises(NmtkError, match=message) as error:
+            check_stage_pairs(stages, emptied)
+        assert "\n" not in str(error.value)
+        check_stage_pairs(stages, result.data)  # as prepared: every corpus holds pairs
+
+
 def test_terms_need_data_prepared_with_them(tmp_path: Path) -> None:
     from helpers import toy_prepared
 
