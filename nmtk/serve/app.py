@@ -40,7 +40,16 @@ from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.markup import MarkedUp, check_engine, markup_search, renumbered_documents
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored, sentences_apart
+from nmtk.decode.unknown import (
+    can_carry,
+    carried_lines,
+    keeper,
+    left_out,
+    lost_numbers,
+    renumbered_lines,
+    restored,
+    sentences_apart,
+)
 from nmtk.errors import NmtkError, validator_words
 from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
@@ -542,7 +551,10 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     where they end a sentence, a paragraph or a list item (`nmtk.text.line_breaks`: each piece between
     them translated as a line); where the request asks more of a text than its translation, the text
     is one line, its breaks spaces."""
-    if _per_line_asks(req):
+    asked = _per_line_asks(req)
+    if asked == ["alternatives"]:
+        return await _with_alternatives(service, req, indices, pair)
+    if asked:
         return await _line_answers(service, req, indices, pair)
     items = req.texts
     cut = [cut_at_breaks(items[i]) for i in indices]
@@ -556,6 +568,30 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
         joined.append({"translatedText": join_at_breaks(done, around)})
         start += len(text)
     return joined
+
+
+async def _with_alternatives(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
+                             ) -> list[dict[str, Any]]:
+    """LibreTranslate's ``alternatives`` (its page asks for 3 with every text): the translation as a request
+    without them gets it (line breaks written back, links, numbers and codes carried through), and the
+    alternatives from the model's own beam, those that keep what the translation carries and no copy of it.
+
+    Why: the n-best search that gives alternatives takes a line as it is, and its best became the
+    translation: "A dog runs 3.5 km at 12:30 with @alice, see https://x.org/a_b." came back "Ein Hund rennt
+    an 3555 1 1 1 19999999999999999 in der Hocke an." (carried: "… 3.5 … 12:30 @alice … https://x.org/a_b
+    …"). The price: such a request searches twice."""
+    answers = await _text_answers(service, req.model_copy(update={"alternatives": 0}), indices, pair)
+    beams = await _line_answers(service, req, indices, pair)
+    view = service.worker.translator.for_pair(pair)
+    keep = keeper(view, glossary=service.every_glossary(req.glossary, req.glossary_ignore_case))
+    lang = view.tgt_pipe.moses.lang
+    for i, answer, beam in zip(indices, answers, beams, strict=True):
+        source, text = " ".join(req.texts[i].splitlines()), answer["translatedText"]
+        spans = [source[a:b].strip("()[]{}<>\"'“”‘’«»") for a, b in keep(source)]
+        answer["alternatives"] = [] if "\n" in text else [  # a text's breaks: its alternatives are one line
+            a for a in dict.fromkeys(beam["alternatives"]) if a != text and a.strip()
+            and all(span in a for span in spans) and not lost_numbers(source, a, lang)]
+    return answers
 
 
 async def _line_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None

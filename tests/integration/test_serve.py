@@ -110,7 +110,8 @@ def test_outputs_equal_translate_and_concurrent_requests_are_batched(served) -> 
 
 def test_text_with_characters_the_vocabulary_lacks_is_served_as_translate_writes_it(served) -> None:
     """A list mixing lines with an emoji and without: each answer is `nmtk translate`'s line (the emoji
-    carried through beside its word: nmtk.decode.unknown); asked for alternatives, the line as it is."""
+    carried through beside its word: nmtk.decode.unknown); asked for alternatives (LibreTranslate's page
+    asks for 3), the same translation, and alternatives only where they keep the emoji too."""
     server, tmp = served
     lines = [line.replace(" ", " 🐶 ", 1) if k % 2 else line for k, line in enumerate(_test_lines(tmp, 6))]
     lines.append(lines[0].replace(" ", " www.the.example/dog?a=1 ", 1))  # a link: carried whole
@@ -120,8 +121,9 @@ def test_text_with_characters_the_vocabulary_lacks_is_served_as_translate_writes
     assert body["translatedText"] == offline.stdout.splitlines()
     assert sum("🐶" in text for text in body["translatedText"]) == 3
     assert "www.the.example/dog?a=1" in body["translatedText"][-1]
-    status, body = server.post("/translate", {"q": lines[1], "source": "en", "target": "de", "alternatives": 1})
-    assert status == 200 and "🐶" not in body["translatedText"]
+    status, body = server.post("/translate", {"q": lines[1], "source": "en", "target": "de", "alternatives": 3})
+    assert status == 200 and body["translatedText"] == offline.stdout.splitlines()[1], body
+    assert all("🐶" in text and text != body["translatedText"] for text in body["alternatives"])
 
 
 def test_both_request_formats_and_options(served) -> None:
@@ -146,7 +148,7 @@ def test_both_request_formats_and_options(served) -> None:
 def test_line_breaks_come_back_where_they_end_a_paragraph_or_a_list_item(served) -> None:
     """A text's paragraphs and list items are translated as lines and its breaks written back between
     their translations (LibreTranslate's answer); a break inside a sentence is a space, as it was; asked
-    for alternatives, the text is one line."""
+    for alternatives, the same (and none: the model's alternatives are of the text as one line)."""
     server, tmp = served
     one, two, three = _test_lines(tmp, 3)
     status, body = server.post("/translate", {"q": [one, two, three], "source": "en", "target": "de"})
@@ -157,8 +159,9 @@ def test_line_breaks_come_back_where_they_end_a_paragraph_or_a_list_item(served)
     status, body = server.post("/translate", {"q": texts, "source": "en", "target": "de"})
     assert status == 200, body
     assert body["translatedText"] == [f"{first}\n\n  {second}", f"- {first}\r\n- {second}", whole, first]
-    status, body = server.post("/translate", {"q": texts[0], "source": "en", "target": "de", "alternatives": 1})
-    assert status == 200 and "\n" not in body["translatedText"], body
+    status, body = server.post("/translate", {"q": texts[:2], "source": "en", "target": "de", "alternatives": 1})
+    assert status == 200 and body["translatedText"] == [f"{first}\n\n  {second}", f"- {first}\r\n- {second}"], body
+    assert body["alternatives"] == [[], []]
 
 
 @pytest.mark.parametrize(("raw", "status"), [
