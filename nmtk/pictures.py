@@ -45,11 +45,49 @@ def picture_format(out: Path) -> str:
     return fmt
 
 
+#: Written into every picture nmtk draws whose format holds metadata (its creator), so that ``--force``
+#: replaces nmtk's own pictures and never a user's file that happens to have the name.
+MARK = "nmtk-picture"
+_MARK_KEYS = {"png": "Software", "svg": "Creator", "svgz": "Creator", "pdf": "Creator", "ps": "Creator",
+              "eps": "Creator"}
+_LARGEST_PICTURE = 256 << 20  # a file larger than this is no picture nmtk drew: not read to find out
+
+
 def _save(fig: Any, out: Path, dpi: int = 100) -> Path:
     fmt = picture_format(out)
+    marked = {"metadata": {_MARK_KEYS[fmt]: MARK}} if fmt in _MARK_KEYS else {}
     with atomic_write(out, "wb") as handle:
-        fig.savefig(handle, format=fmt, dpi=dpi)
+        fig.savefig(handle, format=fmt, dpi=dpi, **marked)
     return out
+
+
+def drawn_by_nmtk(path: Path) -> bool:
+    """Whether the file ``path`` is a picture nmtk drew (its mark, `MARK`, inside; svgz unpacked)."""
+    try:
+        if path.stat().st_size > _LARGEST_PICTURE:
+            return False
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            import gzip
+
+            data = gzip.decompress(data)
+    except (OSError, EOFError):
+        return False
+    return MARK.encode() in data
+
+
+def check_replaceable(out: Path, force: bool) -> None:
+    """One line where the picture ``out`` may not be written: a folder there; any file without ``force``;
+    with it, a file nmtk did not draw (`drawn_by_nmtk`: the user's, or a format without metadata)."""
+    if out.is_dir():
+        raise NmtkError(f"-o {out}: a folder, not a picture file")
+    if not out.exists():
+        return
+    if not force:
+        raise NmtkError(f"{out}: exists; use --force to overwrite it")
+    if not drawn_by_nmtk(out):
+        raise NmtkError(f"{out}: exists and is not a picture nmtk drew: --force replaces only nmtk's own; remove it "
+                        "or choose another -o")
 
 
 # ------------------------------------------------------------------------------------ training curves
@@ -68,9 +106,8 @@ def plot_runs(runs: list[Path], out: Path, x: str, size: str, force: bool) -> Pa
         raise NmtkError(f"--size {size!r}: expected WIDTHxHEIGHT in pixels, e.g. 1500x900") from None
     if not (100 <= width <= 10000 and 100 <= height <= 10000):
         raise NmtkError(f"--size {size}: width and height must lie between 100 and 10000 pixels")
-    if out.exists() and not force:
-        raise NmtkError(f"{out}: exists; use --force to overwrite it")
     picture_format(out)
+    check_replaceable(out, force)
     return training_curves(runs, out, x, (width, height))
 
 

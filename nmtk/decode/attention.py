@@ -17,7 +17,7 @@ from nmtk.decode.translator import Translator
 from nmtk.errors import NmtkError
 from nmtk.files import decode_lines
 from nmtk.model_source import resolve_model
-from nmtk.pictures import attention_picture
+from nmtk.pictures import attention_picture, check_replaceable
 
 KINDS = ("encoder", "cross", "decoder")
 
@@ -69,6 +69,7 @@ def _picture_file(options: AttentionOptions) -> Path | None:
     before the model loads."""
     out = options.out
     if out.suffix.lower() not in PICTURE_SUFFIXES or out.is_dir():
+        _check_folder(out)
         return None
     if len(options.kinds) > 1:
         kinds = ", ".join(options.kinds)
@@ -77,6 +78,16 @@ def _picture_file(options: AttentionOptions) -> Path | None:
     if out.suffix.lower() != f".{options.format}" and options.format != "png":
         raise NmtkError(f"-o {out}: a {out.suffix} picture, but --format {options.format}: give one or the other")
     return out
+
+
+def _check_folder(out: Path) -> None:
+    """One line where the folder ``-o`` cannot be made: a file there or above it (``-o notes.txt``)."""
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise NmtkError(f"-o {out}: {path} is a file, not a folder: give a folder for the pictures, or a "
+                                f"picture's name ({', '.join(sorted(PICTURE_SUFFIXES))}) with one --kind")
+            return
 
 
 def _targets(options: AttentionOptions, file: Path | None, stacks: dict[str, int]) -> dict[str, Path]:
@@ -111,9 +122,8 @@ def draw(options: AttentionOptions) -> list[Path]:
         raise NmtkError(f"--head {options.head}: the model has heads 1 to {model.cfg.heads}")
     targets = _targets(options, file, {"encoder": model.cfg.encoder_layers, "cross": model.cfg.decoder_layers,
                                  "decoder": model.cfg.decoder_layers})
-    existing = [str(path) for path in targets.values() if path.exists()]
-    if existing and not options.force:
-        raise NmtkError(f"{existing[0]}: exists; use --force to overwrite it")
+    for path in targets.values():
+        check_replaceable(path, options.force)
     src = translator.src_pipe.encode(sentence)
     limit = model.cfg.max_positions - 1
     if len(src) > limit:

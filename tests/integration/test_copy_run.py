@@ -249,6 +249,15 @@ def test_attention_command_draws_the_three_kinds(copy_run) -> None:
     assert (tmp / "pics" / "cross-layer2.png").read_bytes() == before  # nothing drawn over
     forced = nmtk("attention", "-m", str(tmp / "run"), "a cat", "-o", str(tmp / "pics"), "--force", cwd=tmp, env=env)
     assert forced.returncode == 0, forced.stderr
+    (tmp / "pics" / "cross-layer2.png").write_bytes(b"the user's own")  # --force replaces only what nmtk drew
+    theirs = nmtk("attention", "-m", str(tmp / "run"), "a cat", "-o", str(tmp / "pics"), "--force", cwd=tmp, env=env)
+    assert theirs.returncode == 1 and "is not a picture nmtk drew" in theirs.stderr, theirs.stderr
+    assert (tmp / "pics" / "cross-layer2.png").read_bytes() == b"the user's own"
+    (tmp / "notes.txt").write_text("mine")  # -o naming a file: one line (was FileExistsError), the file kept
+    for out in ("notes.txt", "notes.txt/pics"):
+        bad = nmtk("attention", "-m", str(tmp / "run"), "a cat", "-o", str(tmp / out), cwd=tmp, env=env)
+        assert bad.returncode == 1 and "notes.txt is a file, not a folder" in bad.stderr, bad.stderr
+    assert (tmp / "notes.txt").read_text() == "mine"
 
 
 def test_attention_output_naming_a_picture_is_that_picture(copy_run) -> None:
@@ -299,6 +308,12 @@ def test_plot_draws_the_runs_at_the_size_asked(copy_run) -> None:
     assert png_size(tmp / "curves.png") == (800, 600)
     again = nmtk("plot", str(tmp / "run"), "-o", str(tmp / "curves.png"), cwd=tmp, env=env)
     assert again.returncode == 1 and "--force" in again.stderr
+    forced = nmtk("plot", str(tmp / "run"), "-o", str(tmp / "curves.png"), "--force", cwd=tmp, env=env)
+    assert forced.returncode == 0 and png_size(tmp / "curves.png") == (1500, 900), forced.stderr
+    (tmp / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n a user's picture")
+    theirs = nmtk("plot", str(tmp / "run"), "-o", str(tmp / "photo.png"), "--force", cwd=tmp, env=env)
+    assert theirs.returncode == 1 and "is not a picture nmtk drew" in theirs.stderr, theirs.stderr
+    assert (tmp / "photo.png").read_bytes().endswith(b"a user's picture")
 
 
 # ------------------------------------------------------------------------------------ CTranslate2
