@@ -589,7 +589,8 @@ def attention(
     style: Annotated[AttentionStyle, typer.Option(help="Encoder self-attention as the paper's lines (one colour "
                                                   "per head) or heat maps.")] = AttentionStyle.lines,
     format_: Annotated[PictureFormat, typer.Option("--format", help="Picture format.")] = PictureFormat.png,
-    force: Annotated[bool, typer.Option("--force", help="Replace existing pictures nmtk drew (never another file).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace existing pictures nmtk drew (never another "
+                                        "file).")] = False,
 ) -> None:
     """Translate one sentence and draw the attention of the model (paper Figures 3-5)."""
     from nmtk.decode.attention import AttentionOptions, draw
@@ -669,7 +670,8 @@ def plot(
     out: Annotated[Path, typer.Option("-o", "--out", help="Picture to write (.png or .svg).")] = Path("curves.png"),
     x: Annotated[PlotAxis, typer.Option("--x", help="Horizontal axis.")] = PlotAxis.updates,
     size: Annotated[str, typer.Option(help="Width x height in pixels.")] = "1500x900",
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing picture nmtk drew (never another file).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing picture nmtk drew (never another "
+                                        "file).")] = False,
 ) -> None:
     """Draw training curves: training and validation loss, validation BLEU, learning rate, tokens/s."""
     from nmtk.pictures import plot_runs

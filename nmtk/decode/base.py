@@ -17,7 +17,14 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, ClassVar
 
 from nmtk.decode.guide import Glossary, Guidance, preferring
-from nmtk.decode.long_input import Segments, boundary_strengths, sentence_kinds, sentences_of, warn_split
+from nmtk.decode.long_input import (
+    Segments,
+    boundary_strengths,
+    bracket_steps,
+    sentence_kinds,
+    sentences_of,
+    warn_split,
+)
 from nmtk.decode.search.config import Hypothesis, LineControls, SearchConfig
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
@@ -208,8 +215,7 @@ class TranslatorBase:
 
     A translator holds a model and its text, never a search: each call says how to search
     (`SearchConfig`), so one translator serves requests of different beams side by side. What an
-    engine can do is declared here (``engine``, ``can_align``), not probed by its callers.
-    """
+    engine can do is declared here (``engine``, ``can_align``), not probed by its callers."""
 
     engine: ClassVar[str] = "?"
     can_align: ClassVar[bool] = False  # word alignments (`SearchConfig.align`)
@@ -230,6 +236,7 @@ class TranslatorBase:
         self.boundaries, self.sentence_kinds = boundary_strengths(pieces), sentence_kinds(pieces, self.word_starts[0])
         self.target_kinds = (self.sentence_kinds if targets == pieces  # of prefixes; a joint vocabulary's are one
                              else sentence_kinds(targets, self.word_starts[1]))
+        self.brackets = bracket_steps(pieces)  # no sentence ends before a number in brackets closed later
 
     def for_pair(self, pair: Pair | None) -> TranslatorBase:
         """This translator speaking another of its multilingual model's pairs: the same model and
@@ -305,8 +312,7 @@ class TranslatorBase:
         its prefix starts the first piece (of as many sentences as the prefix holds: `first_sentences`),
         a glossary's constraints go to the pieces holding their source words, its bans to every piece
         (`piece_controls`); a line with constraints given as such is cut for length alone. Every piece
-        keeps a multilingual model's source tag and forced first token; hinted terms: `preferring_pieces`.
-        """
+        keeps a multilingual model's source tag and forced first token; hinted terms: `preferring_pieces`."""
         if search.align and not self.can_align:
             raise NmtkError(f"alignments: {NOT_ALIGNED}")
         results = self._searched(ids, search, first_line, controls)
@@ -327,7 +333,8 @@ class TranslatorBase:
         markers, line = self.src_pipe.hint_markers, each_line(controls, len(ids))
         first = [first_sentences(line[i], self.target_kinds) if self.reading.split else 0 for i in todo]
         segments = Segments.of([ids[i] for i in todo], self.max_positions - 1, self.boundaries, self.longest_trained,
-                               head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, first=first)
+                               head=self.src_pipe.prefix, markers=markers, kinds=self.sentence_kinds, first=first,
+                               brackets=self.brackets)
         pieces = piece_controls(controls, todo, segments, self.tgt_pipe.starts)
         hinted = piece_terms(segments, [line[i].hinted for i in todo], self.src_pipe, self.tgt_pipe)
         wide = replace(search, alternatives=search.alternatives or any(hinted))  # for `preferring` to choose

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nmtk.decode.search.config import Hypothesis
+from nmtk.text.brackets import bracket_step, closed_later
 from nmtk.vocab import unhinted_length
 
 SENTENCE_END, CLAUSE_END = ".!?", ";:,"
@@ -35,9 +36,9 @@ _MARKERS = ("▁", "##")
 #: Closing quotes and brackets, which stay with the sentence they close.
 CLOSERS = "\"'”’»)]"
 #: `sentence_kinds`: a word of sentence-final punctuation alone, a word of closers alone, a word that
-#: begins with a capital or a digit, the rest of such punctuation (``...`` as ``▁.`` ``.`` ``.``),
-#: any other word.
-ENDS, CLOSES, OPENS, TRAILS, WORDS = 1, 2, 3, 4, 5
+#: begins with a capital, the rest of such punctuation (``...`` as ``▁.`` ``.`` ``.``), any other word,
+#: a word that begins with a digit.
+ENDS, CLOSES, OPENS, TRAILS, WORDS, NUMBERS = 1, 2, 3, 4, 5, 6
 
 
 def boundary_strengths(pieces: Sequence[str]) -> np.ndarray:
@@ -74,20 +75,31 @@ def sentence_kinds(pieces: Sequence[str], starts: np.ndarray) -> np.ndarray:
         elif all(c in CLOSERS for c in text):
             kinds[i] = CLOSES
         else:
-            kinds[i] = OPENS if text[0].isupper() or text[0].isdigit() else WORDS
+            kinds[i] = OPENS if text[0].isupper() else NUMBERS if text[0].isdigit() else WORDS
     return kinds
 
 
-def sentences_of(ids: Sequence[int], kinds: np.ndarray, markers: tuple[int, int, int] | None = None
-                 ) -> list[list[int]]:
+def bracket_steps(pieces: Sequence[str]) -> np.ndarray:
+    """Per vocabulary id: the brackets its piece opens less those it closes (`bracket_step`)."""
+    return np.array([bracket_step(_bare(p)) for p in pieces], dtype=np.int8)
+
+
+def sentences_of(ids: Sequence[int], kinds: np.ndarray, markers: tuple[int, int, int] | None = None,
+                 brackets: np.ndarray | None = None) -> list[list[int]]:
     """``ids`` cut into its sentences (see the module docstring; ``kinds``: `sentence_kinds`). A sentence
-    of one word is none (``1. Buy milk``: a list's number)."""
+    of one word is none (``1. Buy milk``: a list's number); none ends before a number inside brackets
+    that close later (``brackets``: `bracket_steps`; why: `nmtk.text.brackets`). Sentences in brackets
+    are still cut ("(A cat sleeps. A bird sings.)"): a model trained on sentences drops all but the first."""
     ids = list(ids)
-    kind = kinds[np.asarray(ids, dtype=np.int64)]
+    at = np.asarray(ids, dtype=np.int64)
+    kind = kinds[at]
     ends = np.flatnonzero(kind[:-1] == ENDS)
     if not len(ends):  # most lines: one sentence, its end (if any) last
         return [ids]
-    inside, words = _in_hints(ids, markers), np.cumsum((kind == OPENS) | (kind == WORDS))
+    inside = _in_hints(ids, markers)
+    bracketed = closed_later(brackets[at]) if brackets is not None else np.zeros(len(ids), dtype=bool)
+    opens = (kind == OPENS) | (kind == NUMBERS)
+    words = np.cumsum(opens | (kind == WORDS))
     bounds = [0]
     for end in ends:
         start = bounds[-1]
@@ -97,7 +109,8 @@ def sentences_of(ids: Sequence[int], kinds: np.ndarray, markers: tuple[int, int,
         while after < len(ids) and kind[after] in (ENDS, CLOSES, TRAILS):
             after += 1
         own = words[end] - (words[start - 1] if start else 0)
-        if after < len(ids) and kind[after] == OPENS and not inside[after - 1] and own > 1:
+        numbered = after < len(ids) and kind[after] == NUMBERS and bracketed[after - 1]
+        if after < len(ids) and opens[after] and not inside[after - 1] and not numbered and own > 1:
             bounds.append(after)
     bounds.append(len(ids))
     return [ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
@@ -179,18 +192,20 @@ class Segments:
     @classmethod
     def of(cls, sources: Sequence[Sequence[int]], limit: int, strength: np.ndarray,
            longest: int | None = None, head: Sequence[int] = (), markers: tuple[int, int, int] | None = None,
-           kinds: np.ndarray | None = None, first: Sequence[int] | None = None) -> Segments:
+           kinds: np.ndarray | None = None, first: Sequence[int] | None = None,
+           brackets: np.ndarray | None = None) -> Segments:
         """``head``: ids a source begins with that every piece must begin with too (a multilingual
         model's target tag, M2M-100's source code): the rest is cut, and each piece gets the head.
         ``markers``: the vocabulary's hint symbols (a hint is never cut, nor counted as words).
         ``kinds`` (`sentence_kinds`): sources are cut into their sentences first, ``first[i]`` of source
-        i's leading sentences kept together (1 where not given; 0: the source whole, cut for length alone)."""
+        i's leading sentences kept together (1 where not given; 0: the source whole, cut for length alone);
+        ``brackets`` (`bracket_steps`): no sentence ends inside brackets closed later."""
         segments, head = cls([], [], []), list(head)
         for i, ids in enumerate(sources):
             ids = list(ids)
             start = len(head) if head and ids[: len(head)] == head else 0
             body, together = ids[start:], 1 if first is None else first[i]
-            own = sentences_of(body, kinds, markers) if kinds is not None and together else [body]
+            own = sentences_of(body, kinds, markers, brackets) if kinds is not None and together else [body]
             if together > 1:
                 own = [[t for sentence in own[:together] for t in sentence], *own[together:]]
             cut = [split_line(sentence, limit - start, strength, longest, markers) for sentence in own]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from nmtk.errors import NmtkError
+from nmtk.text.brackets import bracket_step, closed_later
 
 FORMATS = ("text", "html", "xml")
 
@@ -115,8 +116,11 @@ class Segment:
         cuts, start = [], 0
         kept = {tag.first for tag in self.tags if tag.point}  # an element kept verbatim starts a sentence too
         apart = {tag.first for tag in self.tags if tag.point and not tag.end and _separator(tag.start.strip())}
+        bracketed = closed_later([bracket_step(w) for w in self.words])  # "(see Fig. 3)": `nmtk.text.brackets`
         for i in range(len(self.words) - 1):
-            ends = _ends_sentence(self.words[i]) and (_starts_sentence(self.words[i + 1]) or i + 1 in kept)
+            starts = _starts_sentence(self.words[i + 1], numbers=not bracketed[i]) or (
+                i + 1 in kept and not bracketed[i])  # a number carried through is an element kept
+            ends = _ends_sentence(self.words[i]) and starts
             if ends or i + 1 in apart or _separator(self.words[i]) or _separator(self.words[i + 1]):
                 cuts.append((start, i + 1))
                 start = i + 1
@@ -147,9 +151,9 @@ def _ends_sentence(word: str) -> bool:
     return True
 
 
-def _starts_sentence(word: str) -> bool:
+def _starts_sentence(word: str, numbers: bool = True) -> bool:
     first = word.lstrip("\"'“‘«([¿¡")[:1]
-    return first.isupper() or first.isdigit()
+    return first.isupper() or (numbers and first.isdigit())
 
 
 @dataclass

@@ -310,25 +310,28 @@ def test_long_sources_are_cut_at_the_strongest_boundary_that_fits() -> None:
 def test_a_line_of_several_sentences_is_cut_into_them_and_nothing_else_is() -> None:
     """A sentence ends at ``. ! ?`` standing alone (Moses splits it off: ``street .``; it keeps ``Mr.``,
     ``e.g.``, ``3.5`` whole), closing quotes and brackets after it, where a capital or a digit begins
-    the next word; never inside a hint. Such cuts are not cuts for length (no warning)."""
+    the next word; never inside a hint, nor before a number inside brackets closed later ("(see Fig. 3)").
+    Such cuts are not cuts for length (no warning)."""
     from nmtk.decode.long_input import (
         CLOSES,
         ENDS,
+        NUMBERS,
         OPENS,
         TRAILS,
         WORDS,
         Segments,
         boundary_strengths,
+        bracket_steps,
         sentence_kinds,
         sentences_of,
     )
     from nmtk.text.subword import word_starts
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>", "▁a", "▁.", "▁Two", "▁!", '▁"', "▁M", "r", ".", "▁3", "5", "▁two",
-              "▁?", "▁__source__", "▁__target__", "▁__done__", "▁)", "▁…"]
+              "▁?", "▁__source__", "▁__target__", "▁__done__", "▁)", "▁…", "▁("]
     kinds = sentence_kinds(pieces, word_starts(pieces))
     assert kinds[[4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 19]].tolist() == [
-        WORDS, ENDS, OPENS, ENDS, CLOSES, OPENS, 0, TRAILS, OPENS, 0, WORDS, ENDS, CLOSES]
+        WORDS, ENDS, OPENS, ENDS, CLOSES, OPENS, 0, TRAILS, NUMBERS, 0, WORDS, ENDS, CLOSES]
     a, dot, two, bang, quote, m, r, glued, three, five, low, ask, src, tgt, done, shut = range(4, 20)
     assert sentences_of([a, a, dot, two, a, bang, two, a], kinds) == [[a, a, dot], [two, a, bang], [two, a]]
     assert sentences_of([three, dot, two, a, a], kinds) == [[three, dot, two, a, a]]  # "1. Buy milk": one word
@@ -339,6 +342,13 @@ def test_a_line_of_several_sentences_is_cut_into_them_and_nothing_else_is() -> N
     assert sentences_of([a, a, ask, quote, shut, two, a], kinds) == [[a, a, ask, quote, shut], [two, a]]
     hinted = [a, src, a, dot, two, tgt, two, done, dot, three]  # a hint holding ". Two": not cut inside it
     assert sentences_of(hinted, kinds, (src, tgt, done)) == [hinted[:9], [three]]
+    brackets, opened = bracket_steps(pieces), 21
+    see = [a, a, opened, a, a, dot, three, shut, a, a, dot]  # "a runs (see Fig. 3) in the park."
+    assert sentences_of(see, kinds, brackets=brackets) == [see] and len(sentences_of(see, kinds)) == 2
+    inner = [opened, two, a, dot, two, a, dot, shut, two, a]  # "(A cat sleeps. A bird sings.) A man walks."
+    assert sentences_of(inner, kinds, brackets=brackets) == [inner[:4], inner[4:8], inner[8:]]
+    smiley = [opened, a, a, dot, three, a, a]  # ":( a b. 3 c d": a bracket never closed holds nothing
+    assert sentences_of(smiley, kinds, brackets=brackets) == [smiley[:4], smiley[4:]]
     strength = boundary_strengths(pieces)
     lines = [[a, a, dot, two, a], [a, a, dot, two, a], [a] * 9]
     segments = Segments.of(lines, 100, strength, longest=4, kinds=kinds, first=[1, 0, 1])

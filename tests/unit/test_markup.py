@@ -164,6 +164,10 @@ def test_sentences_are_cut_where_one_ends_and_the_next_begins() -> None:
         "A dog runs.", "Then it sits!", "Dr. Who? no cut e.g. here.", "3 cats."]
     kept = parse('<p>I like it. <span translate="no">nmtk</span> is great.</p>').segments[0]
     assert [" ".join(kept.words[a:b]) for a, b in kept.sentences()] == ["I like it.", "is great."]
+    text = "A dog runs (see Fig. 3) here. (A cat sleeps. A bird sings.) Sad :( me. 2 cats."
+    bracketed = parse(f"<p>{text}</p>").segments[0]
+    assert [" ".join(bracketed.words[a:b]) for a, b in bracketed.sentences()] == [  # a number in brackets: no cut
+        "A dog runs (see Fig. 3) here.", "(A cat sleeps.", "A bird sings.)", "Sad :( me.", "2 cats."]
 
 
 @pytest.mark.parametrize("markup, where", [
