@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import garbled_numbers, keeper, lost_numbers, unread
+from nmtk.decode.unknown import garbled_numbers, keeper, lost_numbers, renumbered_better, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, text_of, token_spans
@@ -171,9 +171,12 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
             still: list[int] = []
             redone = translate_markup(translator, [documents[d] for d in again], search, kind, attributes, glossary,
                                       bans, hints, numbers=True, cut=still)
-            for d, text in zip(again, redone, strict=True):
-                out[d] = text
-            ran = sorted(set(ran) - set(again) | {again[k] for k in still})
+            taken = [k for k, (d, text) in enumerate(zip(again, redone, strict=True))
+                     if renumbered_better(translator, text_of(documents[d], kind), text_of(out[d], kind),
+                                          text_of(text, kind))]
+            for k in taken:
+                out[again[k]] = redone[k]
+            ran = sorted(set(ran) - {again[k] for k in taken} | {again[k] for k in still if k in taken})
     if cut is not None:
         cut += ran
     return out

@@ -24,7 +24,15 @@ from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, gui
 from nmtk.decode.load import LoadOptions, load_translator, with_glossary
 from nmtk.decode.markup import check_engine, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
-from nmtk.decode.unknown import can_carry, carried_lines, left_out, renumbered_lines, restored, sentences_apart
+from nmtk.decode.unknown import (
+    can_carry,
+    carried_lines,
+    left_out,
+    renumbered_better,
+    renumbered_lines,
+    restored,
+    sentences_apart,
+)
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
     InvalidUtf8,
@@ -159,9 +167,13 @@ class Engine:
         out = list(out)
         for view, lines in self.views(sources, range(len(sources))):
             found = renumbered_lines(view, [sources[k] for k in lines], [out[k] for k in lines])
-            cut.difference_update(lines[i] for i in found)
-            for i, text in self._through_markup(view, found, cut, lines, numbers=True).items():
-                out[lines[i]] = text
+            ran: set[int] = set()
+            for i, text in self._through_markup(view, found, ran, lines, numbers=True).items():
+                k = lines[i]
+                if renumbered_better(view, sources[k], out[k], text):  # its length limit follows it
+                    out[k] = text
+                    cut.discard(k)
+                    cut.update(ran & {k})
         return out
 
     def _through_markup(self, view: TranslatorBase, found: dict[int, str], cut: set[int], lines: list[int],

@@ -20,6 +20,7 @@ import functools
 import html
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -73,10 +74,16 @@ def garbled_numbers(source: str, translation: str, source_lang: str = "") -> boo
     """Whether ``translation`` writes a number in digits that ``source``, which has numbers of its own,
     neither writes nor (up to 100) spells out in ``source_lang``: the demo model turned "12 cats" into
     "1 1 1 1 12 Viert" — the 12 is there, the cats are not. Made again with the source's numbers
-    carried, it gave "12 Katzen". A line without numbers has nothing to carry, and is left as it is."""
+    carried, it gave "12 Katzen". So does one that writes a number of the source more often than the
+    source does ("A man pays $5 for a coffee." → "Ein Mann, der eine Töße 5 5 5-Kaffeet ist."). A line
+    without numbers has nothing to carry, and is left as it is."""
     ours = _numbers_in(source)
     if not ours:
         return False
+    given = Counter(_digits(m.group()) for m in NUMBER.finditer(source))
+    if any(n > max(given[number], 1) for number, n in Counter(
+            _digits(m.group()) for m in NUMBER.finditer(translation)).items() if number in ours):
+        return True
     return any(not _written_out(number, source, source_lang, lowest=1, whole=True)
                for number in _numbers_in(translation) - ours)
 
@@ -294,6 +301,16 @@ def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[s
     return {k: html.escape(line, quote=False) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
             if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang)
             or (terms is not None and lost_terms(line, text, terms))}
+
+
+def renumbered_better(translator: TranslatorBase, source: str, before: str, after: str) -> bool:
+    """Whether ``after``, the translation of ``source`` made again with its numbers carried
+    (`renumbered_lines`), replaces ``before``: yes, unless it garbles numbers itself where ``before``
+    lost none. The numbers carried are the line's; one the model adds is not: "a number 3 on it" gave
+    "Nummer 3 3 darauf", made again "Nummer 3 Nummer 9", a number the line never had."""
+    if not garbled_numbers(source, after, translator.src_pipe.moses.lang):
+        return True
+    return lost_numbers(source, before, translator.tgt_pipe.moses.lang)
 
 
 def lost_terms(source: str, translation: str, terms: re.Pattern[str]) -> bool:

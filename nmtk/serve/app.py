@@ -46,6 +46,7 @@ from nmtk.decode.unknown import (
     keeper,
     left_out,
     lost_numbers,
+    renumbered_better,
     renumbered_lines,
     restored,
     sentences_apart,
@@ -669,7 +670,8 @@ async def _renumbered(service: _Service, req: LibreRequest, lines: list[str], te
     found = renumbered_lines(view, lines, texts)
     if not found:
         return {}
-    return restored(found, await _marked_texts(service, req, list(found.values()), pair, numbers=True))
+    again = restored(found, await _marked_texts(service, req, list(found.values()), pair, numbers=True))
+    return {k: text for k, text in again.items() if renumbered_better(view, lines[k], texts[k], text)}
 
 
 def _refuse_per_line_asks(req: LibreRequest) -> None:

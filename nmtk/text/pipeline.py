@@ -63,9 +63,11 @@ class TextPipeline:
 
     @cached_property
     def lettered(self) -> frozenset[int]:
-        """The ids of the pieces that hold a letter: a translation's run of them repeated back to back is
-        a model stuttering (`nmtk.decode.base.stutters`), a run of ``1``s or ``!``s is not."""
-        return frozenset(i for i, piece in enumerate(self.subwords.pieces()) if any(c.isalpha() for c in piece))
+        """The ids of the pieces that hold a letter or a bracket: a translation's run of them repeated back
+        to back is a model stuttering (`nmtk.decode.base.stutters`: "eine Frau)))))"), a run of ``1``s or
+        ``!``s is not (a line may say "!!!!")."""
+        return frozenset(i for i, piece in enumerate(self.subwords.pieces())
+                         if any(c.isalpha() or c in "()[]{}" for c in piece))
 
     def spells(self, char: str) -> bool:
         """Whether the subword model spells ``char`` (through Moses) without ``<unk>``: false for an emoji

@@ -346,6 +346,17 @@ def test_a_translation_stutters_where_pieces_with_letters_repeat_back_to_back() 
     assert not stutters([10, 11, 10, 12, 10, 13, 10], lettered) and not stutters([], lettered)
 
 
+
+def test_brackets_count_as_letters_for_stutters_and_digits_and_marks_do_not() -> None:
+    """"eine Frau)))))" is a model lost in its brackets; "!!!!" and "1111" may be the line's own."""
+    from nmtk.text.pipeline import TextPipeline
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", "▁)", ")", "▁(", "▁!", "!", "▁1", "▁a", "▁[", "▁-"]
+    pipe = TextPipeline.__new__(TextPipeline)
+    pipe.subwords = type("Subwords", (), {"pieces": lambda self: pieces})()
+    assert sorted(TextPipeline.lettered.func(pipe)) == [0, 1, 2, 3, 4, 5, 6, 10, 11]  # specials: never written
+
+
 def test_only_the_sentences_that_repeated_themselves_are_searched_again() -> None:
     """`unrepeated` works sentence by sentence: of a line's three sentences the one that stutters is searched
     again with repeats barred, and taken where it then ends; the others keep their translations (a whole

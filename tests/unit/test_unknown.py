@@ -136,9 +136,25 @@ def test_a_list_marker_beginning_a_block_is_kept() -> None:
     assert kept_spans(block, ascii_only, links=False) == [] and kept_spans("1.5 kg", ascii_only) == []
 
 
+def test_a_translation_made_again_replaces_the_first_unless_it_garbles_what_the_first_kept() -> None:
+    """Made again with its numbers carried, "a number 3 on it" became "Nummer 3 Nummer 9" where the first
+    translation had "Nummer 3 3": a number the line never had is no better; one that lost the 3 is."""
+    from types import SimpleNamespace
+
+    from nmtk.decode.unknown import renumbered_better
+
+    view = SimpleNamespace(src_pipe=SimpleNamespace(moses=SimpleNamespace(lang="en")),
+                           tgt_pipe=SimpleNamespace(moses=SimpleNamespace(lang="de")))
+    line = "A man with a number 3 on it."
+    assert not renumbered_better(view, line, "Ein Mann mit der Nummer 3 3 darauf.", "Ein Mann, Nummer 3 Nummer 9.")
+    assert renumbered_better(view, line, "Ein Mann mit einer Nummer darauf.", "Ein Mann, Nummer 3 Nummer 9.")
+    assert renumbered_better(view, line, "Ein Mann mit der Nummer 3 3 darauf.", "Ein Mann mit der Nummer 3.")
+
+
 def test_a_translation_garbled_numbers_where_it_writes_digits_its_line_has_not() -> None:
-    """The demo model turned "12 cats" into "1 1 1 1 12 Viert": made again with the line's numbers carried.
-    A number the line spells out ("three" → "3") is its own; a line without digits has nothing to carry."""
+    """The demo model turned "12 cats" into "1 1 1 1 12 Viert" and "$5" into "5 5 5": made again with the
+    line's numbers carried. A number the line spells out ("three" → "3") is its own; a line without
+    digits has nothing to carry."""
     assert garbled_numbers("Two men and 12 cats.", "Zwei Männer und 1 1 1 1 12 Viert.", "en")
     assert garbled_numbers("the number 15 on a track", "der Nummer 1 1 1 1555", "en")
     assert not garbled_numbers("Two men and 12 cats.", "Zwei Männer und 12 Katzen.", "en")
@@ -148,6 +164,9 @@ def test_a_translation_garbled_numbers_where_it_writes_digits_its_line_has_not()
     assert not garbled_numbers("three dogs", "3 Hunde", "en")  # nothing to carry: left as it is
     assert not garbled_numbers("$12.99 and 3,500", "12,99 $ und 3.500", "en")
     assert not garbled_numbers("三只狗和2只猫", "3 Hunde und 2 Katzen", "ja")  # 三: a script without spaces
+    assert garbled_numbers("A man pays $5 for a coffee.", "Ein Mann, der eine Töße 5 5 5-Kaffeet ist.", "en")
+    assert not garbled_numbers("5 dogs and 5 cats", "5 Hunde und 5 Katzen", "en")  # as often as the line
+    assert not garbled_numbers("5 dogs and five cats", "5 Hunde und fünf Katzen", "en")
 
 
 def test_a_glossary_s_untranslated_terms_are_lost_where_not_written_as_often_as_whole_words() -> None:
