@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
@@ -550,12 +550,10 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
                         ) -> list[dict[str, Any]]:
     """The answers to the texts ``indices`` of ``req.q`` (one pair's), their line breaks written back
     where they end a sentence, a paragraph or a list item (`nmtk.text.line_breaks`: each piece between
-    them translated as a line); where the request asks more of a text than its translation, the text
-    is one line, its breaks spaces."""
-    asked = _per_line_asks(req)
-    if asked == ["alternatives"]:
-        return await _with_alternatives(service, req, indices, pair)
-    if asked:
+    them translated as a line); where the request asks more of a text than its translation and its
+    alternatives, the text is one line, its breaks spaces. A text with breaks has no alternatives (the
+    beam's are of one piece)."""
+    if not _as_translate(req):
         return await _line_answers(service, req, indices, pair)
     items = req.texts
     cut = [cut_at_breaks(items[i]) for i in indices]
@@ -565,48 +563,36 @@ async def _text_answers(service: _Service, req: LibreRequest, indices: list[int]
     answers = await _line_answers(service, req.model_copy(update={"q": pieces}), list(range(len(pieces))), pair)
     joined, start = [], 0
     for text, around in cut:
-        done = [answer["translatedText"] for answer in answers[start : start + len(text)]]
-        joined.append({"translatedText": join_at_breaks(done, around)})
+        done = answers[start : start + len(text)]
+        joined.append({"translatedText": join_at_breaks([answer["translatedText"] for answer in done], around)})
+        if req.alternatives:
+            joined[-1]["alternatives"] = done[0]["alternatives"] if around == [""] else []
         start += len(text)
     return joined
 
 
-async def _with_alternatives(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
-                             ) -> list[dict[str, Any]]:
-    """LibreTranslate's ``alternatives`` (its page asks for 3 with every text): the translation as a request
-    without them gets it (line breaks written back, links, numbers and codes carried through), and the
-    alternatives from the model's own beam, those that keep what the translation carries and no copy of it.
-
-    Why: the n-best search that gives alternatives takes a line as it is, and its best became the
-    translation: "A dog runs 3.5 km at 12:30 with @alice, see https://x.org/a_b." came back "Ein Hund rennt
-    an 3555 1 1 1 19999999999999999 in der Hocke an." (carried: "… 3.5 … 12:30 @alice … https://x.org/a_b
-    …"). The price: such a request searches twice."""
-    answers = await _text_answers(service, req.model_copy(update={"alternatives": 0}), indices, pair)
-    beams = await _line_answers(service, req, indices, pair)
-    view = service.worker.translator.for_pair(pair)
-    keep = keeper(view, glossary=service.every_glossary(req.glossary, req.glossary_ignore_case))
-    lang = view.tgt_pipe.moses.lang
-    for i, answer, beam in zip(indices, answers, beams, strict=True):
-        source, text = " ".join(req.texts[i].splitlines()), answer["translatedText"]
-        spans = [source[a:b].strip("()[]{}<>\"'“”‘’«»") for a, b in keep(source)]
-        answer["alternatives"] = [] if "\n" in text else [  # a text's breaks: its alternatives are one line
-            a for a in dict.fromkeys(beam["alternatives"]) if a != text and a.strip()
-            and all(span in a for span in spans) and not lost_numbers(source, a, lang)]
-    return answers
+def _as_translate(req: LibreRequest) -> bool:
+    """Whether each text is answered as `nmtk translate` answers a line (breaks written back, glued
+    sentences set apart, links, numbers and codes carried through): it asks for its translation and at
+    most LibreTranslate's ``alternatives`` (its page asks for 3 with every text), not n-best lists,
+    scores, alignments, prefixes or constraints."""
+    return _per_line_asks(req) in ([], ["alternatives"])
 
 
 async def _line_answers(service: _Service, req: LibreRequest, indices: list[int], pair: Pair | None
                         ) -> list[dict[str, Any]]:
     """The answers to the texts ``indices`` of ``req.q`` (one pair's), each read as one line: per text,
     ``translatedText`` and what else the request asked for."""
-    items = req.texts
+    items, alone = req.texts, _as_translate(req)
     lines = [" ".join(items[i].splitlines()) for i in indices]  # one segment per string
     reading = service.worker.translator.for_pair(pair).reading
-    if not _per_line_asks(req) and reading.carry and reading.split:  # "snow.A cat": two sentences, as
-        lines = [sentences_apart(line) for line in lines]  # `translate` reads them
+    if alone and reading.carry and reading.split:  # "snow.A cat": two sentences, as `translate` reads them
+        lines = [sentences_apart(line) for line in lines]
     search = service.search_for(beam=req.beam, nbest=max(req.n_best, req.alternatives + 1), align=req.alignment,
                                 no_repeat_ngram_size=req.no_repeat_ngram_size,
                                 repetition_penalty=req.repetition_penalty)
+    if alone and req.alternatives:  # the beam's other finished translations: one search, its best as without
+        search = replace(search, nbest=1, alternatives=True)  # them, so carried as translate carries a line
     prefix = _per_line(req.prefix, len(items), "prefix", str)
     terms = _per_line(req.constraints, len(items), "constraints", list) if req.constraints else [[] for _ in items]
     guides = service.guides(lines, [prefix[i] for i in indices], [terms[i] for i in indices], req.glossary,
@@ -621,7 +607,7 @@ async def _line_answers(service: _Service, req: LibreRequest, indices: list[int]
         answer: dict[str, Any] = {"translatedText": kept[k] if k in kept else
                                   translator.detokenize(h[0]) if h else ""}
         if req.alternatives:
-            answer["alternatives"] = [translator.detokenize(x) for x in h[1 : req.alternatives + 1]]
+            answer["alternatives"] = [translator.detokenize(x) for x in h[1:]]
         if req.n_best > 1:
             answer["n_best"] = [{"text": translator.detokenize(x), "score": x.score} for x in h[: req.n_best]]
         if req.scores:
@@ -632,7 +618,26 @@ async def _line_answers(service: _Service, req: LibreRequest, indices: list[int]
     texts = [answer["translatedText"] for answer in answers]
     for k, text in (await _renumbered(service, req, sources, texts, search, pair)).items():
         answers[k]["translatedText"] = text
+    if req.alternatives:
+        _keep_alternatives(service, req, sources, answers, pair, alone)
     return answers
+
+
+def _keep_alternatives(service: _Service, req: LibreRequest, sources: list[str], answers: list[dict[str, Any]],
+                       pair: Pair | None, alone: bool) -> None:
+    """Each answer's first ``req.alternatives`` alternatives; with ``alone`` (`_as_translate`), only those
+    that keep what its translation carries (links, codes, emoji, numbers) and none twice or the same as
+    it. Why: the beam searched the line as it is, and its others wrote "3555 1 1 1 19999999999999999"
+    for "3.5 km at 12:30" where the translation carried them."""
+    view = service.worker.translator.for_pair(pair)
+    keep = keeper(view, glossary=service.every_glossary(req.glossary, req.glossary_ignore_case))
+    for source, answer in zip(sources, answers, strict=True):
+        others, text = answer["alternatives"], answer["translatedText"]
+        if alone:
+            spans = [source[a:b].strip("()[]{}<>\"'“”‘’«»") for a, b in keep(source)]
+            others = [a for a in dict.fromkeys(others) if a != text and a.strip() and all(span in a for span in spans)
+                      and not lost_numbers(source, a, view.tgt_pipe.moses.lang)]
+        answer["alternatives"] = others[: req.alternatives]
 
 
 def _carries(req: LibreRequest, view: TranslatorBase, search: SearchConfig) -> bool:
