@@ -66,13 +66,33 @@ def _frozen(field: str) -> str | None:
 def changed_settings(run: RunDir, checkpoint: Checkpoint, recipe: Recipe) -> list[tuple[str, Any, Any]]:
     """The recipe's settings that differ from the checkpoint's, as (field, old, new); one that would break
     the checkpoint is refused, naming the field."""
-    changed = [d for d in differences(with_current_names(checkpoint.recipe or {}, str(run.path)),
-                                      recipe.model_dump(mode="json")) if not added_later(*d)]
+    before, now = with_current_names(checkpoint.recipe or {}, str(run.path)), recipe.model_dump(mode="json")
+    changed = [d for d in differences(before, now) if not added_later(*d)]
     for field, old, new in changed:
         if _frozen(field) is not None:
-            raise NmtkError(f"{run.path}: cannot resume: {field} changed from {old!r} to {new!r}, which changes "
+            field, was, becomes = _listed(field, old, new, before, now)
+            raise NmtkError(f"{run.path}: cannot resume: {field} changed from {was} to {becomes}, which changes "
                             f"{_frozen(field)}; use --restart to start over or --run-dir for a new run")
     return changed
+
+
+def _listed(field: str, old: Any, new: Any, before: dict[str, Any], now: dict[str, Any]) -> tuple[str, str, str]:
+    """A change as the refusal says it (values as Python writes them); one found in a list entry one side
+    lacks (``train.stages.1.corpus`` from 'bt' to None) as the list's own: ``train.stages`` from 2
+    entries to 1 entry."""
+    parts = field.split(".")
+    index = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+    if index is None or (old is not None and new is not None):
+        return field, repr(old), repr(new)
+
+    def entries(recipe: dict[str, Any]) -> str:
+        value: Any = recipe
+        for part in parts[:index]:
+            value = value.get(part, []) if isinstance(value, dict) else []
+        count = len(value) if isinstance(value, list) else 0
+        return f"{count} entr{'y' if count == 1 else 'ies'}" if count else "none"
+
+    return ".".join(parts[:index]), entries(before), entries(now)
 
 
 def check_resumable(run: RunDir, checkpoint: Checkpoint, recipe: Recipe, manifest: Manifest,

@@ -165,6 +165,8 @@ def test_resume_refuses_breaking_changes_and_restart_moves_the_run_aside(toy) ->
     refused = train(tmp, recipe, env, "run", "--set", "train.max_updates=6", "--set", "batching.batch_tokens=300",
                     check=False)
     assert "batching.batch_tokens" in refused.stderr
+    refused = train(tmp, recipe, env, "run", "--set", 'train.stages=[{name = "all"}]', check=False)
+    assert "cannot resume: train.stages changed from none to 1 entry" in refused.stderr, refused.stderr  # the list's
     # A changed vocabulary, which would be prepared into a new folder: refused too, before that prepare ran
     # (on a large corpus it takes hours). None of the three refusals wrote anything into the run (issue 44:
     # its recipe.toml, manifest and spm.model were replaced).
