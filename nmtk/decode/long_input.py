@@ -199,7 +199,7 @@ class Segments:
         ``markers``: the vocabulary's hint symbols (a hint is never cut, nor counted as words).
         ``kinds`` (`sentence_kinds`): sources are cut into their sentences first, ``first[i]`` of source
         i's leading sentences kept together (1 where not given; 0: the source whole, cut for length alone);
-        ``brackets`` (`bracket_steps`): no sentence ends inside brackets closed later."""
+        ``brackets`` (`bracket_steps`): no sentence ends before a number inside brackets closed later."""
         segments, head = cls([], [], []), list(head)
         for i, ids in enumerate(sources):
             ids = list(ids)

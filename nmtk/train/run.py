@@ -69,10 +69,10 @@ def changed_settings(run: RunDir, checkpoint: Checkpoint, recipe: Recipe) -> lis
     before, now = with_current_names(checkpoint.recipe or {}, str(run.path)), recipe.model_dump(mode="json")
     changed = [d for d in differences(before, now) if not added_later(*d)]
     for field, old, new in changed:
-        if _frozen(field) is not None:
+        if (why := _frozen(field)) is not None:
             field, was, becomes = _listed(field, old, new, before, now)
             raise NmtkError(f"{run.path}: cannot resume: {field} changed from {was} to {becomes}, which changes "
-                            f"{_frozen(field)}; use --restart to start over or --run-dir for a new run")
+                            f"{why}; use --restart to start over or --run-dir for a new run")
     return changed
 
 
