@@ -27,11 +27,13 @@ from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  
 from nmtk.decode.unknown import (
     can_carry,
     carried_lines,
+    keeper,
     left_out,
     renumbered_better,
     renumbered_lines,
     restored,
     sentences_apart,
+    unread,
 )
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
@@ -93,6 +95,7 @@ class Engine:
     auto: bool = False  # --source-lang auto: lines already in the target language are written as they are
     kept: list[int] = field(default_factory=list)  # ... those lines
     tagged: list[int] = field(default_factory=list)  # text lines holding markup tags (`holds_tags`)
+    uncarried: list[int] = field(default_factory=list)  # lines with spans to carry that these options leave
 
     def alone(self, options: TranslateOptions) -> bool:
         """Whether each line gives its translation alone: plain input, no scores, n-best or alignments."""
@@ -148,6 +151,7 @@ class Engine:
         none where lines are read by another input format, or each line gives more than its translation.
         Those that ran to their length limit are added to ``cut``."""
         if not self.carries(options):
+            self._uncarried(sources, first)
             return {}
         refuse_tags(self.translator, sources, first)  # as `encode` checks the lines it is given
         out: dict[int, str] = {}
@@ -155,6 +159,17 @@ class Engine:
             found = carried_lines(view, [sources[k] for k in lines], self.glossary)
             out.update({lines[i]: text for i, text in self._through_markup(view, found, cut, lines).items()})
         return out
+
+    def _uncarried(self, sources: list[str], first: int) -> None:
+        """Note the lines holding what a plain translation would carry through (emoji, links, codes) where
+        these options leave them to the model (`--prefix`, `--constraints`, `--nbest`, scores,
+        alignments: each line's hypotheses are the search's own), which drops or garbles them silently
+        ("A dog 🐶 runs." → "Ein Hund schnüffelt."); none from an engine that cannot carry at all (its
+        notice came at load)."""
+        if not (self.translator.reading.carry and self.translator.can_align):
+            return
+        keep = keeper(self.translator, glossary=self.glossary)
+        self.uncarried.extend(first + k for k, line in enumerate(sources) if line and (keep(line) or unread(line)))
 
     def renumbered(self, sources: list[str], out: list[str], options: TranslateOptions, cut: set[int]) -> list[str]:
         """``out`` (a line per source) with each translation that lost a number of its source
@@ -275,7 +290,7 @@ def translate(options: TranslateOptions) -> None:
                 _to_partial(engine, options, source, partial, resume, done)
                 os.replace(partial, options.output)
         console.print(summary(done[0], time.perf_counter() - start, engine.cut, engine.retried, engine.kept,
-                              engine.tagged))
+                              engine.tagged, engine.uncarried))
     except KeyboardInterrupt as exc:
         code = exit_code(exc)
         if partial is not None and not partial.exists():
@@ -291,14 +306,15 @@ def translate(options: TranslateOptions) -> None:
 
 
 def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (), as_is: list[int] = (),
-            tagged: list[int] = ()) -> str:
+            tagged: list[int] = (), uncarried: list[int] = ()) -> str:
     """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
     translations ran to their length limit (``cut``: the model did not end them, most often because it
     repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading; ``retried``:
     those translated again with repeats barred (they had run to the limit, or stuttered), which then ended;
     ``as_is``: those written as they were
     (``--source-lang auto``: already in the target language); ``tagged``: text lines holding markup tags,
-    read as words (``--format html`` translates around them)."""
+    read as words (``--format html`` translates around them); ``uncarried``: lines holding what a plain
+    translation carries through, left to the model by the options (`Engine._uncarried`)."""
     said = (f"translated {lines:,} line{'' if lines == 1 else 's'} in {seconds:.1f} s "
             f"({lines / max(seconds, 1e-9):.1f} lines/s)")
     if as_is:
@@ -309,6 +325,9 @@ def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (),
     if tagged:
         said += (f"; {len(tagged):,} held markup tags, read as words (--format html translates the text between "
                  f"them and puts them back): {_lines(tagged)}")
+    if uncarried:
+        said += (f"; {len(uncarried):,} held emoji, links or codes, which these options leave to the model (a "
+                 f"plain translation carries them through): {_lines(uncarried)}")
     if cut:
         said += f"; {len(cut):,} ran to the length limit without ending (the model repeating itself?): {_lines(cut)}"
     return said
