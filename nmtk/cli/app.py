@@ -282,7 +282,8 @@ AsTypedOption = Annotated[bool, typer.Option(
                        "corrected.")]
 FormatOption = Annotated[MarkupFormat, typer.Option(
     "--format", help="text: a line each; html or xml (inline tags): each line one fragment, its tags kept around "
-                     "the words they covered (--document: the whole input one document).")]
+                     "the words they covered (--document: the whole input one document); srt or vtt: a subtitle "
+                     "file, each cue's text translated, its numbers, timings and notes kept.")]
 DocumentOption = Annotated[bool, typer.Option(
     "--document", help="--format html|xml: the whole input is one document (a page), not a fragment a line.")]
 AttributesOption = Annotated[str | None, typer.Option(

@@ -46,11 +46,14 @@ class ConstraintOrder(str, Enum):
 
 
 class MarkupFormat(str, Enum):
-    """``translate --format``: plain lines, or one document with tags (`nmtk.decode.markup`)."""
+    """``translate --format``: plain lines, one document with tags (`nmtk.decode.markup`), or a subtitle
+    file (`nmtk.text.subtitles`)."""
 
     text = "text"
     html = "html"
     xml = "xml"
+    srt = "srt"
+    vtt = "vtt"
 
 
 class AttentionKind(str, Enum):

@@ -52,6 +52,7 @@ from nmtk.pair import sources_of
 from nmtk.text import langid
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.markup import MarkupError, holds_tags
+from nmtk.text.subtitles import Subtitles
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ def translate(options: TranslateOptions) -> None:
         _refuse_with_markup(engine, options)
     elif options.document:
         raise NmtkError("--document: for --format html or xml (a text's lines are translated one by one)")
-    if options.document:
+    if options.document or options.format in SUBTITLES:
         return _translate_document(engine, options, partial)
     source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
     done, start = [0], time.perf_counter()
@@ -352,7 +353,7 @@ def _refuse_with_markup(engine: Engine, options: TranslateOptions) -> None:
     output is the fragment with its tags), and for an engine that cannot place tags."""
     refused = [name for name, asked in (("--nbest", options.nbest > 1), ("--print-scores", options.print_scores),
                                         ("--print-alignment", engine.search.align),
-                                        ("--skip", options.skip and options.document),
+                                        ("--skip", options.skip and (options.document or options.format in SUBTITLES)),
                                         ("--prefix/--constraints", not engine.format.plain),
                                         ("--source-lang auto", engine.detect)) if asked]
     if refused:
@@ -368,8 +369,11 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
     document = decode_text(raw, str(options.input or "stdin"), options.errors.value,
                            hint="use --errors replace to substitute U+FFFD")
     with interruptible():
-        text = translate_markup(engine.translator, [document], engine.search, options.format, options.attributes,
-                                engine.glossary, engine.bans, engine.hints)[0]
+        if options.format in SUBTITLES:
+            text = _translated_subtitles(engine, document, str(options.input or "stdin"))
+        else:
+            text = translate_markup(engine.translator, [document], engine.search, options.format, options.attributes,
+                                    engine.glossary, engine.bans, engine.hints)[0]
     if partial is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -377,6 +381,24 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
     with open(partial, "w", encoding="utf-8") as sink:
         sink.write(text)
     os.replace(partial, options.output)
+
+
+#: ``--format`` values that are subtitle files (`nmtk.text.subtitles`): always the whole input at once.
+SUBTITLES = ("srt", "vtt")
+
+
+def _translated_subtitles(engine: Engine, document: str, where: str) -> str:
+    """A subtitle file with its cues' text translated (each cue one segment, or a line per speaker), as
+    markup is: tags kept, links, numbers and emoji carried through (`nmtk.text.subtitles`)."""
+    subtitles = Subtitles.parse(document)
+    segments = subtitles.segments()
+    try:
+        done = translate_markup(engine.translator, segments, engine.search, "html", (), engine.glossary,
+                                engine.bans, engine.hints)
+    except MarkupError as exc:  # its place is the cue's text: named by the segment's first words
+        cue = segments[exc.document or 0]
+        raise NmtkError(f"{where}: the cue text {cue[:40]!r}: {exc}") from None
+    return subtitles.render([" ".join(text.splitlines()) for text in done])
 
 
 def _to_partial(engine: Engine, options: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,

@@ -270,3 +270,29 @@ def test_a_lines_list_marker_is_written_back_before_its_translation(copy_run, mo
     given.clear()
     _translated(Engine(translator, SearchConfig(beam=2, nbest=2)), TranslateOptions(), lines[:1], 1)
     assert given == lines[:1]
+
+
+def test_a_subtitle_file_keeps_its_numbers_timings_and_notes_and_each_cue_reads_as_one_sentence(copy_run) -> None:
+    """`--format srt|vtt`: a cue's lines are one sentence (translated as the joined line is, wrapped back
+    over as many lines), a dialogue cue's lines each a speaker's (dashes kept), and the numbers, timings,
+    the WebVTT header and notes written as they were, line endings included. Read as text, ``WEBVTT``
+    and ``NOTE`` lines went to the model."""
+    tmp, _, env = copy_run
+    one, two, three = _lines(tmp, 3)
+    half = one.index(" ", len(one) // 2)
+    srt = (f"1\r\n00:00:01,000 --> 00:00:04,000\r\n{one[:half]}\r\n{one[half + 1:]}\r\n\r\n"
+           f"2\r\n00:00:05,000 --> 00:00:08,000\r\n- {two}\r\n- <i>{three}</i>\r\n")
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "srt", stdin=srt, env=env)
+    assert result.returncode == 0, result.stderr
+    plain = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "html", stdin=f"{one}\n{two}\n<i>{three}</i>\n",
+                     env=env).stdout.splitlines()
+    assert result.stdout.endswith("\r\n") and not result.stdout.endswith("\r\n\r\n")
+    cues = result.stdout.removesuffix("\r\n").split("\r\n\r\n")
+    first, second = (cue.split("\r\n") for cue in cues)
+    assert first[:2] == ["1", "00:00:01,000 --> 00:00:04,000"] and " ".join(first[2:]) == plain[0], cues
+    assert len(first) == 4  # wrapped back over two lines
+    assert second == ["2", "00:00:05,000 --> 00:00:08,000", f"- {plain[1]}", f"- {plain[2]}"], cues
+    vtt = f"WEBVTT\n\nNOTE a note\n\nintro\n00:01.000 --> 00:04.000 align:start\n{two}\n"
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "vtt", stdin=vtt, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"WEBVTT\n\nNOTE a note\n\nintro\n00:01.000 --> 00:04.000 align:start\n{plain[1]}\n"

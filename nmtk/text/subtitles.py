@@ -1,0 +1,112 @@
+"""Subtitle files (SubRip ``.srt``, WebVTT ``.vtt``): each cue's text apart from what is not to be
+translated, and the file written back around the translations.
+
+Why: read as lines of text, a subtitle file's numbers and timings are kept, but WebVTT's ``WEBVTT``
+header and ``NOTE`` comments went to the model (the demo model: "WAAATTTNNNGA."), and a sentence broken
+over a cue's two lines was translated as two fragments. Here a cue's lines are one sentence's text (one
+segment, translated as markup is, its ``<i>`` tags kept) and the translation is wrapped back over as
+many lines; a dialogue cue (each line a speaker's, ``- Hi.`` / ``- Hello.``) is translated line by line,
+its dashes kept. Everything else (numbers, timings with their settings, cue identifiers, the header,
+``NOTE``, ``STYLE`` and ``REGION`` blocks) is written as it was, line endings included.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+_BLOCKS = re.compile(r"\n[ \t]*\n+")
+_DIALOGUE = re.compile(r"^(\s*[-–—]\s*)")
+
+
+@dataclass
+class Cue:
+    """A cue: its lines up to the timing (``head``) and its text lines."""
+
+    head: list[str]
+    lines: list[str]
+
+    @property
+    def dialogue(self) -> bool:
+        """Whether each of its lines is a speaker's (two or more, each begun by a dash)."""
+        return len(self.lines) > 1 and all(_DIALOGUE.match(line) for line in self.lines)
+
+    def segments(self) -> list[str]:
+        """The text to translate: each line without its dash (dialogue), else the lines as one."""
+        if self.dialogue:
+            return [line[_DIALOGUE.match(line).end():] for line in self.lines]  # type: ignore[union-attr]
+        return [" ".join(line.strip() for line in self.lines)] if self.lines else []
+
+    def written(self, translated: list[str]) -> list[str]:
+        """Its lines with ``translated`` (one per segment) in place of its text."""
+        if self.dialogue:
+            text = [_DIALOGUE.match(line).group(1) + t for line, t in zip(self.lines, translated, strict=True)]  # type: ignore[union-attr]
+        else:
+            text = wrapped(translated[0], len(self.lines)) if self.lines else []
+        return self.head + text
+
+
+@dataclass
+class Subtitles:
+    """A subtitle file as blocks: cues and the blocks written as they are (the header, notes, styles)."""
+
+    blocks: list[Cue | str]
+    separators: list[str]  # what stood between block i and i + 1 (blank lines)
+    newline: str = "\n"
+    end: str = ""  # what followed the last block
+
+    @classmethod
+    def parse(cls, text: str) -> Subtitles:
+        newline = "\r\n" if "\r\n" in text else "\n"
+        text = text.replace("\r\n", "\n")
+        body = text.rstrip("\n")
+        end, separators, blocks = text[len(body):], _BLOCKS.findall(body), []
+        for block in _BLOCKS.split(body):
+            lines = block.split("\n")
+            timing = next((i for i, line in enumerate(lines[:3]) if "-->" in line), None)
+            verbatim = timing is None or lines[0].startswith(("WEBVTT", "NOTE", "STYLE", "REGION"))
+            blocks.append(block if verbatim else Cue(lines[: timing + 1], lines[timing + 1 :]))
+        return cls(blocks, separators, newline, end)
+
+    @property
+    def cues(self) -> list[Cue]:
+        return [b for b in self.blocks if isinstance(b, Cue)]
+
+    def segments(self) -> list[str]:
+        """Every cue's segments, in order (what `render` takes translated)."""
+        return [segment for cue in self.cues for segment in cue.segments()]
+
+    def render(self, translated: list[str]) -> str:
+        """The file with the cues' segments replaced by ``translated`` (as many, in order)."""
+        parts, at = [], 0
+        for block in self.blocks:
+            if isinstance(block, str):
+                parts.append(block)
+                continue
+            count = len(block.segments())
+            parts.append("\n".join(block.written(translated[at : at + count])))
+            at += count
+        text = "".join(part + (self.separators[i] if i < len(self.separators) else "") for i, part in enumerate(parts))
+        return (text + self.end).replace("\n", self.newline)
+
+
+def wrapped(text: str, lines: int) -> list[str]:
+    """``text`` over at most ``lines`` lines, broken at spaces so that the longest line is as short as it
+    can be (a subtitle's lines are read together: "Ein Hund rennt im" / "Park mit einem Ball.")."""
+    words = text.split()
+    lines = max(1, min(lines, len(words)))
+
+    def width(start: int, end: int) -> int:
+        return sum(len(w) for w in words[start:end]) + end - start - 1
+
+    @functools.cache
+    def split(start: int, count: int) -> tuple[int, tuple[int, ...]]:
+        """(longest line, where the lines after the first begin) for ``words[start:]`` on ``count`` lines."""
+        if count == 1:
+            return width(start, len(words)), ()
+        return min((max(width(start, end), split(end, count - 1)[0]), (end, *split(end, count - 1)[1]))
+                   for end in range(start + 1, len(words) - count + 2))
+
+    starts = (0, *split(0, lines)[1], len(words))
+    return [" ".join(words[a:b]) for a, b in zip(starts, starts[1:], strict=False)]

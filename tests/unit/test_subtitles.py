@@ -1,0 +1,27 @@
+"""Subtitle files: cues apart from numbers, timings, headers and notes; written back as they were."""
+
+from __future__ import annotations
+
+from nmtk.text.subtitles import Subtitles, wrapped
+
+
+def test_cues_are_their_text_and_everything_else_is_written_as_it_was() -> None:
+    srt = ("\ufeff1\r\n00:00:01,000 --> 00:00:04,000\r\nA dog runs in the park\r\nwith a ball.\r\n\r\n"
+           "2\r\n00:00:05,000 --> 00:00:08,000 X1:40\r\n- Hi.\r\n– <i>Hello.</i>\r\n\r\n\r\n"
+           "3\r\n00:00:09,000 --> 00:00:10,000\r\n")
+    parsed = Subtitles.parse(srt.removeprefix("\ufeff"))
+    assert parsed.segments() == ["A dog runs in the park with a ball.", "Hi.", "<i>Hello.</i>"]
+    assert parsed.render(parsed.segments()) == ("1\r\n00:00:01,000 --> 00:00:04,000\r\nA dog runs in the\r\npark "
+                                                "with a ball.\r\n\r\n2\r\n00:00:05,000 --> 00:00:08,000 X1:40\r\n- "
+                                                "Hi.\r\n– <i>Hello.</i>\r\n\r\n\r\n3\r\n00:00:09,000 --> "
+                                                "00:00:10,000\r\n")
+    vtt = "WEBVTT - a title\n\nNOTE two\nlines\n\nSTYLE\n::cue { color: red }\n\nid\n00:01.000 --> 00:02.000\nHi.\n"
+    parsed = Subtitles.parse(vtt)
+    assert parsed.segments() == ["Hi."] and parsed.render(["Hallo."]) == vtt.replace("\nHi.\n", "\nHallo.\n")
+    assert Subtitles.parse("").segments() == [] and Subtitles.parse("").render([]) == ""
+
+
+def test_a_translation_is_wrapped_so_that_its_longest_line_is_shortest() -> None:
+    assert wrapped("Ein Hund rennt im Park mit einem Ball.", 2) == ["Ein Hund rennt im", "Park mit einem Ball."]
+    assert wrapped("one two three four five six", 3) == ["one two", "three four", "five six"]
+    assert wrapped("Ja.", 2) == ["Ja."] and wrapped("a  b", 1) == ["a b"] and wrapped("", 2) == [""]
