@@ -7,7 +7,9 @@ load (`nmtk.decode.load.LoadOptions`), the search it chose (the recipe's ``[deco
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -51,7 +53,7 @@ from nmtk.model_source import NOT_ALIGNED, resolve_model
 from nmtk.pair import sources_of
 from nmtk.text import langid
 from nmtk.text.line_breaks import list_marker
-from nmtk.text.markup import MarkupError, holds_tags
+from nmtk.text.markup import MarkupError, holds_tags, parse
 from nmtk.text.subtitles import Subtitles
 
 
@@ -392,12 +394,14 @@ def _translated_subtitles(engine: Engine, document: str, where: str) -> str:
     markup is: tags kept, links, numbers and emoji carried through (`nmtk.text.subtitles`)."""
     subtitles = Subtitles.parse(document)
     segments = subtitles.segments()
-    try:
-        done = translate_markup(engine.translator, segments, engine.search, "html", (), engine.glossary,
-                                engine.bans, engine.hints)
-    except MarkupError as exc:  # its place is the cue's text: named by the segment's first words
-        cue = segments[exc.document or 0]
-        raise NmtkError(f"{where}: the cue text {cue[:40]!r}: {exc}") from None
+    for k, segment in enumerate(segments):
+        try:
+            parse(segment, "html")
+        except MarkupError as exc:  # a cue's tags that do not nest: its text translated without them
+            segments[k] = html.escape(re.sub(r"</?[A-Za-z][^>]*>", "", segment), quote=False)
+            console.print(f"warning: {where}: the cue text {segment[:40]!r}: {exc}; translated without its tags")
+    done = translate_markup(engine.translator, segments, engine.search, "html", (), engine.glossary, engine.bans,
+                            engine.hints)
     return subtitles.render([" ".join(text.splitlines()) for text in done])
 
 

@@ -7,7 +7,8 @@ over a cue's two lines was translated as two fragments. Here a cue's lines are o
 segment, translated as markup is, its ``<i>`` tags kept) and the translation is wrapped back over as
 many lines; a dialogue cue (each line a speaker's, ``- Hi.`` / ``- Hello.``) is translated line by line,
 its dashes kept. Everything else (numbers, timings with their settings, cue identifiers, the header,
-``NOTE``, ``STYLE`` and ``REGION`` blocks) is written as it was, line endings included.
+``NOTE``, ``STYLE`` and ``REGION`` blocks) is written as it was, line endings included. WebVTT's
+notation inside a cue becomes html that markup parses and comes back (`marked_up`, `restored`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,26 @@ from dataclasses import dataclass
 
 _BLOCKS = re.compile(r"\n[ \t]*\n+")
 _DIALOGUE = re.compile(r"^(\s*[-–—]\s*)")
+_TIMESTAMP = re.compile(r"<\d[\d:.]*>")  # WebVTT's karaoke timings inside a cue's text
+_CLASSES = re.compile(r"<(\w+)((?:\.[\w-]+)+)")  # <c.yellow.big>: WebVTT's classes on a tag
+_CLASSED = re.compile(r'<(\w+) data-vtt-class="([^"]*)"')
+_VOICE = re.compile(r"<v[ .>]")
+
+
+def marked_up(text: str) -> str:
+    """A cue's text as html that markup parses: WebVTT's classes as an attribute (``<c.yellow>`` closes
+    with ``</c>``), a voice left open to the cue's end closed (``<v Anna>Hi.``), karaoke timings left
+    out. `restored` undoes the first two on the translation."""
+    text = _CLASSES.sub(lambda m: f'<{m.group(1)} data-vtt-class="{m.group(2)}"', _TIMESTAMP.sub("", text))
+    return text + "</v>" if _VOICE.search(text) and "</v>" not in text else text
+
+
+def restored(translated: str, text: str) -> str:
+    """``translated`` (the translation of ``marked_up(text)``) with ``text``'s own WebVTT notation back."""
+    if _VOICE.search(text) and "</v>" not in text:
+        head, _, tail = translated.rpartition("</v>")
+        translated = head + tail if _ else translated
+    return _CLASSED.sub(lambda m: f"<{m.group(1)}{m.group(2)}", translated)
 
 
 @dataclass
@@ -32,14 +53,19 @@ class Cue:
         """Whether each of its lines is a speaker's (two or more, each begun by a dash)."""
         return len(self.lines) > 1 and all(_DIALOGUE.match(line) for line in self.lines)
 
-    def segments(self) -> list[str]:
-        """The text to translate: each line without its dash (dialogue), else the lines as one."""
+    def texts(self) -> list[str]:
+        """Its text as translated: each line without its dash (dialogue), else the lines as one."""
         if self.dialogue:
             return [line[_DIALOGUE.match(line).end():] for line in self.lines]  # type: ignore[union-attr]
         return [" ".join(line.strip() for line in self.lines)] if self.lines else []
 
+    def segments(self) -> list[str]:
+        """Its texts as html for markup (`marked_up`)."""
+        return [marked_up(text) for text in self.texts()]
+
     def written(self, translated: list[str]) -> list[str]:
         """Its lines with ``translated`` (one per segment) in place of its text."""
+        translated = [restored(t, text) for t, text in zip(translated, self.texts(), strict=True)]
         if self.dialogue:
             text = [_DIALOGUE.match(line).group(1) + t for line, t in zip(self.lines, translated, strict=True)]  # type: ignore[union-attr]
         else:

@@ -296,3 +296,8 @@ def test_a_subtitle_file_keeps_its_numbers_timings_and_notes_and_each_cue_reads_
     result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "vtt", stdin=vtt, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"WEBVTT\n\nNOTE a note\n\nintro\n00:01.000 --> 00:04.000 align:start\n{plain[1]}\n"
+    broken = f"WEBVTT\n\n00:01.000 --> 00:02.000\n<i>{two}</b>\n\n00:03.000 --> 00:04.000\n<v Bo>{two}\n"
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "vtt", stdin=broken, env=env)
+    assert result.returncode == 0 and "translated without its tags" in result.stderr, result.stderr  # not the file
+    assert result.stdout == (f"WEBVTT\n\n00:01.000 --> 00:02.000\n{plain[1]}\n\n"
+                             f"00:03.000 --> 00:04.000\n<v Bo>{plain[1]}\n")

@@ -25,3 +25,18 @@ def test_a_translation_is_wrapped_so_that_its_longest_line_is_shortest() -> None
     assert wrapped("Ein Hund rennt im Park mit einem Ball.", 2) == ["Ein Hund rennt im", "Park mit einem Ball."]
     assert wrapped("one two three four five six", 3) == ["one two", "three four", "five six"]
     assert wrapped("Ja.", 2) == ["Ja."] and wrapped("a  b", 1) == ["a b"] and wrapped("", 2) == [""]
+
+
+def test_webvtt_notation_becomes_html_markup_parses_and_comes_back() -> None:
+    """``<c.yellow>`` closes with ``</c>`` and ``<v Anna>`` may stay open to the cue's end: as they are,
+    markup refused the whole file; karaoke timings are left out (no word to place them by)."""
+    from nmtk.text.markup import parse
+    from nmtk.text.subtitles import marked_up, restored
+
+    for text in ("<v Anna>A girl <c.yellow.big>sings</c>.", "A <00:00:02.000>dog <i>runs</i>.", "<v.loud Bo>Hi</v>"):
+        parse(marked_up(text), "html")  # no MarkupError
+    assert marked_up("<v Anna>A <c.yellow>girl</c>.") == '<v Anna>A <c data-vtt-class=".yellow">girl</c>.</v>'
+    assert restored('<v Anna>Ein <c data-vtt-class=".yellow">Mädchen</c>.</v>', "<v Anna>A <c.yellow>girl</c>.") == (
+        "<v Anna>Ein <c.yellow>Mädchen</c>.")
+    assert marked_up("A <00:02.000>dog.") == "A dog."
+    assert restored("<v Bo>Hallo</v>", "<v Bo>Hi</v>") == "<v Bo>Hallo</v>"
