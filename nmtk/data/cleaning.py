@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -188,6 +189,12 @@ def first_occurrences(hashes: np.ndarray) -> np.ndarray:
         _, first = np.unique(hashes, return_index=True)
         keep[first] = True
     return keep
+
+
+def dropped_text(dropped: Mapping[str, int]) -> str:
+    """What cleaning dropped, by rule in `RULES` order (``copy 20, duplicate 100``; "" for nothing): the
+    stage lines of `prepare`, its warning for a corpus left empty, `train`'s refusal of a stage on one."""
+    return ", ".join(f"{rule} {dropped[rule]:,}" for rule in RULES if dropped.get(rule))
 
 
 @dataclass

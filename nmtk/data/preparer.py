@@ -18,7 +18,7 @@ from typing import Any
 
 from nmtk.data.alignment import align, write_alignments
 from nmtk.data.binarized import SideReader, SideWriter, id_dtype
-from nmtk.data.cleaning import RULES, Cleaner, CorpusCounts, DropLog
+from nmtk.data.cleaning import RULES, Cleaner, CorpusCounts, DropLog, dropped_text
 from nmtk.data.corpus import read_parallel
 from nmtk.data.fetch import ensure_file, sha256_file
 from nmtk.data.stages import Stages
@@ -388,6 +388,6 @@ def _dropped_text(corpora: list[CorpusCounts], earlier: list[Counter] | None = N
         dropped = counts.dropped - earlier[index] if earlier else counts.dropped
         total = sum(dropped.values())
         if total:
-            rules = ", ".join(f"{rule} {dropped[rule]:,}" for rule in RULES if dropped[rule])
+            rules = dropped_text(dropped)
             parts.append(f"{counts.name + ': ' if len(corpora) > 1 else ''}dropped {total:,} ({rules})")
     return "; ".join(parts)

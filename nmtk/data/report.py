@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nmtk.console import console
+from nmtk.data.cleaning import dropped_text
 from nmtk.manifest import Manifest
 
 #: Columns a table is drawn in where the output is not a terminal (a log): wide enough for every figure.
@@ -36,7 +37,7 @@ def render_manifest(manifest: Manifest) -> None:
     # a log file has no width to fit: there, every figure whole (a console's print can only narrow)
     (console if console.is_terminal else Console(stderr=True, highlight=False, width=LOG_WIDTH)).print(table)
     for name, corpus in _emptied(manifest):
-        rules = ", ".join(f"{rule} {n:,}" for rule, n in corpus["dropped"].items()) or "it holds no lines"
+        rules = dropped_text(corpus["dropped"]) or "it holds no lines"
         console.print(f"[yellow]warning[/]: training corpus {name}: none of its {corpus['pairs_in']:,} pairs kept "
                       f"({rules}; dropped.tsv names each): check its files and languages")
 

@@ -29,13 +29,11 @@ from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  
 from nmtk.decode.unknown import (
     can_carry,
     carried_lines,
-    keeper,
     left_out,
     renumbered_better,
     renumbered_lines,
     restored,
     sentences_apart,
-    unread,
 )
 from nmtk.errors import Interrupted, NmtkError
 from nmtk.files import (
@@ -171,8 +169,7 @@ class Engine:
         notice came at load)."""
         if not (self.translator.reading.carry and self.translator.can_align):
             return
-        keep = keeper(self.translator, glossary=self.glossary)
-        self.uncarried.extend(first + k for k, line in enumerate(sources) if line and (keep(line) or unread(line)))
+        self.uncarried.extend(first + k for k in carried_lines(self.translator, sources, self.glossary))
 
     def renumbered(self, sources: list[str], out: list[str], options: TranslateOptions, cut: set[int]) -> list[str]:
         """``out`` (a line per source) with each translation that lost a number of its source

@@ -12,6 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from nmtk.text.brackets import CLOSING, OPENING
 from nmtk.text.moses import Moses
 from nmtk.text.subword import SubwordModel, load_subword_model
 from nmtk.vocab import HINT_SYMBOLS, UNK_ID
@@ -67,7 +68,7 @@ class TextPipeline:
         to back is a model stuttering (`nmtk.decode.base.stutters`: "eine Frau)))))"), a run of ``1``s or
         ``!``s is not (a line may say "!!!!")."""
         return frozenset(i for i, piece in enumerate(self.subwords.pieces())
-                         if any(c.isalpha() or c in "()[]{}" for c in piece))
+                         if any(c.isalpha() or c in OPENING + CLOSING for c in piece))
 
     def spells(self, char: str) -> bool:
         """Whether the subword model spells ``char`` (through Moses) without ``<unk>``: false for an emoji

@@ -110,7 +110,7 @@ class Subtitles:
             if isinstance(block, str):
                 parts.append(block)
                 continue
-            count = len(block.segments())
+            count = len(block.texts())
             parts.append("\n".join(block.written(translated[at : at + count])))
             at += count
         text = "".join(part + (self.separators[i] if i < len(self.separators) else "") for i, part in enumerate(parts))

@@ -21,6 +21,7 @@ import numpy as np
 from nmtk.console import console
 from nmtk.data.alignment import Alignments
 from nmtk.data.batching import BatchingPlan, CorpusDraws
+from nmtk.data.cleaning import dropped_text
 from nmtk.data.dataset import corpus_ids, split_lengths, training_split
 from nmtk.data.modifiers import ModifiedSplit
 from nmtk.errors import NmtkError
@@ -189,7 +190,7 @@ def check_stage_pairs(recipe: Recipe, data: PreparedData) -> None:
                 for c in manifest.training_corpora(pair)}
     corpora = [c for pair in recipe.data.language_pairs() for c in pair.train]
     empty = {name: c for name, c in recorded.items() if not c["kept"]}
-    why = lambda name: ", ".join(f"{rule} {n:,}" for rule, n in empty[name]["dropped"].items()) or "none, it is empty"  # noqa: E731
+    why = lambda name: dropped_text(empty[name]["dropped"]) or "none, it is empty"  # noqa: E731
     for index, stage in enumerate(stages):
         where = f"train.stages[{index}] ({stage.name})"
         if stage.corpus in empty:
