@@ -8,28 +8,44 @@ segment, translated as markup is, its ``<i>`` tags kept) and the translation is 
 many lines; a dialogue cue (each line a speaker's, ``- Hi.`` / ``- Hello.``) is translated line by line,
 its dashes kept. Everything else (numbers, timings with their settings, cue identifiers, the header,
 ``NOTE``, ``STYLE`` and ``REGION`` blocks) is written as it was, line endings included. WebVTT's
-notation inside a cue becomes html that markup parses and comes back (`marked_up`, `restored`).
+notation inside a cue, and the ASS codes many SubRip files carry (``{\\an8}``: the cue at the top of the
+picture), become html that markup parses and comes back (`marked_up`, `restored`). A cue whose lines
+are each a speaker's (a dash or a WebVTT voice begins every line) or each a whole sentence is translated
+line by line, so that its lines stay as they were split (`Cue.by_line`).
 """
 
 from __future__ import annotations
 
 import functools
+import html
 import re
 from dataclasses import dataclass
 
+from nmtk.text.markup import MarkupError, parse
+
 _BLOCKS = re.compile(r"\n[ \t]*\n+")
+_TIMING = re.compile(r"\s*\d[\d:.,]*\s*-->\s*\d")  # a cue's timing line
 _DIALOGUE = re.compile(r"^(\s*[-–—]\s*)")
 _TIMESTAMP = re.compile(r"<\d[\d:.]*>")  # WebVTT's karaoke timings inside a cue's text
 _CLASSES = re.compile(r"<(\w+)((?:\.[\w-]+)+)")  # <c.yellow.big>: WebVTT's classes on a tag
 _CLASSED = re.compile(r'<(\w+) data-vtt-class="([^"]*)"')
 _VOICE = re.compile(r"<v[ .>]")
+_VOICE_FIRST = re.compile(r"\s*<v[ .>]")  # a line that begins with a speaker's voice
+_ASS = re.compile(r"\{\\[^{}]*\}")  # an ASS override code in SubRip: {\an8} (placed at the top), {\i1}
+_ASS_MARKED = re.compile(r'<img data-ass="([^"]*)">')
+_SENTENCE_END = re.compile(r"(?<!\.)[.!?。！？]$")  # "..." goes on more often than it ends
+_TRAILING = re.compile(r"(?:<[^<>]*>|\{\\[^{}]*\}|[\s\"'”’»)\]])+$")  # tags, codes, quotes after a sentence's end
+_WORD = re.compile(r"(?:<[^<>]*>|\S)+")  # a word with its tags: no break inside <font color="red">
+_INVISIBLE = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
 
 
 def marked_up(text: str) -> str:
     """A cue's text as html that markup parses: WebVTT's classes as an attribute (``<c.yellow>`` closes
-    with ``</c>``), a voice left open to the cue's end closed (``<v Anna>Hi.``), karaoke timings left
-    out. `restored` undoes the first two on the translation."""
+    with ``</c>``), a voice left open to the cue's end closed (``<v Anna>Hi.``), an ASS code as an empty
+    element that markup places (``{\\an8}`` at the start stays there), karaoke timings left out.
+    `restored` undoes all but the last on the translation."""
     text = _CLASSES.sub(lambda m: f'<{m.group(1)} data-vtt-class="{m.group(2)}"', _TIMESTAMP.sub("", text))
+    text = _ASS.sub(lambda m: f'<img data-ass="{html.escape(m.group(0)[1:-1])}">', text)
     return text + "</v>" if _VOICE.search(text) and "</v>" not in text else text
 
 
@@ -38,7 +54,21 @@ def restored(translated: str, text: str) -> str:
     if _VOICE.search(text) and "</v>" not in text:
         head, _, tail = translated.rpartition("</v>")
         translated = head + tail if _ else translated
+    translated = _ASS_MARKED.sub(lambda m: "{" + html.unescape(m.group(1)) + "}", translated)
     return _CLASSED.sub(lambda m: f"<{m.group(1)}{m.group(2)}", translated)
+
+
+def _ends_sentence(line: str) -> bool:
+    return bool(_SENTENCE_END.search(_TRAILING.sub("", line)))
+
+
+def _nests(line: str) -> bool:
+    """Whether a line's own tags nest (a cue's ``<i>`` may open on one line and close on the next)."""
+    try:
+        parse(marked_up(line), "html")
+    except MarkupError:
+        return False
+    return True
 
 
 @dataclass
@@ -53,10 +83,26 @@ class Cue:
         """Whether each of its lines is a speaker's (two or more, each begun by a dash)."""
         return len(self.lines) > 1 and all(_DIALOGUE.match(line) for line in self.lines)
 
+    @functools.cached_property
+    def by_line(self) -> bool:
+        """Whether its lines are translated apart: a dialogue's, lines that each begin with a WebVTT voice
+        (``<v Anna>Where?`` / ``<v Bo>Here.``: as one text, Anna's voice never closed), or lines that each
+        end a sentence ("A woman sings." / "A man plays.": as one text, wrapped back mid-sentence) and
+        whose tags nest line by line."""
+        if len(self.lines) < 2:
+            return False
+        if self.dialogue:
+            return True
+        apart = all(_VOICE_FIRST.match(line) for line in self.lines) or all(map(_ends_sentence, self.lines))
+        return apart and all(map(_nests, self.lines))
+
     def texts(self) -> list[str]:
-        """Its text as translated: each line without its dash (dialogue), else the lines as one."""
+        """Its text as translated: each line without its dash (dialogue), each line (`by_line`), else the
+        lines as one."""
         if self.dialogue:
             return [line[_DIALOGUE.match(line).end():] for line in self.lines]  # type: ignore[union-attr]
+        if self.by_line:
+            return [line.strip() for line in self.lines]
         return [" ".join(line.strip() for line in self.lines)] if self.lines else []
 
     def segments(self) -> list[str]:
@@ -68,9 +114,23 @@ class Cue:
         translated = [restored(t, text) for t, text in zip(translated, self.texts(), strict=True)]
         if self.dialogue:
             text = [_DIALOGUE.match(line).group(1) + t for line, t in zip(self.lines, translated, strict=True)]  # type: ignore[union-attr]
+        elif self.by_line:
+            text = translated
         else:
             text = wrapped(translated[0], len(self.lines)) if self.lines else []
         return self.head + text
+
+
+def _cues(lines: list[str], timing: int) -> list[tuple[int, list[str]]]:
+    """A block's cues, each as (the index of its timing line in it, its lines): more than one where a file
+    leaves out the blank line between cues (a timing line after the text, its cue's number before it)."""
+    starts, timings = [0], [timing]
+    for i in range(timing + 1, len(lines)):
+        if _TIMING.match(lines[i]):
+            number = i - 1 > timings[-1] and lines[i - 1].strip().isdigit()
+            starts.append(i - 1 if number else i)
+            timings.append(i)
+    return [(t - a, lines[a:b]) for t, a, b in zip(timings, starts, [*starts[1:], len(lines)], strict=True)]
 
 
 @dataclass
@@ -87,12 +147,19 @@ class Subtitles:
         newline = "\r\n" if "\r\n" in text else "\n"
         text = text.replace("\r\n", "\n")
         body = text.rstrip("\n")
-        end, separators, blocks = text[len(body):], _BLOCKS.findall(body), []
-        for block in _BLOCKS.split(body):
+        end, between = text[len(body):], _BLOCKS.findall(body)
+        blocks: list[Cue | str] = []
+        separators: list[str] = []
+        for k, block in enumerate(_BLOCKS.split(body)):
             lines = block.split("\n")
             timing = next((i for i, line in enumerate(lines[:3]) if "-->" in line), None)
-            verbatim = timing is None or lines[0].startswith(("WEBVTT", "NOTE", "STYLE", "REGION"))
-            blocks.append(block if verbatim else Cue(lines[: timing + 1], lines[timing + 1 :]))
+            if timing is None or lines[0].startswith(("WEBVTT", "NOTE", "STYLE", "REGION")):
+                blocks.append(block)
+            else:
+                cues = [Cue(piece[: at + 1], piece[at + 1 :]) for at, piece in _cues(lines, timing)]
+                blocks += cues
+                separators += ["\n"] * (len(cues) - 1)  # cues with no blank line between them
+            separators += between[k : k + 1]
         return cls(blocks, separators, newline, end)
 
     @property
@@ -119,12 +186,15 @@ class Subtitles:
 
 def wrapped(text: str, lines: int) -> list[str]:
     """``text`` over at most ``lines`` lines, broken at spaces so that the longest line is as short as it
-    can be (a subtitle's lines are read together: "Ein Hund rennt im" / "Park mit einem Ball.")."""
-    words = text.split()
+    can be (a subtitle's lines are read together: "Ein Hund rennt im" / "Park mit einem Ball."). Lines
+    are as wide as what they show: tags and ASS codes count nothing, and a tag's own spaces (``<font
+    color="red">``) are no place to break."""
+    words = _WORD.findall(text)
+    shown = [len(_INVISIBLE.sub("", word)) for word in words]
     lines = max(1, min(lines, len(words)))
 
     def width(start: int, end: int) -> int:
-        return sum(len(w) for w in words[start:end]) + end - start - 1
+        return sum(shown[start:end]) + end - start - 1
 
     @functools.cache
     def split(start: int, count: int) -> tuple[int, tuple[int, ...]]:

@@ -276,11 +276,11 @@ def test_a_subtitle_file_keeps_its_numbers_timings_and_notes_and_each_cue_reads_
     """`--format srt|vtt`: a cue's lines are one sentence (translated as the joined line is, wrapped back
     over as many lines), a dialogue cue's lines each a speaker's (dashes kept), and the numbers, timings,
     the WebVTT header and notes written as they were, line endings included. Read as text, ``WEBVTT``
-    and ``NOTE`` lines went to the model."""
+    and ``NOTE`` lines went to the model; an ASS code stays where it was (``{\\an8}``, the cue at the top)."""
     tmp, _, env = copy_run
     one, two, three = _lines(tmp, 3)
     half = one.index(" ", len(one) // 2)
-    srt = (f"1\r\n00:00:01,000 --> 00:00:04,000\r\n{one[:half]}\r\n{one[half + 1:]}\r\n\r\n"
+    srt = (f"1\r\n00:00:01,000 --> 00:00:04,000\r\n{{\\an8}}{one[:half]}\r\n{one[half + 1:]}\r\n\r\n"
            f"2\r\n00:00:05,000 --> 00:00:08,000\r\n- {two}\r\n- <i>{three}</i>\r\n")
     result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "srt", stdin=srt, env=env)
     assert result.returncode == 0, result.stderr
@@ -289,7 +289,7 @@ def test_a_subtitle_file_keeps_its_numbers_timings_and_notes_and_each_cue_reads_
     assert result.stdout.endswith("\r\n") and not result.stdout.endswith("\r\n\r\n")
     cues = result.stdout.removesuffix("\r\n").split("\r\n\r\n")
     first, second = (cue.split("\r\n") for cue in cues)
-    assert first[:2] == ["1", "00:00:01,000 --> 00:00:04,000"] and " ".join(first[2:]) == plain[0], cues
+    assert first[:2] == ["1", "00:00:01,000 --> 00:00:04,000"] and " ".join(first[2:]) == "{\\an8}" + plain[0], cues
     assert len(first) == 4  # wrapped back over two lines
     assert second == ["2", "00:00:05,000 --> 00:00:08,000", f"- {plain[1]}", f"- {plain[2]}"], cues
     vtt = f"WEBVTT\n\nNOTE a note\n\nintro\n00:01.000 --> 00:04.000 align:start\n{two}\n"

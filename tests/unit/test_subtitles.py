@@ -40,3 +40,52 @@ def test_webvtt_notation_becomes_html_markup_parses_and_comes_back() -> None:
         "<v Anna>Ein <c.yellow>Mädchen</c>.")
     assert marked_up("A <00:02.000>dog.") == "A dog."
     assert restored("<v Bo>Hallo</v>", "<v Bo>Hi</v>") == "<v Bo>Hallo</v>"
+
+
+def test_lines_that_are_each_a_speaker_or_a_sentence_are_translated_apart() -> None:
+    """As one text, ``<v Anna>…`` / ``<v Bo>…`` left Anna's voice open (the cue lost its tags) and
+    "A woman sings." / "A man plays." came back broken mid-sentence; lines whose tags span them, and an
+    ellipsis that goes on, stay one text."""
+    vtt = ("WEBVTT\n\n00:01.000 --> 00:02.000\n<v Anna>Where is\n<v Bo>Here.\n\n00:03.000 --> 00:04.000\n"
+           "A woman sings.\nA man \"plays\"!\n\n00:05.000 --> 00:06.000\n<i>A woman sings.\nA man plays.</i>\n\n"
+           "00:07.000 --> 00:08.000\nI was thinking...\nmaybe not.\n")
+    parsed = Subtitles.parse(vtt)
+    assert parsed.segments() == ["<v Anna>Where is</v>", "<v Bo>Here.</v>", "A woman sings.", 'A man "plays"!',
+                                 "<i>A woman sings. A man plays.</i>", "I was thinking... maybe not."]
+    rendered = parsed.render(["<v Anna>Wo ist</v>", "<v Bo>Hier.</v>", "Eine Frau singt.", "Ein Mann spielt!",
+                              "<i>Eine Frau singt. Ein Mann spielt.</i>", "Ich dachte... vielleicht nicht."])
+    assert rendered.split("\n\n")[1:] == ["00:01.000 --> 00:02.000\n<v Anna>Wo ist\n<v Bo>Hier.",
+                                          "00:03.000 --> 00:04.000\nEine Frau singt.\nEin Mann spielt!",
+                                          "00:05.000 --> 00:06.000\n<i>Eine Frau singt.\nEin Mann spielt.</i>",
+                                          "00:07.000 --> 00:08.000\nIch dachte...\nvielleicht nicht.\n"]
+
+
+def test_ass_codes_come_back_where_markup_placed_them_and_take_no_width() -> None:
+    """SubRip files often carry ASS codes (``{\\an8}``: the cue at the top); as text the model read
+    ``{\\Ein Mann}``. Tags and codes show nothing, so they count nothing in a line's width, and a tag's
+    own spaces are no place to break a line."""
+    from nmtk.text.markup import parse
+    from nmtk.text.subtitles import marked_up, restored
+
+    text = "{\\an8}A <i>dog</i> runs{\\i1}."
+    assert marked_up(text) == '<img data-ass="\\an8">A <i>dog</i> runs<img data-ass="\\i1">.'
+    parse(marked_up(text), "html")  # no MarkupError
+    assert restored('<img data-ass="\\an8">Ein <i>Hund</i> rennt<img data-ass="\\i1">.', text) == (
+        "{\\an8}Ein <i>Hund</i> rennt{\\i1}.")
+    assert wrapped('<font color="#ff0">Hunde rennen</font> schnell.', 2) == ['<font color="#ff0">Hunde rennen</font>',
+                                                                          "schnell."]
+    assert wrapped("{\\an8}Hunde rennen schnell.", 2) == ["{\\an8}Hunde rennen", "schnell."]
+
+
+def test_cues_with_no_blank_line_between_them_are_cues_apart() -> None:
+    """A file that leaves out the blank line between cues: the second cue's number and timing were read
+    as the first one's text and sent to the model ("2 00:00:03,000 Ein" / "Hund> 00:00:04,000")."""
+    srt = ("1\n00:00:01,000 --> 00:00:02,000\nA man runs.\n2\n00:00:03,000 --> 00:00:04,000\nA dog\nsleeps.\n"
+           "00:00:05,000 --> 00:00:06,000\n3\n\n4\n00:00:07,000 --> 00:00:08,000\nA cat.\n")
+    parsed = Subtitles.parse(srt)
+    assert [cue.head for cue in parsed.cues] == [["1", "00:00:01,000 --> 00:00:02,000"],
+                                                 ["2", "00:00:03,000 --> 00:00:04,000"],
+                                                 ["00:00:05,000 --> 00:00:06,000"],
+                                                 ["4", "00:00:07,000 --> 00:00:08,000"]]
+    assert parsed.segments() == ["A man runs.", "A dog sleeps.", "3", "A cat."]
+    assert parsed.render(parsed.segments()) == srt
