@@ -64,6 +64,10 @@ class CorpusFile(Section):
     archive: str | None = None
     """When ``url`` is an archive (.tgz/.tar.gz/.zip): where to store it under the data root; it is
     unpacked next to itself and ``path`` is then a file inside it."""
+    column: int | None = Field(default=None, ge=1)
+    """In a file of tab-separated columns, which one (1: the first) is this side: one file can hold both
+    sides (``source = { path = "paracrawl.en-de.tsv.gz", column = 1 }``, the target ``column = 2``), as
+    OPUS, ParaCrawl, HPLT and OpusTrainer's corpora come. Unset: the whole line."""
 
     @field_validator("sha256")
     @classmethod

@@ -53,8 +53,9 @@ def data_settings(recipe: Recipe) -> dict[str, Any]:
             del data[key]
     pairs = data.get("pairs") or [data]
     for corpus in [c for p in pairs for c in [*p["train"], p["valid"], *p["test"]]]:
-        for side in ("source", "target"):
-            corpus[side] = corpus[side]["path"]
+        for side in ("source", "target"):  # the path alone, as before columns (its column where it has one)
+            spec = corpus[side]
+            corpus[side] = spec["path"] if spec["column"] is None else {"path": spec["path"], "column": spec["column"]}
         del corpus["weight"]  # how often training draws a corpus: the prepared data is the same
         if corpus["tag"] is None:
             del corpus["tag"]

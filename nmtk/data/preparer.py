@@ -19,7 +19,7 @@ from typing import Any
 from nmtk.data.alignment import align, write_alignments
 from nmtk.data.binarized import SideReader, SideWriter, id_dtype
 from nmtk.data.cleaning import RULES, Cleaner, CorpusCounts, DropLog, dropped_text
-from nmtk.data.corpus import read_parallel
+from nmtk.data.corpus import columns, read_parallel
 from nmtk.data.fetch import ensure_file, sha256_file
 from nmtk.data.stages import Stages
 from nmtk.data.training_text import (
@@ -105,22 +105,24 @@ class Preparer:
     def corpus_paths(self, corpus: Corpus) -> tuple[Path, Path]:
         return ensure_file(corpus.source, self.root), ensure_file(corpus.target, self.root)
 
+    def corpus_pairs(self, corpus: Corpus) -> Iterator[tuple[str, str]]:
+        """A corpus's (source, target) lines, each side's column where it names one."""
+        return read_parallel(*self.corpus_paths(corpus), self.recipe.data.encoding_errors, columns(corpus))
+
     def corpus_label(self, corpus: Corpus) -> str:
         """How ``dropped.tsv`` names a corpus: its name (a multilingual recipe's: ``en-de/name``)."""
         return f"{self.label}/{corpus.name}" if self.label else corpus.name
 
     def _pairs(self, corpora: list[Corpus], stats: SplitStats) -> Iterator[tuple[str, str]]:
         for corpus in corpora:
-            src, tgt = self.corpus_paths(corpus)
-            for a, b in read_parallel(src, tgt, self.recipe.data.encoding_errors):
+            for a, b in self.corpus_pairs(corpus):
                 stats.pairs_in += 1
                 yield a, b
 
     def _training_items(self, counts: list[CorpusCounts]) -> Iterator[tuple[int, int, str, str]]:
         """Every training pair as ``(corpus, line, source, target)``, counted per corpus."""
         for index, corpus in enumerate(self.recipe.data.train):
-            src, tgt = self.corpus_paths(corpus)
-            for line, (a, b) in enumerate(read_parallel(src, tgt, self.recipe.data.encoding_errors), 1):
+            for line, (a, b) in enumerate(self.corpus_pairs(corpus), 1):
                 counts[index].pairs_in += 1
                 yield index, line, a, b
 

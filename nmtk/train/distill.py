@@ -128,7 +128,8 @@ def _settings(recipe: Recipe, options: DistillOptions, source: ModelSource) -> d
     ensemble = [str(Path(p).resolve()) for p in options.load.ensemble]
     return {"teacher": str(model.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
             "ensemble": ensemble, "beam": options.beam, "precision": options.load.precision.value,
-            "corpora": {c.name: c.source.path for c in recipe.data.train}}
+            "corpora": {c.name: c.source.path if c.source.column is None else [c.source.path, c.source.column]
+                        for c in recipe.data.train}}
 
 
 def _claim(folder: DistillDir, corpora: list[str], settings: dict, force: bool) -> None:
@@ -158,7 +159,7 @@ def _copy_sources(corpus: Corpus, root: Path, folder: DistillDir) -> None:
     if out.is_file():
         return
     with atomic_write(out, "w") as sink:
-        for line in read_lines(ensure_file(corpus.source, root)):
+        for line in read_lines(ensure_file(corpus.source, root), column=corpus.source.column):
             sink.write(line.replace("\r", " ") + "\n")
 
 

@@ -313,3 +313,28 @@ def test_prepare_removes_what_a_killed_prepare_of_the_same_folder_left(toy, caps
     prepare(load_recipe(recipe_path), root, out)
     assert leftovers(out) == [".other.tmp-abc123", out.name]
     assert other.is_dir()
+
+
+def test_one_tab_separated_file_can_hold_both_sides(toy, tmp_path: Path) -> None:
+    """``column`` reads a side from a TSV file (OPUS, ParaCrawl, OpusTrainer's corpora): the same data as
+    two files; a line short of the column is one error naming it; the column is a data setting."""
+    root, recipe_path, out = toy
+    pairs = synthetic_pairs(400)
+    write_lines(root / "toy" / "train.tsv.gz", [f"{a}\t{b}\tscore 0.9" for a, b in pairs])
+    text = recipe_path.read_text().replace('source = "toy/train.en.gz"\ntarget = "toy/train.de.gz"',
+                                           'source = { path = "toy/train.tsv.gz", column = 1 }\n'
+                                           'target = { path = "toy/train.tsv.gz", column = 2 }')
+    tsv_recipe = tmp_path / "tsv.toml"
+    tsv_recipe.write_text(text)
+    prepare(load_recipe(recipe_path), root, out)
+    prepare(load_recipe(tsv_recipe), root, tmp_path / "tsv")
+    for name in ("train.en.bin", "train.de.bin", "train.en.idx", "spm.model"):
+        assert (tmp_path / "tsv" / name).read_bytes() == (out / name).read_bytes(), name
+    tsv_recipe.write_text(text.replace("column = 1", "column = 3"))  # another column: other data
+    with pytest.raises(NmtkError, match=r"data\.train\.0\.source\.column = 1, the recipe has 3"):
+        prepare(load_recipe(tsv_recipe), root, tmp_path / "tsv")
+    write_lines(root / "toy" / "train.tsv.gz", [f"{a}\t{b}" if i != 6 else a for i, (a, b) in enumerate(pairs)])
+    tsv_recipe.write_text(text)
+    with pytest.raises(NmtkError, match=r"train\.tsv\.gz:7: 1 tab-separated column, where the recipe reads column 2"):
+        prepare(load_recipe(tsv_recipe), root, tmp_path / "short" / "tsv")
+    assert leftovers(tmp_path / "short" / "tsv") == []
