@@ -526,7 +526,7 @@ def _as_it_is(req: LibreRequest, text: str) -> dict[str, Any]:
     of a translation, as the translation of a text that is its own."""
     if req.format == "html":
         _refuse_per_line_asks(req)
-        return {"translatedText": text}
+        return _html_answer(req, text)
     answer: dict[str, Any] = {"translatedText": text}
     if req.alternatives:
         answer["alternatives"] = []
@@ -680,7 +680,9 @@ async def _renumbered(service: _Service, req: LibreRequest, lines: list[str], te
 
 
 def _refuse_per_line_asks(req: LibreRequest) -> None:
-    asked = _per_line_asks(req)
+    """An html request that asks what only lines of text have; but ``alternatives``, which LibreTranslate
+    answers with none for html (its page asks for 3 with every text), as `_html_answer` does."""
+    asked = [name for name in _per_line_asks(req) if name != "alternatives"]
     if asked:
         raise ApiError(400, f'format "html": {", ".join(asked)} cannot be asked with it (they are per line of '
                             "text, and an html document's sentences are the server's to cut)")
@@ -701,7 +703,12 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
     except MarkupError as exc:
         item = f"q[{indices[exc.document]}]: " if len(items) > 1 and exc.document is not None else ""
         raise ApiError(400, f"malformed html: {item}{exc}") from None
-    return [{"translatedText": text} for text in texts]
+    return [_html_answer(req, text) for text in texts]
+
+
+def _html_answer(req: LibreRequest, text: str) -> dict[str, Any]:
+    """An html document's answer: its translation, and no alternatives where it asks for some."""
+    return {"translatedText": text, "alternatives": []} if req.alternatives else {"translatedText": text}
 
 
 async def _marked_texts(service: _Service, req: LibreRequest, documents: list[str], pair: Pair | None,

@@ -141,6 +141,10 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
     try:
         answer = asyncio.run(translate(LibreRequest(q=[f"<p>{t}</p>" for t in tagged_lines[:10]], format="html")))
         assert answer["translatedText"] == out.splitlines()[1:11]
+        # alternatives, which LibreTranslate's page asks for with every text, are none for html (as there), not a 400
+        asked = asyncio.run(translate(LibreRequest(q=[f"<p>{t}</p>" for t in tagged_lines[:2]], format="html",
+                                                   alternatives=3)))
+        assert asked["translatedText"] == out.splitlines()[1:3] and asked["alternatives"] == [[], []], asked
         found = asyncio.run(detect(DetectRequest(q="Ein Mann fährt mit dem Fahrrad über die Brücke.")))
         assert found[0]["language"] == "de" and found[0]["confidence"] > 50
         assert {f["language"] for f in found} == {"en", "de"}
@@ -183,7 +187,7 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
         with pytest.raises(ApiError, match="malformed html: q\\[1\\]: line 1, column 5: </b> where </i>"):
             asyncio.run(translate(LibreRequest(q=["<b>a dog</b>", "<i>a</b>", "<b>b</b>"], format="html")))
         with pytest.raises(ApiError, match='format "html": scores cannot be asked'):
-            asyncio.run(translate(LibreRequest(q="<b>a</b>", format="html", scores=True)))
+            asyncio.run(translate(LibreRequest(q="<b>a</b>", format="html", scores=True, alternatives=3)))
     finally:
         worker.stop(timeout=30)
 
