@@ -191,16 +191,38 @@ def _json_error(status: int, message: str) -> JSONResponse:
 
 
 FORM = b"application/x-www-form-urlencoded"
+MULTIPART = b"multipart/form-data"
 
 
 def _as_json(body: bytes, content_type: bytes) -> bytes:
-    """A form-encoded body (LibreTranslate's clients send ``q=...&source=en``) as the JSON object it
-    means; anything else as it is. A form's content type with a JSON body (``curl -d '{...}'``) stays
-    JSON. A field given twice (``q``) becomes a list."""
-    if content_type.split(b";")[0].strip().lower() != FORM or body.lstrip()[:1] in (b"{", b"["):
+    """A form's body (LibreTranslate's clients send ``q=...&source=en``, or a browser's ``FormData`` as
+    multipart, which LibreTranslate reads alike) as the JSON object it means; anything else as it is. A
+    form's content type with a JSON body (``curl -d '{...}'``) stays JSON. A field given twice (``q``)
+    becomes a list."""
+    kind = content_type.split(b";")[0].strip().lower()
+    if kind not in (FORM, MULTIPART) or body.lstrip()[:1] in (b"{", b"["):
         return body
-    fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="surrogateescape")  # see `_not_text`
+    if kind == MULTIPART:
+        fields = _multipart_fields(body, content_type)
+    else:
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="surrogateescape")  # see `_not_text`
     return json.dumps({k: v[0] if len(v) == 1 else v for k, v in fields.items()}).encode()
+
+
+def _multipart_fields(body: bytes, content_type: bytes) -> dict[str, list[str]]:
+    """A multipart/form-data body's fields by name, read by the standard library's MIME parser; a body
+    it cannot read has none (the request then misses ``q``: one error saying so)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type + b"\r\n\r\n" + body)
+    fields: dict[str, list[str]] = {}
+    for part in message.iter_parts() if message.is_multipart() else ():
+        name = part.get_param("name", header="content-disposition")
+        if isinstance(name, str):
+            value = part.get_payload(decode=True) or b""
+            fields.setdefault(name, []).append(value.decode("utf-8", errors="surrogateescape"))
+    return fields
 
 
 #: A JSON string escape of a UTF-16 surrogate (``\ud800``): half of an escaped emoji, or a lone one.

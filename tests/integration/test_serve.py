@@ -220,6 +220,26 @@ def test_strings_that_are_not_unicode_text_are_named(served, path: str, raw: byt
     assert got == 200 and "\U0001f600" in answer["translatedText"], answer
 
 
+def test_a_browsers_form_data_is_read_as_libretranslate_reads_it(served) -> None:
+    """A browser's ``FormData`` posts multipart/form-data (LibreTranslate reads its fields as a form's);
+    it was "invalid JSON body". Fields given twice are a list; bytes that are not UTF-8 are a 400 saying so."""
+    server, tmp = served
+    lines = _test_lines(tmp, 2)
+
+    def multipart(*fields: tuple[str, str | bytes]) -> dict[str, object]:
+        parts = [b'--xyz\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+                 % (name.encode(), value if isinstance(value, bytes) else value.encode()) for name, value in fields]
+        kind = {"Content-Type": "multipart/form-data; boundary=xyz"}
+        return {"raw": b"".join(parts) + b"--xyz--\r\n", "headers": kind}
+
+    got, answer = server.request("POST", "/translate", **multipart(("q", lines[0]), ("q", lines[1]), ("source", "en"),
+                                                                   ("target", "de"), ("api_key", "")))
+    expected = server.post("/translate", {"q": lines, "source": "en", "target": "de"})[1]
+    assert got == 200 and answer == expected, answer
+    got, answer = server.request("POST", "/translate", **multipart(("q", b"a dog\xff")))
+    assert got == 400 and "not UTF-8" in answer["error"], answer
+
+
 def test_controls_in_both_request_shapes_equal_translate_and_are_batched(served) -> None:
     """prefix, constraints, glossary, ban and no_repeat_ngram_size per request: what `nmtk translate`
     gives with the same controls; requests of different controls share batches."""
