@@ -21,9 +21,28 @@ METRICS = ("bleu", "chrf", "ter")
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
+#: What `translate` writes beside its translations, and how to keep them alone: --nbest's numbered
+#: hypotheses, --print-scores' score before each, --print-alignment's pairs after it.
+_ANNOTATED = (
+    (re.compile(r"\d+\t-?\d+(?:\.\d+)?(?:e-?\d+)?\t"), "N<TAB>SCORE<TAB>HYPOTHESIS (translate --nbest)",
+     "translate without --nbest"),
+    (re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?\t"), "SCORE<TAB>TRANSLATION (translate --print-scores)",
+     "cut -f2- FILE"),
+    (re.compile(r"[^\t]*\t(?:\d+-\d+(?: \d+-\d+)*)?$"), "TRANSLATION<TAB>ALIGNMENT (translate --print-alignment)",
+     "cut -f1 FILE"),
+)
+
+
 def check_lengths(name: str, hyps: list[str], refs: dict[str, list[str]]) -> None:
+    """A hypothesis to score: lines, as many as each reference's, and translations alone (a file of
+    `translate --print-scores` was scored with its numbers as words, silently: on 20 test lines BLEU 34.63
+    and chrF 56.54 against the translations' 34.71 and 57.88)."""
     if not hyps:
         raise NmtkError(f"{name}: the hypothesis is empty (no lines to score)")
+    for pattern, what, instead in _ANNOTATED:
+        if all(pattern.match(line) for line in hyps):
+            raise NmtkError(f"{name}: every line is {what}, not a translation alone: score the translations "
+                            f"({instead.replace(' FILE', '' if name == 'stdin' else f' {name}')})")
     for ref_name, ref in refs.items():
         if len(ref) != len(hyps):
             lines = "line" if len(hyps) == 1 else "lines"

@@ -18,7 +18,11 @@ REF2 = ["A cat sits on the mat.", "A man rides a red bike along the road.", "Two
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
     paths = {}
-    for name, lines in (("hyp", HYP), ("ref", REF), ("ref2", REF2), ("short", HYP[:2]), ("empty", [])):
+    annotated = {"scored": [f"-{i}.25\t{h}" for i, h in enumerate(HYP)],  # translate --print-scores
+                 "aligned": [f"{h}\t0-0 1-2" if i else f"{h}\t" for i, h in enumerate(HYP)],  # --print-alignment
+                 "nbest": [f"{i}\t-1.5e-3\t{h}" for i, h in enumerate(HYP)]}  # --nbest
+    for name, lines in (("hyp", HYP), ("ref", REF), ("ref2", REF2), ("short", HYP[:2]), ("empty", []),
+                        *annotated.items()):
         paths[name] = tmp_path / f"{name}.txt"
         paths[name].write_text("".join(line + "\n" for line in lines))
     return paths
@@ -96,6 +100,11 @@ def test_several_systems_with_significance(nmtk, files, tmp_path: Path) -> None:
         (["-r", "{ref}", "{empty}"], "the hypothesis is empty"),
         (["-r", "{missing}", "{hyp}"], "reference file not found"),
         (["-r", "{ref}", "--metrics", "bleu,meteor", "{hyp}"], "unknown metric meteor"),
+        # translate's annotated output was scored with its numbers as words
+        (["-r", "{ref}", "{scored}"], "every line is SCORE<TAB>TRANSLATION (translate --print-scores), not a "
+                                      "translation alone: score the translations (cut -f2- "),
+        (["-r", "{ref}", "{aligned}"], "TRANSLATION<TAB>ALIGNMENT (translate --print-alignment)"),
+        (["-r", "{ref}", "{nbest}"], "N<TAB>SCORE<TAB>HYPOTHESIS (translate --nbest)"),
     ],
 )
 def test_errors_are_one_line(nmtk, files, tmp_path: Path, args: list[str], message: str) -> None:
