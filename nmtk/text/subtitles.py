@@ -37,6 +37,7 @@ _SENTENCE_END = re.compile(r"(?<!\.)[.!?。！？]$")  # "..." goes on more ofte
 _TRAILING = re.compile(r"(?:<[^<>]*>|\{\\[^{}]*\}|[\s\"'”’»)\]])+$")  # tags, codes, quotes after a sentence's end
 _WORD = re.compile(r"(?:<[^<>]*>|\S)+")  # a word with its tags: no break inside <font color="red">
 _INVISIBLE = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
+_TAG = re.compile(r"(<[^<>]*>)")
 
 
 def marked_up(text: str) -> str:
@@ -141,6 +142,7 @@ class Subtitles:
     separators: list[str]  # what stood between block i and i + 1 (blank lines)
     newline: str = "\n"
     end: str = ""  # what followed the last block
+    webvtt: bool = False  # WebVTT escapes ``<`` and ``&`` in text (``&lt;``); SubRip writes them as they are
 
     @classmethod
     def parse(cls, text: str) -> Subtitles:
@@ -160,7 +162,7 @@ class Subtitles:
                 blocks += cues
                 separators += ["\n"] * (len(cues) - 1)  # cues with no blank line between them
             separators += between[k : k + 1]
-        return cls(blocks, separators, newline, end)
+        return cls(blocks, separators, newline, end, text.lstrip("\ufeff").startswith("WEBVTT"))
 
     @property
     def cues(self) -> list[Cue]:
@@ -171,7 +173,10 @@ class Subtitles:
         return [segment for cue in self.cues for segment in cue.segments()]
 
     def render(self, translated: list[str]) -> str:
-        """The file with the cues' segments replaced by ``translated`` (as many, in order)."""
+        """The file with the cues' segments replaced by ``translated`` (as many, in order): html, whose
+        escapes (``3 &lt; 5``) a SubRip file writes as the characters they stand for."""
+        if not self.webvtt:
+            translated = [_unescaped(text) for text in translated]
         parts, at = [], 0
         for block in self.blocks:
             if isinstance(block, str):
@@ -182,6 +187,12 @@ class Subtitles:
             at += count
         text = "".join(part + (self.separators[i] if i < len(self.separators) else "") for i, part in enumerate(parts))
         return (text + self.end).replace("\n", self.newline)
+
+
+def _unescaped(text: str) -> str:
+    """Html's text with its character references as characters (``&lt;`` ``<``), tags as they are."""
+    pieces = _TAG.split(text)
+    return "".join(piece if k % 2 else html.unescape(piece) for k, piece in enumerate(pieces))
 
 
 def wrapped(text: str, lines: int) -> list[str]:

@@ -89,3 +89,14 @@ def test_cues_with_no_blank_line_between_them_are_cues_apart() -> None:
                                                  ["4", "00:00:07,000 --> 00:00:08,000"]]
     assert parsed.segments() == ["A man runs.", "A dog sleeps.", "3", "A cat."]
     assert parsed.render(parsed.segments()) == srt
+
+
+def test_subrip_writes_characters_where_webvtt_escapes_them() -> None:
+    """Markup writes html ("3 &lt; 5"); a SubRip file is text with a few tags, and a player showed the
+    escape as it is. WebVTT escapes ``<`` and ``&`` in its text itself."""
+    cue = "00:00:01,000 --> 00:00:02,000\nA"
+    translated = ['3 &lt; 5 <font color="#f0f">AT&amp;T</font> &gt; &quot;x&quot;']
+    written = Subtitles.parse(f"1\n{cue}\n").render(translated)
+    assert written == f'1\n{cue[:-1]}3 < 5 <font color="#f0f">AT&T</font> > "x"\n'
+    vtt = "\ufeffWEBVTT\n\n00:01.000 --> 00:02.000\nA\n"
+    assert Subtitles.parse(vtt).render(translated) == vtt.replace("\nA\n", f"\n{translated[0]}\n")
