@@ -280,10 +280,11 @@ AsTypedOption = Annotated[bool, typer.Option(
                        "number of the line is made again with its numbers carried, and, "
                        "where the recipe has tokenizer.correct_typos, unknown words near a training word are "
                        "corrected.")]
-FormatOption = Annotated[MarkupFormat, typer.Option(
+FormatOption = Annotated[MarkupFormat | None, typer.Option(
     "--format", help="text: a line each; html or xml (inline tags): each line one fragment, its tags kept around "
                      "the words they covered (--document: the whole input one document); srt or vtt: a subtitle "
-                     "file, each cue's text translated, its numbers, timings and notes kept.")]
+                     "file, each cue's text translated, its numbers, timings and notes kept. Default: srt or vtt "
+                     "for a FILE.srt or FILE.vtt (-i, else -o), else text.", show_default=False)]
 DocumentOption = Annotated[bool, typer.Option(
     "--document", help="--format html|xml: the whole input is one document (a page), not a fragment a line.")]
 AttributesOption = Annotated[str | None, typer.Option(
@@ -361,7 +362,7 @@ def _unused_refused(command: Callable[..., None]) -> Callable[..., None]:
     is read or loaded."""
     @functools.wraps(command)
     def checked(**options: Any) -> None:
-        text, sampled = options["format_"] == MarkupFormat.text, options["sampling"]
+        text, sampled = options["format_"] in (None, MarkupFormat.text), options["sampling"]
         _refuse_unused("--sampling", {"--topk": not sampled and options["topk"] != 0,
                                       "--topp": not sampled and options["topp"] != 1.0,
                                       "--temperature": not sampled and options["temperature"] != 1.0,
@@ -424,7 +425,7 @@ def translate(
     ban: BanOption = None,
     no_repeat_ngram_size: NoRepeatOption = None,
     repetition_penalty: RepetitionOption = None,
-    format_: FormatOption = MarkupFormat.text,
+    format_: FormatOption = None,
     document: DocumentOption = False,
     attrs: AttributesOption = None,
     shortlist: ShortlistOption = False,
@@ -443,9 +444,9 @@ def translate(
                               source_lang=source_lang, shortlist=shortlist, as_typed=as_typed)
     guide = stream.GuideOptions(stream.InputFormat(prefix=prefix, constraints=constraints is not None), glossary,
                                 glossary_ignore_case or None, ban, terms.value)
-    io = dict(input=input_, output=output, force=force, buffer_size=buffer_size, skip=skip, errors=errors)
-    stream.translate(stream.TranslateOptions(load=load, search=search, guide=guide, print_scores=print_scores,
-                                             format=format_.value, document=document, attributes=_names(attrs), **io))
+    io = dict(input=input_, output=output, force=force, buffer_size=buffer_size, skip=skip, errors=errors,
+              format=format_ and format_.value, document=document, attributes=_names(attrs))
+    stream.translate(stream.TranslateOptions(load=load, search=search, guide=guide, print_scores=print_scores, **io))
 
 @app.command()
 @_panels({"Export": ("checkpoint", "format_", "quantization", "force"),

@@ -13,7 +13,7 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -69,7 +69,8 @@ class TranslateOptions:
     errors: InvalidUtf8 = InvalidUtf8.error
     print_scores: bool = False
     guide: GuideOptions = field(default_factory=lambda: GuideOptions())
-    format: str = "text"  # text, or html / xml: tags placed around their words (`nmtk.decode.markup`)
+    format: str | None = "text"  # text, html / xml (tags placed around their words: `nmtk.decode.markup`), srt /
+    # vtt (`SUBTITLES`); None: a subtitle format where the input's (else the output's) name says so, else text
     document: bool = False  # html / xml: the whole input is one document (else each line is one fragment)
     attributes: tuple[str, ...] = ()  # html: attributes whose values are translated too (alt, title)
 
@@ -256,6 +257,7 @@ def translate(options: TranslateOptions) -> None:
     how to go on (``--skip N``). Going on appends to that prefix, never truncates it, ``--force`` or
     not; a run that fails before finishing a line leaves no ``OUT.partial`` behind.
     """
+    options = _with_format(options)
     if options.input is not None:  # the user's paths are checked before any model loads
         input_path(options.input)
         if options.skip and (lines := count_lines(options.input)) < options.skip:
@@ -384,6 +386,20 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
 
 #: ``--format`` values that are subtitle files (`nmtk.text.subtitles`): always the whole input at once.
 SUBTITLES = ("srt", "vtt")
+
+
+def _with_format(options: TranslateOptions) -> TranslateOptions:
+    """``options`` with a format where none was chosen: a subtitle file's by the name of the input (else of
+    the output: ``-o film.de.srt``), said in one line, since read as lines its timings and WebVTT header
+    went to the model ("WAAATTTNNNGA."); else text."""
+    if options.format is not None:
+        return options
+    named = options.input or options.output
+    suffix = named.suffix.lower().lstrip(".") if named is not None else ""
+    if suffix not in SUBTITLES:
+        return replace(options, format="text")
+    console.print(f"format: {suffix} (from the name {named.name}; --format text reads it as lines)")
+    return replace(options, format=suffix)
 
 
 def _translated_subtitles(engine: Engine, document: str, where: str) -> str:

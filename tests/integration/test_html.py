@@ -297,8 +297,9 @@ def test_a_subtitle_file_keeps_its_numbers_timings_and_notes_and_each_cue_reads_
     assert len(first) == 4  # wrapped back over two lines
     assert second == ["2", "00:00:05,000 --> 00:00:08,000", f"- {plain[1]}", f"- {plain[2]}"], cues
     vtt = f"WEBVTT\n\nNOTE a note\n\nintro\n00:01.000 --> 00:04.000 align:start\n{two}\n"
-    result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "vtt", stdin=vtt, env=env)
-    assert result.returncode == 0, result.stderr
+    (tmp / "film.vtt").write_text(vtt)  # a subtitle file's name chooses its format: read as lines, its header
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(tmp / "film.vtt"), env=env)  # went to the model
+    assert result.returncode == 0 and "format: vtt (from the name film.vtt" in result.stderr, result.stderr
     assert result.stdout == f"WEBVTT\n\nNOTE a note\n\nintro\n00:01.000 --> 00:04.000 align:start\n{plain[1]}\n"
     broken = f"WEBVTT\n\n00:01.000 --> 00:02.000\n<i>{two}</b>\n\n00:03.000 --> 00:04.000\n<v Bo>{two}\n"
     result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "vtt", stdin=broken, env=env)
