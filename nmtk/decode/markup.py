@@ -8,6 +8,7 @@ and its tags placed around the target words aligned to the source words they cov
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from nmtk.decode.base import TranslatorBase
@@ -16,6 +17,7 @@ from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import garbled_numbers, keeper, lost_numbers, renumbered_better, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
+from nmtk.text.line_breaks import ends_sentence
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, text_of, token_spans
 from nmtk.text.subword import word_index
 
@@ -74,12 +76,13 @@ class MarkedUp:
             tokens = [hints.hinted(t, translator.src_pipe.moses.tokenize, target, tokenized=True) for t in tokens]
         return list(translator.src_pipe.encode_tokenized(tokens)) if tokens else []
 
-    def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase) -> list[str]:
-        """The documents translated (``hyps``: one list per line, aligned), tags in place."""
+    def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase, own_stops: bool = False) -> list[str]:
+        """The documents translated (``hyps``: one list per line, aligned), tags in place; ``own_stops``:
+        a sentence ends with a full stop only where its source ends with one of its own (`_unasked_stop`)."""
         targets: dict[tuple[int, int], list[tuple[int, str, list[str], list[int]]]] = {}
         for (d, s, lo, _), found, line, tokens in zip(self.places, hyps, self.lines, self.tokens, strict=True):
-            targets.setdefault((d, s), []).append((lo, *_sentence_target(found[0] if found else None, line, tokens,
-                                                                           translator)))
+            target = _sentence_target(found[0] if found else None, line, tokens, translator)
+            targets.setdefault((d, s), []).append((lo, *(_unasked_stop(line, *target) if own_stops else target)))
         for d, s, lo, hi in self.unread:  # as they are, each word its own
             words = self.documents[d].segments[s].words[lo:hi]
             targets.setdefault((d, s), []).append((lo, " ".join(words), list(words), list(range(hi - lo))))
@@ -119,6 +122,17 @@ def _sentence_target(hyp: Hypothesis | None, line: str, tokenized: str, translat
     return translator.detokenize(hyp), words, aligned
 
 
+def _unasked_stop(line: str, text: str, words: list[str], aligned: list[int]) -> tuple[str, list[str], list[int]]:
+    """A sentence's translation (`_sentence_target`'s) without the full stop its source lacks: a heading,
+    a list item, a table cell, an ``alt`` text or a subtitle's fragment ("Dogs in the park" came back
+    "Hunde im Park.": models trained on sentences end every output with one)."""
+    if ends_sentence(line) or not words or not text.endswith(".") or text.endswith(".."):
+        return text, words, aligned
+    if words[-1] == ".":
+        return text[:-1].rstrip(), words[:-1], aligned[:-1]
+    return (text[:-1], [*words[:-1], words[-1][:-1]], aligned) if words[-1].endswith(".") else (text, words, aligned)
+
+
 def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> Target:
     """A segment's sentences' translations as one: texts joined by a space, the words' places in it found
     sentence by sentence (`token_spans` compares characters, by `difflib` where the detokeniser changed
@@ -143,7 +157,7 @@ def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> Target:
 def translate_markup(translator: TranslatorBase, documents: list[str], search: SearchConfig, kind: str,
                      attributes: tuple[str, ...] = (), glossary: Glossary | None = None,
                      bans: tuple[str, ...] = (), hints: bool = False, numbers: bool = False,
-                     cut: list[int] | None = None) -> list[str]:
+                     cut: list[int] | None = None, own_stops: bool = False) -> list[str]:
     """``documents`` (html or xml) translated with their tags, all their sentences in one search (with
     the glossary's terms, as constraints or, ``hints``, as hints in the sources, and the banned
     phrases, as in text); with ``numbers``, their numbers carried through as links are. Without, a
@@ -151,7 +165,8 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     numbers carried, as a line of text is (`renumbered_lines`; the demo model wrote "&copy; 2024 Dog
     Park" as "&copy; Basketballspieler der Nummer4444."). ``cut``: where given, the indices of the
     documents a sentence of which ran to its length limit are added to it (`translate`'s last line
-    names them)."""
+    names them). ``own_stops``: no full stop the source does not end with (`MarkedUp.render`): documents'
+    fragments, not lines of text carried through markup."""
     check_engine(translator, kind)
     marked = MarkedUp.of(documents, kind, translator, attributes, numbers, glossary)
     lines = marked.lines
@@ -164,13 +179,15 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     ids = marked.ids(translator, glossary if hints else None)
     hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
     ran = sorted({d for (d, *_), found in zip(marked.places, hyps, strict=True) if found and found[0].cut})
-    out = marked.render(hyps, translator)
+    out = marked.render(hyps, translator, own_stops)
+    if own_stops and kind == "html":
+        out = [relabelled(document, translator) for document in out]
     if not numbers:
         again = renumbered_documents(translator, documents, out, kind)
         if again:  # made again with their numbers carried; their length limits are the new translations'
             still: list[int] = []
             redone = translate_markup(translator, [documents[d] for d in again], search, kind, attributes, glossary,
-                                      bans, hints, numbers=True, cut=still)
+                                      bans, hints, numbers=True, cut=still, own_stops=own_stops)
             taken = [k for k, (d, text) in enumerate(zip(again, redone, strict=True))
                      if renumbered_better(translator, text_of(documents[d], kind), text_of(out[d], kind),
                                           text_of(text, kind))]
@@ -180,6 +197,17 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     if cut is not None:
         cut += ran
     return out
+
+
+def relabelled(document: str, translator: TranslatorBase) -> str:
+    """A translated html document whose elements in the source language say the target's (``<html
+    lang="en">`` and ``lang="en-GB"`` → ``lang="de"``); others (a quote ``lang="fr"``) as they were."""
+    source, target = translator.src_pipe.moses.lang, translator.tgt_pipe.moses.lang
+    if not source or not target or source == target:
+        return document
+    said = re.compile(rf"""(<[A-Za-z][^<>]*?\s(?:xml:)?lang\s*=\s*["']?){re.escape(source)}"""
+                      r"""(?:[-_][\w-]*)?(?=["'\s/>])""", re.IGNORECASE)
+    return said.sub(lambda m: m.group(1) + target, document)
 
 
 def renumbered_documents(translator: TranslatorBase, documents: list[str], translations: list[str], kind: str

@@ -374,7 +374,7 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
             text = _translated_subtitles(engine, document, str(options.input or "stdin"))
         else:
             text = translate_markup(engine.translator, [document], engine.search, options.format, options.attributes,
-                                    engine.glossary, engine.bans, engine.hints)[0]
+                                    engine.glossary, engine.bans, engine.hints, own_stops=True)[0]
     if partial is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -414,7 +414,7 @@ def _translated_subtitles(engine: Engine, document: str, where: str) -> str:
             segments[k] = html.escape(re.sub(r"</?[A-Za-z][^>]*>", "", segment), quote=False)
             console.print(f"warning: {where}: the cue text {segment[:40]!r}: {exc}; translated without its tags")
     done = translate_markup(engine.translator, segments, engine.search, "html", (), engine.glossary, engine.bans,
-                            engine.hints)
+                            engine.hints, own_stops=True)
     return subtitles.render([" ".join(text.splitlines()) for text in done])
 
 
@@ -559,7 +559,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
         ran: list[int] = []
         try:
             done = translate_markup(engine.translator, chunk, engine.search, options.format, options.attributes,
-                                    engine.glossary, engine.bans, engine.hints, cut=ran)
+                                    engine.glossary, engine.bans, engine.hints, cut=ran, own_stops=True)
         except MarkupError as exc:  # its line and column are the fragment's: named by the input's line here
             where = f"{options.input or 'stdin'}:{first + (exc.document or 0)}"
             raise NmtkError(f"{where}: {str(exc).replace('line 1, ', '')}") from None

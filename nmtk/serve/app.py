@@ -721,7 +721,7 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
         raise ApiError(400, str(exc)) from None
     items = req.texts
     try:
-        texts = await _marked_texts(service, req, [items[i] for i in indices], pair)
+        texts = await _marked_texts(service, req, [items[i] for i in indices], pair, own_stops=True)
     except MarkupError as exc:
         item = f"q[{indices[exc.document]}]: " if len(items) > 1 and exc.document is not None else ""
         raise ApiError(400, f"malformed html: {item}{exc}") from None
@@ -734,10 +734,11 @@ def _html_answer(req: LibreRequest, text: str) -> dict[str, Any]:
 
 
 async def _marked_texts(service: _Service, req: LibreRequest, documents: list[str], pair: Pair | None,
-                        numbers: bool = False) -> list[str]:
+                        numbers: bool = False, own_stops: bool = False) -> list[str]:
     """``documents`` (html, one pair's) translated, tags placed by the alignment, with the request's
-    glossary, bans and search settings: html requests' and text carrying unknown characters' (and, with
-    ``numbers``, its numbers: `_renumbered`)."""
+    glossary, bans and search settings: html requests' (``own_stops``: no full stop their source lacks,
+    `MarkedUp.render`) and text carrying unknown characters' (and, with ``numbers``, its numbers:
+    `_renumbered`)."""
     view = service.worker.translator.for_pair(pair)
     marked = MarkedUp.of(documents, "html", view, tuple(req.translate_attributes), numbers,
                          service.every_glossary(req.glossary, req.glossary_ignore_case))
@@ -750,11 +751,12 @@ async def _marked_texts(service: _Service, req: LibreRequest, documents: list[st
                             req.glossary_ignore_case, req.ban, pair)  # the glossaries are constraints, or hints:
     hints = service.hint_glossary(req.glossary, req.glossary_ignore_case, pair)
     hyps, translator = await service.run(lines, search, guides, pair, marked.ids(view, hints))
-    out = marked.render(hyps, translator)
+    out = marked.render(hyps, translator, own_stops)
     # a document whose translation lost a number: made again with its numbers carried, as `translate` does
     again = [] if numbers else renumbered_documents(view, documents, out, "html")
     if again:
-        redone = await _marked_texts(service, req, [documents[k] for k in again], pair, numbers=True)
+        redone = await _marked_texts(service, req, [documents[k] for k in again], pair, numbers=True,
+                                     own_stops=own_stops)
         for k, text in zip(again, redone, strict=True):
             out[k] = text
     return out

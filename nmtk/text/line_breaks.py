@@ -21,8 +21,16 @@ import re
 #: A line break: ``\n``, ``\r\n``, a lone ``\r`` (old Macs), Unicode's line and paragraph separators.
 _NEWLINE = "(?:\r\n|[\n\r\u2028\u2029])"
 _BREAK = re.compile(rf"[ \t]*(?:{_NEWLINE}[ \t]*)+")
-_ENDS = re.compile(r"[.!?…:][\"'”’»)\]]*$")
+#: What may stand after a sentence's end (``"Go."``, ``(see above.)``).
+CLOSERS = "\"'”’»)]}"
+_ENDS = re.compile(rf"[.!?…:。！？][{re.escape(CLOSERS)}]*$")
 _ITEM = re.compile(r"(?:[-*•·–]|\d+[.)]|\(\d+\)|[a-z]\))[ \t]+")
+
+
+def ends_sentence(text: str) -> bool:
+    """Whether ``text`` ends as a sentence or a clause before a list does: a stop, question or exclamation
+    mark, an ellipsis or a colon, perhaps followed by quotes or brackets."""
+    return bool(_ENDS.search(text.rstrip()))
 
 
 def list_marker(line: str) -> str:
@@ -45,7 +53,7 @@ def cut_at_breaks(text: str) -> tuple[list[str], list[str]]:
     for found, line in zip(breaks, parts[1:], strict=True):
         marker = _ITEM.match(line)
         newlines = re.findall(_NEWLINE, found)
-        if len(newlines) > 1 or "\u2029" in newlines or _ENDS.search(pieces[-1]) or marker:
+        if len(newlines) > 1 or "\u2029" in newlines or ends_sentence(pieces[-1]) or marker:
             pieces.append(line[marker.end():] if marker else line)
             around.append("".join(newlines) + re.split(_NEWLINE, found)[-1] + (marker.group() if marker else ""))
         else:  # a wrapped sentence: the break is a space

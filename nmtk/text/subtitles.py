@@ -21,6 +21,7 @@ import html
 import re
 from dataclasses import dataclass
 
+from nmtk.text.line_breaks import CLOSERS
 from nmtk.text.markup import MarkupError, parse
 
 _BLOCKS = re.compile(r"\n[ \t]*\n+")
@@ -34,7 +35,7 @@ _VOICE_FIRST = re.compile(r"\s*<v[ .>]")  # a line that begins with a speaker's 
 _ASS = re.compile(r"\{\\[^{}]*\}")  # an ASS override code in SubRip: {\an8} (placed at the top), {\i1}
 _ASS_MARKED = re.compile(r'<img data-ass="([^"]*)">')
 _SENTENCE_END = re.compile(r"(?<!\.)[.!?。！？]$")  # "..." goes on more often than it ends
-_TRAILING = re.compile(r"(?:<[^<>]*>|\{\\[^{}]*\}|[\s\"'”’»)\]])+$")  # tags, codes, quotes after a sentence's end
+_TRAILING = re.compile(rf"(?:<[^<>]*>|\{{\\[^{{}}]*\}}|[\s{re.escape(CLOSERS)}])+$")  # tags, quotes after an end
 _WORD = re.compile(r"(?:<[^<>]*>|\S)+")  # a word with its tags: no break inside <font color="red">
 _INVISIBLE = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
 _TAG = re.compile(r"(<[^<>]*>)")

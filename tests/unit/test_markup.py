@@ -365,3 +365,33 @@ def test_an_element_holding_only_kept_spans_and_images_is_kept_whole(markup: str
 
     doc = parse(markup, keep=keep)
     assert doc.render([place(s, identity(s)) for s in doc.segments]) == markup
+
+
+def test_a_fragment_gets_no_full_stop_its_source_lacks() -> None:
+    """A heading, list item, ``alt`` text or subtitle fragment: models trained on sentences end every
+    output with a stop ("Dogs in the park" → "Hunde im Park."); documents' translations keep only those
+    their source has (a stop, a question, an ellipsis, one inside quotes)."""
+    from nmtk.decode.markup import _unasked_stop
+
+    words, aligned = ["Hunde", "im", "Park", "."], [0, 2, 3, 3]
+    assert _unasked_stop("Dogs in the park", "Hunde im Park.", words, aligned) == (
+        "Hunde im Park", ["Hunde", "im", "Park"], [0, 2, 3])
+    assert _unasked_stop("Dogs in the park", "Hunde im Park.", ["▁Hunde", "▁im", "▁Park."], [0, 2, 3]) == (
+        "Hunde im Park", ["▁Hunde", "▁im", "▁Park"], [0, 2, 3])  # the stop inside a word (no Moses)
+    for source in ("Dogs in the park.", "Dogs in the park?", 'He said "Go."', "Dogs (in the park.)"):
+        assert _unasked_stop(source, "Hunde im Park.", words, aligned) == ("Hunde im Park.", words, aligned)
+    assert _unasked_stop("Wait", "Warte...", ["Warte", "..."], [0, 0]) == ("Warte...", ["Warte", "..."], [0, 0])
+    assert _unasked_stop("Wait", "", [], []) == ("", [], [])
+
+
+def test_elements_in_the_source_language_say_the_target_language() -> None:
+    from types import SimpleNamespace
+
+    from nmtk.decode.markup import relabelled
+
+    pipe = SimpleNamespace  # a translator's pipelines, as far as their languages go
+    translator = SimpleNamespace(src_pipe=pipe(moses=pipe(lang="en")), tgt_pipe=pipe(moses=pipe(lang="de")))
+    page = ('<html lang="en"><p lang=en-GB title="lang=en">A <q lang="fr">oui</q> <b xml:lang=\'EN\'>b</b> '
+            "lang=en</p></html>")
+    assert relabelled(page, translator) == ('<html lang="de"><p lang=de title="lang=en">A <q lang="fr">oui</q> '
+                                            "<b xml:lang='de'>b</b> lang=en</p></html>")
