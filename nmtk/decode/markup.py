@@ -17,7 +17,7 @@ from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import garbled_numbers, keeper, lost_numbers, renumbered_better, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
-from nmtk.text.line_breaks import ends_sentence
+from nmtk.text.line_breaks import CLOSERS, ends_sentence
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, text_of, token_spans
 from nmtk.text.subword import word_index
 
@@ -78,11 +78,11 @@ class MarkedUp:
 
     def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase, own_stops: bool = False) -> list[str]:
         """The documents translated (``hyps``: one list per line, aligned), tags in place; ``own_stops``:
-        a sentence ends with a full stop only where its source ends with one of its own (`_unasked_stop`)."""
+        a sentence ends as its source does where the model ended it with a stop of its own (`_own_end`)."""
         targets: dict[tuple[int, int], list[tuple[int, str, list[str], list[int]]]] = {}
         for (d, s, lo, _), found, line, tokens in zip(self.places, hyps, self.lines, self.tokens, strict=True):
             target = _sentence_target(found[0] if found else None, line, tokens, translator)
-            targets.setdefault((d, s), []).append((lo, *(_unasked_stop(line, *target) if own_stops else target)))
+            targets.setdefault((d, s), []).append((lo, *(_own_end(line, *target) if own_stops else target)))
         for d, s, lo, hi in self.unread:  # as they are, each word its own
             words = self.documents[d].segments[s].words[lo:hi]
             targets.setdefault((d, s), []).append((lo, " ".join(words), list(words), list(range(hi - lo))))
@@ -122,15 +122,25 @@ def _sentence_target(hyp: Hypothesis | None, line: str, tokenized: str, translat
     return translator.detokenize(hyp), words, aligned
 
 
-def _unasked_stop(line: str, text: str, words: list[str], aligned: list[int]) -> tuple[str, list[str], list[int]]:
-    """A sentence's translation (`_sentence_target`'s) without the full stop its source lacks: a heading,
-    a list item, a table cell, an ``alt`` text or a subtitle's fragment ("Dogs in the park" came back
-    "Hunde im Park.": models trained on sentences end every output with one)."""
-    if ends_sentence(line) or not words or not text.endswith(".") or text.endswith(".."):
+#: A source's question or exclamation marks at its end (before quotes or brackets).
+_MARKS_AT_END = re.compile(rf"([?!]+)[{re.escape(CLOSERS)}]*\s*$")
+
+
+def _own_end(line: str, text: str, words: list[str], aligned: list[int]) -> tuple[str, list[str], list[int]]:
+    """A sentence's translation (`_sentence_target`'s) ending as its source does where the model ended it
+    with a full stop of its own: none where the source has no end (a heading, a list item, a table cell,
+    an ``alt`` text, a subtitle's fragment: "Dogs in the park" came back "Hunde im Park."), the source's
+    question or exclamation marks where it has those ("Where is the dog?" came back "Wo ist der Hund.").
+    Models trained on sentences of one kind end every output with a stop."""
+    marks = _MARKS_AT_END.search(line)
+    if (ends_sentence(line) and not marks) or not words or not text.endswith(".") or text.endswith(".."):
         return text, words, aligned
+    end = marks.group(1) if marks else ""
     if words[-1] == ".":
-        return text[:-1].rstrip(), words[:-1], aligned[:-1]
-    return (text[:-1], [*words[:-1], words[-1][:-1]], aligned) if words[-1].endswith(".") else (text, words, aligned)
+        return (text[:-1] + end, [*words[:-1], end], aligned) if end else (text[:-1].rstrip(), words[:-1], aligned[:-1])
+    if words[-1].endswith("."):
+        return text[:-1] + end, [*words[:-1], words[-1][:-1] + end], aligned
+    return text, words, aligned
 
 
 def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> Target:
@@ -165,8 +175,8 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     numbers carried, as a line of text is (`renumbered_lines`; the demo model wrote "&copy; 2024 Dog
     Park" as "&copy; Basketballspieler der Nummer4444."). ``cut``: where given, the indices of the
     documents a sentence of which ran to its length limit are added to it (`translate`'s last line
-    names them). ``own_stops``: no full stop the source does not end with (`MarkedUp.render`): documents'
-    fragments, not lines of text carried through markup."""
+    names them). ``own_stops``: sentences end as their source does (`MarkedUp.render`): documents' and
+    their fragments, not lines of text carried through markup."""
     check_engine(translator, kind)
     marked = MarkedUp.of(documents, kind, translator, attributes, numbers, glossary)
     lines = marked.lines

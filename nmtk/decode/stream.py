@@ -388,18 +388,27 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
 SUBTITLES = ("srt", "vtt")
 
 
+#: File names whose format ``translate`` takes without ``--format``: an html page (whole: ``--document``).
+PAGES = ("html", "htm", "xhtml")
+
+
 def _with_format(options: TranslateOptions) -> TranslateOptions:
-    """``options`` with a format where none was chosen: a subtitle file's by the name of the input (else of
-    the output: ``-o film.de.srt``), said in one line, since read as lines its timings and WebVTT header
-    went to the model ("WAAATTTNNNGA."); else text."""
+    """``options`` with a format where none was chosen: a subtitle file's, or a whole html page's, by the
+    name of the input (else of the output: ``-o film.de.srt``), said in one line: read as lines, a
+    WebVTT header went to the model ("WAAATTTNNNGA.") and a page's tags were read as words; else text."""
     if options.format is not None:
         return options
     named = options.input or options.output
     suffix = named.suffix.lower().lstrip(".") if named is not None else ""
-    if suffix not in SUBTITLES:
+    if suffix in SUBTITLES:
+        chosen = replace(options, format=suffix)
+    elif suffix in PAGES:
+        chosen = replace(options, format="html", document=True)
+    else:
         return replace(options, format="text")
-    console.print(f"format: {suffix} (from the name {named.name}; --format text reads it as lines)")
-    return replace(options, format=suffix)
+    console.print(f"format: {chosen.format}{' --document' if chosen.document else ''} (from the name {named.name}; "
+                  "--format text reads it as lines)")
+    return chosen
 
 
 def _translated_subtitles(engine: Engine, document: str, where: str) -> str:

@@ -736,7 +736,7 @@ def _html_answer(req: LibreRequest, text: str) -> dict[str, Any]:
 async def _marked_texts(service: _Service, req: LibreRequest, documents: list[str], pair: Pair | None,
                         numbers: bool = False, own_stops: bool = False) -> list[str]:
     """``documents`` (html, one pair's) translated, tags placed by the alignment, with the request's
-    glossary, bans and search settings: html requests' (``own_stops``: no full stop their source lacks,
+    glossary, bans and search settings: html requests' (``own_stops``: ending as their source does,
     `MarkedUp.render`) and text carrying unknown characters' (and, with ``numbers``, its numbers:
     `_renumbered`)."""
     view = service.worker.translator.for_pair(pair)

@@ -82,6 +82,11 @@ def test_html_is_translated_line_for_line_unless_it_is_one_document(tagged_copy,
     assert bad.returncode == 1 and "stdin:2: column 1: '<b class=\"x>' is not a complete tag" in bad.stderr, bad.stderr
     text = run_nmtk("translate", "-m", str(tmp / "run"), "--document", stdin="a\n", env=env)
     assert text.returncode == 1 and "--document: for --format html or xml" in text.stderr
+    page = tmp_path / "page.html"  # a page's name chooses --format html --document (as text, tags were words)
+    page.write_text(tagged_copy[3])
+    named = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(page), env=env)
+    assert named.returncode == 0 and named.stdout == out, named.stderr
+    assert "format: html --document (from the name page.html" in named.stderr
 
 
 def test_html_errors_are_one_line_and_write_nothing(copy_run, exported, tmp_path: Path) -> None:

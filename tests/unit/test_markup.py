@@ -367,21 +367,27 @@ def test_an_element_holding_only_kept_spans_and_images_is_kept_whole(markup: str
     assert doc.render([place(s, identity(s)) for s in doc.segments]) == markup
 
 
-def test_a_fragment_gets_no_full_stop_its_source_lacks() -> None:
+def test_a_sentence_of_a_document_ends_as_its_source_does() -> None:
     """A heading, list item, ``alt`` text or subtitle fragment: models trained on sentences end every
-    output with a stop ("Dogs in the park" → "Hunde im Park."); documents' translations keep only those
-    their source has (a stop, a question, an ellipsis, one inside quotes)."""
-    from nmtk.decode.markup import _unasked_stop
+    output with a stop ("Dogs in the park" → "Hunde im Park.", "Where is the dog?" → "Wo ist der Hund.");
+    documents' translations end with no stop, or the source's marks, where the model wrote a stop of its
+    own; what else it wrote at the end stays (an ellipsis, a question mark)."""
+    from nmtk.decode.markup import _own_end
 
     words, aligned = ["Hunde", "im", "Park", "."], [0, 2, 3, 3]
-    assert _unasked_stop("Dogs in the park", "Hunde im Park.", words, aligned) == (
+    assert _own_end("Dogs in the park", "Hunde im Park.", words, aligned) == (
         "Hunde im Park", ["Hunde", "im", "Park"], [0, 2, 3])
-    assert _unasked_stop("Dogs in the park", "Hunde im Park.", ["▁Hunde", "▁im", "▁Park."], [0, 2, 3]) == (
+    assert _own_end("Dogs in the park", "Hunde im Park.", ["▁Hunde", "▁im", "▁Park."], [0, 2, 3]) == (
         "Hunde im Park", ["▁Hunde", "▁im", "▁Park"], [0, 2, 3])  # the stop inside a word (no Moses)
-    for source in ("Dogs in the park.", "Dogs in the park?", 'He said "Go."', "Dogs (in the park.)"):
-        assert _unasked_stop(source, "Hunde im Park.", words, aligned) == ("Hunde im Park.", words, aligned)
-    assert _unasked_stop("Wait", "Warte...", ["Warte", "..."], [0, 0]) == ("Warte...", ["Warte", "..."], [0, 0])
-    assert _unasked_stop("Wait", "", [], []) == ("", [], [])
+    assert _own_end("Dogs in the park?!", "Hunde im Park.", words, aligned) == (
+        "Hunde im Park?!", ["Hunde", "im", "Park", "?!"], aligned)
+    said = _own_end('He said "Go!"', "Er sagte: Geh.", ["Er", "sagte", ":", "Geh."], [0, 1, 1, 2])
+    assert said == ("Er sagte: Geh!", ["Er", "sagte", ":", "Geh!"], [0, 1, 1, 2])
+    for source in ("Dogs in the park.", "Dogs: ", 'He said "Go."', "Dogs (in the park.)"):
+        assert _own_end(source, "Hunde im Park.", words, aligned) == ("Hunde im Park.", words, aligned)
+    assert _own_end("Wait", "Warte...", ["Warte", "..."], [0, 0]) == ("Warte...", ["Warte", "..."], [0, 0])
+    assert _own_end("Wait!", "Warte?", ["Warte", "?"], [0, 0]) == ("Warte?", ["Warte", "?"], [0, 0])
+    assert _own_end("Wait", "", [], []) == ("", [], [])
 
 
 def test_elements_in_the_source_language_say_the_target_language() -> None:
