@@ -39,6 +39,8 @@ _TRAILING = re.compile(rf"(?:<[^<>]*>|\{{\\[^{{}}]*\}}|[\s{re.escape(CLOSERS)}])
 _WORD = re.compile(r"(?:<[^<>]*>|\S)+")  # a word with its tags: no break inside <font color="red">
 _INVISIBLE = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
 _TAG = re.compile(r"(<[^<>]*>)")
+#: The characters a subtitle line holds, by the usual rule (Netflix's and the BBC's 37–42).
+LINE_WIDTH = 42
 
 
 def marked_up(text: str) -> str:
@@ -58,6 +60,11 @@ def restored(translated: str, text: str) -> str:
         translated = head + tail if _ else translated
     translated = _ASS_MARKED.sub(lambda m: "{" + html.unescape(m.group(1)) + "}", translated)
     return _CLASSED.sub(lambda m: f"<{m.group(1)}{m.group(2)}", translated)
+
+
+def _shown(text: str) -> int:
+    """How many characters ``text`` shows (its tags and ASS codes none)."""
+    return len(_INVISIBLE.sub("", text.strip()))
 
 
 def _ends_sentence(line: str) -> bool:
@@ -119,8 +126,15 @@ class Cue:
         elif self.by_line:
             text = translated
         else:
-            text = wrapped(translated[0], len(self.lines)) if self.lines else []
+            text = wrapped(translated[0], self.room(translated[0])) if self.lines else []
         return self.head + text
+
+    def room(self, translated: str) -> int:
+        """The lines a translation of its text is wrapped over: as many as it had, or two where one would
+        be wider than `LINE_WIDTH` (or than its own widest line: a file's own rule), as subtitles are
+        written (at most two lines of about 42 characters); a longer one stays as wide as it must."""
+        width = max(LINE_WIDTH, *(_shown(line) for line in self.lines))
+        return max(len(self.lines), min(-(-_shown(translated) // width), 2))
 
 
 def _cues(lines: list[str], timing: int) -> list[tuple[int, list[str]]]:
@@ -202,7 +216,7 @@ def wrapped(text: str, lines: int) -> list[str]:
     are as wide as what they show: tags and ASS codes count nothing, and a tag's own spaces (``<font
     color="red">``) are no place to break."""
     words = _WORD.findall(text)
-    shown = [len(_INVISIBLE.sub("", word)) for word in words]
+    shown = [_shown(word) for word in words]
     lines = max(1, min(lines, len(words)))
 
     def width(start: int, end: int) -> int:

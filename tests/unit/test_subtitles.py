@@ -100,3 +100,18 @@ def test_subrip_writes_characters_where_webvtt_escapes_them() -> None:
     assert written == f'1\n{cue[:-1]}3 < 5 <font color="#f0f">AT&T</font> > "x"\n'
     vtt = "\ufeffWEBVTT\n\n00:01.000 --> 00:02.000\nA\n"
     assert Subtitles.parse(vtt).render(translated) == vtt.replace("\nA\n", f"\n{translated[0]}\n")
+
+
+def test_a_translation_wider_than_a_subtitle_line_takes_two() -> None:
+    """A one-line cue whose translation is longer than a subtitle line holds (about 42 characters, or the
+    file's own widest line) is wrapped over two lines, never more; tags count nothing."""
+    from nmtk.text.subtitles import Cue
+
+    cue = Cue(["1", "00:00:01,000 --> 00:00:02,000"], ["A man climbs a rock."])
+    long = "Ein Mann in einem roten Hemd klettert mit einem Seil."  # 53 characters
+    assert cue.written([long])[2:] == ["Ein Mann in einem roten Hemd", "klettert mit einem Seil."]
+    italic = "<i>Ein Mann klettert auf einen Felsen.</i>"  # 36 characters shown
+    assert cue.written([italic])[2:] == [italic]
+    assert cue.room(long * 3) == 2
+    wide = Cue(["1", "00:00:01,000 --> 00:00:02,000"], ["A man in a red shirt climbs a rock with a long blue rope."])
+    assert wide.room(long) == 1  # the file's own lines are that wide
