@@ -283,9 +283,10 @@ AsTypedOption = Annotated[bool, typer.Option(
 FormatOption = Annotated[MarkupFormat | None, typer.Option(
     "--format", help="text: a line each; html or xml (inline tags): each line one fragment, its tags kept around "
                      "the words they covered (--document: the whole input one document); srt or vtt: a subtitle "
-                     "file, each cue's text translated, its numbers, timings and notes kept. Default: srt or vtt "
-                     "for a FILE.srt or FILE.vtt, html --document for a FILE.html or FILE.htm (-i, else -o), else "
-                     "text.", show_default=False)]
+                     "file, each cue's text translated, its numbers, timings and notes kept; xliff: each segment's "
+                     "target filled (one holding a translation kept). Default: by the name of -i's file (else "
+                     "-o's): srt, vtt, xliff for FILE.xlf or FILE.xliff, html --document for FILE.html or "
+                     "FILE.htm; else text.", show_default=False)]
 DocumentOption = Annotated[bool, typer.Option(
     "--document", help="--format html|xml: the whole input is one document (a page), not a fragment a line.")]
 AttributesOption = Annotated[str | None, typer.Option(

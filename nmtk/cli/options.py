@@ -46,14 +46,15 @@ class ConstraintOrder(str, Enum):
 
 
 class MarkupFormat(str, Enum):
-    """``translate --format``: plain lines, one document with tags (`nmtk.decode.markup`), or a subtitle
-    file (`nmtk.text.subtitles`)."""
+    """``translate --format``: plain lines, one document with tags (`nmtk.decode.markup`), a subtitle
+    file (`nmtk.text.subtitles`), or an XLIFF file (`nmtk.text.xliff`)."""
 
     text = "text"
     html = "html"
     xml = "xml"
     srt = "srt"
     vtt = "vtt"
+    xliff = "xliff"
 
 
 class AttentionKind(str, Enum):

@@ -53,6 +53,7 @@ from nmtk.text import langid
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.markup import MarkupError, holds_tags, parse
 from nmtk.text.subtitles import Subtitles
+from nmtk.text.xliff import Xliff
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,7 @@ def translate(options: TranslateOptions) -> None:
         _refuse_with_markup(engine, options)
     elif options.document:
         raise NmtkError("--document: for --format html or xml (a text's lines are translated one by one)")
-    if options.document or options.format in SUBTITLES:
+    if options.document or options.format in WHOLE:
         return _translate_document(engine, options, partial)
     source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
     done, start = [0], time.perf_counter()
@@ -354,7 +355,7 @@ def _refuse_with_markup(engine: Engine, options: TranslateOptions) -> None:
     output is the fragment with its tags), and for an engine that cannot place tags."""
     refused = [name for name, asked in (("--nbest", options.nbest > 1), ("--print-scores", options.print_scores),
                                         ("--print-alignment", engine.search.align),
-                                        ("--skip", options.skip and (options.document or options.format in SUBTITLES)),
+                                        ("--skip", options.skip and (options.document or options.format in WHOLE)),
                                         ("--prefix/--constraints", not engine.format.plain),
                                         ("--source-lang auto", engine.detect)) if asked]
     if refused:
@@ -369,10 +370,14 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
     raw = open(options.input, "rb").read() if options.input else sys.stdin.buffer.read()
     document = decode_text(raw, str(options.input or "stdin"), options.errors.value,
                            hint="use --errors replace to substitute U+FFFD")
+    where = str(options.input or "stdin")
     with interruptible():
         if options.format in SUBTITLES:
-            text = _translated_subtitles(engine, document, str(options.input or "stdin"))
+            text = _translated_subtitles(engine, document, where)
+        elif options.format == "xliff":
+            text = _translated_xliff(engine, document, where)
         else:
+            _refuse_xliff_as_xml(document, options, where)
             text = translate_markup(engine.translator, [document], engine.search, options.format, options.attributes,
                                     engine.glossary, engine.bans, engine.hints, own_stops=True)[0]
     if partial is None:
@@ -386,6 +391,10 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
 
 #: ``--format`` values that are subtitle files (`nmtk.text.subtitles`): always the whole input at once.
 SUBTITLES = ("srt", "vtt")
+#: ``--format`` values read whole, as ``--document`` reads html and xml.
+WHOLE = (*SUBTITLES, "xliff")
+#: The start of an XLIFF file: its declaration and comments, then its root.
+_XLIFF_ROOT = re.compile(r"\ufeff?\s*(?:<\?xml[^>]*\?>\s*)?(?:<!--.*?-->\s*)*<(?:[\w.-]+:)?xliff[\s>]", re.DOTALL)
 
 
 #: File names whose format ``translate`` takes without ``--format``: an html page (whole: ``--document``).
@@ -402,6 +411,8 @@ def _with_format(options: TranslateOptions) -> TranslateOptions:
     suffix = named.suffix.lower().lstrip(".") if named is not None else ""
     if suffix in SUBTITLES:
         chosen = replace(options, format=suffix)
+    elif suffix in ("xlf", "xliff"):
+        chosen = replace(options, format="xliff")
     elif suffix in PAGES:
         chosen = replace(options, format="html", document=True)
     else:
@@ -409,6 +420,31 @@ def _with_format(options: TranslateOptions) -> TranslateOptions:
     console.print(f"format: {chosen.format}{' --document' if chosen.document else ''} (from the name {named.name}; "
                   "--format text reads it as lines)")
     return chosen
+
+
+def _refuse_xliff_as_xml(document: str, options: TranslateOptions, where: str) -> None:
+    """One line for an XLIFF file read as an xml document: its sources would be translated in place and
+    its targets left empty."""
+    if options.format == "xml" and _XLIFF_ROOT.match(document):
+        raise NmtkError(f"{where}: an XLIFF file: --format xliff writes each segment's translation into its "
+                        "target (--format xml would translate its sources in place)")
+
+
+def _translated_xliff(engine: Engine, document: str, where: str) -> str:
+    """An XLIFF file with each segment's translation in its target (`nmtk.text.xliff`): sources translated
+    as markup is (XLIFF's inline codes kept), targets that hold a translation kept, said in one line."""
+    xliff = Xliff.parse(document, where)
+    todo = [k for k in xliff.todo() if xliff.segments[k].source.strip()]
+    try:
+        done = translate_markup(engine.translator, [xliff.segments[k].source for k in todo], engine.search, "xml",
+                                (), engine.glossary, engine.bans, engine.hints, own_stops=True)
+    except MarkupError as exc:
+        k = todo[exc.document or 0]
+        raise NmtkError(f"{where}: segment {k + 1} ({xliff.segments[k].source[:40]!r}): {exc}") from None
+    kept = len(xliff.segments) - len(xliff.todo())
+    console.print(f"translated {len(todo):,} of {len(xliff.segments):,} segments"
+                  + (f"; {kept:,} kept the translation their target holds" if kept else ""))
+    return xliff.render(dict(zip(todo, done, strict=True)))
 
 
 def _translated_subtitles(engine: Engine, document: str, where: str) -> str:

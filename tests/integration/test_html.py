@@ -311,3 +311,28 @@ def test_a_subtitle_file_keeps_its_numbers_timings_and_notes_and_each_cue_reads_
     assert result.returncode == 0 and "translated without its tags" in result.stderr, result.stderr  # not the file
     assert result.stdout == (f"WEBVTT\n\n00:01.000 --> 00:02.000\n{plain[1]}\n\n"
                              f"00:03.000 --> 00:04.000\n<v Bo>{plain[1]}\n")
+
+
+def test_an_xliff_file_gets_its_targets_filled_and_its_sources_kept(copy_run, tmp_path: Path) -> None:
+    """`--format xliff` (or a FILE.xlf): each segment's source translated as `--format xml` translates
+    it, written into its target; a target holding a translation kept; read as an xml document the sources
+    were translated in place, which is now one line saying to use xliff."""
+    tmp, _, env = copy_run
+    one, two = _lines(tmp, 2)
+    words = one.split()
+    marked = f'{" ".join(words[:2])} <g id="1">{" ".join(words[2:4])}</g> {" ".join(words[4:])}'
+    units = (f'<trans-unit id="1">\n<source>{marked}</source>\n</trans-unit>\n'
+             f'<trans-unit id="2"><source>{two}</source><target></target></trans-unit>\n'
+             f'<trans-unit id="3"><source>{two}</source><target>kept</target></trans-unit>\n')
+    xliff = f'<?xml version="1.0"?>\n<xliff version="1.2"><file><body>\n{units}</body></file></xliff>\n'
+    source = tmp_path / "doc.xlf"
+    source.write_text(xliff)
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "format: xliff" in result.stderr and "translated 2 of 3 segments; 1 kept" in result.stderr, result.stderr
+    xml = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "xml", stdin=f"{marked}\n{two}\n", env=env)
+    first, second = xml.stdout.splitlines()
+    assert result.stdout == xliff.replace(f"{marked}</source>\n", f"{marked}</source>\n<target>{first}</target>\n"
+                                          ).replace("<target></target>", f"<target>{second}</target>")
+    as_xml = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "xml", "--document", "-i", str(source), env=env)
+    assert as_xml.returncode == 1 and "an XLIFF file: --format xliff writes" in as_xml.stderr, as_xml.stderr

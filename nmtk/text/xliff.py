@@ -1,0 +1,151 @@
+"""XLIFF files (1.2 and 2.x), the exchange format of translation tools: each segment's ``<source>``, and
+the file written back with each translation in its ``<target>``, every other byte as it was.
+
+Why: read as an xml document (``--format xml --document``) the sources themselves were translated in
+place and the targets left empty, so that a CAT tool took the German for the source. Here a segment is
+a ``<trans-unit>`` (1.2) or a ``<segment>`` (2.x); its source's content (text and XLIFF's inline codes:
+``<g>``, ``<x/>``, ``<bpt>``, ``<pc>``, ``<ph/>``) is translated as markup is, and the translation goes
+into its target: an empty one is filled, a missing one is written after the source, and one that holds
+a translation already (a translator's) is kept as it is. Units marked ``translate="no"`` are left alone,
+as are ``<alt-trans>`` proposals. The standard library's expat parser finds where each element lies;
+the file is then changed at those places alone, so its declaration, comments, namespaces and layout
+stay as they were.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from xml.parsers import expat
+
+from nmtk.errors import NmtkError
+
+#: The elements that hold one segment's source and target: XLIFF 1.2's and 2.x's.
+_SEGMENTS = ("trans-unit", "segment")
+
+
+@dataclass
+class Segment:
+    """One segment: its source's content, and where its target is (or goes), as byte offsets."""
+
+    source: str
+    target: tuple[int, int] | None = None  # the target's content; None: no target element
+    empty_target: tuple[int, int] | None = None  # a ``<target/>``: the whole element
+    after_source: int = 0  # where a new target is written: after ``</source>``
+    indent: bytes | None = None  # what stands before ``<source`` on its line, where it begins one
+    name: str = "target"  # the target element's name as the file writes it (``xlf:target``)
+    filled: bool = False  # its target holds a translation already: kept
+
+
+def _local(name: str) -> str:
+    return name.rsplit(":", 1)[-1]
+
+
+def _tag_end(raw: bytes, at: int) -> int:
+    """The offset after the ``>`` that ends the tag beginning at ``at`` (a ``>`` in quotes is text)."""
+    quote = None
+    for k in range(at, len(raw)):
+        c = raw[k]
+        if quote is not None:
+            quote = None if c == quote else quote
+        elif c in b"\"'":
+            quote = c
+        elif c == ord(">"):
+            return k + 1
+    return len(raw)
+
+
+@dataclass
+class Xliff:
+    """An XLIFF file's bytes and its segments, in order."""
+
+    raw: bytes
+    segments: list[Segment]
+
+    @classmethod
+    def parse(cls, text: str, name: str) -> Xliff:
+        """``text``'s segments; one line naming ``name``, its line and column where it is not well-formed
+        XML, and where its root is not ``<xliff>``."""
+        raw = text.encode("utf-8")
+        reader = _Reader(raw)
+        try:
+            reader.parser.Parse(raw, True)
+        except expat.ExpatError as exc:
+            raise NmtkError(f"{name}:{exc.lineno}: column {exc.offset + 1}: not well-formed XML "
+                            f"({expat.ErrorString(exc.code)})") from None
+        if reader.root != "xliff":
+            raise NmtkError(f"{name}: not an XLIFF file (its root element is <{reader.root}>, not <xliff>)")
+        return cls(raw, reader.segments)
+
+    def todo(self) -> list[int]:
+        """The segments to translate: those whose target holds nothing yet."""
+        return [k for k, segment in enumerate(self.segments) if not segment.filled]
+
+    def render(self, translations: dict[int, str]) -> str:
+        """The file with ``translations`` (by segment) in their targets, all else as it was."""
+        edits: list[tuple[int, int, bytes]] = []
+        newline = b"\r\n" if b"\r\n" in self.raw else b"\n"
+        for k, text in translations.items():
+            segment, body = self.segments[k], text.encode("utf-8")
+            if segment.target is not None:
+                edits.append((*segment.target, body))
+            elif segment.empty_target is not None:
+                lo, hi = segment.empty_target
+                head = self.raw[lo:hi].rstrip(b">").rstrip(b"/").rstrip()
+                edits.append((lo, hi, head + b">" + body + f"</{segment.name}>".encode()))
+            else:
+                line = b"" if segment.indent is None else newline + segment.indent
+                edits.append((segment.after_source, segment.after_source,
+                              line + f"<{segment.name}>".encode() + body + f"</{segment.name}>".encode()))
+        raw = self.raw
+        for lo, hi, body in sorted(edits, reverse=True):
+            raw = raw[:lo] + body + raw[hi:]
+        return raw.decode("utf-8")
+
+
+class _Reader:
+    """expat's events into `Segment`s: which element is open where, and the offsets of their tags."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw, self.root = raw, ""
+        self.stack: list[tuple[str, bool]] = []  # open elements: local name, inside a unit not translated
+        self.segments: list[Segment] = []
+        self.open: dict[str, tuple[int, int, str]] = {}  # source/target: start tag's offsets and its name
+        self.current: Segment | None = None
+        self.parser = expat.ParserCreate()
+        self.parser.StartElementHandler, self.parser.EndElementHandler = self.start, self.end
+
+    def start(self, name: str, attrs: dict[str, str]) -> None:
+        local, parent = _local(name), self.stack[-1] if self.stack else ("", False)
+        self.root = self.root or local
+        skipped = parent[1] or attrs.get("translate") == "no" or local == "alt-trans"
+        self.stack.append((local, skipped))
+        at = self.parser.CurrentByteIndex
+        if local in _SEGMENTS and not skipped:
+            self.current = Segment(source="")
+        elif local in ("source", "target") and parent[0] in _SEGMENTS and self.current is not None:
+            self.open[local] = (at, _tag_end(self.raw, at), name)
+
+    def end(self, name: str) -> None:
+        local, _ = self.stack.pop()
+        parent = self.stack[-1][0] if self.stack else ""
+        segment = self.current
+        if local in _SEGMENTS and segment is not None:
+            if segment.after_source:
+                self.segments.append(segment)
+            self.current = None
+        elif local in ("source", "target") and parent in _SEGMENTS and segment is not None and local in self.open:
+            begin, inner, written = self.open.pop(local)
+            empty = self.raw[begin:inner].endswith(b"/>")
+            close = inner if empty else self.parser.CurrentByteIndex
+            if local == "source":
+                segment.source = "" if empty else self.raw[inner:close].decode("utf-8")
+                segment.after_source = inner if empty else _tag_end(self.raw, close)
+                start = self.raw.rfind(b"\n", 0, begin) + 1
+                before = self.raw[start:begin]
+                segment.indent = None if before.strip() else before
+                segment.name = written[: -len("source")] + "target"
+            elif empty:
+                segment.empty_target = (begin, inner)
+            else:
+                segment.target = (inner, close)
+                segment.filled = bool(self.raw[inner:close].strip())

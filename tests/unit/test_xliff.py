@@ -1,0 +1,69 @@
+"""XLIFF files: each segment's source, and the file written back with translations in the targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from nmtk.errors import NmtkError
+from nmtk.text.xliff import Xliff
+
+V12 = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- made by a CAT tool -->
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+  <file source-language="en" target-language="de" datatype="plaintext" original="a.txt">
+    <body>
+      <trans-unit id="1">
+        <source>A man rides a <g id="1">red</g> bike.</source>
+        <alt-trans><source>A man.</source><target>Ein Mann.</target></alt-trans>
+      </trans-unit>
+      <trans-unit id="2"><source>Two dogs &amp; a cat.</source><target state="new"></target></trans-unit>
+      <trans-unit id="3" translate="no"><source>NASA</source></trans-unit>
+      <trans-unit id="4"><source>Hi.</source><target>Hallo.</target></trans-unit>
+      <trans-unit id="5"><source>Yes.</source><target/></trans-unit>
+    </body>
+  </file>
+</xliff>
+"""
+
+V20 = """<xliff xmlns:x="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="en" trgLang="de">
+<x:file id="f"><x:unit id="u"><x:segment><x:source>A <x:pc id="1">red</x:pc> car.</x:source></x:segment>
+<x:ignorable><x:source> </x:source></x:ignorable><x:segment><x:source>Done.</x:source></x:segment></x:unit></x:file>
+</xliff>"""
+
+
+def test_segments_sources_and_the_targets_they_fill() -> None:
+    """Empty and missing targets are filled, a target holding a translation is kept, ``translate="no"``
+    units and ``<alt-trans>`` proposals are left alone; every other byte is written as it was."""
+    xliff = Xliff.parse(V12, "a.xlf")
+    assert [s.source for s in xliff.segments] == ['A man rides a <g id="1">red</g> bike.', "Two dogs &amp; a cat.",
+                                                  "Hi.", "Yes."]
+    assert xliff.todo() == [0, 1, 3]
+    out = xliff.render({0: 'Ein Mann fährt ein <g id="1">rotes</g> Rad.', 1: "Zwei Hunde &amp; eine Katze.",
+                        3: "Ja."})
+    assert out == V12.replace(
+        '<g id="1">red</g> bike.</source>\n',
+        '<g id="1">red</g> bike.</source>\n        <target>Ein Mann fährt ein <g id="1">rotes</g> Rad.</target>\n'
+    ).replace('<target state="new"></target>', '<target state="new">Zwei Hunde &amp; eine Katze.</target>'
+              ).replace("<target/>", "<target>Ja.</target>")
+    assert Xliff.parse(V12, "a.xlf").render({}) == V12
+    crlf = V12.replace("\n", "\r\n")  # a new target's line ends as the file's lines do
+    assert Xliff.parse(crlf, "a.xlf").render({0: "X"}) == crlf.replace(
+        "bike.</source>\r\n", "bike.</source>\r\n        <target>X</target>\r\n")
+
+
+def test_xliff_2_segments_and_a_prefixed_namespace() -> None:
+    xliff = Xliff.parse(V20, "b.xlf")
+    assert [s.source for s in xliff.segments] == ['A <x:pc id="1">red</x:pc> car.', "Done."]
+    out = xliff.render({0: "Ein rotes Auto.", 1: "Fertig."})
+    assert out == V20.replace("car.</x:source>", "car.</x:source><x:target>Ein rotes Auto.</x:target>").replace(
+        "Done.</x:source>", "Done.</x:source><x:target>Fertig.</x:target>")
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("<xliff><file><trans-unit><source>a</b></source>", "b.xlf:1: column 37: not well-formed XML (mismatched tag)"),
+    ('<?xml version="1.0"?>\n<html><p>A</p></html>', "b.xlf: not an XLIFF file (its root element is <html>"),
+])
+def test_what_is_not_an_xliff_file_is_one_line(text: str, error: str) -> None:
+    with pytest.raises(NmtkError) as caught:
+        Xliff.parse(text, "b.xlf")
+    assert str(caught.value).startswith(error), caught.value
