@@ -434,6 +434,7 @@ def _translated_xliff(engine: Engine, document: str, where: str) -> str:
     """An XLIFF file with each segment's translation in its target (`nmtk.text.xliff`): sources translated
     as markup is (XLIFF's inline codes kept), targets that hold a translation kept, said in one line."""
     xliff = Xliff.parse(document, where)
+    _check_xliff_languages(xliff, engine.translator, where)
     todo = [k for k in xliff.todo() if xliff.segments[k].source.strip()]
     try:
         done = translate_markup(engine.translator, [xliff.segments[k].source for k in todo], engine.search, "xml",
@@ -445,6 +446,19 @@ def _translated_xliff(engine: Engine, document: str, where: str) -> str:
     console.print(f"translated {len(todo):,} of {len(xliff.segments):,} segments"
                   + (f"; {kept:,} kept the translation their target holds" if kept else ""))
     return xliff.render(dict(zip(todo, done, strict=True)))
+
+
+def _check_xliff_languages(xliff: Xliff, translator: TranslatorBase, where: str) -> None:
+    """One line where an XLIFF file says it goes between other languages than the model's (or than the
+    ``--source-lang``/``--target-lang`` a multilingual model was given): its targets would be filled in
+    the model's language all the same. A region (``de-CH``) is its language's."""
+    said = [lang.replace("_", "-").split("-")[0].lower() for lang in xliff.languages]
+    model = translator.src_pipe.moses.lang, translator.tgt_pipe.moses.lang
+    wrong = [f"{side} {lang}" for side, lang, ours in zip(("from", "into"), said, model, strict=True)
+             if lang and ours and lang != ours.lower()]
+    if wrong:
+        raise NmtkError(f"{where}: an XLIFF file to translate {' and '.join(wrong)} (its languages: "
+                        f"{' → '.join(xliff.languages)}); this model translates {model[0]} into {model[1]}")
 
 
 def _translated_subtitles(engine: Engine, document: str, where: str) -> str:

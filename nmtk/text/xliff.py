@@ -60,6 +60,7 @@ class Xliff:
 
     raw: bytes
     segments: list[Segment]
+    languages: tuple[str, str] = ("", "")  # what the file says it is translated from and into (may be unsaid)
 
     @classmethod
     def parse(cls, text: str, name: str) -> Xliff:
@@ -74,7 +75,7 @@ class Xliff:
                             f"({expat.ErrorString(exc.code)})") from None
         if reader.root != "xliff":
             raise NmtkError(f"{name}: not an XLIFF file (its root element is <{reader.root}>, not <xliff>)")
-        return cls(raw, reader.segments)
+        return cls(raw, reader.segments, reader.languages)
 
     def todo(self) -> list[int]:
         """The segments to translate: those whose target holds nothing yet."""
@@ -106,7 +107,7 @@ class _Reader:
     """expat's events into `Segment`s: which element is open where, and the offsets of their tags."""
 
     def __init__(self, raw: bytes) -> None:
-        self.raw, self.root = raw, ""
+        self.raw, self.root, self.languages = raw, "", ("", "")
         self.stack: list[tuple[str, bool]] = []  # open elements: local name, inside a unit not translated
         self.segments: list[Segment] = []
         self.open: dict[str, tuple[int, int, str]] = {}  # source/target: start tag's offsets and its name
@@ -117,6 +118,10 @@ class _Reader:
     def start(self, name: str, attrs: dict[str, str]) -> None:
         local, parent = _local(name), self.stack[-1] if self.stack else ("", False)
         self.root = self.root or local
+        said = (attrs.get("srcLang") or attrs.get("source-language", ""), attrs.get("trgLang") or
+                attrs.get("target-language", ""))  # 2.x says it on the root, 1.2 on each <file>
+        if local in ("xliff", "file") and not any(self.languages):
+            self.languages = said
         skipped = parent[1] or attrs.get("translate") == "no" or local == "alt-trans"
         self.stack.append((local, skipped))
         at = self.parser.CurrentByteIndex

@@ -336,3 +336,7 @@ def test_an_xliff_file_gets_its_targets_filled_and_its_sources_kept(copy_run, tm
                                           ).replace("<target></target>", f"<target>{second}</target>")
     as_xml = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "xml", "--document", "-i", str(source), env=env)
     assert as_xml.returncode == 1 and "an XLIFF file: --format xliff writes" in as_xml.stderr, as_xml.stderr
+    source.write_text(xliff.replace("<file>", '<file source-language="en-US" target-language="fr">'))
+    french = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), env=env)  # not this model's target
+    assert french.returncode == 1 and "an XLIFF file to translate into fr (its languages: en-US → fr); this model " \
+        "translates en into de" in french.stderr, french.stderr

@@ -35,6 +35,7 @@ def test_segments_sources_and_the_targets_they_fill() -> None:
     """Empty and missing targets are filled, a target holding a translation is kept, ``translate="no"``
     units and ``<alt-trans>`` proposals are left alone; every other byte is written as it was."""
     xliff = Xliff.parse(V12, "a.xlf")
+    assert xliff.languages == ("en", "de") and Xliff.parse(V20, "b.xlf").languages == ("en", "de")
     assert [s.source for s in xliff.segments] == ['A man rides a <g id="1">red</g> bike.', "Two dogs &amp; a cat.",
                                                   "Hi.", "Yes."]
     assert xliff.todo() == [0, 1, 3]
