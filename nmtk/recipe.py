@@ -69,6 +69,12 @@ class CorpusFile(Section):
     sides (``source = { path = "paracrawl.en-de.tsv.gz", column = 1 }``, the target ``column = 2``), as
     OPUS, ParaCrawl, HPLT and OpusTrainer's corpora come. Unset: the whole line."""
 
+    @model_validator(mode="after")
+    def _column_of_text(self) -> CorpusFile:
+        if self.column is not None and self.path.endswith((".sgm", ".sgm.gz")):
+            raise ValueError(f"{self.path}: a WMT .sgm file has no columns (its <seg> texts are read)")
+        return self
+
     @field_validator("sha256")
     @classmethod
     def _hex_digest(cls, value: str | None) -> str | None:

@@ -125,6 +125,9 @@ def test_typo_correction_needs_one_pair(nmtk) -> None:
         # a field of another section: that section's
         ("train.lr=0.1", "--set train.lr=0.1: unknown field (did you mean optim.lr?)"),
         ("data.train.0.source.sha=1", "--set data.train.0.source.sha=1: unknown field (did you mean sha256?)"),
+        ("data.train.0.source.column=0", "source.column=0: Input should be greater than or equal to 1 (got 0)"),
+        ('data.train.0.source={path="newstest.sgm", column=1}', 'column=1}: newstest.sgm: a WMT .sgm file has no '
+                                                               "columns"),
         ("model.dropout=abc", "--set model.dropout=abc"),
         ("model.heads=7", "must be divisible by heads (7)"),
         ("model.dropout", "expected KEY=VALUE"),
