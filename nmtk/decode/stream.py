@@ -370,23 +370,25 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
     raw = open(options.input, "rb").read() if options.input else sys.stdin.buffer.read()
     document = decode_text(raw, str(options.input or "stdin"), options.errors.value,
                            hint="use --errors replace to substitute U+FFFD")
-    where = str(options.input or "stdin")
+    where, start = str(options.input or "stdin"), time.perf_counter()
     with interruptible():
         if options.format in SUBTITLES:
-            text = _translated_subtitles(engine, document, where)
+            text, what = _translated_subtitles(engine, document, where)
         elif options.format == "xliff":
-            text = _translated_xliff(engine, document, where)
+            text, what = _translated_xliff(engine, document, where)
         else:
             _refuse_xliff_as_xml(document, options, where)
             text = translate_markup(engine.translator, [document], engine.search, options.format, options.attributes,
                                     engine.glossary, engine.bans, engine.hints, own_stops=True)[0]
+            what = f"the {options.format} document"
     if partial is None:
         sys.stdout.write(text)
         sys.stdout.flush()
-        return
-    with open(partial, "w", encoding="utf-8") as sink:
-        sink.write(text)
-    os.replace(partial, options.output)
+    else:
+        with open(partial, "w", encoding="utf-8") as sink:
+            sink.write(text)
+        os.replace(partial, options.output)
+    console.print(f"translated {what} in {time.perf_counter() - start:.1f} s")
 
 
 #: ``--format`` values that are subtitle files (`nmtk.text.subtitles`): always the whole input at once.
@@ -430,9 +432,10 @@ def _refuse_xliff_as_xml(document: str, options: TranslateOptions, where: str) -
                         "target (--format xml would translate its sources in place)")
 
 
-def _translated_xliff(engine: Engine, document: str, where: str) -> str:
+def _translated_xliff(engine: Engine, document: str, where: str) -> tuple[str, str]:
     """An XLIFF file with each segment's translation in its target (`nmtk.text.xliff`): sources translated
-    as markup is (XLIFF's inline codes kept), targets that hold a translation kept, said in one line."""
+    as markup is (XLIFF's inline codes kept), targets that hold a translation kept; and what was
+    translated, for the last line."""
     xliff = Xliff.parse(document, where)
     _check_xliff_languages(xliff, engine.translator, where)
     todo = [k for k in xliff.todo() if xliff.segments[k].source.strip()]
@@ -443,9 +446,9 @@ def _translated_xliff(engine: Engine, document: str, where: str) -> str:
         k = todo[exc.document or 0]
         raise NmtkError(f"{where}: segment {k + 1} ({xliff.segments[k].source[:40]!r}): {exc}") from None
     kept = len(xliff.segments) - len(xliff.todo())
-    console.print(f"translated {len(todo):,} of {len(xliff.segments):,} segments"
-                  + (f"; {kept:,} kept the translation their target holds" if kept else ""))
-    return xliff.render(dict(zip(todo, done, strict=True)))
+    what = f"{len(todo):,} of {len(xliff.segments):,} segments" + (
+        f" ({kept:,} kept the translation their target holds)" if kept else "")
+    return xliff.render(dict(zip(todo, done, strict=True))), what
 
 
 def _check_xliff_languages(xliff: Xliff, translator: TranslatorBase, where: str) -> None:
@@ -461,9 +464,10 @@ def _check_xliff_languages(xliff: Xliff, translator: TranslatorBase, where: str)
                         f"{' → '.join(xliff.languages)}); this model translates {model[0]} into {model[1]}")
 
 
-def _translated_subtitles(engine: Engine, document: str, where: str) -> str:
+def _translated_subtitles(engine: Engine, document: str, where: str) -> tuple[str, str]:
     """A subtitle file with its cues' text translated (each cue one segment, or a line per speaker), as
-    markup is: tags kept, links, numbers and emoji carried through (`nmtk.text.subtitles`)."""
+    markup is: tags kept, links, numbers and emoji carried through (`nmtk.text.subtitles`); and what was
+    translated, for the last line."""
     subtitles = Subtitles.parse(document)
     segments = subtitles.segments()
     for k, segment in enumerate(segments):
@@ -474,7 +478,7 @@ def _translated_subtitles(engine: Engine, document: str, where: str) -> str:
             console.print(f"warning: {where}: the cue text {segment[:40]!r}: {exc}; translated without its tags")
     done = translate_markup(engine.translator, segments, engine.search, "html", (), engine.glossary, engine.bans,
                             engine.hints, own_stops=True)
-    return subtitles.render([" ".join(text.splitlines()) for text in done])
+    return subtitles.render([" ".join(text.splitlines()) for text in done]), f"{len(subtitles.cues):,} cues"
 
 
 def _to_partial(engine: Engine, options: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,
