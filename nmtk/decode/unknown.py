@@ -21,34 +21,33 @@ import html
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from nmtk.decode.guide import Glossary, occurrences
 from nmtk.text.line_breaks import list_marker
-from nmtk.text.reading import terms_pattern
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
     from nmtk.decode.search.config import SearchConfig
 
 def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, numbers: bool = False,
-               terms: re.Pattern[str] | None = None, glossed: re.Pattern[str] | None = None
+               terms: re.Pattern[str] | None = None, glossed: Sequence[re.Pattern[str]] = ()
                ) -> list[tuple[int, int]]:
     """The [start, end) of each span of ``line`` to carry through: its runs of characters ``spells``
     refuses and, with ``links``, its URLs, e-mail addresses, handles, codes (`code_spans`) and the list
     item marker it begins with (markup's ``<p>1. A dog…``; a line's own is written back apart; with
     ``numbers``, its numbers too; with ``terms``, a glossary's terms that translate to themselves:
     `Glossary.untranslated`), each with the brackets or quotes that enclose it, in order; none that
-    overlaps a term of ``glossed`` (a glossary's terms that translate to another: `Glossary.translated`),
+    overlaps a term of ``glossed`` (a glossary's terms that translate to another: `Glossary.translated_patterns`),
     which the glossary translates ("MP3" → "Musikdatei" came back "MP3")."""
     found = _unspelt(line, spells) + (link_spans(line) + code_spans(line) + _item_marker(line) if links else [])
     if numbers:
         found += [list(m.span()) for m in NUMBER.finditer(line)]
     if terms is not None:
         found += [list(m.span()) for m in terms.finditer(line)]
-    if glossed is not None and found:
-        asked = [m.span() for m in glossed.finditer(line)]
+    if glossed and found:
+        asked = [m.span() for pattern in glossed for m in pattern.finditer(line)]
         found = [run for run in found if not any(lo < run[1] and run[0] < hi for lo, hi in asked)]
     return [_enclosed(line, run) for run in _merged(found)]
 
@@ -60,7 +59,7 @@ def keeper(translator: TranslatorBase, numbers: bool = False, glossary: Glossary
     translated again (`renumbered_lines`), which carries its numbers and its glossary's untranslated
     terms too (`Reading.terms`); ``glossary``: the terms it translates are not carried."""
     spells, links, terms = read_as_spelt(translator), translator.reading.carry, translator.reading.terms
-    glossed = None if glossary is None else terms_pattern(glossary.translated(), glossary.ignore_case)
+    glossed = () if glossary is None else glossary.translated_patterns()
     return lambda text: kept_spans(text, spells, links, numbers and links, terms if numbers and links else None,
                                    glossed)
 

@@ -205,11 +205,31 @@ def test_what_a_glossary_translates_is_not_carried() -> None:
     """A code, handle or link that a glossary term translates to something else is the glossary's
     (``MP3`` → ``Musikdatei`` came back "MP3"); one it keeps as it is, and the rest, are still carried."""
     from nmtk.decode.guide import Glossary
-    from nmtk.text.reading import terms_pattern
 
     glossary = Glossary((("MP3", "Musikdatei"), ("@alice", "Alice"), ("NASA", "NASA")))
     assert glossary.translated() == ("MP3", "@alice") and glossary.untranslated() == ("NASA",)
-    glossed = terms_pattern(glossary.translated())
+    glossed = glossary.translated_patterns()
     line = "An MP3 player, @alice and @bob, B-52 and 🐶."
     assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, glossed=glossed)] == ["@bob", "B-52", "🐶"]
     assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only)] == ["MP3", "@alice", "@bob", "B-52", "🐶"]
+
+
+def test_a_joined_glossary_reuses_its_parts_compiled_terms_where_they_agree() -> None:
+    """A server's glossary compiled once, not again with each request's (5,000 terms: 47 ms a compile,
+    140 ms a request); where the request keeps as it is a term the server translates, or reads case
+    otherwise, the joined glossary's own terms are compiled."""
+    from nmtk.decode.guide import Glossary
+
+    server = Glossary((("MP3", "Musikdatei"), ("@alice", "Alice")))
+    joined = server + Glossary((("@bob", "Bob"),))
+    assert joined.translated_patterns()[0] is server.translated_patterns()[0]  # the same object: not compiled again
+    line = "An MP3 player, @alice and @bob, B-52 and 🐶."
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, glossed=joined.translated_patterns())] == [
+        "B-52", "🐶"]
+    kept = server + Glossary((("MP3", "MP3"),))  # the request keeps MP3 as it is: carried again
+    assert len(kept.translated_patterns()) == 1
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, glossed=kept.translated_patterns())] == [
+        "MP3", "@bob", "B-52", "🐶"]
+    folded = server + Glossary((("@BOB", "Bob"),), ignore_case=True)
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, glossed=folded.translated_patterns())] == [
+        "B-52", "🐶"]
