@@ -71,7 +71,7 @@ class TranslateOptions:
     print_scores: bool = False
     guide: GuideOptions = field(default_factory=lambda: GuideOptions())
     format: str | None = "text"  # text, html / xml (tags placed around their words: `nmtk.decode.markup`), srt /
-    # vtt (`SUBTITLES`); None: a subtitle format where the input's (else the output's) name says so, else text
+    # vtt (`SUBTITLES`), xliff; None: what the input's (else the output's) name says (`_with_format`), else text
     document: bool = False  # html / xml: the whole input is one document (else each line is one fragment)
     attributes: tuple[str, ...] = ()  # html: attributes whose values are translated too (alt, title)
 
@@ -404,9 +404,10 @@ PAGES = ("html", "htm", "xhtml")
 
 
 def _with_format(options: TranslateOptions) -> TranslateOptions:
-    """``options`` with a format where none was chosen: a subtitle file's, or a whole html page's, by the
-    name of the input (else of the output: ``-o film.de.srt``), said in one line: read as lines, a
-    WebVTT header went to the model ("WAAATTTNNNGA.") and a page's tags were read as words; else text."""
+    """``options`` with a format where none was chosen: a subtitle file's, an XLIFF file's or a whole html
+    page's, by the name of the input (else of the output: ``-o film.de.srt``), said in one line: read as
+    lines, a WebVTT header went to the model ("WAAATTTNNNGA."), an XLIFF file's or a page's tags were read
+    as words; else text."""
     if options.format is not None:
         return options
     named = options.input or options.output
