@@ -378,6 +378,7 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
             text, what = _translated_xliff(engine, document, where)
         else:
             _refuse_xliff_as_xml(document, options, where)
+            _warn_of_page_language(document, engine.translator, where)
             text = translate_markup(engine.translator, [document], engine.search, options.format, options.attributes,
                                     engine.glossary, engine.bans, engine.hints, own_stops=True)[0]
             what = f"the {options.format} document"
@@ -423,6 +424,19 @@ def _with_format(options: TranslateOptions) -> TranslateOptions:
     console.print(f"format: {chosen.format}{' --document' if chosen.document else ''} (from the name {named.name}; "
                   "--format text reads it as lines)")
     return chosen
+
+
+#: An html page's own language (``<html lang="fr">``).
+_PAGE_LANGUAGE = re.compile(r"""<html\b[^<>]*?\slang\s*=\s*["']?([A-Za-z]+)""", re.IGNORECASE)
+
+
+def _warn_of_page_language(document: str, translator: TranslatorBase, where: str) -> None:
+    """A warning where a page says it is in another language than the model's source (pages' ``lang``
+    is often wrong, so the page is translated all the same)."""
+    said, ours = _PAGE_LANGUAGE.search(document[:4096]), translator.src_pipe.moses.lang
+    if said and ours and said.group(1).lower() != ours.lower():
+        console.print(f'warning: {where}: the page says it is in another language (<html lang="{said.group(1)}">) '
+                      f"than this model translates ({ours}); translated as {ours} all the same")
 
 
 def _refuse_xliff_as_xml(document: str, options: TranslateOptions, where: str) -> None:
@@ -479,6 +493,7 @@ def _translated_subtitles(engine: Engine, document: str, where: str) -> tuple[st
             console.print(f"warning: {where}: the cue text {segment[:40]!r}: {exc}; translated without its tags")
     done = translate_markup(engine.translator, segments, engine.search, "html", (), engine.glossary, engine.bans,
                             engine.hints, own_stops=True)
+    subtitles.relabelled(engine.translator.src_pipe.moses.lang, engine.translator.tgt_pipe.moses.lang)
     return subtitles.render([" ".join(text.splitlines()) for text in done]), f"{len(subtitles.cues):,} cues"
 
 

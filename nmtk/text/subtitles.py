@@ -179,6 +179,15 @@ class Subtitles:
             separators += between[k : k + 1]
         return cls(blocks, separators, newline, end, text.lstrip("\ufeff").startswith("WEBVTT"))
 
+    def relabelled(self, source: str, target: str) -> None:
+        """A WebVTT header's ``Language: en`` (YouTube's captions say it) as the translation's ``Language:
+        de``, where it names the source's language (a region, ``en-US``, is its language's)."""
+        if not source or not target or source == target:
+            return
+        said = re.compile(rf"(?im)^(Language:[ \t]*){re.escape(source)}(?:[-_][\w-]*)?[ \t]*$")
+        self.blocks = [said.sub(lambda m: m.group(1) + target, b) if isinstance(b, str) and b.startswith("WEBVTT")
+                       else b for b in self.blocks]
+
     @property
     def cues(self) -> list[Cue]:
         return [b for b in self.blocks if isinstance(b, Cue)]

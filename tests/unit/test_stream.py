@@ -48,3 +48,18 @@ def test_text_lines_holding_markup_tags_are_named_on_the_last_line() -> None:
     said = summary(9, 1.0, [], tagged=[2, 5])
     assert said.endswith("; 2 held markup tags, read as words (--format html translates the text between them and "
                          "puts them back): lines 2, 5")
+
+
+def test_a_page_in_another_language_than_the_models_is_a_warning(capsys) -> None:
+    """``<html lang="fr">`` for an English model: translated all the same (pages' ``lang`` is often
+    wrong), with one warning; the model's own language, a region of it, or no ``lang``: nothing said."""
+    from types import SimpleNamespace
+
+    from nmtk.decode.stream import _warn_of_page_language
+
+    translator = SimpleNamespace(src_pipe=SimpleNamespace(moses=SimpleNamespace(lang="en")))
+    for page in ('<html lang="en-GB"><p>A.</p></html>', "<html><p>A.</p></html>", '<p lang="fr">A.</p>'):
+        _warn_of_page_language(page, translator, "page.html")
+    assert capsys.readouterr().err == ""
+    _warn_of_page_language("<!DOCTYPE html>\n<html class='x' lang=fr>", translator, "page.html")
+    assert 'page.html: the page says it is in another language (<html lang="fr">)' in capsys.readouterr().err

@@ -115,3 +115,15 @@ def test_a_translation_wider_than_a_subtitle_line_takes_two() -> None:
     assert cue.room(long * 3) == 2
     wide = Cue(["1", "00:00:01,000 --> 00:00:02,000"], ["A man in a red shirt climbs a rock with a long blue rope."])
     assert wide.room(long) == 1  # the file's own lines are that wide
+
+
+def test_a_webvtt_header_says_the_translations_language() -> None:
+    """YouTube's captions say ``Language: en`` in their header: the translation's says ``de``; a cue's
+    text, another language's line and a file without one are as they were."""
+    vtt = "WEBVTT\nKind: captions\nLanguage: en-US\n\n00:01.000 --> 00:02.000\nLanguage: en\n"
+    parsed = Subtitles.parse(vtt)
+    parsed.relabelled("en", "de")
+    assert parsed.render(["Language: en"]) == vtt.replace("Language: en-US", "Language: de")
+    french = Subtitles.parse(vtt.replace("en-US", "fr"))
+    french.relabelled("en", "de")
+    assert french.render(["x"]).startswith("WEBVTT\nKind: captions\nLanguage: fr\n")
