@@ -345,6 +345,8 @@ class _Parser(HTMLParser):
     def _kept_whole(self, tag: str, attrs: dict[str, str | None]) -> bool:
         if attrs.get("translate", "") == "no" or "notranslate" in (attrs.get("class") or "").split():
             return True
+        if self.kind == "xml" and attrs.get("mtype") == "protected":  # XLIFF 1.2's text not to translate
+            return True
         return tag in (VERBATIM if self.kind == "html" else NATIVE_CODE)
 
     def _point(self, raw: str) -> None:

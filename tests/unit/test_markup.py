@@ -401,3 +401,12 @@ def test_elements_in_the_source_language_say_the_target_language() -> None:
             "lang=en</p></html>")
     assert relabelled(page, translator) == ('<html lang="de"><p lang=de title="lang=en">A <q lang="fr">oui</q> '
                                             "<b xml:lang='de'>b</b> lang=en</p></html>")
+
+
+def test_xliffs_protected_text_is_kept_as_it_is() -> None:
+    """XLIFF 1.2's ``<mrk mtype="protected">`` (as 2.x's ``translate="no"``) marks text not to translate:
+    the model read "Ctrl+S" as words; html has no such attribute."""
+    segment = parse('Press <mrk mtype="protected">Ctrl+S</mrk> to save.', "xml").segments[0]
+    assert segment.words == ["Press", "to", "save."]
+    assert parse('Press <mrk mtype="protected">Ctrl+S</mrk> to save.', "html").segments[0].words == [
+        "Press", "Ctrl+S", "to", "save."]
