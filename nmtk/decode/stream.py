@@ -353,9 +353,12 @@ def _detects_sources(translator: TranslatorBase, options: TranslateOptions) -> b
 def _refuse_with_markup(engine: Engine, options: TranslateOptions) -> None:
     """One line for the options that markup cannot take (a fragment's sentences are nmtk's to cut, and its
     output is the fragment with its tags), and for an engine that cannot place tags."""
+    whole = options.document or options.format in WHOLE
+    if options.skip and whole:
+        raise NmtkError(f"--format {options.format}{' --document' if options.document else ''}: --skip cannot be "
+                        "used with it (the whole input is read and translated at once, and written whole)")
     refused = [name for name, asked in (("--nbest", options.nbest > 1), ("--print-scores", options.print_scores),
                                         ("--print-alignment", engine.search.align),
-                                        ("--skip", options.skip and (options.document or options.format in WHOLE)),
                                         ("--prefix/--constraints", not engine.format.plain),
                                         ("--source-lang auto", engine.detect)) if asked]
     if refused:

@@ -336,6 +336,9 @@ def test_an_xliff_file_gets_its_targets_filled_and_its_sources_kept(copy_run, tm
                                           ).replace("<target></target>", f"<target>{second}</target>")
     as_xml = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "xml", "--document", "-i", str(source), env=env)
     assert as_xml.returncode == 1 and "an XLIFF file: --format xliff writes" in as_xml.stderr, as_xml.stderr
+    skipped = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), "--skip", "1", env=env)
+    assert skipped.returncode == 1 and "--format xliff: --skip cannot be used with it (the whole input is read" \
+        in skipped.stderr, skipped.stderr
     source.write_text(xliff.replace("<file>", '<file source-language="en-US" target-language="fr">'))
     french = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), env=env)  # not this model's target
     assert french.returncode == 1 and "an XLIFF file to translate into fr (its languages: en-US → fr); this model " \
