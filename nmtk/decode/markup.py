@@ -17,6 +17,7 @@ from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import garbled_numbers, keeper, lost_numbers, renumbered_better, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
+from nmtk.text.langid import base_language, same_language
 from nmtk.text.line_breaks import CLOSERS, ends_sentence
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, text_of, token_spans
 from nmtk.text.subword import word_index
@@ -44,6 +45,7 @@ class MarkedUp:
     # the sentences with no letter or digit (``...``, ``—``, ``* * *``), kept as they are: a model given
     # one writes a sentence of its own (the demo model made "..." "Ein Taucher.")
     unread: list[tuple[int, int, int, int]] = field(default_factory=list)
+    kind: str = "html"  # html or xml
 
     @classmethod
     def of(cls, documents: list[str], kind: str, translator: TranslatorBase,
@@ -64,7 +66,7 @@ class MarkedUp:
         lines = [line for line, r in zip(text, read, strict=True) if r]
         moses = translator.src_pipe.moses
         return cls(parsed, places, lines, [moses.tokenize(line) for line in lines] if moses.enabled else lines,
-                   [p for p, r in zip(every, read, strict=True) if not r])
+                   [p for p, r in zip(every, read, strict=True) if not r], kind)
 
     def ids(self, translator: TranslatorBase, hints: Glossary | None = None) -> list[list[int] | None]:
         """The sentences' source ids (`TranslatorBase.encode`'s), from the tokens already made; ``hints``:
@@ -77,8 +79,10 @@ class MarkedUp:
         return list(translator.src_pipe.encode_tokenized(tokens)) if tokens else []
 
     def render(self, hyps: list[list[Hypothesis]], translator: TranslatorBase, own_stops: bool = False) -> list[str]:
-        """The documents translated (``hyps``: one list per line, aligned), tags in place; ``own_stops``:
-        a sentence ends as its source does where the model ended it with a stop of its own (`_own_end`)."""
+        """The documents translated (``hyps``: one list per line, aligned), tags in place; ``own_stops``
+        (documents and their fragments, not lines of text carried through markup): a sentence ends as its
+        source does where the model ended it with a stop of its own (`_own_end`), and html's ``lang``
+        attributes say the target language (`relabelled`)."""
         targets: dict[tuple[int, int], list[tuple[int, str, list[str], list[int]]]] = {}
         for (d, s, lo, _), found, line, tokens in zip(self.places, hyps, self.lines, self.tokens, strict=True):
             target = _sentence_target(found[0] if found else None, line, tokens, translator)
@@ -94,7 +98,7 @@ class MarkedUp:
             for s, segment in enumerate(doc.segments):
                 placed.append(place(segment, _joined(targets.get((d, s), []))))
             out.append(doc.render(placed))
-        return out
+        return [relabelled(document, translator) for document in out] if own_stops and self.kind == "html" else out
 
 
 def _sentence_target(hyp: Hypothesis | None, line: str, tokenized: str, translator: TranslatorBase
@@ -190,8 +194,6 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
     hyps = translator.hypotheses(lines, markup_search(search), ids=ids, guides=guides)
     ran = sorted({d for (d, *_), found in zip(marked.places, hyps, strict=True) if found and found[0].cut})
     out = marked.render(hyps, translator, own_stops)
-    if own_stops and kind == "html":
-        out = [relabelled(document, translator) for document in out]
     if not numbers:
         again = renumbered_documents(translator, documents, out, kind)
         if again:  # made again with their numbers carried; their length limits are the new translations'
@@ -213,11 +215,17 @@ def relabelled(document: str, translator: TranslatorBase) -> str:
     """A translated html document whose elements in the source language say the target's (``<html
     lang="en">`` and ``lang="en-GB"`` → ``lang="de"``); others (a quote ``lang="fr"``) as they were."""
     source, target = translator.src_pipe.moses.lang, translator.tgt_pipe.moses.lang
-    if not source or not target or source == target:
+    if not source or not target or same_language(source, target):
         return document
-    said = re.compile(rf"""(<[A-Za-z][^<>]*?\s(?:xml:)?lang\s*=\s*["']?){re.escape(source)}"""
-                      r"""(?:[-_][\w-]*)?(?=["'\s/>])""", re.IGNORECASE)
-    return said.sub(lambda m: m.group(1) + target, document)
+
+    def said(m: re.Match[str]) -> str:
+        return m.group(1) + base_language(target) if same_language(m.group(2), source) else m.group(0)
+
+    return _LANG_ATTRIBUTE.sub(said, document)
+
+
+#: An element's ``lang`` (or ``xml:lang``) attribute and its value.
+_LANG_ATTRIBUTE = re.compile(r"""(<[A-Za-z][^<>]*?\s(?:xml:)?lang\s*=\s*["']?)([\w-]+)(?=["'\s/>])""", re.IGNORECASE)
 
 
 def renumbered_documents(translator: TranslatorBase, documents: list[str], translations: list[str], kind: str

@@ -430,14 +430,14 @@ def _with_format(options: TranslateOptions) -> TranslateOptions:
 
 
 #: An html page's own language (``<html lang="fr">``).
-_PAGE_LANGUAGE = re.compile(r"""<html\b[^<>]*?\slang\s*=\s*["']?([A-Za-z]+)""", re.IGNORECASE)
+_PAGE_LANGUAGE = re.compile(r"""<html\b[^<>]*?\slang\s*=\s*["']?([\w-]+)""", re.IGNORECASE)
 
 
 def _warn_of_page_language(document: str, translator: TranslatorBase, where: str) -> None:
     """A warning where a page says it is in another language than the model's source (pages' ``lang``
     is often wrong, so the page is translated all the same)."""
     said, ours = _PAGE_LANGUAGE.search(document[:4096]), translator.src_pipe.moses.lang
-    if said and ours and said.group(1).lower() != ours.lower():
+    if said and ours and not langid.same_language(said.group(1), ours):
         console.print(f'warning: {where}: the page says it is in another language (<html lang="{said.group(1)}">) '
                       f"than this model translates ({ours}); translated as {ours} all the same")
 
@@ -456,14 +456,15 @@ def _translated_xliff(engine: Engine, document: str, where: str) -> tuple[str, s
     translated, for the last line."""
     xliff = Xliff.parse(document, where)
     _check_xliff_languages(xliff, engine.translator, where)
-    todo = [k for k in xliff.todo() if xliff.segments[k].source.strip()]
+    empty = xliff.todo()
+    todo = [k for k in empty if xliff.segments[k].source.strip()]
     try:
         done = translate_markup(engine.translator, [xliff.segments[k].source for k in todo], engine.search, "xml",
                                 (), engine.glossary, engine.bans, engine.hints, own_stops=True)
     except MarkupError as exc:
         k = todo[exc.document or 0]
         raise NmtkError(f"{where}: segment {k + 1} ({xliff.segments[k].source[:40]!r}): {exc}") from None
-    kept = len(xliff.segments) - len(xliff.todo())
+    kept = len(xliff.segments) - len(empty)
     what = f"{len(todo):,} of {len(xliff.segments):,} segments" + (
         f" ({kept:,} kept the translation their target holds)" if kept else "")
     return xliff.render(dict(zip(todo, done, strict=True))), what
@@ -473,10 +474,10 @@ def _check_xliff_languages(xliff: Xliff, translator: TranslatorBase, where: str)
     """One line where an XLIFF file says it goes between other languages than the model's (or than the
     ``--source-lang``/``--target-lang`` a multilingual model was given): its targets would be filled in
     the model's language all the same. A region (``de-CH``) is its language's."""
-    said = [lang.replace("_", "-").split("-")[0].lower() for lang in xliff.languages]
     model = translator.src_pipe.moses.lang, translator.tgt_pipe.moses.lang
-    wrong = [f"{side} {lang}" for side, lang, ours in zip(("from", "into"), said, model, strict=True)
-             if lang and ours and lang != ours.lower()]
+    wrong = [f"{side} {langid.base_language(lang)}" for side, lang, ours in zip(("from", "into"), xliff.languages,
+                                                                             model, strict=True)
+             if lang and ours and not langid.same_language(lang, ours)]
     if wrong:
         raise NmtkError(f"{where}: an XLIFF file to translate {' and '.join(wrong)} (its languages: "
                         f"{' → '.join(xliff.languages)}); this model translates {model[0]} into {model[1]}")

@@ -69,6 +69,12 @@ def base_language(lang: str) -> str:
         return lang.replace("-", "_").split("_")[0].lower()
 
 
+def same_language(code: str, other: str) -> bool:
+    """Whether two language codes name one language, region and script aside (``en-GB`` and ``en``, NLLB's
+    ``eng_Latn``): what a file's or a page's own label is compared with a model's language by."""
+    return bool(code and other) and base_language(code) == base_language(other)
+
+
 @lru_cache(maxsize=1024)
 def language_name(lang: str) -> str:
     """A language's English name, as LibreTranslate's ``/languages`` gives it (``de`` -> ``German``,

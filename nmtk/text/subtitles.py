@@ -21,6 +21,7 @@ import html
 import re
 from dataclasses import dataclass
 
+from nmtk.text.langid import base_language, same_language
 from nmtk.text.line_breaks import CLOSERS
 from nmtk.text.markup import MarkupError, parse
 
@@ -39,6 +40,7 @@ _TRAILING = re.compile(rf"(?:<[^<>]*>|\{{\\[^{{}}]*\}}|[\s{re.escape(CLOSERS)}])
 _WORD = re.compile(r"(?:<[^<>]*>|\S)+")  # a word with its tags: no break inside <font color="red">
 _INVISIBLE = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
 _TAG = re.compile(r"(<[^<>]*>)")
+_LANGUAGE = re.compile(r"(?im)^(Language:[ \t]*)([\w-]+)(?=[ \t]*$)")  # a WebVTT header's language
 #: The characters a subtitle line holds, by the usual rule (Netflix's and the BBC's 37–42).
 LINE_WIDTH = 42
 
@@ -182,11 +184,14 @@ class Subtitles:
     def relabelled(self, source: str, target: str) -> None:
         """A WebVTT header's ``Language: en`` (YouTube's captions say it) as the translation's ``Language:
         de``, where it names the source's language (a region, ``en-US``, is its language's)."""
-        if not source or not target or source == target:
+        if not source or not target or same_language(source, target):
             return
-        said = re.compile(rf"(?im)^(Language:[ \t]*){re.escape(source)}(?:[-_][\w-]*)?[ \t]*$")
-        self.blocks = [said.sub(lambda m: m.group(1) + target, b) if isinstance(b, str) and b.startswith("WEBVTT")
-                       else b for b in self.blocks]
+
+        def said(m: re.Match[str]) -> str:
+            return m.group(1) + base_language(target) if same_language(m.group(2), source) else m.group(0)
+
+        self.blocks = [_LANGUAGE.sub(said, b) if isinstance(b, str) and b.startswith("WEBVTT") else b
+                       for b in self.blocks]
 
     @property
     def cues(self) -> list[Cue]:

@@ -150,6 +150,8 @@ def test_the_server_answers_html_as_translate_does_and_detects_languages(tagged_
         asked = asyncio.run(translate(LibreRequest(q=[f"<p>{t}</p>" for t in tagged_lines[:2]], format="html",
                                                    alternatives=3)))
         assert asked["translatedText"] == out.splitlines()[1:3] and asked["alternatives"] == [[], []], asked
+        labelled = asyncio.run(translate(LibreRequest(q=f'<p lang="en">{tagged_lines[0]}</p>', format="html")))
+        assert labelled["translatedText"] == out.splitlines()[1].replace("<p>", '<p lang="de">')  # as translate
         found = asyncio.run(detect(DetectRequest(q="Ein Mann fährt mit dem Fahrrad über die Brücke.")))
         assert found[0]["language"] == "de" and found[0]["confidence"] > 50
         assert {f["language"] for f in found} == {"en", "de"}

@@ -124,6 +124,9 @@ def test_a_webvtt_header_says_the_translations_language() -> None:
     parsed = Subtitles.parse(vtt)
     parsed.relabelled("en", "de")
     assert parsed.render(["Language: en"]) == vtt.replace("Language: en-US", "Language: de")
+    nllb = Subtitles.parse(vtt)  # a model's codes as NLLB writes them: the same languages
+    nllb.relabelled("eng_Latn", "deu_Latn")
+    assert nllb.render(["x"]).startswith("WEBVTT\nKind: captions\nLanguage: de\n")
     french = Subtitles.parse(vtt.replace("en-US", "fr"))
     french.relabelled("en", "de")
     assert french.render(["x"]).startswith("WEBVTT\nKind: captions\nLanguage: fr\n")
