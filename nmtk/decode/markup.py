@@ -200,15 +200,24 @@ def translate_markup(translator: TranslatorBase, documents: list[str], search: S
             still: list[int] = []
             redone = translate_markup(translator, [documents[d] for d in again], search, kind, attributes, glossary,
                                       bans, hints, numbers=True, cut=still, own_stops=own_stops)
-            taken = [k for k, (d, text) in enumerate(zip(again, redone, strict=True))
-                     if renumbered_better(translator, text_of(documents[d], kind), text_of(out[d], kind),
-                                          text_of(text, kind))]
-            for k in taken:
-                out[again[k]] = redone[k]
+            taken = take_renumbered(translator, documents, out, again, redone, kind)
             ran = sorted(set(ran) - {again[k] for k in taken} | {again[k] for k in still if k in taken})
     if cut is not None:
         cut += ran
     return out
+
+
+def take_renumbered(translator: TranslatorBase, documents: list[str], out: list[str], again: list[int],
+                    redone: list[str], kind: str) -> list[int]:
+    """Put into ``out`` each of the documents ``again`` (`renumbered_documents`) whose translation made
+    again with its numbers carried (``redone``, in ``again``'s order) is the better one
+    (`renumbered_better`, on their words); returns the positions in ``again`` taken. `translate_markup`
+    and `serve`'s html both take them so (serve took every one, a number the model added included)."""
+    taken = [k for k, (d, text) in enumerate(zip(again, redone, strict=True))
+             if renumbered_better(translator, text_of(documents[d], kind), text_of(out[d], kind), text_of(text, kind))]
+    for k in taken:
+        out[again[k]] = redone[k]
+    return taken
 
 
 def relabelled(document: str, translator: TranslatorBase) -> str:

@@ -38,7 +38,7 @@ from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
-from nmtk.decode.markup import MarkedUp, check_engine, markup_search, renumbered_documents
+from nmtk.decode.markup import MarkedUp, check_engine, markup_search, renumbered_documents, take_renumbered
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import (
     can_carry,
@@ -765,8 +765,7 @@ async def _marked_texts(service: _Service, req: LibreRequest, documents: list[st
     if again:
         redone = await _marked_texts(service, req, [documents[k] for k in again], pair, numbers=True,
                                      own_stops=own_stops)
-        for k, text in zip(again, redone, strict=True):
-            out[k] = text
+        take_renumbered(view, documents, out, again, redone, "html")
     return out
 
 

@@ -151,6 +151,23 @@ def test_a_translation_made_again_replaces_the_first_unless_it_garbles_what_the_
     assert renumbered_better(view, line, "Ein Mann mit der Nummer 3 3 darauf.", "Ein Mann mit der Nummer 3.")
 
 
+def test_documents_made_again_are_taken_only_where_better_in_translate_and_serve() -> None:
+    """Markup's second try follows the same rule as a line's (`take_renumbered`, which `translate_markup`
+    and serve's html share): serve's html took every document made again, one where the model added a
+    number of its own included."""
+    from types import SimpleNamespace
+
+    from nmtk.decode.markup import take_renumbered
+
+    view = SimpleNamespace(src_pipe=SimpleNamespace(moses=SimpleNamespace(lang="en")),
+                           tgt_pipe=SimpleNamespace(moses=SimpleNamespace(lang="de")))
+    documents = ["<p>A man with a <b>number 3</b> on it.</p>", "<p>A <i>man</i> with 2 dogs.</p>", "<p>Hi</p>"]
+    out = ["<p>Ein Mann mit der <b>Nummer 3 3</b> darauf.</p>", "<p>Ein <i>Mann</i> mit Hunden.</p>", "<p>Hallo</p>"]
+    redone = ["<p>Ein Mann, <b>Nummer 3 Nummer 9</b>.</p>", "<p>Ein <i>Mann</i> mit 2 Hunden.</p>"]
+    assert take_renumbered(view, documents, out, [0, 1], redone, "html") == [1]
+    assert out == ["<p>Ein Mann mit der <b>Nummer 3 3</b> darauf.</p>", redone[1], "<p>Hallo</p>"]
+
+
 def test_a_translation_garbled_numbers_where_it_writes_digits_its_line_has_not() -> None:
     """The demo model turned "12 cats" into "1 1 1 1 12 Viert" and "$5" into "5 5 5": made again with the
     line's numbers carried. A number the line spells out ("three" → "3") is its own; a line without
