@@ -155,11 +155,28 @@ def _unspelt(line: str, spells: Callable[[str], bool]) -> list[list[int]]:
     for i, char in enumerate(line):
         if char.isspace() or spells(char):
             continue
+        letter = _letter_of(line, i)  # an accent typed apart from its letter: spelt with it, composed
+        if letter is not None and spells(unicodedata.normalize("NFC", line[letter : i + 1])):
+            continue
         if runs and runs[-1][1] == i:
             runs[-1][1] = i + 1
         else:
             runs.append([i, i + 1])
     return runs
+
+
+def _letter_of(line: str, i: int) -> int | None:
+    """Where the letter of ``line[i]`` is, where ``line[i]`` is an accent typed apart from it (``e`` +
+    U+0301 for "é", as macOS and some keyboards write it: Unicode's decomposed form); None for any other
+    character. Alone an accent is no character a vocabulary has: it was carried through after the
+    sentence ("Ein Mann in einem Café.\u0301"), where the two composed are spelt (`Reading.read`
+    composes them). One the vocabulary lacks even so is carried alone: the word keeps its letters."""
+    if unicodedata.category(line[i]) != "Mn":
+        return None
+    start = i
+    while start > 0 and unicodedata.category(line[start - 1]) == "Mn":
+        start -= 1
+    return start - 1 if start > 0 and not line[start - 1].isspace() else None
 
 
 #: A URL (a scheme's ``://`` or ``www.`` and what follows up to white space, quotes or angle brackets),

@@ -7,6 +7,7 @@ case back. ``translate``/
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,8 +39,11 @@ class Reading:
         return case_of(text) if self.fold_case else None
 
     def read(self, text: str) -> str:
-        """``text`` as the model reads it: in sentence case where typed in capitals or title case (the
-        line, or a sentence of it), its typos corrected."""
+        """``text`` as the model reads it: its accents composed with their letters (Unicode's NFC: "é"
+        typed as e + U+0301, as macOS and some keyboards write it, was split off by Moses and read
+        apart), in sentence case where typed in capitals or title case (the line, or a sentence of it),
+        its typos corrected."""
+        text = composed(text)
         if self.fold_case:
             case = case_of(text)
             read = folded(text, case, self.lang) if case else folded_sentences(text, self.lang, self.pieces)
@@ -51,6 +55,13 @@ class Reading:
         typed in, which the translator's ``detokenize`` gives back (`nmtk.text.casing.recased`)."""
         cases = [self.case_of(s) for s in sentences]
         return [[replace(h, case=c) for h in hyps] if c else hyps for c, hyps in zip(cases, results, strict=True)]
+
+
+def composed(text: str) -> str:
+    """``text`` with its accents composed with their letters (Unicode's NFC): "é" typed as ``e`` + U+0301
+    (macOS, some keyboards) is the "é" a corpus has; lines, glossary terms, prefixes and banned phrases
+    are read so, or one would not find the other."""
+    return unicodedata.normalize("NFC", text)
 
 
 def terms_pattern(terms: Sequence[str], ignore_case: bool = False) -> re.Pattern[str] | None:

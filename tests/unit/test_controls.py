@@ -384,3 +384,22 @@ def test_only_the_sentences_that_repeated_themselves_are_searched_again() -> Non
         asked.clear()
         assert [h[0].tokens for h in unrepeated(searched, how, results(), lettered)][1] == [12, 13, 13, 13, 13]
         assert asked == []
+
+
+def test_accents_typed_apart_from_their_letters_are_read_as_one_character() -> None:
+    """"café" typed as ``cafe`` + U+0301 (macOS, some keyboards: Unicode's decomposed form) is the
+    "café" of a corpus: a line reads so (Moses split the accent off as a word of its own), and a glossary
+    term, a constraint, a prefix or a banned phrase typed either way finds a line typed the other way."""
+    from nmtk.decode.guide import guided
+    from nmtk.text.reading import Reading
+
+    apart, together = "cafe\u0301", "caf\u00e9"
+    assert Reading().read(f"A man in a {apart}.") == f"A man in a {together}." == Reading(fold_case=False).read(
+        f"A man in a {apart}.")
+    for term, line in ((apart, f"A {together} ."), (together, f"A {apart} .")):
+        source = Reading().read(line)
+        assert guided(source, Guidance(), Glossary.of([[term, "Caf\u00e9"]]), (), str).constraints == ("Caf\u00e9",)
+        assert guided(source, Guidance(), Glossary.of([[term, "Cafe\u0301"]]), (), str, hints=True).hinted == (
+            "Caf\u00e9",)
+    asked = guided("A dog .", Guidance(prefix="Cafe\u0301", constraints=("Cafe\u0301s",)), None, ("Cafe\u0301",), str)
+    assert asked == Guidance(prefix="Caf\u00e9", constraints=("Caf\u00e9s",), bans=("Caf\u00e9",))
