@@ -9,6 +9,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from nmtk.text.reading import composed
+
 if TYPE_CHECKING:
     from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
 
@@ -55,10 +57,12 @@ class Moses:
         return self.tokenize_ or self.normalize
 
     def tokenize(self, text: str) -> str:
-        """Raw sentence -> (normalised) space-separated Moses tokens; unchanged when both steps are off."""
+        """Raw sentence -> (normalised) space-separated Moses tokens; unchanged when both steps are off.
+        Accents are composed with their letters first (NFC: "é" typed as ``e`` + U+0301 would be split
+        off as a token of its own, in training data and input alike)."""
         if not self.enabled:
             return text
-        text = " ".join(text.split())
+        text = composed(" ".join(text.split()))
         if text.replace(" ", "").isalpha():  # words of letters alone: both steps leave them as they are
             return text
         if self.normalize and text:

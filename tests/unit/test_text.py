@@ -115,3 +115,13 @@ def test_words_of_letters_pass_moses_as_sacremoses_leaves_them(lang: str) -> Non
                                      escape=False, return_str=True)
         assert moses.tokenize(piece) == by_sacremoses == " ".join(piece.split())
     assert moses.tokenize("shirt.") == "shirt ." and moses.tokenize("T-shirt") == "T @-@ shirt"
+
+
+def test_moses_reads_accents_typed_apart_as_one_letter() -> None:
+    """``e`` + U+0301 (macOS, some keyboards) is the "é" of a corpus: sacremoses split the accent off as a
+    token of its own, in training data and input alike."""
+    from nmtk.text.moses import Moses
+
+    assert Moses("en").tokenize("A cafe\u0301.") == "A caf\u00e9 ." == Moses("en").tokenize("A caf\u00e9.")
+    assert Moses("de", tokenize=False).tokenize("Mu\u0308ller") == "M\u00fcller"
+    assert Moses("de", tokenize=False, normalize=False).tokenize("Mu\u0308ller") == "Mu\u0308ller"  # off: as it is
