@@ -26,7 +26,7 @@ from nmtk.files import read_lines
 from nmtk.manifest import Manifest
 from nmtk.recipe import Recipe
 from nmtk.text.casing import shouted
-from nmtk.text.reading import composed, terms_pattern
+from nmtk.text.reading import normalized, terms_pattern
 from nmtk.vocab import HINT_SYMBOLS, hinted
 
 if TYPE_CHECKING:
@@ -266,10 +266,11 @@ def guided(source: str, guide: Guidance, glossary: Glossary | None, bans: tuple[
     """``guide`` with the glossary's terms that ``source`` holds and the banned phrases added (what
     `translate` and the server ask of every line); None when it asks nothing. ``hints``: the terms are
     hints in the source (``--terms inline``), preferred among the finished hypotheses (`preferring`),
-    not constraints. Its texts are read with their accents composed, as the source is (`composed`)."""
+    not constraints. Its texts are read as the source is (`normalized`: accents composed, soft hyphens dropped)."""
     if guide.prefix or guide.constraints:
-        guide = replace(guide, prefix=composed(guide.prefix), constraints=tuple(composed(t) for t in guide.constraints))
-    bans = tuple(composed(b) for b in bans)
+        guide = replace(guide, prefix=normalized(guide.prefix),
+                        constraints=tuple(normalized(t) for t in guide.constraints))
+    bans = tuple(normalized(b) for b in bans)
     if glossary is not None and source.strip():
         if hints:
             guide = replace(guide, hinted=glossary.terms(source, tokenize))
@@ -376,7 +377,7 @@ def _distinct(pairs: list[tuple[str, str]], origins: list[str], ignore_case: boo
 def _pair(fields: list[str], where: str) -> tuple[str, str]:
     if len(fields) != 2:
         raise NmtkError(f"{where}: expected 'source term<TAB>target term', found {len(fields)} field(s)")
-    src, tgt = (composed(f.strip()) for f in fields)  # as lines are read (`Reading.read`): found either way
+    src, tgt = (normalized(f.strip()) for f in fields)  # as lines are read (`Reading.read`): found either way
     if not src or not tgt:
         raise NmtkError(f"{where}: an empty {'source' if not src else 'target'} term")
     for side, term in (("source", src), ("target", tgt)):

@@ -87,11 +87,11 @@ def _reading(source: ModelSource, pipe: TextPipeline, options: LoadOptions) -> R
 
     words = source.manifest.words.get(lang) if source.manifest else None
     if words is None:
-        return Reading(lang=lang, pieces=pieces, keep=keep, terms=terms)
+        return Reading(lang=lang, pieces=pieces, keep=keep, terms=terms, spells=pipe.spells)
     from nmtk.text.typos import TypoCorrector
 
     return Reading(lang=lang, typos=TypoCorrector.read(source.path / words, lang), pieces=pieces, keep=keep,
-                   terms=terms)
+                   terms=terms, spells=pipe.spells)
 
 
 def _load_run(source: ModelSource, options: LoadOptions) -> TranslatorBase:

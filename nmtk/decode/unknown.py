@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from nmtk.decode.guide import Glossary, occurrences
 from nmtk.text.line_breaks import list_marker
+from nmtk.text.reading import INVISIBLE, compatible
 
 if TYPE_CHECKING:
     from nmtk.decode.base import TranslatorBase
@@ -357,6 +358,8 @@ def left_out(lines: list[str], guides: list | None, translated: dict[int, str]) 
 def read_as_spelt(translator: TranslatorBase) -> Callable[[str], bool]:
     """Whether the translator's source vocabulary spells a character as its lines are read: a capital
     the vocabulary lacks is spelt where its small letter is, since lines in capitals are read in
-    sentence case (`nmtk.text.reading`)."""
+    sentence case, a ligature or full-width letter where its compatibility form is, and the invisible
+    break hints are dropped (`nmtk.text.reading`)."""
     spells = translator.src_pipe.spells
-    return lambda char: spells(char) or (char != char.lower() and spells(char.lower()))
+    return lambda char: (spells(char) or char in INVISIBLE or (char != char.lower() and spells(char.lower()))
+                         or compatible(char, spells) is not None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from nmtk.text.reading import composed
+from nmtk.text.reading import normalized
 
 if TYPE_CHECKING:
     from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
@@ -62,7 +62,7 @@ class Moses:
         off as a token of its own, in training data and input alike)."""
         if not self.enabled:
             return text
-        text = composed(" ".join(text.split()))
+        text = normalized(" ".join(text.split()))
         if text.replace(" ", "").isalpha():  # words of letters alone: both steps leave them as they are
             return text
         if self.normalize and text:

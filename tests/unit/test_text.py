@@ -124,4 +124,5 @@ def test_moses_reads_accents_typed_apart_as_one_letter() -> None:
 
     assert Moses("en").tokenize("A cafe\u0301.") == "A caf\u00e9 ." == Moses("en").tokenize("A caf\u00e9.")
     assert Moses("de", tokenize=False).tokenize("Mu\u0308ller") == "M\u00fcller"
+    assert Moses("de").tokenize("Silben\u00adtren\u00adnung der Web\u200bseite") == "Silbentrennung der Webseite"
     assert Moses("de", tokenize=False, normalize=False).tokenize("Mu\u0308ller") == "Mu\u0308ller"  # off: as it is

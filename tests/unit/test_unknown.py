@@ -47,6 +47,18 @@ def test_unknown_runs_and_links_are_the_spans_kept() -> None:
     odd = "A q\u0301 and \u0301 and e\u0301\u0301 ."
     assert [odd[lo:hi] for lo, hi in kept_spans(odd, latin)] == ["\u0301", "\u0301", "\u0301"]
     assert tuple(kept_spans(odd, latin)[2]) == (len(odd) - 3, len(odd) - 2)  # the second accent on e, not the first
+    # read as lines are read (`read_as_spelt`): a soft hyphen or zero-width space dropped, a ligature or a
+    # full-width letter in its compatibility form ("ben\u00adch" was cut in two, "ﬁsh" read "sh")
+    from types import SimpleNamespace
+
+    from nmtk.decode.unknown import read_as_spelt
+    from nmtk.text.reading import Reading
+
+    view = SimpleNamespace(src_pipe=SimpleNamespace(spells=lambda text: all(ord(c) < 128 for c in text)))
+    web = "A ben\u00adch, a \ufb01sh and a \uff21 \u200bdog\u2060s \U0001f436."
+    assert [web[lo:hi] for lo, hi in kept_spans(web, read_as_spelt(view))] == ["\U0001f436"]
+    assert Reading(spells=view.src_pipe.spells).read(web) == "A bench, a fish and a A dogs \U0001f436."
+    assert Reading().read("ben\u00adch \ufb01sh") == "bench \ufb01sh"  # no vocabulary: composed alone
 
 
 def test_spans_come_back_where_they_stood_spaced_as_in_the_source() -> None:
