@@ -6,7 +6,11 @@ place and the targets left empty, so that a CAT tool took the German for the sou
 a ``<trans-unit>`` (1.2) or a ``<segment>`` (2.x); its source's content (text and XLIFF's inline codes:
 ``<g>``, ``<x/>``, ``<bpt>``, ``<pc>``, ``<ph/>``) is translated as markup is, and the translation goes
 into its target: an empty one is filled, a missing one is written after the source, and one that holds
-a translation already (a translator's) is kept as it is. Units marked ``translate="no"`` are left alone,
+a translation already (a translator's) is kept as it is. A target filled here says it is machine
+translation awaiting review, as CAT tools read it: XLIFF 1.2's ``state="needs-review-translation"
+state-qualifier="leveraged-mt"`` on the ``<target>``, 2.x's ``state="translated"`` on the ``<segment>``
+(a CAT tool showed the German as untranslated, or, where the empty target said ``state="new"``, as new
+text). Units marked ``translate="no"`` are left alone,
 as are ``<alt-trans>`` proposals. The standard library's expat parser finds where each element lies;
 the file is then changed at those places alone, so its declaration, comments, namespaces and layout
 stay as they were.
@@ -14,6 +18,7 @@ stay as they were.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from xml.parsers import expat
 
@@ -21,6 +26,11 @@ from nmtk.errors import NmtkError
 
 #: The elements that hold one segment's source and target: XLIFF 1.2's and 2.x's.
 _SEGMENTS = ("trans-unit", "segment")
+#: What a translated segment's state says, by version: on its ``<target>`` (1.2: awaiting review, from
+#: machine translation) or on the ``<segment>`` itself (2.x, whose states are initial, translated,
+#: reviewed and final).
+_STATE_12 = {"state": "needs-review-translation", "state-qualifier": "leveraged-mt"}
+_STATE_2 = {"state": "translated"}
 
 
 @dataclass
@@ -34,10 +44,25 @@ class Segment:
     indent: bytes | None = None  # what stands before ``<source`` on its line, where it begins one
     name: str = "target"  # the target element's name as the file writes it (``xlf:target``)
     filled: bool = False  # its target holds a translation already: kept
+    target_tag: tuple[int, int] | None = None  # the target's start tag (1.2: where its state is said)
+    segment_tag: tuple[int, int] | None = None  # a 2.x ``<segment>``'s start tag (where its state is); None: 1.2
 
 
 def _local(name: str) -> str:
     return name.rsplit(":", 1)[-1]
+
+
+def _with_attributes(tag: bytes, values: dict[str, str]) -> bytes:
+    """A start tag (``<target state="new">``, ``<target/>``) with ``values`` for those attributes: each
+    one it has takes its value, the others are added before its end."""
+    for name, value in values.items():
+        said = re.compile(rb"(\s" + re.escape(name.encode()) + rb"\s*=\s*)([\"'])[^\"']*\2")
+        if said.search(tag):
+            tag = said.sub(lambda m, v=value: m.group(1) + m.group(2) + v.encode() + m.group(2), tag, count=1)
+        else:
+            end = len(tag) - (2 if tag.endswith(b"/>") else 1)
+            tag = tag[:end].rstrip() + f' {name}="{value}"'.encode() + tag[end:]
+    return tag
 
 
 def _tag_end(raw: bytes, at: int) -> int:
@@ -87,16 +112,22 @@ class Xliff:
         newline = b"\r\n" if b"\r\n" in self.raw else b"\n"
         for k, text in translations.items():
             segment, body = self.segments[k], text.encode("utf-8")
+            said = {} if segment.segment_tag is not None else _STATE_12  # 1.2's state is the target's
+            if segment.segment_tag is not None:
+                lo, hi = segment.segment_tag
+                edits.append((lo, hi, _with_attributes(self.raw[lo:hi], _STATE_2)))
             if segment.target is not None:
-                edits.append((*segment.target, body))
+                edits += [(*segment.target, body), (*segment.target_tag, _with_attributes(
+                    self.raw[slice(*segment.target_tag)], said))]
             elif segment.empty_target is not None:
                 lo, hi = segment.empty_target
-                head = self.raw[lo:hi].rstrip(b">").rstrip(b"/").rstrip()
+                head = _with_attributes(self.raw[lo:hi], said).rstrip(b">").rstrip(b"/").rstrip()
                 edits.append((lo, hi, head + b">" + body + f"</{segment.name}>".encode()))
             else:
                 line = b"" if segment.indent is None else newline + segment.indent
+                tag = _with_attributes(f"<{segment.name}>".encode(), said)
                 edits.append((segment.after_source, segment.after_source,
-                              line + f"<{segment.name}>".encode() + body + f"</{segment.name}>".encode()))
+                              line + tag + body + f"</{segment.name}>".encode()))
         raw = self.raw
         for lo, hi, body in sorted(edits, reverse=True):
             raw = raw[:lo] + body + raw[hi:]
@@ -126,7 +157,7 @@ class _Reader:
         self.stack.append((local, skipped))
         at = self.parser.CurrentByteIndex
         if local in _SEGMENTS and not skipped:
-            self.current = Segment(source="")
+            self.current = Segment(source="", segment_tag=(at, _tag_end(self.raw, at)) if local == "segment" else None)
         elif local in ("source", "target") and parent[0] in _SEGMENTS and self.current is not None:
             self.open[local] = (at, _tag_end(self.raw, at), name)
 
@@ -152,5 +183,5 @@ class _Reader:
             elif empty:
                 segment.empty_target = (begin, inner)
             else:
-                segment.target = (inner, close)
+                segment.target, segment.target_tag = (inner, close), (begin, inner)
                 segment.filled = bool(self.raw[inner:close].strip())

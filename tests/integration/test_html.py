@@ -334,8 +334,9 @@ def test_an_xliff_file_gets_its_targets_filled_and_its_sources_kept(copy_run, tm
     assert "format: xliff" in result.stderr and "translated 2 of 3 segments (1 kept" in result.stderr, result.stderr
     xml = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "xml", stdin=f"{marked}\n{two}\n", env=env)
     first, second = xml.stdout.splitlines()
-    assert result.stdout == xliff.replace(f"{marked}</source>\n", f"{marked}</source>\n<target>{first}</target>\n"
-                                          ).replace("<target></target>", f"<target>{second}</target>")
+    mt = '<target state="needs-review-translation" state-qualifier="leveraged-mt">'  # for a CAT tool's review
+    assert result.stdout == xliff.replace(f"{marked}</source>\n", f"{marked}</source>\n{mt}{first}</target>\n"
+                                          ).replace("<target></target>", f"{mt}{second}</target>")
     as_xml = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "xml", "--document", "-i", str(source), env=env)
     assert as_xml.returncode == 1 and "an XLIFF file: --format xliff writes" in as_xml.stderr, as_xml.stderr
     skipped = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), "--skip", "1", env=env)

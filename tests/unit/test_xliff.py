@@ -31,9 +31,14 @@ V20 = """<xliff xmlns:x="urn:oasis:names:tc:xliff:document:2.0" version="2.0" sr
 </xliff>"""
 
 
+MT = 'state="needs-review-translation" state-qualifier="leveraged-mt"'  # what a target filled by nmtk says
+
+
 def test_segments_sources_and_the_targets_they_fill() -> None:
-    """Empty and missing targets are filled, a target holding a translation is kept, ``translate="no"``
-    units and ``<alt-trans>`` proposals are left alone; every other byte is written as it was."""
+    """Empty and missing targets are filled, saying they are machine translation awaiting review (a CAT
+    tool showed them untranslated, or as new where the target said ``state="new"``); a target holding a
+    translation is kept, ``translate="no"`` units and ``<alt-trans>`` proposals are left alone; every
+    other byte is written as it was."""
     xliff = Xliff.parse(V12, "a.xlf")
     assert xliff.languages == ("en", "de") and Xliff.parse(V20, "b.xlf").languages == ("en", "de")
     assert [s.source for s in xliff.segments] == ['A man rides a <g id="1">red</g> bike.', "Two dogs &amp; a cat.",
@@ -43,13 +48,18 @@ def test_segments_sources_and_the_targets_they_fill() -> None:
                         3: "Ja."})
     assert out == V12.replace(
         '<g id="1">red</g> bike.</source>\n',
-        '<g id="1">red</g> bike.</source>\n        <target>Ein Mann fährt ein <g id="1">rotes</g> Rad.</target>\n'
-    ).replace('<target state="new"></target>', '<target state="new">Zwei Hunde &amp; eine Katze.</target>'
-              ).replace("<target/>", "<target>Ja.</target>")
+        f'<g id="1">red</g> bike.</source>\n        <target {MT}>Ein Mann fährt ein <g id="1">rotes</g> Rad.</target>\n'
+    ).replace('<target state="new"></target>', f'<target {MT}>Zwei Hunde &amp; eine Katze.</target>'
+              ).replace("<target/>", f"<target {MT}>Ja.</target>")
     assert Xliff.parse(V12, "a.xlf").render({}) == V12
     crlf = V12.replace("\n", "\r\n")  # a new target's line ends as the file's lines do
     assert Xliff.parse(crlf, "a.xlf").render({0: "X"}) == crlf.replace(
-        "bike.</source>\r\n", "bike.</source>\r\n        <target>X</target>\r\n")
+        "bike.</source>\r\n", f"bike.</source>\r\n        <target {MT}>X</target>\r\n")
+    # a target's other attributes are kept, a state in single quotes takes the new value
+    odd = V12.replace("<target/>", "<target xml:lang='de' state='needs-translation' />")
+    assert Xliff.parse(odd, "a.xlf").render({3: "Ja."}) == odd.replace(
+        "<target xml:lang='de' state='needs-translation' />",
+        """<target xml:lang='de' state='needs-review-translation' state-qualifier="leveraged-mt">Ja.</target>""")
 
 
 def test_xliff_2_segments_and_a_prefixed_namespace() -> None:
@@ -57,7 +67,10 @@ def test_xliff_2_segments_and_a_prefixed_namespace() -> None:
     assert [s.source for s in xliff.segments] == ['A <x:pc id="1">red</x:pc> car.', "Done."]
     out = xliff.render({0: "Ein rotes Auto.", 1: "Fertig."})
     assert out == V20.replace("car.</x:source>", "car.</x:source><x:target>Ein rotes Auto.</x:target>").replace(
-        "Done.</x:source>", "Done.</x:source><x:target>Fertig.</x:target>")
+        "Done.</x:source>", "Done.</x:source><x:target>Fertig.</x:target>").replace(
+        "<x:segment>", '<x:segment state="translated">')  # 2.x says a segment's state on the segment
+    initial = V20.replace("<x:segment>", '<x:segment id="s" state="initial">', 1)
+    assert Xliff.parse(initial, "b.xlf").render({0: "X"}).count('<x:segment id="s" state="translated">') == 1
 
 
 @pytest.mark.parametrize(("text", "error"), [
