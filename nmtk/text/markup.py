@@ -950,19 +950,20 @@ def _target_ranges(segment: Segment, target: Target) -> list[tuple[int, int]]:
     n = len(target.spans)
     ranges: list[tuple[int, int]] = []
     sentences = segment.sentences()
+    aligned = _stray_stops_left_out(segment, target)
     for tag in segment.tags:  # parents come before their children
         parent = ranges[tag.parent] if tag.parent is not None else (0, n)
         if n == 0:
             ranges.append((0, 0))
             continue
         if tag.point:
-            at = _point_in(tag.first, target.aligned, parent)
+            at = _point_in(tag.first, aligned, parent)
             if at == n == parent[1] > parent[0] and tag.first < len(segment.words) and not tag.glued and (
                     _only_punctuation(target.text, target.spans[-1])):  # it stood before words: not after the "."
                 at -= 1
             ranges.append((at, at))
             continue
-        hits = [j for j, s in enumerate(target.aligned) if tag.first <= s < tag.last and parent[0] <= j < parent[1]]
+        hits = [j for j, s in enumerate(aligned) if tag.first <= s < tag.last and parent[0] <= j < parent[1]]
         if not hits:
             hits = [_nearest(tag, target.aligned, parent, sentences)]
         lo, hi = min(hits), max(hits) + 1
@@ -1000,9 +1001,20 @@ def _nearest(tag: Tag, aligned: list[int], parent: tuple[int, int], sentences: l
     return min(own or range(parent[0], parent[1]), key=distance)
 
 
+def _stray_stops_left_out(segment: Segment, target: Target) -> list[int]:
+    """``target.aligned`` with each target word of punctuation alone that is aligned to a source word of
+    letters and digits alone counted as aligned to nothing (-1): a sentence's final "." is often aligned
+    to its verb, and a point after the verb went after the "." ("Ein Hund rennt im Park.<sup>1</sup>"
+    for ``A dog runs<sup>1</sup> in the park.``), a tag around it around the rest of the sentence
+    ("<b>rennt im Park.</b>"). One aligned to ``park.`` is that word's own."""
+    words, text = segment.words, target.text
+    return [-1 if _only_punctuation(text, span) and 0 <= s < len(words) and words[s].isalnum() else s
+            for s, span in zip(target.aligned, target.spans, strict=True)]
+
+
 def _point_in(source_point: int, aligned: list[int], parent: tuple[int, int]) -> int:
     """The target position (before that word; ``n``: the end) of a point before source word
     ``source_point``: after the last target word aligned before it, kept inside ``parent``."""
-    before = [j for j, s in enumerate(aligned) if s < source_point]
+    before = [j for j, s in enumerate(aligned) if 0 <= s < source_point]
     at = max(before) + 1 if before else 0
     return min(max(at, parent[0]), parent[1])

@@ -410,3 +410,23 @@ def test_xliffs_protected_text_is_kept_as_it_is() -> None:
     assert segment.words == ["Press", "to", "save."]
     assert parse('Press <mrk mtype="protected">Ctrl+S</mrk> to save.', "html").segments[0].words == [
         "Press", "Ctrl+S", "to", "save."]
+
+
+def test_a_final_stop_aligned_to_a_word_does_not_carry_its_tags_to_the_end() -> None:
+    """Models often align a sentence's final "." to its verb: a footnote after the verb went after the
+    ".", a tag around the verb around the rest of the sentence. A "." aligned to a word of letters is
+    nobody's; one aligned to ``runs.`` is that word's (an image after it stays after it)."""
+    text = "Ein Hund rennt im Park ."
+    words = text.split()
+    spans = token_spans(words, text)
+
+    def placed(markup: str, aligned: list[int]) -> str:
+        segment = parse(markup, "html").segments[0]
+        return place(segment, Target(text, spans, aligned))
+
+    verb_and_stop = [0, 1, 2, 3, 5, 2]  # "." aligned to "runs", as the demo model aligns it
+    assert placed("A dog runs<sup>1</sup> in the park.", verb_and_stop) == "Ein Hund rennt<sup>1</sup> im Park ."
+    assert placed("A dog <b>runs</b> in the park.", verb_and_stop) == "Ein Hund <b>rennt</b> im Park ."
+    after_stop = placed('A dog runs.<img src="a.png"> in the park', verb_and_stop)
+    assert after_stop == 'Ein Hund rennt im Park .<img src="a.png">'
+    assert placed("A dog runs <b>in the park.</b>", [0, 1, 2, 3, 5, 5]) == "Ein Hund rennt <b>im Park .</b>"
