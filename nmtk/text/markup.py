@@ -175,9 +175,11 @@ class Document:
 class _Parser(HTMLParser):
     """`HTMLParser` events into a `Document`; ``xml``: every tag inline, lines are the blocks."""
 
-    def __init__(self, kind: str, attributes: frozenset[str], keep: Keep | None = None) -> None:
+    def __init__(self, kind: str, attributes: frozenset[str], keep: Keep | None = None,
+                 inline_breaks: frozenset[tuple[int, int]] = frozenset()) -> None:
         super().__init__(convert_charrefs=False)
         self.kind, self.attributes, self.keep = kind, attributes, keep
+        self.inline_breaks = inline_breaks  # where a <br> breaks a line inside a sentence (`_inline_breaks`)
         self.parts: list[str | int] = []
         self.segments: list[Segment] = []
         self.attribute_texts: list[str] = []  # translated attributes' values, in order of appearance
@@ -328,13 +330,14 @@ class _Parser(HTMLParser):
             else:
                 self.verbatim, self.verbatim_open = [raw], [tag]
             return
-        if self.kind == "html" and tag in BLOCKS and not (void and self.open):  # <b>a<br>b</b>: br a point
+        inline = void and (bool(self.open) or self.getpos() in self.inline_breaks)  # <b>a<br>b</b>, a<br>b
+        if self.kind == "html" and tag in BLOCKS and not inline:
             self.flush()
             self.parts.append(raw)
             return
         if void:
             self._point(raw)
-            if tag in BLOCKS:  # a line break inside an inline tag: a point, and the end of a word
+            if tag in BLOCKS:  # a line break inside an inline tag or a sentence: a point, and the end of a word
                 self.breaks.append(self.chars)
             return
         self.tags.append((raw, "", self.chars, -1, self.open[-1][0] if self.open else None))
@@ -709,7 +712,7 @@ def parse(markup: str, kind: str = "html", attributes: Sequence[str] = (), keep:
     void elements are kept (`nmtk.decode.unknown`: what the model cannot read, links)."""
     if kind not in ("html", "xml"):
         raise ValueError(kind)
-    parser = _Parser(kind, frozenset(a.lower() for a in attributes), keep)
+    parser = _Parser(kind, frozenset(a.lower() for a in attributes), keep, _inline_breaks(markup))
     parser.feed(markup)
     parser.close()
     if parser.verbatim is not None or parser.around:
@@ -724,6 +727,24 @@ def parse(markup: str, kind: str = "html", attributes: Sequence[str] = (), keep:
         segment.before, segment.after = _shift_slots(segment.before, offset), _shift_slots(segment.after, offset)
     segments += [Segment(value.split()) for value in parser.attribute_texts]
     return Document([_shift_slots(p, offset) if isinstance(p, str) else p for p in parser.parts], segments)
+
+
+#: A ``<br>`` between a word (or a comma) and a word in small letters: a line broken inside a sentence.
+_BREAK_IN_SENTENCE = re.compile(r"(?<=[^\W_]|,)[ \t]*(<br\s*/?>)\s*(?=[^\W\d_])", re.IGNORECASE)
+
+
+def _inline_breaks(markup: str) -> frozenset[tuple[int, int]]:
+    """Where (`HTMLParser.getpos`'s line and column) a ``<br>`` breaks a line inside a sentence (``A man<br>sits
+    on a bench.``, ``Terms and<br>conditions``): a point between the words around it, as it is inside an
+    inline element, not the end of a block. Read as two blocks, each half was translated alone ("Ein
+    Mann<br>Ein sitzt auf einer Bank."). A ``<br>`` after a sentence's end or before a capital (an
+    address's lines, a poem's) still ends its block."""
+    found = set()
+    for m in _BREAK_IN_SENTENCE.finditer(markup):
+        if markup[m.end()].islower():
+            at = m.start(1)
+            found.add((markup.count("\n", 0, at) + 1, at - markup.rfind("\n", 0, at) - 1))
+    return frozenset(found)
 
 
 def text_of(markup: str, kind: str = "html") -> str:
@@ -813,12 +834,15 @@ def place(segment: Segment, target: Target) -> str:
     if not _nested(inserts):
         inserts = _inserts(segment, target, ranges, trim=False)
     out, at = [], 0
-    for char, _, _, markup, _ in inserts:
-        out.append(_escaped(target.text[at:char], segment.entities))
+    for char, _, order, markup, kind in inserts:
+        out.append(_escaped(target.text[max(at, 0):char], segment.entities))  # (past a space taken, below)
         if markup[:1] == " " and "".join(out[-2:])[-1:] == " ":  # two points side by side: one space
             markup = markup[1:]
         out.append(markup)
         at = char
+        tag = segment.tags[order[-1]] if kind == 0 and target.spans else None
+        if tag is not None and tag.point and tag.after_word and tag.word_after and target.text[char : char + 1] == " ":
+            at = char + 1  # between two words with no space (``man<br>sits``): none after it either
     out.append(_escaped(target.text[at:], segment.entities))
     return segment.before + "".join(out) + segment.after
 

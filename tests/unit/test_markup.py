@@ -31,8 +31,7 @@ def round_trip(markup: str, kind: str = "html") -> str:
     ("<p>Keep <span translate=\"no\">Foo Bar</span> and <em></em>this<!-- note -->.</p>", None),
     ("<pre>  not <b>translated</b>  </pre><p>  spaced   out  </p>",
      "<pre>  not <b>translated</b>  </pre><p>  spaced out  </p>"),
-    ("<p><b>Line one<br>line two</b> and <i>three<br/></i></p>",  # a <br> in a tag: a point, ending a word
-     "<p><b>Line one<br> line two</b> and <i>three<br/></i></p>"),
+    ("<p><b>Line one<br>line two</b> and <i>three<br/></i></p>", None),  # a <br> in a tag: a point, ending a word
     ("<!DOCTYPE html><html><head><title>T</title></head><body><P CLASS=x>Upper <B>case</B></P></body></html>", None),
     # nothing to translate before the first word or after the last: the spaces stay where they were (issue 77)
     ('<p><img src="a.png"> A dog runs.</p>', None),
@@ -430,3 +429,18 @@ def test_a_final_stop_aligned_to_a_word_does_not_carry_its_tags_to_the_end() -> 
     after_stop = placed('A dog runs.<img src="a.png"> in the park', verb_and_stop)
     assert after_stop == 'Ein Hund rennt im Park .<img src="a.png">'
     assert placed("A dog runs <b>in the park.</b>", [0, 1, 2, 3, 5, 5]) == "Ein Hund rennt <b>im Park .</b>"
+
+
+@pytest.mark.parametrize(("markup", "segments"), [
+    ("<p>A man<br>sits on a bench.</p>", ["A man sits on a bench."]),
+    ("<p>A man,<br/> two dogs and<BR>a cat run.</p>", ["A man, two dogs and a cat run."]),
+    ("<p>A man sits.<br>two dogs run.</p>", ["A man sits.", "two dogs run."]),  # after a sentence's end
+    ("<p>Name<br>Street 5<br>Berlin</p>", ["Name", "Street 5", "Berlin"]),  # an address's lines
+    ("<p>A man<br></p>", ["A man"]),
+])
+def test_a_line_break_inside_a_sentence_keeps_the_sentence_whole(markup: str, segments: list[str]) -> None:
+    """``A man<br>sits on a bench.``: each half was translated alone ("Ein Mann<br>Ein sitzt auf einer
+    Bank."); a ``<br>`` between a word and a word in small letters is a point inside the sentence."""
+    doc = parse(markup, "html")
+    assert [" ".join(s.words) for s in doc.segments] == segments
+    assert round_trip(markup) == markup
