@@ -91,6 +91,8 @@ class Tag:
     glued: bool = False  # a point written right after a word (``word<br>``): it follows that word
     after_word: bool = False  # a point written right after a word's letter or digit (``dog<img>``): glued to it
     word_after: bool = False  # a point written right before a word's letter or digit (``<img>dog``): glued to it
+    after_opening: bool = False  # a point written right after an opening bracket or quote (``(3``): glued to
+    # that, not to the word it is placed after where the translation lost the bracket ("Hund3" for ``dog (3``)
 
     @property
     def point(self) -> bool:
@@ -238,10 +240,11 @@ class _Parser(HTMLParser):
             glued = lo == hi and 0 < first and spans[first - 1][1] >= lo  # after the word before it, no space
             after_word = lo == hi and 0 < lo and text[lo - 1].isalnum()
             word_after = lo == hi and lo < len(text) and text[lo].isalnum()
+            after_opening = lo == hi and 0 < lo and text[lo - 1] in _OPENING
             lead = text[spans[first][0] : lo] if first < len(spans) else ""
             tail = text[hi : spans[last - 1][1]] if last > 0 else ""
             segment.tags.append(Tag(start, end, first, last, parent, _punctuation(lead), _punctuation(tail),
-                                    glued, after_word, word_after))
+                                    glued, after_word, word_after, after_opening))
         self.parts.append(len(self.segments))
         self.segments.append(segment)
         self._new_block()
@@ -869,8 +872,8 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             # a space between it and the words around it, unless it was glued to a word (``dog<img>``,
             # ``<img>dog``) or follows an opening quote or bracket: "isst <img>." for ``eats <img>.``,
             # "siehe <img> jetzt" for ``(see <img>) now`` where the model dropped the (), never "555 ."
-            lead = char > 0 and not tag.after_word and not (after and tag.glued) and not text[char - 1].isspace() \
-                and text[char - 1] not in _OPENING  # (``dog.<img>``: glued to the "." before it)
+            lead = char > 0 and not tag.after_word and not (after and tag.glued and not tag.after_opening) \
+                and not text[char - 1].isspace() and text[char - 1] not in _OPENING  # (``dog.<img>``: glued to ".")
             trail = not after and char < len(text) and not tag.word_after and (
                 text[char].isalnum() or text[char] in _OPENING)
             markup = " " * lead + tag.start + tag.end + " " * trail  # an empty element: both its tags

@@ -444,3 +444,16 @@ def test_a_line_break_inside_a_sentence_keeps_the_sentence_whole(markup: str, se
     doc = parse(markup, "html")
     assert [" ".join(s.words) for s in doc.segments] == segments
     assert round_trip(markup) == markup
+
+
+def test_a_point_glued_to_an_opening_bracket_is_spaced_where_the_translation_lost_the_bracket() -> None:
+    """``dog (3 years old)`` with the 3 carried (a number the translation lost): it was glued to the word
+    it went after ("Hund3") when the model dropped the "("; beside a "(" it stays glued to it."""
+    markup = "A dog (3 years old) runs."
+    segment = parse(markup, "html", keep=lambda text: [(text.index("3"), text.index("3") + 1)]).segments[0]
+
+    def placed(text: str, aligned: list[int]) -> str:
+        return place(segment, Target(text, token_spans(text.split(), text), aligned))
+
+    assert placed("Ein Hund alter Mann, rennt.", [0, 1, 3, 4, 5]) == "Ein Hund 3 alter Mann, rennt."
+    assert placed("Ein Hund ( alter ) rennt .", [0, 1, 2, 4, 4, 5, 5]) == "Ein Hund (3 alter ) rennt ."
