@@ -180,8 +180,8 @@ class _Parser(HTMLParser):
     def __init__(self, kind: str, attributes: frozenset[str], keep: Keep | None = None,
                  inline_breaks: frozenset[tuple[int, int]] = frozenset()) -> None:
         super().__init__(convert_charrefs=False)
-        self.kind, self.attributes, self.keep = kind, attributes, keep
-        self.inline_breaks = inline_breaks  # where a <br> breaks a line inside a sentence (`_inline_breaks`)
+        # inline_breaks: where a <br> breaks a line inside a sentence (`_inline_breaks`)
+        self.kind, self.attributes, self.keep, self.inline_breaks = kind, attributes, keep, inline_breaks
         self.parts: list[str | int] = []
         self.segments: list[Segment] = []
         self.attribute_texts: list[str] = []  # translated attributes' values, in order of appearance
@@ -250,12 +250,11 @@ class _Parser(HTMLParser):
         self._new_block()
 
     def _taken_out(self, text: str, kept: list[tuple[int, int]]) -> str:
-        """``text`` without its ``kept`` spans (characters the model cannot read, links: the caller's
-        `Keep`), each become a point where it stood, its characters written as they were, inside the
-        innermost tag around it (an element it fills becomes the point, whole, with the elements inside it:
-        ``<b><a href=…>https://…</a></b>`` was an empty ``<b></b>`` beside the link). A span between two
-        letters or digits leaves a space: the words stay two (before a word's punctuation it leaves none:
-        ``runs<sup>1</sup>.`` is one word, its point after it). Positions after a span move back."""
+        """``text`` without its ``kept`` spans (characters the model cannot read, links: the caller's `Keep`),
+        each a point where it stood, as written with the elements inside it (`_span_markup`), inside the
+        innermost tag around it (one it fills becomes the point, whole: ``<b><a href=…>https://…</a></b>``
+        was an empty ``<b></b>`` beside the link). Between two letters or digits a span leaves a space, the
+        words stay two (``runs<sup>1</sup>.`` is one word, its point after it). Later positions move back."""
         tags, starts = self.tags, [a for _, _, a, _, _ in self.tags]  # in the order they began: ``a`` ascends
         children = _children(tags)
         glues = _glues(text, kept)
@@ -270,7 +269,9 @@ class _Parser(HTMLParser):
                 tags[outer] = (start + _inner(tags, text, outer, children, self.entities), end, a, b, parent)
                 inner.update({k: outer for k in _held(children, outer)})
             else:
-                points.append((_escaped(text[lo:hi], self.entities), "", lo, lo, inside[-1] if inside else None))
+                held, markup = _span_markup(tags, text, lo, hi, children, self.entities)
+                inner |= dict.fromkeys(held, len(tags) + len(points))
+                points.append((markup, "", lo, lo, inside[-1] if inside else None))
                 places.append(place)
         moved = _moved(kept, glues)
         self.tags = [(s, e, moved(a), moved(b), p) for s, e, a, b, p in tags + points]
@@ -492,6 +493,23 @@ def _markers(tags: list[RawTag], text: str) -> list[tuple[int, int]]:
              and text[lo:hi].strip() == text[lo:hi] and not any(c.isalpha() for c in text[lo:hi])
              and bisect_left(points, lo) == bisect_right(points, hi)]  # no <img> inside
     return [(lo, hi) for lo, hi in found if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in found)]
+
+
+def _span_markup(tags: list[RawTag], text: str, lo: int, hi: int, children: dict[int | None, list[int]],
+                 entities: dict[str, str]) -> tuple[list[int], str]:
+    """A kept span's markup: its characters with the elements that lie inside it where they stood
+    (``H<sub>2</sub>O``, which came back "H2O <sub></sub>": the code kept without its subscript, the
+    subscript emptied beside it); and those elements' indices, at any depth."""
+    top = [k for k, (_, _, a, b, parent) in enumerate(tags)
+           if lo <= a and b <= hi and (a < b or lo < a < hi)
+           and not (parent is not None and lo <= tags[parent][2] and tags[parent][3] <= hi)]
+    out, at = [], lo
+    for k in top:
+        start, end, a, b, _ = tags[k]
+        out += [_escaped(text[at:a], entities), start, _inner(tags, text, k, children, entities), end]
+        at = b
+    out.append(_escaped(text[at:hi], entities))
+    return [h for k in top for h in (k, *_held(children, k))], "".join(out)
 
 
 def _inner(tags: list[RawTag], text: str, k: int, children: dict[int | None, list[int]],

@@ -18,8 +18,8 @@ def identity(segment, words=None) -> Target:
     return Target(text, token_spans(words, text), list(range(len(words))))
 
 
-def round_trip(markup: str, kind: str = "html") -> str:
-    doc = parse(markup, kind)
+def round_trip(markup: str, kind: str = "html", keep=None) -> str:  # noqa: ANN001 (parse's Keep)
+    doc = parse(markup, kind, keep=keep)
     return doc.render([place(s, identity(s)) for s in doc.segments])
 
 
@@ -457,3 +457,18 @@ def test_a_point_glued_to_an_opening_bracket_is_spaced_where_the_translation_los
 
     assert placed("Ein Hund alter Mann, rennt.", [0, 1, 3, 4, 5]) == "Ein Hund 3 alter Mann, rennt."
     assert placed("Ein Hund ( alter ) rennt .", [0, 1, 2, 4, 4, 5, 5]) == "Ein Hund (3 alter ) rennt ."
+
+
+@pytest.mark.parametrize("markup", ["Water is H<sub>2</sub>O.", "A <b>big MP<i>3</i></b> file.",
+                                    "Take H<sub>2</sub>SO<sub>4</sub> now."])
+def test_a_kept_span_keeps_the_elements_inside_it(markup: str) -> None:
+    """A code kept as it is (``H2O``, which the model cannot be trusted with) held a subscript: the code
+    came back without it and the subscript emptied beside it ("H2O <sub></sub>")."""
+    def codes(text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in re.finditer(r"\b(?:H2O|MP3|H2SO4)", text)]
+
+    segment = parse(markup, "html", keep=codes).segments[0]
+    code = next(t for t in segment.tags if t.point)
+    assert re.sub("<[^>]+>", "", code.start) in ("H2O", "MP3", "H2SO4") and code.start in markup
+    assert [t.start for t in segment.tags if not t.point] == (["<b>"] if "<b>" in markup else [])
+    assert round_trip(markup, keep=codes) == markup
