@@ -856,7 +856,7 @@ def place(segment: Segment, target: Target) -> str:
         inserts = _inserts(segment, target, ranges, trim=False)
     out, at = [], 0
     for char, _, order, markup, kind in inserts:
-        out.append(_escaped(target.text[max(at, 0):char], segment.entities))  # (past a space taken, below)
+        out.append(_escaped(target.text[at:char], segment.entities))
         if markup[:1] == " " and "".join(out[-2:])[-1:] == " ":  # two points side by side: one space
             markup = markup[1:]
         out.append(markup)

@@ -58,8 +58,9 @@ class Moses:
 
     def tokenize(self, text: str) -> str:
         """Raw sentence -> (normalised) space-separated Moses tokens; unchanged when both steps are off.
-        Accents are composed with their letters first (NFC: "é" typed as ``e`` + U+0301 would be split
-        off as a token of its own, in training data and input alike)."""
+        The text is `normalized` first, in training data and input alike: accents composed with their
+        letters ("é" typed as ``e`` + U+0301 was split off as a token of its own) and the invisible break
+        hints (``&shy;``) dropped."""
         if not self.enabled:
             return text
         text = normalized(" ".join(text.split()))
