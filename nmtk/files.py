@@ -51,12 +51,13 @@ def decode_lines(lines: Iterable[bytes], name: str, errors: Errors = "error", hi
     Invalid UTF-8 raises an error naming ``name`` and the 1-based line, followed by ``hint`` (how to
     substitute U+FFFD instead); with ``errors="replace"`` invalid bytes become U+FFFD.
     """
-    strict = errors == "error"
+    strict, first = errors == "error", b""
     for lineno, raw in enumerate(lines, start=1):
+        first = first or raw
         try:
             text = raw.decode("utf-8", errors="strict" if strict else "replace")
         except UnicodeDecodeError as exc:
-            raise NmtkError(_invalid(name, lineno, exc, raw if lineno == 1 else b"", hint)) from None
+            raise NmtkError(_invalid(name, lineno, exc, first, hint)) from None
         if lineno == 1 and text.startswith("\ufeff"):  # a byte-order mark (Windows editors), not text
             text = text[1:]
         yield text.rstrip("\r\n")
@@ -70,12 +71,28 @@ def decode_text(raw: bytes, name: str, errors: Errors = "error", hint: str = "")
         raise NmtkError(_invalid(name, raw.count(b"\n", 0, exc.start) + 1, exc, raw, hint)) from None
 
 
+#: What a file that is not text is, by its first bytes, and what to do instead: compressed text and the
+#: documents people try to translate (a Word file is a zip archive). Read as text, each was "invalid
+#: UTF-8 at byte 1", and ``--errors replace`` made it a page of U+FFFD.
+_NOT_TEXT = ((b"\x1f\x8b", "gzip-compressed", "decompress it first (zcat {file} | nmtk …)"),
+             (b"\xfd7zXZ\x00", "xz-compressed", "decompress it first (xzcat {file} | nmtk …)"),
+             (b"BZh", "bzip2-compressed", "decompress it first (bzcat {file} | nmtk …)"),
+             (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it first (zstdcat {file} | nmtk …)"),
+             (b"PK\x03\x04", "a zip archive (a .docx, .xlsx, .pptx, .odt or .epub file is one)",
+              "save its text as plain text, html or XLIFF"),
+             (b"%PDF-", "a PDF document", "save its text as plain text or html"))
+
+
 def _invalid(name: str, line: int, exc: UnicodeDecodeError, start: bytes, hint: str) -> str:
-    """The one line for invalid UTF-8; a file that begins with UTF-16's byte-order mark (Excel's
-    "Unicode Text", Notepad's "Unicode") is said to be UTF-16, not invalid."""
+    """The one line for invalid UTF-8 (``start``: the input's first bytes); a file that begins with
+    UTF-16's byte-order mark (Excel's "Unicode Text", Notepad's "Unicode") is said to be UTF-16, and a
+    compressed file or a document (`_NOT_TEXT`) what it is, not invalid."""
     if start[:2] in (b"\xff\xfe", b"\xfe\xff"):
         mark = start[:2].hex(" ").upper()
         return f"{name}: UTF-16 text (it begins with the byte-order mark {mark}): save it as UTF-8"
+    for magic, what, instead in _NOT_TEXT:
+        if start.startswith(magic):
+            return f"{name}: {what}, not text: {instead.format(file='FILE' if name == 'stdin' else name)}"
     where = f"{name}:{line}: invalid UTF-8 ({exc.reason} at byte {exc.start})"
     return f"{where}; {hint}" if hint else where
 

@@ -4,6 +4,7 @@ parsing of glossaries and tab-separated input."""
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import replace
 from pathlib import Path
 
@@ -282,6 +283,35 @@ def test_a_utf16_file_is_said_to_be_utf16_not_invalid(tmp_path: Path) -> None:
     with pytest.raises(NmtkError, match=r"terms.tsv:1: invalid UTF-8"):
         path.write_bytes(b"d\xe9g\tHund\n")
         Glossary.read(path)
+
+
+def _a_docx() -> bytes:
+    """A Word document's bytes: a zip archive of xml (compressed, as Word writes it)."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/document.xml", "<w:document><w:body><w:p><w:r><w:t>A dog.</w:t></w:r></w:p>" * 20)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("data", "said"), [
+    (gzip.compress(b"A dog.\n" * 50), r"in.txt: gzip-compressed, not text: decompress it first \(zcat .*in.txt \|"),
+    (_a_docx(), r"in.txt: a zip archive \(a .docx, .*not text: save its text as plain text, html or XLIFF$"),
+    (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n", r"in.txt: a PDF document, not text: save its text"),
+    (b"A dog.\nA c\xe9t.\n", r"in.txt:2: invalid UTF-8 \(invalid continuation byte at byte 3\)$"),  # text: as before
+])
+def test_a_compressed_file_or_a_document_is_said_to_be_one_not_invalid_text(tmp_path: Path, data: bytes,
+                                                                             said: str) -> None:
+    """A .gz corpus, a .docx or a PDF given as text was "invalid UTF-8 at byte 1" (and ``--errors
+    replace`` made it a page of U+FFFD): the error says what the file is and what to give instead."""
+    from nmtk.files import read_lines
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    with pytest.raises(NmtkError, match=said):
+        read_lines(path, "input")
 
 
 def test_an_option_about_a_glossary_without_one_is_one_line() -> None:
