@@ -159,11 +159,18 @@ def _unspelt(line: str, spells: Callable[[str], bool]) -> list[list[int]]:
         letter = _letter_of(line, i)  # an accent typed apart from its letter: spelt with it, composed
         if letter is not None and spells(unicodedata.normalize("NFC", line[letter : i + 1])):
             continue
-        if runs and runs[-1][1] == i:
+        start = letter if letter is not None and char in _EMOJI_MARKS else i  # a keycap 1️⃣: the digit too
+        if runs and runs[-1][1] >= start:
             runs[-1][1] = i + 1
         else:
-            runs.append([i, i + 1])
+            runs.append([start, i + 1])
     return runs
+
+
+#: The marks that make the character before them an emoji: the emoji presentation selector (❤️) and the
+#: keycap (1️⃣, ``1`` U+FE0F U+20E3). Carried, they take that character with them: the keycap's digit
+#: left in the words and its marks carried apart gave "Eine Nadaaa️⃣." for ``Press 1️⃣ now.``
+_EMOJI_MARKS = "\ufe0f\u20e3"
 
 
 def _letter_of(line: str, i: int) -> int | None:
@@ -172,10 +179,10 @@ def _letter_of(line: str, i: int) -> int | None:
     character. Alone an accent is no character a vocabulary has: it was carried through after the
     sentence ("Ein Mann in einem Café.\u0301"), where the two composed are spelt (`Reading.read`
     composes them). One the vocabulary lacks even so is carried alone: the word keeps its letters."""
-    if unicodedata.category(line[i]) != "Mn":
+    if unicodedata.category(line[i]) not in ("Mn", "Me"):
         return None
     start = i
-    while start > 0 and unicodedata.category(line[start - 1]) == "Mn":
+    while start > 0 and unicodedata.category(line[start - 1]) in ("Mn", "Me"):
         start -= 1
     return start - 1 if start > 0 and not line[start - 1].isspace() else None
 

@@ -47,6 +47,8 @@ def test_unknown_runs_and_links_are_the_spans_kept() -> None:
     odd = "A q\u0301 and \u0301 and e\u0301\u0301 ."
     assert [odd[lo:hi] for lo, hi in kept_spans(odd, latin)] == ["\u0301", "\u0301", "\u0301"]
     assert tuple(kept_spans(odd, latin)[2]) == (len(odd) - 3, len(odd) - 2)  # the second accent on e, not the first
+    keys = "Press 1\ufe0f\u20e3 or #\ufe0f\u20e3, I \u2764\ufe0f it."  # a keycap is carried with its digit
+    assert [keys[lo:hi] for lo, hi in kept_spans(keys, latin)] == ["1\ufe0f\u20e3", "#\ufe0f\u20e3", "\u2764\ufe0f"]
     # read as lines are read (`read_as_spelt`): a soft hyphen or zero-width space dropped, a ligature or a
     # full-width letter in its compatibility form ("ben\u00adch" was cut in two, "ﬁsh" read "sh")
     from types import SimpleNamespace
