@@ -458,16 +458,20 @@ def _translated_xliff(engine: Engine, document: str, where: str) -> tuple[str, s
     _check_xliff_languages(xliff, engine.translator, where)
     empty = xliff.todo()
     todo = [k for k in empty if xliff.segments[k].source.strip()]
+    pieces = [(k, piece) for k in todo for piece in xliff.pieces(k)]  # a <seg-source>'s sentences apart
     try:
-        done = translate_markup(engine.translator, [xliff.segments[k].source for k in todo], engine.search, "xml",
+        done = translate_markup(engine.translator, [piece for _, piece in pieces], engine.search, "xml",
                                 (), engine.glossary, engine.bans, engine.hints, own_stops=True)
     except MarkupError as exc:
-        k = todo[exc.document or 0]
+        k = pieces[exc.document or 0][0]
         raise NmtkError(f"{where}: segment {k + 1} ({xliff.segments[k].source[:40]!r}): {exc}") from None
+    translated: dict[int, list[str]] = {}
+    for (k, _), text in zip(pieces, done, strict=True):
+        translated.setdefault(k, []).append(text)
     kept = len(xliff.segments) - len(empty)
     what = f"{len(todo):,} of {len(xliff.segments):,} segments" + (
         f" ({kept:,} kept the translation their target holds)" if kept else "")
-    return xliff.render(dict(zip(todo, done, strict=True))), what
+    return xliff.render({k: xliff.body(k, texts) for k, texts in translated.items()}), what
 
 
 def _check_xliff_languages(xliff: Xliff, translator: TranslatorBase, where: str) -> None:

@@ -19,7 +19,7 @@ stay as they were.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from xml.parsers import expat
 
 from nmtk.errors import NmtkError
@@ -46,6 +46,8 @@ class Segment:
     filled: bool = False  # its target holds a translation already: kept
     target_tag: tuple[int, int] | None = None  # the target's start tag (1.2: where its state is said)
     segment_tag: tuple[int, int] | None = None  # a 2.x ``<segment>``'s start tag (where its state is); None: 1.2
+    seg_source: tuple[int, int] | None = None  # 1.2's ``<seg-source>`` content: the source cut into sentences
+    marks: list[tuple[int, int]] = field(default_factory=list)  # its ``<mrk mtype="seg">`` contents
 
 
 def _local(name: str) -> str:
@@ -102,6 +104,27 @@ class Xliff:
             raise NmtkError(f"{name}: not an XLIFF file (its root element is <{reader.root}>, not <xliff>)")
         return cls(raw, reader.segments, reader.languages)
 
+    def pieces(self, k: int) -> list[str]:
+        """What segment ``k`` is translated as: its ``<seg-source>``'s sentences (``<mrk mtype="seg">``, a
+        CAT tool's segmentation, which its target mirrors), else its source whole."""
+        segment = self.segments[k]
+        if segment.marks:
+            return [self.raw[lo:hi].decode("utf-8") for lo, hi in segment.marks]
+        return [segment.source]
+
+    def body(self, k: int, translated: list[str]) -> str:
+        """Segment ``k``'s target content from its `pieces`' translations: with a ``<seg-source>``, that
+        element's content with each sentence's translation in its ``<mrk>`` (Okapi and Trados read a
+        target's sentences by their ``mid``s; a target of the whole text left them nothing to match)."""
+        segment = self.segments[k]
+        if not segment.marks:
+            return translated[0]
+        lo, hi = segment.seg_source
+        out = self.raw[lo:hi]
+        for (a, b), text in sorted(zip(segment.marks, translated, strict=True), reverse=True):
+            out = out[: a - lo] + text.encode("utf-8") + out[b - lo :]
+        return out.decode("utf-8")
+
     def todo(self) -> list[int]:
         """The segments to translate: those whose target holds nothing yet."""
         return [k for k, segment in enumerate(self.segments) if not segment.filled]
@@ -143,6 +166,7 @@ class _Reader:
         self.segments: list[Segment] = []
         self.open: dict[str, tuple[int, int, str]] = {}  # source/target: start tag's offsets and its name
         self.current: Segment | None = None
+        self.mark_depth = 0  # the open <seg-source> sentence's depth in ``stack``
         self.parser = expat.ParserCreate()
         self.parser.StartElementHandler, self.parser.EndElementHandler = self.start, self.end
 
@@ -158,8 +182,11 @@ class _Reader:
         at = self.parser.CurrentByteIndex
         if local in _SEGMENTS and not skipped:
             self.current = Segment(source="", segment_tag=(at, _tag_end(self.raw, at)) if local == "segment" else None)
-        elif local in ("source", "target") and parent[0] in _SEGMENTS and self.current is not None:
+        elif local in ("source", "target", "seg-source") and parent[0] in _SEGMENTS and self.current is not None:
             self.open[local] = (at, _tag_end(self.raw, at), name)
+        elif local == "mrk" and attrs.get("mtype") == "seg" and parent[0] == "seg-source" and "seg-source" in self.open:
+            self.open["mrk"] = (at, _tag_end(self.raw, at), name)
+            self.mark_depth = len(self.stack)  # an inner <mrk> (protected text) ends first
 
     def end(self, name: str) -> None:
         local, _ = self.stack.pop()
@@ -169,6 +196,14 @@ class _Reader:
             if segment.after_source:
                 self.segments.append(segment)
             self.current = None
+        elif local == "mrk" and segment is not None and "mrk" in self.open and self.mark_depth == len(self.stack) + 1:
+            begin, inner, _ = self.open.pop("mrk")
+            if not self.raw[begin:inner].endswith(b"/>"):
+                segment.marks.append((inner, self.parser.CurrentByteIndex))
+        elif local == "seg-source" and segment is not None and local in self.open:
+            begin, inner, _ = self.open.pop(local)
+            close = inner if self.raw[begin:inner].endswith(b"/>") else self.parser.CurrentByteIndex
+            segment.seg_source, segment.after_source = (inner, close), _tag_end(self.raw, close)
         elif local in ("source", "target") and parent in _SEGMENTS and segment is not None and local in self.open:
             begin, inner, written = self.open.pop(local)
             empty = self.raw[begin:inner].endswith(b"/>")
@@ -184,4 +219,5 @@ class _Reader:
                 segment.empty_target = (begin, inner)
             else:
                 segment.target, segment.target_tag = (inner, close), (begin, inner)
-                segment.filled = bool(self.raw[inner:close].strip())
+                # its text, not its tags: Okapi writes a segmented target's empty sentences (<mrk .../>)
+                segment.filled = bool(re.sub(rb"<[^<>]*>", b"", self.raw[inner:close]).strip())

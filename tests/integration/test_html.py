@@ -342,6 +342,13 @@ def test_an_xliff_file_gets_its_targets_filled_and_its_sources_kept(copy_run, tm
     skipped = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), "--skip", "1", env=env)
     assert skipped.returncode == 1 and "--format xliff: --skip cannot be used with it (the whole input is read" \
         in skipped.stderr, skipped.stderr
+    seg = (f'<trans-unit id="4"><source>{marked} {two}</source><seg-source><mrk mtype="seg" mid="1">{marked}</mrk> '
+           f'<mrk mtype="seg" mid="2">{two}</mrk></seg-source></trans-unit>\n')  # a CAT tool's sentences
+    source.write_text(xliff.replace("</body>", f"{seg}</body>"))
+    segmented = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), env=env)
+    assert segmented.returncode == 0, segmented.stderr
+    assert f'</seg-source>{mt}<mrk mtype="seg" mid="1">{first}</mrk> <mrk mtype="seg" mid="2">{second}</mrk></target>' \
+        in segmented.stdout, segmented.stdout
     source.write_text(xliff.replace("<file>", '<file source-language="en-US" target-language="fr">'))
     french = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(source), env=env)  # not this model's target
     assert french.returncode == 1 and "an XLIFF file to translate into fr (its languages: en-US → fr); this model " \

@@ -81,3 +81,29 @@ def test_what_is_not_an_xliff_file_is_one_line(text: str, error: str) -> None:
     with pytest.raises(NmtkError) as caught:
         Xliff.parse(text, "b.xlf")
     assert str(caught.value).startswith(error), caught.value
+
+
+SEGMENTED = ("""<xliff version="1.2"><file source-language="en" target-language="de"><body>
+<trans-unit id="1">
+<source>A dog runs. <g id="1">Two</g> cats sit.</source>
+<seg-source><mrk mtype="seg" mid="1">A dog runs.</mrk> """
+             """<mrk mtype="seg" mid="2"><g id="1">Two</g> cats <mrk mtype="protected">sit</mrk>.</mrk></seg-source>
+</trans-unit>
+<trans-unit id="2"><source>Hi.</source><seg-source><mrk mtype="seg" mid="3">Hi.</mrk></seg-source>"""
+             """<target><mrk mtype="seg" mid="3"/></target></trans-unit>
+</body></file></xliff>""")
+
+
+def test_a_segmented_unit_is_translated_sentence_by_sentence_into_its_targets_sentences() -> None:
+    """Okapi and Trados cut a unit into sentences (``<seg-source>``'s ``<mrk mtype="seg">``) and read a
+    target's by their ``mid``s: the target mirrors the seg-source, each sentence translated in its mrk.
+    An empty sentence skeleton (``<mrk mid="3"/>``) is an empty target, not a translation to keep."""
+    xliff = Xliff.parse(SEGMENTED, "s.xlf")
+    assert xliff.todo() == [0, 1]
+    assert xliff.pieces(0) == ["A dog runs.", '<g id="1">Two</g> cats <mrk mtype="protected">sit</mrk>.']
+    assert xliff.pieces(1) == ["Hi."]
+    out = xliff.render({0: xliff.body(0, ["Ein Hund rennt.", '<g id="1">Zwei</g> Katzen <mrk mtype="protected">sit'
+                                                             "</mrk>."]), 1: xliff.body(1, ["Hallo."])})
+    assert f'</seg-source>\n<target {MT}><mrk mtype="seg" mid="1">Ein Hund rennt.</mrk> <mrk mtype="seg" mid="2">' \
+           '<g id="1">Zwei</g> Katzen <mrk mtype="protected">sit</mrk>.</mrk></target>\n</trans-unit>' in out, out
+    assert f'<target {MT}><mrk mtype="seg" mid="3">Hallo.</mrk></target>' in out, out
