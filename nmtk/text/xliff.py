@@ -120,10 +120,8 @@ class Xliff:
         if not segment.marks:
             return translated[0]
         lo, hi = segment.seg_source
-        out = self.raw[lo:hi]
-        for (a, b), text in sorted(zip(segment.marks, translated, strict=True), reverse=True):
-            out = out[: a - lo] + text.encode("utf-8") + out[b - lo :]
-        return out.decode("utf-8")
+        marks = [(a - lo, b - lo, text.encode("utf-8")) for (a, b), text in zip(segment.marks, translated, strict=True)]
+        return _edited(self.raw[lo:hi], marks).decode("utf-8")
 
     def todo(self) -> list[int]:
         """The segments to translate: those whose target holds nothing yet."""
@@ -134,11 +132,11 @@ class Xliff:
         edits: list[tuple[int, int, bytes]] = []
         newline = b"\r\n" if b"\r\n" in self.raw else b"\n"
         for k, text in translations.items():
-            segment, body = self.segments[k], text.encode("utf-8")
-            said = {} if segment.segment_tag is not None else _STATE_12  # 1.2's state is the target's
-            if segment.segment_tag is not None:
+            segment, body, said = self.segments[k], text.encode("utf-8"), _STATE_12  # 1.2's state is the target's
+            if segment.segment_tag is not None:  # 2.x's is the segment's
                 lo, hi = segment.segment_tag
                 edits.append((lo, hi, _with_attributes(self.raw[lo:hi], _STATE_2)))
+                said = {}
             if segment.target is not None:
                 edits += [(*segment.target, body), (*segment.target_tag, _with_attributes(
                     self.raw[slice(*segment.target_tag)], said))]
@@ -151,10 +149,19 @@ class Xliff:
                 tag = _with_attributes(f"<{segment.name}>".encode(), said)
                 edits.append((segment.after_source, segment.after_source,
                               line + tag + body + f"</{segment.name}>".encode()))
-        raw = self.raw
-        for lo, hi, body in sorted(edits, reverse=True):
-            raw = raw[:lo] + body + raw[hi:]
-        return raw.decode("utf-8")
+        return _edited(self.raw, edits).decode("utf-8")
+
+
+def _edited(raw: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
+    """``raw`` with each ``(lo, hi, text)`` of ``edits`` (apart, or inserts at one place) putting ``text`` in
+    place of ``raw[lo:hi]``, in one pass: an edit at a time copied the whole file for each (a 2.4 MB file
+    of 20,000 segments took 26.6 s to write)."""
+    out, at = [], 0
+    for lo, hi, text in sorted(edits):
+        out += [raw[at:lo], text]
+        at = hi
+    out.append(raw[at:])
+    return b"".join(out)
 
 
 class _Reader:
