@@ -36,9 +36,9 @@ _VOICE_FIRST = re.compile(r"\s*<v[ .>]")  # a line that begins with a speaker's 
 _ASS = re.compile(r"\{\\[^{}]*\}")  # an ASS override code in SubRip: {\an8} (placed at the top), {\i1}
 _ASS_MARKED = re.compile(r'<img data-ass="([^"]*)">')
 _SENTENCE_END = re.compile(r"(?<!\.)[.!?。！？]$")  # "..." goes on more often than it ends
-_TRAILING = re.compile(rf"(?:<[^<>]*>|\{{\\[^{{}}]*\}}|[\s{re.escape(CLOSERS)}])+$")  # tags, quotes after an end
+_TRAILING = re.compile(rf"(?:<[^<>]*>|{_ASS.pattern}|[\s{re.escape(CLOSERS)}])+$")  # tags, quotes after an end
 _WORD = re.compile(r"(?:<[^<>]*>|\S)+")  # a word with its tags: no break inside <font color="red">
-_INVISIBLE = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
+_INVISIBLE = re.compile(rf"<[^<>]*>|{_ASS.pattern}")  # what a line holds but does not show
 _TAG = re.compile(r"(<[^<>]*>)")
 _LANGUAGE = re.compile(r"(?im)^(Language:[ \t]*)([\w-]+)(?=[ \t]*$)")  # a WebVTT header's language
 #: The characters a subtitle line holds, by the usual rule (Netflix's and the BBC's 37–42).
