@@ -17,7 +17,7 @@ from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import garbled_numbers, keeper, lost_numbers, renumbered_better, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
-from nmtk.text.langid import base_language, same_language
+from nmtk.text.langid import translated_label
 from nmtk.text.line_breaks import CLOSERS, ends_sentence
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, text_of, token_spans
 from nmtk.text.subword import word_index
@@ -224,13 +224,7 @@ def relabelled(document: str, translator: TranslatorBase) -> str:
     """A translated html document whose elements in the source language say the target's (``<html
     lang="en">`` and ``lang="en-GB"`` → ``lang="de"``); others (a quote ``lang="fr"``) as they were."""
     source, target = translator.src_pipe.moses.lang, translator.tgt_pipe.moses.lang
-    if not source or not target or same_language(source, target):
-        return document
-
-    def said(m: re.Match[str]) -> str:
-        return m.group(1) + base_language(target) if same_language(m.group(2), source) else m.group(0)
-
-    return _LANG_ATTRIBUTE.sub(said, document)
+    return _LANG_ATTRIBUTE.sub(lambda m: m.group(1) + translated_label(m.group(2), source, target), document)
 
 
 #: An element's ``lang`` (or ``xml:lang``) attribute and its value.

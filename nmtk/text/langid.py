@@ -75,6 +75,15 @@ def same_language(code: str, other: str) -> bool:
     return bool(code and other) and base_language(code) == base_language(other)
 
 
+def translated_label(code: str, source: str, target: str) -> str:
+    """A language label of a source text (an html ``lang``, a WebVTT header's ``Language:``) as its
+    translation's: the target's language where it names the source's (``en-GB`` → ``de``), else as it was
+    (a quote's ``fr``)."""
+    if same_language(code, source) and target and not same_language(source, target):
+        return base_language(target)
+    return code
+
+
 @lru_cache(maxsize=1024)
 def language_name(lang: str) -> str:
     """A language's English name, as LibreTranslate's ``/languages`` gives it (``de`` -> ``German``,

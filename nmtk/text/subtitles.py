@@ -21,7 +21,7 @@ import html
 import re
 from dataclasses import dataclass
 
-from nmtk.text.langid import base_language, same_language
+from nmtk.text.langid import translated_label
 from nmtk.text.line_breaks import CLOSERS
 from nmtk.text.markup import MarkupError, parse
 
@@ -184,11 +184,8 @@ class Subtitles:
     def relabelled(self, source: str, target: str) -> None:
         """A WebVTT header's ``Language: en`` (YouTube's captions say it) as the translation's ``Language:
         de``, where it names the source's language (a region, ``en-US``, is its language's)."""
-        if not source or not target or same_language(source, target):
-            return
-
         def said(m: re.Match[str]) -> str:
-            return m.group(1) + base_language(target) if same_language(m.group(2), source) else m.group(0)
+            return m.group(1) + translated_label(m.group(2), source, target)
 
         self.blocks = [_LANGUAGE.sub(said, b) if isinstance(b, str) and b.startswith("WEBVTT") else b
                        for b in self.blocks]
