@@ -140,7 +140,9 @@ def train_row(name: str, mode: str, shape: str, updates: int, work: Path, info: 
     trainer.train()
     trainer.train_step = clock.original
     kernels = cuda_kernels_per_update(trainer, 3)
+    fallbacks = trainer.step.graphs.eager_batches if trainer.step.graphs is not None else None
     row = {"model": name, "mode": mode, "shape": shape, "micro_batches": micro, "graphs": captured,
+           "micro_batches_no_shape_held": fallbacks,
            **timings(trainer, clock, updates, info), "cuda_kernels_per_update": kernels}
     if COUNT_OPS:  # a Python dispatch mode makes dynamo run eagerly: ops and syncs of the eager update (the
         trainer.recipe.train.max_updates += 3  # compiled launches are `cuda_kernels_per_update`)
@@ -367,8 +369,11 @@ def guarded(row: str, updates: int, work: Path, info: Any) -> dict[str, Any]:
     try:
         result = train_row(*row.split(":"), updates, work, info)
     except Exception as exc:  # noqa: BLE001 - the other rows still run
+        import traceback
+
         import torch
 
+        traceback.print_exc()  # the whole story, to stderr
         torch.cuda.empty_cache()
         result = {"row": row, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
     if info.is_main:

@@ -136,12 +136,14 @@ def use_tf32(device: torch.device, precision: Precision | str) -> None:
         torch.set_float32_matmul_precision("high")  # the API every torch >= 2.4 keeps (TF32 for float32)
 
 
-def autocast_for(device: torch.device, precision: Precision | str) -> AbstractContextManager:
-    """Autocast to bf16 or fp16 on ``device``; nothing for fp32 (nor int8, whose products are int8 modules)."""
+def autocast_for(device: torch.device, precision: Precision | str, cache: bool = True) -> AbstractContextManager:
+    """Autocast to bf16 or fp16 on ``device``; nothing for fp32 (nor int8, whose products are int8 modules).
+    ``cache``: autocast's cache of cast weights, off where a CUDA graph is captured (each cast must be
+    recorded; PyTorch's CUDA notes) and so on its warm-up too (a compiled model guards on the setting)."""
     if precision in ("fp32", "int8"):
         return nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=cache)
 
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 M_MMAP_MAX = -4

@@ -25,7 +25,7 @@ from nmtk.console import console
 from nmtk.data.dataset import collate, rounded_up
 from nmtk.errors import NmtkError
 from nmtk.train.distributed import DistInfo, all_gather_object
-from nmtk.train.graphs import GraphedMicroBatches
+from nmtk.train.graphs import GraphedMicroBatches, graphs_pay
 from nmtk.train.shapes import ShapeSet
 
 if TYPE_CHECKING:
@@ -155,7 +155,9 @@ def plan(micro: MicroBatches, step: UpdateStep, split: BinarizedSplit, pinned: i
     micro.choose(pinned, device, fits)
     micro.set(min(all_gather_object(micro.tokens, info)), micro.why)
     line = micro.line("GPU" if device == "cuda" else device.upper())
-    return line if graphed is None else f"{line}; {plan_graphs(step, micro, (group for _, group in graphed))}"
+    if graphed is None or not graphs_pay(step.recipe.train.cuda_graphs, micro.as_planned, micro.tokens):
+        return line
+    return f"{line}; {plan_graphs(step, micro, (group for _, group in graphed))}"
 
 
 def plan_graphs(step: UpdateStep, micro: MicroBatches, groups: Iterable[list[np.ndarray]]) -> str:
@@ -163,7 +165,7 @@ def plan_graphs(step: UpdateStep, micro: MicroBatches, groups: Iterable[list[np.
     hand ``step``'s updates to a `GraphedMicroBatches` over them; the line that says how many shapes
     and how much padding they cost over ``groups`` (an epoch's updates on this process)."""
     shapes = ShapeSet.chosen(micro.src_lengths, micro.tgt_lengths, micro.tokens, step.recipe.train.graph_shapes,
-                             micro.multiple)
+                             micro.multiple, rounded_batches=not micro.as_planned)
     dims = []
     for group in groups:
         for indices in micro.split(group):

@@ -106,15 +106,26 @@ class ShapeSet:
     """The shapes of micro-batches of ``tokens`` tokens over length groups ``bounds`` (`choose_bounds`):
     ``Shape(tokens // lo, hi)`` each; `shape_for` names the smallest that holds a batch, `pad_into` fills it."""
 
-    def __init__(self, bounds: list[tuple[int, int]], tokens: int) -> None:
-        self.shapes = [Shape(max(1, tokens // lo), hi) for lo, hi in bounds]
+    def __init__(self, bounds: list[tuple[int, int]], tokens: int, shortest: list[int] | None = None) -> None:
+        self.shapes = [Shape(max(1, tokens // low), hi) for low, (_, hi) in zip(shortest or [lo for lo, _ in bounds],
+                                                                                bounds, strict=True)]
 
     @classmethod
     def chosen(cls, src_lengths: np.ndarray, tgt_lengths: np.ndarray, tokens: int, groups: int,
-               multiple: int = 1, max_ratio: float = 2.0) -> ShapeSet:
-        """The shapes for training pairs of these lengths in micro-batches of ``tokens`` tokens."""
+               multiple: int = 1, max_ratio: float = 2.0, rounded_batches: bool = True) -> ShapeSet:
+        """The shapes for training pairs of these lengths in micro-batches of ``tokens`` tokens.
+
+        ``rounded_batches``: whether the batcher counts a pair's length rounded up to ``multiple`` (nmtk's
+        micro-batches) or as it is (the plan's token buckets, n × longest ≤ tokens): then a batch of a group
+        may hold ``tokens //`` its shortest unrounded length rows, more than ``tokens // lo``, and the
+        shape's rows are that (on a GPU, where ``multiple`` is 8, most such batches fitted no shape)."""
         counts = length_histogram(src_lengths, tgt_lengths, multiple)
-        return cls(choose_bounds(counts, groups, max_ratio), tokens)
+        bounds = choose_bounds(counts, groups, max_ratio)
+        if rounded_batches or multiple == 1:
+            return cls(bounds, tokens)
+        longest = np.maximum(src_lengths, tgt_lengths).astype(np.int64)
+        held = rounded_up(longest, multiple)
+        return cls(bounds, tokens, [int(longest[(held >= lo) & (held <= hi)].min()) for lo, hi in bounds])
 
     def shape_for(self, rows: int, length: int) -> Shape | None:
         """The smallest shape holding ``rows`` sentences of ``length`` positions (None: none does)."""

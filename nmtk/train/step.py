@@ -98,7 +98,7 @@ class UpdateStep:
         head = partial(projected_label_smoothed_loss, target=batch.tgt_out,
                        epsilon=self.recipe.optim.label_smoothing, pad_id=PAD_ID, chunk=self.loss_chunk,
                        body=self.loss_body)
-        with autocast_for(self.device, self.precision):
+        with autocast_for(self.device, self.precision, cache=self.graphs is None):
             return self.module(batch.src, batch.tgt_in, head=head, src_padded=batch.src_padded,
                                src_first=batch.src_first)
 
