@@ -134,10 +134,7 @@ class GraphedMicroBatches:
                 p.grad = torch.zeros_like(p)  # captured backwards add into these (see the module)
         if self.capture:
             torch.cuda.reset_peak_memory_stats(self.step.device)
-            devices = [self.step.device]
-            with torch.random.fork_rng(devices=devices):
-                for shape in sorted(self.shapes.shapes, key=lambda s: -s.tokens):  # largest first: the pool's size
-                    self.passes[shape] = self._captured(shape)
+            self._capture_all()
             peak = torch.cuda.max_memory_allocated(self.step.device) / 2**20
             for p in self.step.model.parameters():
                 if p.grad is not None:
@@ -146,6 +143,22 @@ class GraphedMicroBatches:
                     f"peak memory {peak:,.0f} MiB")
         self.passes = {shape: StaticPass(shape, self.step.device) for shape in self.shapes.shapes}
         return f"static shapes run eagerly on this {self.step.device.type.upper()} ({EAGER_VARIABLE}=1)"
+
+    def _capture_all(self) -> None:
+        """Every shape's graph, largest first (the pool's size), the random state put back after. A capture
+        that fails is one line saying how to train without graphs: in a process where a capture failed,
+        CUDA's random generator stays in a capturing state (seen on an H200: every later dropout failed
+        with "Offset increment outside graph capture"), so training cannot go on without them here."""
+        try:
+            with torch.random.fork_rng(devices=[self.step.device]):
+                for shape in sorted(self.shapes.shapes, key=lambda s: -s.tokens):
+                    self.passes[shape] = self._captured(shape)
+        except RuntimeError as exc:  # torch.OutOfMemoryError and torch.AcceleratorError are RuntimeErrors
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            how = ("fewer train.graph_shapes, a smaller train.micro_batch_tokens, or "
+                   if isinstance(exc, torch.OutOfMemoryError) else "")
+            raise NmtkError(f"capturing micro-batches as CUDA graphs failed ({first[:200]}): train with {how}"
+                            "--set train.cuda_graphs=false") from exc
 
     def _captured(self, shape: Shape) -> StaticPass:
         """Warm up on a side stream, then capture the shape's pass into the shared pool."""

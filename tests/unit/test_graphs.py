@@ -179,6 +179,31 @@ def test_cuda_graphs_true_says_what_it_needs(tmp_path: Path, monkeypatch) -> Non
     trainer.metrics.close()
 
 
+def test_a_failed_capture_says_how_to_train_without_graphs(tmp_path: Path, monkeypatch) -> None:
+    """A capture that fails (out of memory, an op a graph cannot hold) is one line naming the way out,
+    not a traceback: with ``auto`` now on by default on a GPU, a run must not die in a graph's error."""
+    import contextlib
+
+    from helpers import toy_trainer
+
+    monkeypatch.setenv("NMTK_GRAPHS_EAGER", "1")
+    trainer = toy_trainer(tmp_path, "train.cuda_graphs=true")
+    trainer.plan_micro_batches()
+    graphs = trainer.step.graphs
+    monkeypatch.setattr(torch.random, "fork_rng", lambda **_: contextlib.nullcontext())  # a CPU has no CUDA state
+    for error, hint in ((torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore"),
+                         r"CUDA out of memory\. Tried to allocate 2\.00 GiB\): train with fewer train.graph_shapes"),
+                        (RuntimeError("CUDA error: operation not permitted when stream is capturing"),
+                         r"stream is capturing\): train with --set train.cuda_graphs=false$")):
+        def fails(shape: object, error: Exception = error) -> None:
+            raise error
+
+        monkeypatch.setattr(graphs, "_captured", fails)
+        with pytest.raises(NmtkError, match=r"^capturing micro-batches as CUDA graphs failed \(.*" + hint):
+            graphs._capture_all()
+    trainer.metrics.close()
+
+
 def test_auto_graphs_the_plans_small_batches_on_a_gpu_only() -> None:
     """``auto`` as measured on an H200 (docs/distributed.md): on for the plan's own batches up to 12,500
     tokens (the paper's update on 2 to 8 GPUs), off where nmtk re-cuts them into larger micro-batches,
