@@ -9,7 +9,10 @@ flushed and fsynced, then renamed over it, so a crash leaves the old file or the
 
 from __future__ import annotations
 
+import bz2
 import fcntl
+import gzip
+import lzma
 import os
 import select
 import shutil
@@ -81,6 +84,42 @@ _NOT_TEXT = ((b"\x1f\x8b", "gzip-compressed", "decompress it first (zcat {file} 
              (b"PK\x03\x04", "a zip archive (a .docx, .xlsx, .pptx, .odt or .epub file is one)",
               "save its text as plain text, html or XLIFF"),
              (b"%PDF-", "a PDF document", "save its text as plain text or html"))
+
+
+#: Compressed text that is read as it is decompressed, known by its first bytes (its name need not say so;
+#: bzip2's block header too, so that no text that begins "BZh" is taken for it): corpora in `prepare`,
+#: `translate -i` (as Marian reads its input).
+_DECOMPRESSED = ((b"\x1f\x8b", "gzip", gzip.open), (b"\xfd7zXZ\x00", "xz", lzma.open),
+                 (b"BZh", "bzip2", bz2.open))
+_CORRUPT = (EOFError, gzip.BadGzipFile, lzma.LZMAError, OSError)  # bz2's bad data is an OSError
+
+
+def compression(path: Path) -> str | None:
+    """``gzip``, ``xz`` or ``bzip2`` where the file is compressed so (`_DECOMPRESSED`), else None."""
+    with open(path, "rb") as handle:
+        start = handle.read(10)
+    for magic, name, _ in _DECOMPRESSED:
+        if start.startswith(magic) and (name != "bzip2" or start[3:4].isdigit() and start[4:] == b"1AY&SY"):
+            return name
+    return None
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """A file's bytes, decompressed where it is gzip, xz or bzip2 (`compression`)."""
+    kind = compression(path)
+    return next(opener for _, name, opener in _DECOMPRESSED if name == kind)(path, "rb") if kind else open(path, "rb")
+
+
+def checked_reads(reads: Iterable[bytes], path: Path) -> Iterator[bytes]:
+    """What is read from `open_binary`'s handle (its lines, or blocks); a truncated or corrupt compressed
+    file is one line naming it, where Python would raise its own error mid-stream."""
+    try:
+        yield from reads
+    except _CORRUPT as exc:
+        if isinstance(exc, OSError) and type(exc) is not OSError and not isinstance(exc, gzip.BadGzipFile):
+            raise  # a real I/O error (a subclass), not bad data
+        kind = compression(path) or "compressed"
+        raise NmtkError(f"{path}: corrupt {kind} file ({exc or 'it ends early'})") from None
 
 
 def _invalid(name: str, line: int, exc: UnicodeDecodeError, start: bytes, hint: str) -> str:

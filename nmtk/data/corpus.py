@@ -1,33 +1,26 @@
-"""Reading corpus files line by line: gzip, WMT SGML, UTF-8 checks, parallel line alignment."""
+"""Reading corpus files line by line: gzip, xz and bzip2, WMT SGML, UTF-8 checks, parallel line alignment."""
 
 from __future__ import annotations
 
-import gzip
 import html
 import re
 from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
-from typing import BinaryIO
 
 from nmtk.errors import NmtkError
-from nmtk.files import decode_lines
+from nmtk.files import checked_reads, decode_lines, open_binary
 from nmtk.recipe import Corpus
 
 _SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.IGNORECASE)
 _REPLACE_HINT = 'set data.encoding_errors = "replace" to substitute U+FFFD'
 
 
-def _open_binary(path: Path) -> BinaryIO:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")
-    return open(path, "rb")
-
-
 def read_lines(path: Path, errors: str = "error", column: int | None = None) -> Iterator[str]:
     """Sentences of a corpus file, one per line, without the newline.
 
-    ``.gz`` files are decompressed on the fly; ``.sgm``/``.sgm.gz`` WMT test sets yield the text of
+    gzip, xz and bzip2 files are decompressed on the fly (known by their first bytes,
+    `nmtk.files.open_binary`); ``.sgm``/``.sgm.gz`` WMT test sets yield the text of
     their ``<seg>`` elements. Invalid UTF-8 raises an error naming the file and line unless
     ``errors == "replace"``. ``column``: each line's tab-separated field of that number (1: the first;
     `CorpusFile.column`); a line with fewer is an error naming it. Streams: memory does not grow with
@@ -35,16 +28,15 @@ def read_lines(path: Path, errors: str = "error", column: int | None = None) -> 
     """
     sgml = path.name.endswith((".sgm", ".sgm.gz"))
     try:
-        with _open_binary(path) as handle:
-            for number, text in enumerate(decode_lines(handle, str(path), errors, hint=_REPLACE_HINT), 1):
+        with open_binary(path) as handle:
+            lines = decode_lines(checked_reads(handle, path), str(path), errors, hint=_REPLACE_HINT)
+            for number, text in enumerate(lines, 1):
                 if column is not None:
                     yield _field(text, column, path, number)
                 elif not sgml:
                     yield text
                 elif match := _SEG.search(text):
                     yield html.unescape(match.group(1)).strip()
-    except (gzip.BadGzipFile, EOFError) as exc:
-        raise NmtkError(f"{path}: corrupt gzip file ({exc})") from None
     except FileNotFoundError:
         raise NmtkError(f"{path}: file not found") from None
 

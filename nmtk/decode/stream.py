@@ -40,9 +40,11 @@ from nmtk.files import (
     InvalidUtf8,
     ReadyLines,
     buffered,
+    checked_reads,
     decode_lines,
     decode_text,
     input_path,
+    open_binary,
     output_path,
     partial_path,
 )
@@ -283,7 +285,7 @@ def translate(options: TranslateOptions) -> None:
         raise NmtkError("--document: for --format html or xml (a text's lines are translated one by one)")
     if options.document or options.format in WHOLE:
         return _translate_document(engine, options, partial)
-    source: BinaryIO = open(options.input, "rb") if options.input else sys.stdin.buffer
+    source: BinaryIO = open_binary(options.input) if options.input else sys.stdin.buffer  # .gz, .xz, .bz2 too
     done, start = [0], time.perf_counter()
     try:
         with interruptible():  # Ctrl-C and SIGTERM end a wait for input wherever the kernel delivers them
@@ -370,7 +372,7 @@ def _refuse_with_markup(engine: Engine, options: TranslateOptions) -> None:
 def _translate_document(engine: Engine, options: TranslateOptions, partial: Path | None) -> None:
     """``--format html|xml --document``: the whole input is one document, translated with its tags in one
     search, written whole (to ``-o``: through its partial file, renamed when done)."""
-    raw = open(options.input, "rb").read() if options.input else sys.stdin.buffer.read()
+    raw = _read_all(options.input) if options.input else sys.stdin.buffer.read()
     document = decode_text(raw, str(options.input or "stdin"), options.errors.value,
                            hint="use --errors replace to substitute U+FFFD")
     where, start = str(options.input or "stdin"), time.perf_counter()
@@ -597,14 +599,23 @@ def _skipped(options: TranslateOptions, lines: Iterator[str]) -> Iterator[str]:
 
 def _input_lines(options: TranslateOptions, source: Iterable[bytes]) -> Iterator[str]:
     name = str(options.input or "stdin")
+    if options.input is not None:
+        source = checked_reads(source, options.input)  # a corrupt .gz: one line naming it
     return decode_lines(source, name, options.errors.value, hint="use --errors replace to substitute U+FFFD")
 
 
+def _read_all(path: Path) -> bytes:
+    """A whole input document, decompressed where it is compressed (`open_binary`)."""
+    with open_binary(path) as handle:
+        return b"".join(checked_reads(handle, path))
+
+
 def count_lines(path: Path) -> int:
-    """Lines of a file (a last line without a newline counts), read in blocks: ~0.1 s per 100 MB."""
+    """Lines of a file (a last line without a newline counts), read in blocks: ~0.1 s per 100 MB; a
+    compressed input's lines as it decompresses (`open_binary`)."""
     count, last = 0, b"\n"
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
+    with open_binary(path) as handle:
+        for block in checked_reads(iter(lambda: handle.read(1 << 20), b""), path):
             count += block.count(b"\n")
             last = block[-1:]
     return count + (last != b"\n")

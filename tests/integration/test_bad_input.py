@@ -101,6 +101,36 @@ def test_skip_goes_on_from_its_partial_file_and_within_the_input(copy_run, tmp_p
     assert piped.stdout == "" and list(tmp_path.iterdir()) == [source]
 
 
+def test_a_compressed_input_is_read_as_its_text(copy_run, tmp_path: Path) -> None:
+    """`translate -i` reads gzip, xz and bzip2 input as Marian reads .gz (known by their first bytes, not
+    their names; was one line asking to zcat it), --skip counting its lines; a truncated .gz is one line
+    naming it, nothing written; zstd (no reader in Python's library) is still one line saying what to do."""
+    import bz2
+    import gzip
+    import lzma
+
+    tmp, _, env = copy_run
+    text = b"the cat\nthe dog\nthe cat and the dog\n"
+    plain = tmp_path / "in.en"
+    plain.write_bytes(text)
+    run = ["translate", "-m", str(tmp / "run")]
+    expected = nmtk(*run, "-i", str(plain), cwd=tmp, env=env).stdout
+    assert expected.count("\n") == 3
+    for name, data in (("in.en.gz", gzip.compress(text)), ("in.en.xz", lzma.compress(text)),
+                       ("in.en.bz2", bz2.compress(text)), ("gzipped-without-its-suffix", gzip.compress(text))):
+        (tmp_path / name).write_bytes(data)
+        assert nmtk(*run, "-i", str(tmp_path / name), cwd=tmp, env=env).stdout == expected, name
+    skipped = nmtk(*run, "-i", str(tmp_path / "in.en.gz"), "--skip", "5", cwd=tmp, env=env)
+    one_line(skipped, 1, f"--skip 5: {tmp_path / 'in.en.gz'} has only 3 lines")
+    (tmp_path / "cut.gz").write_bytes(gzip.compress(text * 200)[:-12])  # its end and trailer cut off
+    out = tmp_path / "cut.de"
+    one_line(nmtk(*run, "-i", str(tmp_path / "cut.gz"), "-o", str(out), cwd=tmp, env=env), 1,
+             f"{tmp_path / 'cut.gz'}: corrupt gzip file (Compressed file ended before the end-of-stream marker")
+    assert not out.exists() and not Path(f"{out}.partial").exists()
+    (tmp_path / "in.en.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 20)
+    one_line(nmtk(*run, "-i", str(tmp_path / "in.en.zst"), cwd=tmp, env=env), 1, "zstd-compressed, not text")
+
+
 # --------------------------------------------------------------------------------------------- train
 
 

@@ -314,6 +314,28 @@ def test_a_compressed_file_or_a_document_is_said_to_be_one_not_invalid_text(tmp_
         read_lines(path, "input")
 
 
+def test_corpora_are_decompressed_by_their_first_bytes(tmp_path: Path) -> None:
+    """A corpus in gzip, xz or bzip2 is read as its text whatever its name (only a .gz suffix was
+    decompressed); a text that begins "BZh" is text; bad compressed data is one line naming the file."""
+    import bz2
+    import lzma
+
+    from nmtk.data.corpus import read_lines
+
+    text = "A dog.\nZwei Männer.\n"
+    for name, data in (("a.xz", lzma.compress(text.encode())), ("a.bz2", bz2.compress(text.encode())),
+                       ("a.txt", gzip.compress(text.encode())), ("bzh.txt", b"BZh9 is no archive.\n")):
+        (tmp_path / name).write_bytes(data)
+        assert list(read_lines(tmp_path / name)) == (["BZh9 is no archive."] if name == "bzh.txt" else
+                                                    ["A dog.", "Zwei Männer."])
+    (tmp_path / "bad.bz2").write_bytes(bz2.compress(text.encode())[:10] + b"\x00" * 40)
+    with pytest.raises(NmtkError, match=r"bad.bz2: corrupt bzip2 file \(Invalid data stream\)$"):
+        list(read_lines(tmp_path / "bad.bz2"))
+    (tmp_path / "cut.xz").write_bytes(lzma.compress(text.encode() * 100)[:40])
+    with pytest.raises(NmtkError, match=r"cut.xz: corrupt xz file \("):
+        list(read_lines(tmp_path / "cut.xz"))
+
+
 def test_an_option_about_a_glossary_without_one_is_one_line() -> None:
     """`translate --terms inline` (or constrained) and `--glossary-ignore-case` with no glossary did nothing,
     silently; a server's ``--terms`` applies to its requests' glossaries too."""
