@@ -12,7 +12,8 @@ synchronize per window, so updates overlap as in training; the updates run under
 ``torch.cuda.set_sync_debug_mode("error")``: a host sync inside one is reported), model FLOPs
 utilisation from the batches' real source and target tokens and lengths against the detected GPU's
 dense 16-bit peak (`_util.DENSE_PEAK_FLOPS`), peak memory, CUDA kernels per update (torch profiler,
-memcpy and memset left out, no checkpoint in the window: what compilation changes), and the eager
+memcpy and memset left out, no checkpoint in the window: what compilation changes) with their GPU
+time by family and the share of the update the GPU was busy (``kernel_time``), and the eager
 update's ATen ops and host syncs (`nmtk.train.probe`; under its dispatch mode dynamo runs eagerly,
 so those two describe the eager update). Then beam-4 decoding of 1,000 sentences with the same
 (untrained) model: a random model writes to its length limit, so sentences/s is a lower bound and
@@ -139,11 +140,12 @@ def train_row(name: str, mode: str, shape: str, updates: int, work: Path, info: 
     torch.cuda.reset_peak_memory_stats(device)
     trainer.train()
     trainer.train_step = clock.original
-    kernels = cuda_kernels_per_update(trainer, 3)
+    kernels, timed_kernels = cuda_kernels_per_update(trainer, 3)
     fallbacks = trainer.step.graphs.eager_batches if trainer.step.graphs is not None else None
+    timed = timings(trainer, clock, updates, info)
     row = {"model": name, "mode": mode, "shape": shape, "micro_batches": micro, "graphs": captured,
-           "micro_batches_no_shape_held": fallbacks,
-           **timings(trainer, clock, updates, info), "cuda_kernels_per_update": kernels}
+           "micro_batches_no_shape_held": fallbacks, **timed, "cuda_kernels_per_update": kernels,
+           "kernel_time": kernel_breakdown(timed_kernels, 3, timed["step_s"]) if timed_kernels else None}
     if COUNT_OPS:  # a Python dispatch mode makes dynamo run eagerly: ops and syncs of the eager update (the
         trainer.recipe.train.max_updates += 3  # compiled launches are `cuda_kernels_per_update`)
         costs, sites = update_costs(trainer)
@@ -245,9 +247,43 @@ class UpdateClock:
         return rates
 
 
-def cuda_kernels_per_update(trainer: Any, updates: int) -> float | None:
+#: Kernel families by name (the first that matches), for where an update's GPU time goes.
+KERNEL_KINDS = (("attention", ("flash", "fmha", "attention", "sdpa", "efficient")),
+                ("products", ("gemm", "cutlass", "xmma", "cublas", "sm90_", "sm80_", "wgmma")),
+                ("optimizer", ("adam", "multi_tensor", "foreach")),
+                ("communication", ("nccl",)),
+                ("compiled (triton)", ("triton",)),
+                ("softmax and loss", ("softmax", "nll", "cross_entropy", "log_softmax")),
+                ("norms and reductions", ("norm", "reduce")),
+                ("element-wise", ("elementwise", "vectorized", "unrolled", "copy", "fill")))
+
+
+def kernel_breakdown(kernels: list[tuple[str, float]], updates: int, step_s: float) -> dict[str, Any]:
+    """Per update: kernels, their GPU time (ms), that time by family (`KERNEL_KINDS`), the longest kernels
+    by name, and ``gpu_busy``: the share of an update's wall time (``step_s``) the GPU spent in kernels
+    (near 1: the GPU is the bound, fewer or fused kernels the cure; far below: launches or the host).
+    ``kernels``: (name, microseconds) over ``updates`` updates."""
+    kinds: dict[str, float] = {}
+    names: dict[str, float] = {}
+    for name, us in kernels:
+        low = name.lower()
+        kind = next((k for k, keys in KERNEL_KINDS if any(key in low for key in keys)), "other")
+        kinds[kind] = kinds.get(kind, 0.0) + us
+        names[name] = names.get(name, 0.0) + us
+    total = sum(kinds.values()) / 1000 / updates
+    out: dict[str, Any] = {
+        "kernels": round(len(kernels) / updates, 1), "kernel_ms": round(total, 3),
+        "kernel_ms_by_kind": {k: round(v / 1000 / updates, 3) for k, v in sorted(kinds.items(), key=lambda x: -x[1])},
+        "longest_kernels_ms": {n[:80]: round(v / 1000 / updates, 3)
+                               for n, v in sorted(names.items(), key=lambda x: -x[1])[:8]}}
+    out["gpu_busy"] = round(total / 1000 / step_s, 3)
+    return out
+
+
+def cuda_kernels_per_update(trainer: Any, updates: int) -> tuple[float | None, list[tuple[str, float]]]:
     """CUDA kernels launched per update over ``updates`` more updates (torch profiler), compiled or not:
-    memcpy and memset left out (not the model's work), and no checkpoint in the window."""
+    memcpy and memset left out (not the model's work), and no checkpoint in the window; and the kernels
+    as (name, microseconds), for `kernel_breakdown`."""
     try:
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
@@ -261,10 +297,10 @@ def cuda_kernels_per_update(trainer: Any, updates: int) -> float | None:
             trainer.save = save
         kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
                    and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
-        return round(len(kernels) / updates, 1)
+        return round(len(kernels) / updates, 1), [(e.name, e.time_range.elapsed_us()) for e in kernels]
     except Exception as exc:  # the profiler is optional here: the row still has its timings
         print(f"cuda kernel count unavailable: {exc}", file=sys.stderr)
-        return None
+        return None, []
 
 
 def decode_row(name: str, work: Path) -> dict[str, Any]:

@@ -70,3 +70,18 @@ def test_the_sdpa_benchmark_measures_every_call_and_kernel_on_a_cpu() -> None:
             assert isinstance(row[kernel], dict) or row[kernel].startswith("unsupported: ")
     assert set(report["model"]) == {"nmtk", "pytorch", "efficient", "cudnn", "math"}
     assert all(r["target_tokens_per_s"] > 0 for r in report["model"].values())
+
+
+def test_the_kernel_breakdown_says_where_an_updates_gpu_time_goes() -> None:
+    """Per update: kernels by family (a flash-attention kernel is attention though its name holds no
+    gemm), the longest by name, and how busy the GPU was over the update's wall time."""
+    kernels = [("sm90_xmma_gemm_bf16bf16_bf16f32", 300.0), ("flash_fwd_kernel", 100.0),
+               ("triton_per_fused_native_layer_norm_0", 50.0), ("multi_tensor_apply_kernel (adam)", 40.0),
+               ("void at::native::vectorized_elementwise_kernel<4>", 10.0), ("ncclDevKernel_AllReduce", 0.0),
+               ("some_new_kernel", 100.0)] * 2
+    out = gpu.kernel_breakdown(kernels, updates=2, step_s=0.0012)
+    assert out["kernels"] == 7.0 and out["kernel_ms"] == 0.6
+    assert out["kernel_ms_by_kind"] == {"products": 0.3, "attention": 0.1, "other": 0.1, "compiled (triton)": 0.05,
+                                        "optimizer": 0.04, "element-wise": 0.01, "communication": 0.0}
+    assert list(out["longest_kernels_ms"])[0] == "sm90_xmma_gemm_bf16bf16_bf16f32"
+    assert out["gpu_busy"] == 0.5
