@@ -750,8 +750,11 @@ def parse(markup: str, kind: str = "html", attributes: Sequence[str] = (), keep:
     return Document([_shift_slots(p, offset) if isinstance(p, str) else p for p in parser.parts], segments)
 
 
-#: A ``<br>`` between a word (or a comma) and a word in small letters: a line broken inside a sentence.
-_BREAK_IN_SENTENCE = re.compile(r"(?<=[^\W_]|,)[ \t]*(<br\s*/?>)\s*(?=[^\W\d_])", re.IGNORECASE)
+#: A ``<br>`` between a word (or a comma) and a word in small letters, inline elements closing before it
+#: and opening after it let through (`_inline_breaks` checks their names): a line broken inside a sentence.
+_BREAK_IN_SENTENCE = re.compile(r"(?:[^\W_]|,)(?P<closed>(?:</[a-z][\w:-]*\s*>)*)[ \t]*(?P<br><br\s*/?>)\s*"
+                                r"(?P<opened>(?:<[a-z][\w:-]*(?:\s[^<>]*)?>)*)(?=[^\W\d_])", re.IGNORECASE)
+_TAG_NAME = re.compile(r"</?([a-z][\w:-]*)", re.IGNORECASE)
 
 
 def _inline_breaks(markup: str) -> frozenset[tuple[int, int]]:
@@ -762,8 +765,9 @@ def _inline_breaks(markup: str) -> frozenset[tuple[int, int]]:
     address's lines, a poem's) still ends its block."""
     found = set()
     for m in _BREAK_IN_SENTENCE.finditer(markup):
-        if markup[m.end()].islower():
-            at = m.start(1)
+        around = _TAG_NAME.findall(m.group("closed") + m.group("opened"))  # ``sits</b><br>on``: inline
+        if markup[m.end()].islower() and not any(n.lower() in BLOCKS or n.lower() in VERBATIM for n in around):
+            at = m.start("br")
             found.add((markup.count("\n", 0, at) + 1, at - markup.rfind("\n", 0, at) - 1))
     return frozenset(found)
 

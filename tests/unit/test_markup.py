@@ -437,6 +437,10 @@ def test_a_final_stop_aligned_to_a_word_does_not_carry_its_tags_to_the_end() -> 
     ("<p>A man sits.<br>two dogs run.</p>", ["A man sits.", "two dogs run."]),  # after a sentence's end
     ("<p>Name<br>Street 5<br>Berlin</p>", ["Name", "Street 5", "Berlin"]),  # an address's lines
     ("<p>A man<br></p>", ["A man"]),
+    ("<p>A man <b>sits</b><br>on a <i>bench</i>.</p>", ["A man sits on a bench."]),  # inline elements beside it
+    ("<p>A <b>man<br><i>sits</i></b> on a bench.</p>", ["A man sits on a bench."]),
+    ("<p>A man<br><br>sits on a bench.</p>", ["A man", "sits on a bench."]),  # two breaks: a paragraph's
+    ("<p>A man</p><br><p>sits on a bench.</p>", ["A man", "sits on a bench."]),  # between blocks
 ])
 def test_a_line_break_inside_a_sentence_keeps_the_sentence_whole(markup: str, segments: list[str]) -> None:
     """``A man<br>sits on a bench.``: each half was translated alone ("Ein Mann<br>Ein sitzt auf einer
