@@ -95,7 +95,10 @@ _CORRUPT = (EOFError, gzip.BadGzipFile, lzma.LZMAError, OSError)  # bz2's bad da
 
 
 def compression(path: Path) -> str | None:
-    """``gzip``, ``xz`` or ``bzip2`` where the file is compressed so (`_DECOMPRESSED`), else None."""
+    """``gzip``, ``xz`` or ``bzip2`` where the file is compressed so (`_DECOMPRESSED`), else None. Only a
+    regular file is looked into: a pipe's first bytes (``-i <(zcat …)``) would be read and lost."""
+    if not Path(path).is_file():
+        return None
     with open(path, "rb") as handle:
         start = handle.read(10)
     for magic, name, _ in _DECOMPRESSED:

@@ -336,6 +336,33 @@ def test_corpora_are_decompressed_by_their_first_bytes(tmp_path: Path) -> None:
         list(read_lines(tmp_path / "cut.xz"))
 
 
+def test_a_pipe_given_as_a_file_is_read_whole(tmp_path: Path) -> None:
+    """``translate -i <(cmd)`` names a pipe: looking for a compressed file's first bytes there would read
+    them away; a pipe is read as it is, from its first byte."""
+    import os
+    import threading
+
+    from nmtk.files import compression, open_binary
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    looked: list[str | None] = []
+    looking = threading.Thread(target=lambda: looked.append(compression(fifo)), daemon=True)
+    looking.start()
+    looking.join(timeout=10)
+    assert looked == [None]  # at once, without opening it (with no writer, an open would wait)
+
+    def write() -> None:
+        with open(fifo, "wb") as handle:
+            handle.write(b"A dog.\nA cat.\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with open_binary(fifo) as handle:
+        assert handle.read() == b"A dog.\nA cat.\n"
+    writer.join()
+
+
 def test_an_option_about_a_glossary_without_one_is_one_line() -> None:
     """`translate --terms inline` (or constrained) and `--glossary-ignore-case` with no glossary did nothing,
     silently; a server's ``--terms`` applies to its requests' glossaries too."""
