@@ -188,6 +188,7 @@ class GraphedMicroBatches:
                 self.eager_batches += 1
                 loss, nll = step.loss(batch.to(step.device))
                 (loss * self.scale).backward()
+                loss = loss.detach()
             else:
                 static = self.passes[shape]
                 pad_into(batch, static.src, static.tgt_in, static.tgt_out)  # from the host: one copy

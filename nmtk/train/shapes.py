@@ -107,8 +107,8 @@ class ShapeSet:
     ``Shape(tokens // lo, hi)`` each; `shape_for` names the smallest that holds a batch, `pad_into` fills it."""
 
     def __init__(self, bounds: list[tuple[int, int]], tokens: int, shortest: list[int] | None = None) -> None:
-        self.shapes = [Shape(max(1, tokens // low), hi) for low, (_, hi) in zip(shortest or [lo for lo, _ in bounds],
-                                                                                bounds, strict=True)]
+        lows = shortest or [lo for lo, _ in bounds]  # the shortest length a batch of each group can hold
+        self.shapes = [Shape(max(1, tokens // low), hi) for low, (_, hi) in zip(lows, bounds, strict=True)]
 
     @classmethod
     def chosen(cls, src_lengths: np.ndarray, tgt_lengths: np.ndarray, tokens: int, groups: int,
