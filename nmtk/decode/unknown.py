@@ -188,19 +188,21 @@ def _letter_of(line: str, i: int) -> int | None:
 
 
 #: A URL (a scheme's ``://`` or ``www.`` and what follows up to white space, quotes or angle brackets),
-#: an e-mail address, or a social network's handle (``@alice``, Mastodon's ``@alice@example.social``: a
-#: name, which the demo model dropped). A pattern of our own rather than a URL library's: what is wanted
-#: is not a parser's verdict but the span a reader sees as one link, ending where the sentence resumes.
+#: an e-mail address, a social network's handle (``@alice``, Mastodon's ``@alice@example.social``: a
+#: name, which the demo model dropped) or a hashtag (``#soccer``: a link on the platform, which the demo
+#: model translated without its ``#`` or dropped; not ``#5``, ``C#`` or ``&#39;``). A pattern of our own
+#: rather than a URL library's: what is wanted is not a parser's verdict but the span a reader sees as
+#: one link, ending where the sentence resumes.
 LINK = re.compile(r"\b(?:[a-z][a-z0-9+.-]*://|www\.)[^\s<>\"“”„«»]+|(?<![\w@.])@\w+(?:@[\w-]+(?:\.[\w-]+)+)?"
-                  r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.IGNORECASE)
+                  r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|(?<![\w#&/])#[^\W\d_]\w*", re.IGNORECASE)
 #: What ends a sentence or a clause after a link belongs to the sentence (``see example.com/a).``).
 _AFTER_LINK = ".,;:!?'’)]}"
 
 
 def link_spans(line: str) -> list[list[int]]:
-    """The [start, end) of each URL and e-mail address in ``line``, the punctuation that follows it left
-    to the sentence (a closing bracket stays where the link opened one: ``…/Bonn_(Stadt)``)."""
-    if "@" not in line and "://" not in line and "www." not in line.lower():  # most lines, cheaply
+    """The [start, end) of each URL, e-mail address, handle and hashtag in ``line``, the punctuation that
+    follows it left to the sentence (a closing bracket stays where the link opened one: ``…/Bonn_(Stadt)``)."""
+    if "@" not in line and "://" not in line and "#" not in line and "www." not in line.lower():  # most, cheaply
         return []
     spans = []
     for match in LINK.finditer(line):

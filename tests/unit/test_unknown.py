@@ -94,6 +94,13 @@ def test_links_are_carried_whole_and_the_sentence_keeps_its_punctuation() -> Non
     handles = "Thanks @alice_b, and @jo@example.social: see jo@example.org."  # a handle is a name: the model dropped it
     assert [handles[lo:hi] for lo, hi in link_spans(handles)] == ["@alice_b", "@jo@example.social", "jo@example.org"]
     assert copied(handles) == handles
+    # a hashtag is a link on its platform: the demo model wrote "#soccer" as "Fußball" and "#happy" as
+    # "mit der Aufschrift"; a number, C#, an html entity and a heading's marks are not hashtags
+    tags = "A child plays #soccer, #Fußball_2024! See https://x.org/a#top."
+    assert [tags[lo:hi] for lo, hi in link_spans(tags)] == ["#soccer", "#Fußball_2024", "https://x.org/a#top"]
+    assert copied(tags) == tags
+    for plain in ("A man wears the #5 shirt.", "He writes C# code.", "It&#39;s", "## Heading", "# Title"):
+        assert link_spans(plain) == [], plain
 
 
 def test_codes_of_capitals_and_digits_are_carried_and_words_with_small_letters_are_not() -> None:
