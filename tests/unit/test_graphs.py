@@ -111,7 +111,8 @@ def test_graphed_updates_train_what_plain_updates_train_and_resume_across_the_se
                                                                                      monkeypatch) -> None:
     """train.cuda_graphs=true on a CPU (NMTK_GRAPHS_EAGER=1: the static shapes, buffers and in-place
     accumulation, replayed eagerly) gives the losses of plain updates (fp32, no dropout) on the same
-    sentences, and a run graphed for 4 updates resumes without graphs to the uninterrupted run's state."""
+    sentences, a validation between graphed updates changing none of them, and a run graphed for 4 updates
+    resumes without graphs to the uninterrupted run's state."""
     from helpers import toy_prepared, toy_recipe, without_key_bias
 
     from nmtk.checkpoint import Checkpoint
@@ -121,7 +122,7 @@ def test_graphed_updates_train_what_plain_updates_train_and_resume_across_the_se
     from nmtk.train.trainer import Trainer
 
     monkeypatch.setenv("NMTK_GRAPHS_EAGER", "1")
-    common = ["batching.batch_tokens=256", "train.update_freq=2", "train.validate_every_updates=1000",
+    common = ["batching.batch_tokens=256", "train.update_freq=2", "train.validate_every_updates=3",
               "train.validate_at_end=false", "train.save_every_updates=4", "model.dropout=0.0",
               "train.precision=fp32", "train.graph_shapes=6"]
     _, out, pipelines = toy_prepared(tmp_path / "prep", *common)
@@ -153,6 +154,7 @@ def test_graphed_updates_train_what_plain_updates_train_and_resume_across_the_se
     assert graphed.step.graphs is not None and "6 shapes, padding" in graphed.line
     graphed.train()
     assert graphed.step.graphs.eager_batches == 0
+    assert '"validation": true, "update": 3' in graphed.run.log_path.read_text()  # validated between them
     torch.testing.assert_close(graphed_losses, plain_losses[:4], rtol=1e-5, atol=0)
     resumed, resumed_losses = trainer("resumed", "train.max_updates=8", "train.cuda_graphs=false")
     resumed.resume(Checkpoint.read(graphed.run.last))
