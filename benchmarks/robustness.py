@@ -6,7 +6,8 @@ robust recipe's (recipes/multi30k-en-de-robust.toml: typos corrected) and the te
 One JSON line:
 
 - ``bleu``: per run, BLEU on the test set as it is (``clean``), in capitals (``upper``, references in
-  capitals too), in title case (``title``, references too) and with typos (``typos``: OpusTrainer's
+  capitals too), in title case (``title``; references too where the target language writes titles so,
+  as English does; German's stay as they are) and with typos (``typos``: OpusTrainer's
   typo classes, each word hit with probability 0.1, seed 1; references as they are), with a run of 2-4
   words in capitals inside each line of 4 words or more (``shouted``, seed 1; references as they are),
   with one word of 3+ letters in capitals in each line (``shouted_word``, seed 1);
@@ -134,9 +135,13 @@ def robustness(run: Path, threads: int, sources: list[str], refs: list[str], as_
                ) -> dict[str, float]:
     """BLEU of ``run`` on the test set clean, in capitals, title case and with typos, and each one's loss;
     ``as_typed``: translate's ``--as-typed``."""
+    from nmtk.text.casing import TITLE_CASE_LANGS
+    from nmtk.text.langid import base_language
+
     translator, search = load(run, threads, as_typed=as_typed)
+    titled = base_language(translator.tgt_pipe.moses.lang) in TITLE_CASE_LANGS  # German's titles: sentence case
     variants = {"clean": (sources, refs), "upper": ([s.upper() for s in sources], [r.upper() for r in refs]),
-                "title": ([title(s) for s in sources], [title(r) for r in refs]),
+                "title": ([title(s) for s in sources], [title(r) for r in refs] if titled else refs),
                 "typos": (with_typos(sources), refs), "shouted": (shouted(sources), refs),
                 "shouted_word": (shouted_word(sources), refs)}
     scores = {name: bleu(texts(translator, src, search), ref) for name, (src, ref) in variants.items()}

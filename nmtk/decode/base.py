@@ -505,7 +505,7 @@ class TranslatorBase:
         return ids
 
     def detokenize(self, hyp: Hypothesis) -> str:
-        return recased(self.tgt_pipe.decode(hyp.tokens), hyp.case)
+        return recased(self.tgt_pipe.decode(hyp.tokens), hyp.case, self.tgt_pipe.moses.lang)
 
     def keep_text_only(self) -> None:
         """Free what only a search needs, keeping the text pipelines: for a translator that encodes and

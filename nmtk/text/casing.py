@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+from nmtk.text.langid import base_language
+
 Case = Literal["upper", "title"]
 
 #: The first letter of a line, and of every sentence in it (after ., ! or ? and a space).
@@ -127,11 +129,19 @@ def kept(typed: str, read: str, keep: frozenset[str]) -> str:
                    for w, f in zip(words, folded_words, strict=True))
 
 
-def recased(text: str, case: Case | None) -> str:
-    """A translation written in the case its source line was typed in (`case_of`)."""
+#: Languages whose headlines are written in title case. German, French, Czech, Spanish… write titles in
+#: sentence case (German's capitals are its nouns'): "Two Dogs Play In The Snow" is "Zwei Hunde spielen
+#: im Schnee", and title case given back there was wrong ("Zwei Hunde Spielen Im Schnee").
+TITLE_CASE_LANGS = frozenset({"en"})
+
+
+def recased(text: str, case: Case | None, lang: str = "en") -> str:
+    """A translation written in the case its source line was typed in (`case_of`): capitals in every
+    language, title case only where the target language (``lang``) writes it (`TITLE_CASE_LANGS`); in
+    the others the translation stays as the model wrote it, in sentence case."""
     if case == "upper":
         return text.upper()
-    if case == "title":
+    if case == "title" and base_language(lang) in TITLE_CASE_LANGS:  # en_GB, NLLB's eng_Latn: en
         return " ".join(w[:1].upper() + w[1:] for w in text.split(" "))
     return text
 

@@ -103,8 +103,12 @@ def test_a_glossary_s_terms_in_capitals_are_read_as_typed() -> None:
 
 def test_the_translation_gets_the_case_back() -> None:
     assert recased("Ein Mann schläft auf der Straße.", "upper") == "EIN MANN SCHLÄFT AUF DER STRASSE."
-    assert recased("ein Mann  im blauen Hemd", "title") == "Ein Mann  Im Blauen Hemd"
+    assert recased("a man  in a blue shirt", "title", "en") == "A Man  In A Blue Shirt"
+    assert recased("a man", "title", "eng_Latn") == recased("a man", "title", "en_GB") == "A Man"
     assert recased("as it came", None) == "as it came"
+    # German (French, Czech…) writes titles in sentence case, its nouns in capitals: not "Im Blauen Hemd"
+    assert recased("Ein Mann im blauen Hemd", "title", "de") == "Ein Mann im blauen Hemd"
+    assert recased("Ein Mann im blauen Hemd", "upper", "de") == "EIN MANN IM BLAUEN HEMD"
 
 
 # ------------------------------------------------------------------------- typos (`nmtk.text.typos`)
