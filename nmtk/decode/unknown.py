@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from nmtk.decode.guide import Glossary, occurrences
+from nmtk.text.casing import acronym_spans
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.reading import INVISIBLE, compatible
 
@@ -33,16 +34,19 @@ if TYPE_CHECKING:
     from nmtk.decode.search.config import SearchConfig
 
 def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, numbers: bool = False,
-               terms: re.Pattern[str] | None = None, glossed: Sequence[re.Pattern[str]] = ()
-               ) -> list[tuple[int, int]]:
+               terms: re.Pattern[str] | None = None, glossed: Sequence[re.Pattern[str]] = (),
+               pieces: Callable[[str], int] | None = None) -> list[tuple[int, int]]:
     """The [start, end) of each span of ``line`` to carry through: its runs of characters ``spells``
     refuses and, with ``links``, its URLs, e-mail addresses, handles, codes (`code_spans`) and the list
-    item marker it begins with (markup's ``<p>1. A dog…``; a line's own is written back apart; with
+    item marker it begins with (markup's ``<p>1. A dog…``; a line's own is written back apart), and with
+    ``pieces`` (the model's spelling) its acronyms (`acronym_spans`: ``NASA``); with
     ``numbers``, its numbers too; with ``terms``, a glossary's terms that translate to themselves:
     `Glossary.untranslated`), each with the brackets or quotes that enclose it, in order; none that
     overlaps a term of ``glossed`` (a glossary's terms that translate to another: `Glossary.translated_patterns`),
     which the glossary translates ("MP3" → "Musikdatei" came back "MP3")."""
     found = _unspelt(line, spells) + (link_spans(line) + code_spans(line) + _item_marker(line) if links else [])
+    if links and pieces is not None:
+        found += acronym_spans(line, pieces)
     if numbers:
         found += [list(m.span()) for m in NUMBER.finditer(line)]
     if terms is not None:
@@ -59,10 +63,11 @@ def keeper(translator: TranslatorBase, numbers: bool = False, glossary: Glossary
     (`nmtk.text.markup.parse`'s ``keep``), so that html carries them as text does. ``numbers``: a line
     translated again (`renumbered_lines`), which carries its numbers and its glossary's untranslated
     terms too (`Reading.terms`); ``glossary``: the terms it translates are not carried."""
-    spells, links, terms = read_as_spelt(translator), translator.reading.carry, translator.reading.terms
+    reading = translator.reading
+    spells, links, terms = read_as_spelt(translator), reading.carry, reading.terms
     glossed = () if glossary is None else glossary.translated_patterns()
     return lambda text: kept_spans(text, spells, links, numbers and links, terms if numbers and links else None,
-                                   glossed)
+                                   glossed, reading.pieces)
 
 
 #: A number as written (``3``, ``3,500``, ``12/05/2023``, ``$12.99``, ``10%``), not one inside a word

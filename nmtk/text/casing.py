@@ -113,6 +113,30 @@ def _spelt_better_lower(word: str, pieces: Callable[[str], int]) -> bool:
     return typed >= 3 and 2 * pieces(letters.lower()) <= typed
 
 
+def acronym_spans(line: str, pieces: Callable[[str], int]) -> list[list[int]]:
+    """The [start, end) of each acronym of ``line``: a word of two or more capitals among words in small
+    letters (a run of words in capitals is shouting, read in sentence case, and so is a line in capitals),
+    which ``pieces`` spells letter by letter (the model never saw it as a word) and not better in small
+    letters (``DOG`` is read "dog": `_spelt_better_lower`). Carried as it is, as codes are
+    (`nmtk.decode.unknown`): the demo model wrote "A man from NASA" as "Ein Mann aus NAAAS" and "IKEA" as
+    "NAAAEEEAAK"; "Texas AM" and "PM Construction" lost their capitals to words."""
+    if case_of(line) == "upper":
+        return []
+    words, spans = list(_WORD.finditer(line)), []
+    for i, word in enumerate(words):
+        core = word.group().strip(_PUNCTUATION)
+        if len(core) < 2 or not core.isalpha() or not core.isupper():
+            continue
+        beside = (words[j].group() for j in (i - 1, i + 1) if 0 <= j < len(words))
+        if any(shouted(w) and sum(c.isupper() for c in w) >= 2 for w in beside):
+            continue  # shouting, read in sentence case (`_shouted_spans`)
+        if pieces(core) < len(core) or _spelt_better_lower(core, pieces):
+            continue
+        start = word.start() + word.group().index(core)
+        spans.append([start, start + len(core)])
+    return spans
+
+
 def shouted(word: str) -> bool:
     """A word in capitals: a letter, and none in lower case."""
     return any(c.isalpha() for c in word) and not any(c.islower() for c in word)

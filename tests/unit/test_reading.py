@@ -165,3 +165,25 @@ def test_reading_folds_then_corrects_and_as_typed_does_neither(tmp_path: Path) -
     typos = corrector(tmp_path)
     assert Reading(lang="en", typos=typos).read("A DGO RUNS ON THE GRSAS") == "A dog runs on the grass"
     assert Reading(fold_case=False).read("A DGO RUNS") == "A DGO RUNS"
+
+
+def test_an_acronym_the_model_spells_letter_by_letter_is_carried() -> None:
+    """``NASA`` among words in small letters, spelt letter by letter by a model that never saw it (the demo
+    model wrote "NAAAS"), is carried as it is; not an acronym the model knows (``USA``: one piece), a word
+    it reads better in small letters (``DOG``: "dog"), a run of shouting, a line in capitals, or a word
+    with small letters."""
+    from nmtk.text.casing import acronym_spans
+
+    known = {"USA": 1, "dog": 1, "who": 1, "nasa": 3, "ikea": 3}
+
+    def pieces(word: str) -> int:
+        return known.get(word, len(word))  # letter by letter, as a model that never saw the word
+
+    def found(line: str) -> list[str]:
+        return [line[a:b] for a, b in acronym_spans(line, pieces)]
+
+    assert found("A man from NASA shops at IKEA, in the USA.") == ["NASA", "IKEA"]
+    assert found("Texas AM beat (PM) today.") == ["AM", "PM"]
+    assert found("A DOG runs, the WHO warns.") == []  # read as "dog", "who"
+    assert found("A MAN FROM NASA") == [] and found("HELLO NASA, a dog") == []  # shouting: sentence case
+    assert found("An iPhone, a T-Shirt, NASA2 and A.") == []
