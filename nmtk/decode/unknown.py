@@ -47,8 +47,8 @@ def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, num
     found = _unspelt(line, spells) + (link_spans(line) + code_spans(line) + _item_marker(line) if links else [])
     if links and pieces is not None:
         found += acronym_spans(line, pieces)
-    if numbers:
-        found += [list(m.span()) for m in NUMBER.finditer(line)]
+    if numbers:  # a measure's number with its unit (`lost_unit`)
+        found += [list(m.span()) for m in NUMBER.finditer(line)] + [list(m.span()) for m in MEASURE.finditer(line)]
     if terms is not None:
         found += [list(m.span()) for m in terms.finditer(line)]
     if glossed and found:
@@ -73,6 +73,11 @@ def keeper(translator: TranslatorBase, numbers: bool = False, glossary: Glossary
 #: A number as written (``3``, ``3,500``, ``12/05/2023``, ``$12.99``, ``10%``), not one inside a word
 #: (``mp3``, ``10th``: those are the model's to translate).
 NUMBER = re.compile(r"(?<!\w)[#$€£¥]?\d(?:[\d.,:/-]*\d)?%?(?![\w])")
+#: Unit symbols written alike in the languages nmtk's models speak (not ``in``, ``s`` or ``h``, which are
+#: words or abbreviations too).
+_UNITS = "km/h|m/s|kWh|km|cm|mm|m|kg|mg|g|ml|°C|°F|mph|MB|GB|TB|KB|kB|kHz|MHz|GHz|Hz|kW|lbs|lb|oz|ft"
+#: A measure: a number and the unit symbol after it (``5 km``, ``20°C``, ``64 GB``, ``100 km/h``).
+MEASURE = re.compile(r"(?<!\w)\d(?:[\d.,]*\d)?[ \u00a0\u202f]?(?P<unit>" + _UNITS + r")(?![\w/°])")
 
 
 def garbled_numbers(source: str, translation: str, source_lang: str = "") -> bool:
@@ -107,6 +112,16 @@ def lost_numbers(source: str, translation: str, lang: str = "") -> bool:
         if number in written or number == "1" or _written_out(number, translation, lang):
             continue
         return True
+    return lost_unit(source, translation)
+
+
+def lost_unit(source: str, translation: str) -> bool:
+    """Whether ``translation`` lost the unit of one of ``source``'s measures (`MEASURE`): the demo model
+    kept the number and dropped the rest ("runs 5 km in the park" → "rennt 5 im Park", "20°C" → "20°")."""
+    for match in MEASURE.finditer(source):
+        unit = re.escape(match.group("unit"))
+        if not re.search(rf"(?<![\w°]){unit}(?![\w/°])|\d{unit}(?![\w/°])", translation):
+            return True
     return False
 
 

@@ -156,6 +156,21 @@ def test_numbers_are_kept_only_when_asked() -> None:
     assert copied(line) == line
 
 
+def test_a_measure_whose_unit_the_translation_lost_is_made_again_with_it_carried() -> None:
+    """The demo model kept a measure's number and dropped its unit ("runs 5 km in the park" → "rennt 5 im
+    Park", "20°C" → "20°"): a lost unit asks for the second try, which carries number and unit together."""
+    from nmtk.decode.unknown import lost_numbers, lost_unit
+
+    assert lost_numbers("A man runs 5 km in the park.", "Ein Mann rennt 5 im Park.", "de")
+    assert not lost_numbers("A man runs 5 km in the park.", "Ein Mann rennt 5 km im Park.", "de")
+    assert lost_unit("It is 20°C.", "Es hat 20°.") and not lost_unit("It is 20°C.", "Es hat 20 °C.")
+    assert lost_unit("At 100 km/h.", "Mit 100 km.") and not lost_unit("At 100 km/h.", "Mit 100 km/h.")
+    assert not lost_unit("3 men put 5 in a box at 10 am.", "Drei Männer.")  # no unit: men, in, am
+    line = "A car drives 100 km/h, 5 km away, at 20°C with 64 GB."
+    assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, numbers=True)] == [
+        "100 km/h", "5 km", "20°C", "64 GB"]
+
+
 def test_a_list_marker_beginning_a_block_is_kept() -> None:
     """Markup's ``<p>1. A dog runs.</p>``: the demo model dropped the "1." (a line's own marker is written
     back apart: `nmtk.text.line_breaks.list_marker`)."""
