@@ -52,6 +52,7 @@ from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import NOT_ALIGNED, resolve_model
 from nmtk.pair import sources_of
 from nmtk.text import langid
+from nmtk.text.brackets import as_marked, dropped_brackets, unmarked
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.markup import MarkupError, holds_tags, parse
 from nmtk.text.subtitles import Subtitles
@@ -191,6 +192,26 @@ class Engine:
                 k = lines[i]
                 if renumbered_better(view, sources[k], out[k], text):  # its length limit follows it
                     out[k] = text
+                    cut.discard(k)
+                    cut.update(ran & {k})
+        return out
+
+    def rebracketed(self, sources: list[str], out: list[str], options: TranslateOptions, cut: set[int]) -> list[str]:
+        """``out`` with each translation that dropped brackets of its source (`dropped_brackets`) made again
+        with the bracketed parts as inline elements, which markup places by alignment (`as_marked`), and
+        brackets again (`unmarked`): the demo model wrote "A woman (in a red dress) dances." as "Eine Frau in
+        einem roten Kleid tanzt.", now "Eine Frau (in einem roten Kleid) tanzt."; the first translation stays
+        where markup placed a part around no letter or the second garbles a number the first kept."""
+        if not self.carries(options):
+            return out
+        out = list(out)
+        for view, lines in self.views(sources, range(len(sources))):
+            found = {i: as_marked(sources[k]) for i, k in enumerate(lines) if dropped_brackets(sources[k], out[k])}
+            ran: set[int] = set()
+            for i, text in self._through_markup(view, found, ran, lines, numbers=True).items():
+                k = lines[i]
+                if (bracketed := unmarked(text)) is not None and renumbered_better(view, sources[k], out[k], bracketed):
+                    out[k] = bracketed
                     cut.discard(k)
                     cut.update(ran & {k})
         return out
@@ -679,6 +700,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     engine.retried.extend(first + k for k, hyps in enumerate(hypotheses) if hyps and hyps[0].retried)
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
     out = engine.renumbered(chunk, [carried.get(k, line) for k, line in enumerate(out)], options, cut)
+    out = engine.rebracketed(chunk, out, options, cut)
     engine.cut.extend(first + k for k in sorted(cut))
     return [marker + line for marker, line in zip(markers, out, strict=True)] if any(markers) else out
 

@@ -56,6 +56,7 @@ from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
+from nmtk.text.brackets import as_marked, dropped_brackets, unmarked
 from nmtk.text.line_breaks import cut_at_breaks, join_at_breaks
 from nmtk.text.markup import MarkupError, text_of
 
@@ -648,6 +649,9 @@ async def _line_answers(service: _Service, req: LibreRequest, indices: list[int]
     texts = [answer["translatedText"] for answer in answers]
     for k, text in (await _renumbered(service, req, sources, texts, search, pair)).items():
         answers[k]["translatedText"] = text
+    texts = [answer["translatedText"] for answer in answers]
+    for k, text in (await _rebracketed(service, req, sources, texts, search, pair)).items():
+        answers[k]["translatedText"] = text
     if req.alternatives:
         _keep_alternatives(service, req, sources, answers, pair, alone)
     return answers
@@ -707,6 +711,22 @@ async def _renumbered(service: _Service, req: LibreRequest, lines: list[str], te
         return {}
     again = restored(found, await _marked_texts(service, req, list(found.values()), pair, numbers=True))
     return {k: text for k, text in again.items() if renumbered_better(view, lines[k], texts[k], text)}
+
+
+async def _rebracketed(service: _Service, req: LibreRequest, lines: list[str], texts: list[str],
+                       search: SearchConfig, pair: Pair | None) -> dict[int, str]:
+    """The translations of the ``lines`` whose text (``texts``) dropped their brackets, made again with the
+    bracketed parts placed by alignment, by index, as `nmtk translate` makes them (`Engine.rebracketed`)."""
+    view = service.worker.translator.for_pair(pair)
+    if not _carries(req, view, search):
+        return {}
+    found = {k: as_marked(line) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
+             if dropped_brackets(line, text)}
+    if not found:
+        return {}
+    again = restored(found, await _marked_texts(service, req, list(found.values()), pair, numbers=True))
+    return {k: bracketed for k, text in again.items() if (bracketed := unmarked(text)) is not None
+            and renumbered_better(view, lines[k], texts[k], bracketed)}
 
 
 def _refuse_per_line_asks(req: LibreRequest) -> None:

@@ -1,0 +1,26 @@
+"""Brackets a model dropped, given back by alignment (`nmtk.text.brackets`): which translations dropped
+them, the fragment whose inline elements markup places, and the brackets made again from its translation."""
+
+from __future__ import annotations
+
+from nmtk.text.brackets import as_marked, dropped_brackets, unmarked
+
+
+def test_a_translation_that_dropped_the_brackets_of_a_bracketed_part_is_found() -> None:
+    line = "A woman (in a red dress) dances."
+    assert dropped_brackets(line, "Eine Frau in einem roten Kleid tanzt.")  # the demo model's
+    assert not dropped_brackets(line, "Eine Frau (in einem roten Kleid) tanzt.")
+    assert dropped_brackets("The man [left] holds a ball.", "Der Mann hält einen Ball.")
+    assert not dropped_brackets("A man (30) runs.", "Ein Mann rennt.")  # no letter inside: a number's, not a part
+    assert not dropped_brackets("A dog runs :(", "Ein Hund rennt.")  # never closed: no part
+
+
+def test_the_bracketed_parts_become_inline_elements_and_come_back_as_brackets() -> None:
+    fragment = as_marked("A woman (in a red dress) & [a man] dance <b>.")
+    assert fragment == ("A woman <nmtk-round>in a red dress</nmtk-round> &amp; <nmtk-square>a man</nmtk-square> "
+                        "dance &lt;b&gt;.")
+    placed = "Eine Frau <nmtk-round>in einem roten Kleid </nmtk-round> & <nmtk-square>ein Mann</nmtk-square> tanzen."
+    assert unmarked(placed) == "Eine Frau (in einem roten Kleid) & [ein Mann] tanzen."
+    # markup placed a part around no word ("Ein Hund rennt<i>.</i>"), or lost one half: no better than without
+    assert unmarked("Ein Hund rennt<nmtk-round>.</nmtk-round>") is None
+    assert unmarked("Ein Hund <nmtk-round>rennt.") is None
