@@ -524,8 +524,25 @@ def _translated_subtitles(engine: Engine, document: str, where: str) -> tuple[st
             console.print(f"warning: {where}: the cue text {segment[:40]!r}: {exc}; translated without its tags")
     done = translate_markup(engine.translator, segments, engine.search, "html", (), engine.glossary, engine.bans,
                             engine.hints, own_stops=True)
+    _rebracketed_cues(engine, segments, done)
     subtitles.relabelled(engine.translator.src_pipe.moses.lang, engine.translator.tgt_pipe.moses.lang)
     return subtitles.render([" ".join(text.splitlines()) for text in done]), f"{len(subtitles.cues):,} cues"
+
+
+def _rebracketed_cues(engine: Engine, segments: list[str], done: list[str]) -> None:
+    """``done`` (the cues' translations) with those that dropped brackets of their cue made again, the
+    bracketed parts placed by alignment (`Engine.rebracketed`'s rule): "(laughs)", "[music]" and "(in a red
+    dress)" are a subtitle's own, which the demo model dropped."""
+    found = {k: as_marked(segment, markup=True) for k, segment in enumerate(segments)
+             if dropped_brackets(segment, done[k])}
+    found = {k: fragment for k, fragment in found.items() if fragment != segments[k]}
+    if not found:
+        return
+    again = translate_markup(engine.translator, list(found.values()), engine.search, "html", (), engine.glossary,
+                             engine.bans, engine.hints, own_stops=True)
+    for k, text in zip(found, again, strict=True):
+        if (bracketed := unmarked(text)) is not None:
+            done[k] = bracketed
 
 
 def _to_partial(engine: Engine, options: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,

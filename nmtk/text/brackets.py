@@ -38,26 +38,40 @@ _BRACKETED = re.compile(r"\(([^()]*[^\W\d_][^()]*)\)|\[([^\[\]]*[^\W\d_][^\[\]]*
 #: The inline elements a bracketed part becomes for markup to place (`as_marked`, `unmarked`).
 _ELEMENT = {"(": "nmtk-round", "[": "nmtk-square"}
 _MARKED = re.compile(r"<(nmtk-round|nmtk-square)>(.*?)</\1>", re.DOTALL)
+#: A tag (a subtitle cue's ``<i>``), and what may stand before a line's first word (a speaker's dash, quotes).
+_TAG = re.compile(r"<[^<>]*>")
+_BEFORE_ALL = " \t-–—\"'“”„«»"
+
+
+def _parts(source: str) -> list[re.Match[str]]:
+    """``source``'s bracketed parts inside its sentence: not one that begins it (``(laughs) A dog runs.``,
+    ``(Photo: Reuters) A man…``: a note beside the sentence, whose words a model may drop, and markup then
+    put the brackets around another word: "Ein (Hund) rennt.")."""
+    return [m for m in _BRACKETED.finditer(source) if _TAG.sub("", source[: m.start()]).strip(_BEFORE_ALL)]
 
 
 def dropped_brackets(source: str, translation: str) -> bool:
     """Whether ``translation`` holds fewer of the brackets around ``source``'s bracketed parts than
     ``source`` does: a model that seldom saw brackets drops them (the demo model, 5 of 6 such lines:
     "A woman (in a red dress) dances." → "Eine Frau in einem roten Kleid tanzt.")."""
-    kinds = {m.group(0)[0] for m in _BRACKETED.finditer(source)}
+    kinds = {m.group(0)[0] for m in _parts(source)}
     return any(translation.count(kind) < source.count(kind) for kind in kinds)
 
 
-def as_marked(source: str) -> str:
+def as_marked(source: str, markup: bool = False) -> str:
     """``source`` as an html fragment (its text escaped) in which each bracketed part is an inline element
-    without its brackets, which markup places in the translation by alignment, as it places ``<i>``."""
+    without its brackets, which markup places in the translation by alignment, as it places ``<i>``.
+    ``markup``: ``source`` is markup already (a subtitle cue's text): nothing escaped, and a part holding a
+    tag's character left as it is."""
+    escape = (lambda text: text) if markup else (lambda text: html.escape(text, quote=False))
     out, at = [], 0
-    for m in _BRACKETED.finditer(source):
+    for m in _parts(source):
         name, inner = _ELEMENT[m.group(0)[0]], m.group(1) if m.group(1) is not None else m.group(2)
-        out += [html.escape(source[at : m.start()], quote=False), f"<{name}>", html.escape(inner, quote=False),
-                f"</{name}>"]
+        if markup and ("<" in inner or ">" in inner):
+            continue
+        out += [escape(source[at : m.start()]), f"<{name}>", escape(inner), f"</{name}>"]
         at = m.end()
-    return "".join(out) + html.escape(source[at:], quote=False)
+    return "".join(out) + escape(source[at:])
 
 
 def unmarked(text: str) -> str | None:

@@ -13,6 +13,17 @@ def test_a_translation_that_dropped_the_brackets_of_a_bracketed_part_is_found() 
     assert dropped_brackets("The man [left] holds a ball.", "Der Mann hält einen Ball.")
     assert not dropped_brackets("A man (30) runs.", "Ein Mann rennt.")  # no letter inside: a number's, not a part
     assert not dropped_brackets("A dog runs :(", "Ein Hund rennt.")  # never closed: no part
+    # a note before the sentence is not a part of it: its words dropped, markup put its brackets around
+    # another word ("(laughs) A dog runs." → "Ein (Hund) rennt.")
+    for note in ("(laughs) A dog runs.", "- [music] A dog runs.", "<i>(laughs)</i> A dog runs."):
+        assert not dropped_brackets(note, "Ein Hund rennt.") and as_marked(note, markup=True) == note, note
+
+
+def test_a_subtitle_cue_is_marked_as_markup() -> None:
+    """A cue's text is markup already: nothing escaped, and a part holding a tag left as it is."""
+    assert as_marked("<i>A woman (in red) & a dog</i>", markup=True) == (
+        "<i>A woman <nmtk-round>in red</nmtk-round> & a dog</i>")
+    assert as_marked("Two men (<i>brothers</i>) walk.", markup=True) == "Two men (<i>brothers</i>) walk."
 
 
 def test_the_bracketed_parts_become_inline_elements_and_come_back_as_brackets() -> None:
