@@ -147,6 +147,17 @@ def _own_end(line: str, text: str, words: list[str], aligned: list[int]) -> tupl
     return text, words, aligned
 
 
+def own_marks(line: str, text: str) -> str:
+    """A line of text's translation ending with the line's own question or exclamation marks where the
+    model ended it with a full stop ("Is the dog running?", "A dog runs!" came back with "."), as
+    `_own_end` ends a sentence of markup; a stop where the line has none stays (the references of
+    Multi30k's lines without one mostly have it)."""
+    marks = _MARKS_AT_END.search(line)
+    if marks is None or not text.endswith(".") or text.endswith(".."):
+        return text
+    return text[:-1] + marks.group(1)
+
+
 def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> Target:
     """A segment's sentences' translations as one: texts joined by a space, the words' places in it found
     sentence by sentence (`token_spans` compares characters, by `difflib` where the detokeniser changed

@@ -24,7 +24,7 @@ from nmtk.console import console
 from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, GuideOptions, InputFormat, guided, inline_terms, read_guides
 from nmtk.decode.load import LoadOptions, load_translator, with_glossary
-from nmtk.decode.markup import check_engine, translate_markup
+from nmtk.decode.markup import check_engine, own_marks, translate_markup
 from nmtk.decode.search.config import Hypothesis, SamplingConfig, SearchConfig  # noqa: F401 - the CLI's
 from nmtk.decode.unknown import (
     can_carry,
@@ -718,6 +718,8 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
     out = engine.renumbered(chunk, [carried.get(k, line) for k, line in enumerate(out)], options, cut)
     out = engine.rebracketed(chunk, out, options, cut)
+    if engine.carries(options):  # "A dog runs!" ends with its "!", not the model's "."
+        out = [own_marks(line, text) for line, text in zip(chunk, out, strict=True)]
     engine.cut.extend(first + k for k in sorted(cut))
     return [marker + line for marker, line in zip(markers, out, strict=True)] if any(markers) else out
 

@@ -38,7 +38,14 @@ from starlette.exceptions import HTTPException
 
 from nmtk.decode.base import TranslatorBase, refuse_tags
 from nmtk.decode.guide import Glossary, Guidance, guided
-from nmtk.decode.markup import MarkedUp, check_engine, markup_search, renumbered_documents, take_renumbered
+from nmtk.decode.markup import (
+    MarkedUp,
+    check_engine,
+    markup_search,
+    own_marks,
+    renumbered_documents,
+    take_renumbered,
+)
 from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import (
     can_carry,
@@ -652,6 +659,9 @@ async def _line_answers(service: _Service, req: LibreRequest, indices: list[int]
     texts = [answer["translatedText"] for answer in answers]
     for k, text in (await _rebracketed(service, req, sources, texts, search, pair)).items():
         answers[k]["translatedText"] = text
+    if alone:  # as `nmtk translate` ends a line: "A dog runs!" with its "!", not the model's "."
+        for source, answer in zip(sources, answers, strict=True):
+            answer["translatedText"] = own_marks(source, answer["translatedText"])
     if req.alternatives:
         _keep_alternatives(service, req, sources, answers, pair, alone)
     return answers

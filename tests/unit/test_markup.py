@@ -476,3 +476,16 @@ def test_a_kept_span_keeps_the_elements_inside_it(markup: str) -> None:
     assert re.sub("<[^>]+>", "", code.start) in ("H2O", "MP3", "H2SO4") and code.start in markup
     assert [t.start for t in segment.tags if not t.point] == (["<b>"] if "<b>" in markup else [])
     assert round_trip(markup, keep=codes) == markup
+
+
+def test_a_line_of_text_ends_with_its_own_question_or_exclamation_marks() -> None:
+    """"A dog runs!" came back "Ein Hund rennt." (a model trained on captions ends every output with a
+    stop); a line's own stop, and a stop where the line has none, stay as the model wrote them."""
+    from nmtk.decode.markup import own_marks
+
+    assert own_marks("A dog runs!", "Ein Hund rennt.") == "Ein Hund rennt!"
+    assert own_marks("Where is the dog?!", "Wo ist der Hund.") == "Wo ist der Hund?!"
+    assert own_marks('Is it "red"?', "Ist es rot.") == "Ist es rot?"  # before a closing quote
+    assert own_marks("A dog runs.", "Ein Hund rennt.") == "Ein Hund rennt."
+    assert own_marks("a dog runs", "Ein Hund rennt.") == "Ein Hund rennt."  # the references keep it (Multi30k)
+    assert own_marks("Wait...", "Warte...") == "Warte..." and own_marks("Why?", "Warum?") == "Warum?"
