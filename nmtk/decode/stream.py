@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
@@ -30,8 +30,10 @@ from nmtk.decode.unknown import (
     can_carry,
     carried_lines,
     left_out,
-    renumbered_better,
+    rebracketed_better,
+    rebracketed_lines,
     renumbered_lines,
+    renumbered_taken,
     restored,
     sentences_apart,
 )
@@ -182,36 +184,33 @@ class Engine:
         those terms) carried through, as links are (`renumbered_lines`); where
         lines are carried, and not read as typed. ``cut`` (the lines that ran to their length limit)
         follows: a line made again is in it where its new translation ran to the limit."""
-        if not self.carries(options):
-            return out
-        out = list(out)
-        for view, lines in self.views(sources, range(len(sources))):
-            found = renumbered_lines(view, [sources[k] for k in lines], [out[k] for k in lines])
-            ran: set[int] = set()
-            for i, text in self._through_markup(view, found, ran, lines, numbers=True).items():
-                k = lines[i]
-                if renumbered_better(view, sources[k], out[k], text):  # its length limit follows it
-                    out[k] = text
-                    cut.discard(k)
-                    cut.update(ran & {k})
-        return out
+        return self._made_again(sources, out, options, cut, renumbered_lines, renumbered_taken)
 
     def rebracketed(self, sources: list[str], out: list[str], options: TranslateOptions, cut: set[int]) -> list[str]:
         """``out`` with each translation that dropped brackets of its source (`dropped_brackets`) made again
-        with the bracketed parts as inline elements, which markup places by alignment (`as_marked`), and
-        brackets again (`unmarked`): the demo model wrote "A woman (in a red dress) dances." as "Eine Frau in
-        einem roten Kleid tanzt.", now "Eine Frau (in einem roten Kleid) tanzt."; the first translation stays
-        where markup placed a part around no letter or the second garbles a number the first kept."""
+        with the bracketed parts as inline elements, which markup places by alignment (`rebracketed_lines`),
+        and brackets again: the demo model wrote "A woman (in a red dress) dances." as "Eine Frau in einem
+        roten Kleid tanzt.", now "Eine Frau (in einem roten Kleid) tanzt."; the first translation stays where
+        markup placed a part around no letter or the second garbles a number the first kept
+        (`rebracketed_better`)."""
+        return self._made_again(sources, out, options, cut, rebracketed_lines, rebracketed_better)
+
+    def _made_again(self, sources: list[str], out: list[str], options: TranslateOptions, cut: set[int],
+                    found_in: Callable[[TranslatorBase, list[str], list[str]], dict[int, str]],
+                    taken: Callable[[TranslatorBase, str, str, str], str | None]) -> list[str]:
+        """``out`` with the lines ``found_in`` names made again through markup with their numbers carried,
+        each where ``taken`` returns its new text; where lines are carried. A line made again is in ``cut``
+        where its new translation ran to its length limit, and out of it where not."""
         if not self.carries(options):
             return out
         out = list(out)
         for view, lines in self.views(sources, range(len(sources))):
-            found = {i: as_marked(sources[k]) for i, k in enumerate(lines) if dropped_brackets(sources[k], out[k])}
+            found = found_in(view, [sources[k] for k in lines], [out[k] for k in lines])
             ran: set[int] = set()
             for i, text in self._through_markup(view, found, ran, lines, numbers=True).items():
                 k = lines[i]
-                if (bracketed := unmarked(text)) is not None and renumbered_better(view, sources[k], out[k], bracketed):
-                    out[k] = bracketed
+                if (again := taken(view, sources[k], out[k], text)) is not None:  # its length limit follows it
+                    out[k] = again
                     cut.discard(k)
                     cut.update(ran & {k})
         return out

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from nmtk.decode.guide import Glossary, occurrences
+from nmtk.text.brackets import as_marked, dropped_brackets, unmarked
 from nmtk.text.casing import acronym_spans
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.reading import INVISIBLE, compatible
@@ -105,7 +106,8 @@ def lost_numbers(source: str, translation: str, lang: str = "") -> bool:
     "ein", "eine", "einen"…: never taken for lost). The demo model drops or mangles such numbers in 9
     of test_2016_flickr's 15 lines with one (``2 thumbs`` → nothing, ``1102`` → "Nummer Nummer…"); a
     model that writes them keeps its own translation. Numbers are compared whole: the ``2`` of "on 2
-    chairs" is lost from "… 12 Katzen … auf Stühlen", though "12" holds its digit."""
+    chairs" is lost from "… 12 Katzen … auf Stühlen", though "12" holds its digit. So is a
+    measure whose unit the translation lacks (`lost_unit`)."""
     written = _numbers_in(translation)
     for match in NUMBER.finditer(source):
         number = _digits(match.group())
@@ -357,6 +359,30 @@ def renumbered_better(translator: TranslatorBase, source: str, before: str, afte
     if not garbled_numbers(source, after, translator.src_pipe.moses.lang):
         return True
     return lost_numbers(source, before, translator.tgt_pipe.moses.lang)
+
+
+def renumbered_taken(translator: TranslatorBase, source: str, before: str, after: str) -> str | None:
+    """`renumbered_better`'s verdict as a second try's callers take it (`rebracketed_better`'s form):
+    ``after`` where it replaces ``before``, else None."""
+    return after if renumbered_better(translator, source, before, after) else None
+
+
+def rebracketed_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:
+    """`renumbered_lines`' twin for brackets: the lines of ``lines`` whose translation (``texts``) dropped
+    brackets of their bracketed parts (`dropped_brackets`), by index, each as `as_marked`'s html fragment,
+    its parts inline elements for markup to place; none where lines are read as typed."""
+    if not translator.reading.carry:
+        return {}
+    return {k: as_marked(line) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
+            if dropped_brackets(line, text)}
+
+
+def rebracketed_better(translator: TranslatorBase, source: str, before: str, after: str) -> str | None:
+    """``after`` (the translation of `rebracketed_lines`' fragment, entities decoded) with brackets again,
+    where it replaces ``before``: markup placed no part around no letter and left none unpaired (`unmarked`),
+    and it garbles no number ``before`` kept (`renumbered_better`); else None."""
+    bracketed = unmarked(after)
+    return bracketed if bracketed is not None and renumbered_better(translator, source, before, bracketed) else None
 
 
 def lost_terms(source: str, translation: str, terms: re.Pattern[str]) -> bool:

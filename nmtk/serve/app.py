@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Annotated, Any, Literal
@@ -53,8 +54,10 @@ from nmtk.decode.unknown import (
     keeper,
     left_out,
     lost_numbers,
-    renumbered_better,
+    rebracketed_better,
+    rebracketed_lines,
     renumbered_lines,
+    renumbered_taken,
     restored,
     sentences_apart,
 )
@@ -63,7 +66,6 @@ from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
-from nmtk.text.brackets import as_marked, dropped_brackets, unmarked
 from nmtk.text.line_breaks import cut_at_breaks, join_at_breaks
 from nmtk.text.markup import MarkupError, text_of
 
@@ -713,30 +715,29 @@ async def _renumbered(service: _Service, req: LibreRequest, lines: list[str], te
     """The translations of the ``lines`` whose text (``texts``) lost a number of the line
     (`nmtk.decode.unknown.lost_numbers`), made again with their numbers carried through, by index; none
     where lines are not carried (`_carried`) or are read as typed, as `nmtk translate` does."""
-    view = service.worker.translator.for_pair(pair)
-    if not _carries(req, view, search):
-        return {}
-    found = renumbered_lines(view, lines, texts)
-    if not found:
-        return {}
-    again = restored(found, await _marked_texts(service, req, list(found.values()), pair, numbers=True))
-    return {k: text for k, text in again.items() if renumbered_better(view, lines[k], texts[k], text)}
+    return await _made_again(service, req, lines, texts, search, pair, renumbered_lines, renumbered_taken)
 
 
 async def _rebracketed(service: _Service, req: LibreRequest, lines: list[str], texts: list[str],
                        search: SearchConfig, pair: Pair | None) -> dict[int, str]:
     """The translations of the ``lines`` whose text (``texts``) dropped their brackets, made again with the
     bracketed parts placed by alignment, by index, as `nmtk translate` makes them (`Engine.rebracketed`)."""
+    return await _made_again(service, req, lines, texts, search, pair, rebracketed_lines, rebracketed_better)
+
+
+async def _made_again(service: _Service, req: LibreRequest, lines: list[str], texts: list[str], search: SearchConfig,
+                      pair: Pair | None, found_in: Callable[[TranslatorBase, list[str], list[str]], dict[int, str]],
+                      taken: Callable[[TranslatorBase, str, str, str], str | None]) -> dict[int, str]:
+    """The lines ``found_in`` names made again through markup with their numbers carried, by index, where
+    ``taken`` takes the new text (`Engine._made_again`'s rule); none where lines are not carried."""
     view = service.worker.translator.for_pair(pair)
     if not _carries(req, view, search):
         return {}
-    found = {k: as_marked(line) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
-             if dropped_brackets(line, text)}
+    found = found_in(view, lines, texts)
     if not found:
         return {}
     again = restored(found, await _marked_texts(service, req, list(found.values()), pair, numbers=True))
-    return {k: bracketed for k, text in again.items() if (bracketed := unmarked(text)) is not None
-            and renumbered_better(view, lines[k], texts[k], bracketed)}
+    return {k: text for k, made in again.items() if (text := taken(view, lines[k], texts[k], made)) is not None}
 
 
 def _refuse_per_line_asks(req: LibreRequest) -> None:

@@ -29,6 +29,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])(\s+)")
 _PUNCTUATION = "\"'“”‘’«»„‚()[]{}.,;:!?-–—/"
 #: A word as a line splits into them (at white space).
 _WORD = re.compile(r"\S+")
+#: Two letters in a row of which neither is a small ASCII letter: every two capitals, and a few more
+#: (``éà``), which `acronym_spans` then reads word by word.
+_TWO_LETTERS_NOT_SMALL = re.compile(r"[^\W\d_a-z]{2}")
 #: English's "I" (and "I'm", "I've", …), which sentence case writes in capitals wherever it stands.
 _ENGLISH_I = re.compile(r"\bi\b(?=$|[\s'’,.!?;:])")
 
@@ -120,7 +123,7 @@ def acronym_spans(line: str, pieces: Callable[[str], int]) -> list[list[int]]:
     letters (``DOG`` is read "dog": `_spelt_better_lower`). Carried as it is, as codes are
     (`nmtk.decode.unknown`): the demo model wrote "A man from NASA" as "Ein Mann aus NAAAS" and "IKEA" as
     "NAAAEEEAAK"; "Texas AM" and "PM Construction" lost their capitals to words."""
-    if case_of(line) == "upper":
+    if not _TWO_LETTERS_NOT_SMALL.search(line) or case_of(line) == "upper":  # most lines: no two capitals
         return []
     words, spans = list(_WORD.finditer(line)), []
     for i, word in enumerate(words):
