@@ -54,7 +54,7 @@ from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import NOT_ALIGNED, resolve_model
 from nmtk.pair import sources_of
 from nmtk.text import langid
-from nmtk.text.brackets import as_marked, dropped_brackets, unmarked
+from nmtk.text.brackets import as_marked, lost_brackets, tidied, unmarked
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.markup import MarkupError, holds_tags, parse
 from nmtk.text.subtitles import Subtitles
@@ -187,7 +187,7 @@ class Engine:
         return self._made_again(sources, out, options, cut, renumbered_lines, renumbered_taken)
 
     def rebracketed(self, sources: list[str], out: list[str], options: TranslateOptions, cut: set[int]) -> list[str]:
-        """``out`` with each translation that dropped brackets of its source (`dropped_brackets`) made again
+        """``out`` with each translation that lost brackets of its source (`lost_brackets`) made again
         with the bracketed parts as inline elements, which markup places by alignment (`rebracketed_lines`),
         and brackets again: the demo model wrote "A woman (in a red dress) dances." as "Eine Frau in einem
         roten Kleid tanzt.", now "Eine Frau (in einem roten Kleid) tanzt."; the first translation stays where
@@ -529,19 +529,18 @@ def _translated_subtitles(engine: Engine, document: str, where: str) -> tuple[st
 
 
 def _rebracketed_cues(engine: Engine, segments: list[str], done: list[str]) -> None:
-    """``done`` (the cues' translations) with those that dropped brackets of their cue made again, the
-    bracketed parts placed by alignment (`Engine.rebracketed`'s rule): "(laughs)", "[music]" and "(in a red
-    dress)" are a subtitle's own, which the demo model dropped."""
+    """``done`` (the cues' translations) with those that lost brackets of their cue made again, the
+    bracketed parts placed by alignment (`Engine.rebracketed`'s rule), and none left stray (`tidied`):
+    "(laughs)", "[music]" and "(in a red dress)" are a subtitle's own, which the demo model dropped."""
     found = {k: as_marked(segment, markup=True) for k, segment in enumerate(segments)
-             if dropped_brackets(segment, done[k])}
+             if lost_brackets(segment, done[k])}
     found = {k: fragment for k, fragment in found.items() if fragment != segments[k]}
-    if not found:
-        return
     again = translate_markup(engine.translator, list(found.values()), engine.search, "html", (), engine.glossary,
-                             engine.bans, engine.hints, own_stops=True)
+                             engine.bans, engine.hints, own_stops=True) if found else []
     for k, text in zip(found, again, strict=True):
-        if (bracketed := unmarked(text)) is not None:
+        if (bracketed := unmarked(text)) is not None and not lost_brackets(segments[k], bracketed):
             done[k] = bracketed
+    done[:] = [tidied(segment, text) for segment, text in zip(segments, done, strict=True)]
 
 
 def _to_partial(engine: Engine, options: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,
@@ -717,8 +716,8 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     out = [line for k, hyps in enumerate(hypotheses) for line in output_lines(first + k, hyps, engine, options)]
     out = engine.renumbered(chunk, [carried.get(k, line) for k, line in enumerate(out)], options, cut)
     out = engine.rebracketed(chunk, out, options, cut)
-    if engine.carries(options):  # "A dog runs!" ends with its "!", not the model's "."
-        out = [own_marks(line, text) for line, text in zip(chunk, out, strict=True)]
+    if engine.carries(options):  # "A dog runs!" ends with its "!", not the model's "."; no stray brackets
+        out = [own_marks(line, tidied(line, text)) for line, text in zip(chunk, out, strict=True)]
     engine.cut.extend(first + k for k in sorted(cut))
     return [marker + line for marker, line in zip(markers, out, strict=True)] if any(markers) else out
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from nmtk.decode.guide import Glossary, occurrences
-from nmtk.text.brackets import as_marked, dropped_brackets, unmarked
+from nmtk.text.brackets import as_marked, lost_brackets, unmarked
 from nmtk.text.casing import acronym_spans
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.reading import INVISIBLE, compatible
@@ -368,21 +368,24 @@ def renumbered_taken(translator: TranslatorBase, source: str, before: str, after
 
 
 def rebracketed_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:
-    """`renumbered_lines`' twin for brackets: the lines of ``lines`` whose translation (``texts``) dropped
-    brackets of their bracketed parts (`dropped_brackets`), by index, each as `as_marked`'s html fragment,
+    """`renumbered_lines`' twin for brackets: the lines of ``lines`` whose translation (``texts``) lost
+    brackets of their bracketed parts (`lost_brackets`), by index, each as `as_marked`'s html fragment,
     its parts inline elements for markup to place; none where lines are read as typed."""
     if not translator.reading.carry:
         return {}
     return {k: as_marked(line) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
-            if dropped_brackets(line, text)}
+            if lost_brackets(line, text)}
 
 
 def rebracketed_better(translator: TranslatorBase, source: str, before: str, after: str) -> str | None:
     """``after`` (the translation of `rebracketed_lines`' fragment, entities decoded) with brackets again,
     where it replaces ``before``: markup placed no part around no letter and left none unpaired (`unmarked`),
-    and it garbles no number ``before`` kept (`renumbered_better`); else None."""
+    the model's own brackets are whole (`lost_brackets`: "A girl ((in pink)) jumps." keeps its outer pair
+    for the model to write), and it garbles no number ``before`` kept (`renumbered_better`); else None."""
     bracketed = unmarked(after)
-    return bracketed if bracketed is not None and renumbered_better(translator, source, before, bracketed) else None
+    if bracketed is None or lost_brackets(source, bracketed):
+        return None
+    return bracketed if renumbered_better(translator, source, before, bracketed) else None
 
 
 def lost_terms(source: str, translation: str, terms: re.Pattern[str]) -> bool:

@@ -66,6 +66,7 @@ from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
+from nmtk.text.brackets import tidied
 from nmtk.text.line_breaks import cut_at_breaks, join_at_breaks
 from nmtk.text.markup import MarkupError, text_of
 
@@ -661,9 +662,9 @@ async def _line_answers(service: _Service, req: LibreRequest, indices: list[int]
     texts = [answer["translatedText"] for answer in answers]
     for k, text in (await _rebracketed(service, req, sources, texts, search, pair)).items():
         answers[k]["translatedText"] = text
-    if alone:  # as `nmtk translate` ends a line: "A dog runs!" with its "!", not the model's "."
+    if alone:  # as `nmtk translate` ends a line: "A dog runs!" with its "!", not the model's "."; no stray brackets
         for source, answer in zip(sources, answers, strict=True):
-            answer["translatedText"] = own_marks(source, answer["translatedText"])
+            answer["translatedText"] = own_marks(source, tidied(source, answer["translatedText"]))
     if req.alternatives:
         _keep_alternatives(service, req, sources, answers, pair, alone)
     return answers

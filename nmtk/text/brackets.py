@@ -50,12 +50,77 @@ def _parts(source: str) -> list[re.Match[str]]:
     return [m for m in _BRACKETED.finditer(source) if _TAG.sub("", source[: m.start()]).strip(_BEFORE_ALL)]
 
 
-def dropped_brackets(source: str, translation: str) -> bool:
-    """Whether ``translation`` holds fewer of the brackets around ``source``'s bracketed parts than
-    ``source`` does: a model that seldom saw brackets drops them (the demo model, 5 of 6 such lines:
-    "A woman (in a red dress) dances." → "Eine Frau in einem roten Kleid tanzt.")."""
-    kinds = {m.group(0)[0] for m in _parts(source)}
-    return any(translation.count(kind) < source.count(kind) for kind in kinds)
+def _pairs(text: str, opening: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """``text``'s pairs of brackets of ``opening``'s kind, as (opening's, closing's) positions, and the
+    positions of those left unpaired (a closing one before any opening, an opening one never closed)."""
+    closing = CLOSING[OPENING.index(opening)]
+    pairs: list[tuple[int, int]] = []
+    stack: list[int] = []
+    unpaired: list[int] = []
+    for at, c in enumerate(text):
+        if c == opening:
+            stack.append(at)
+        elif c == closing:
+            (pairs.append((stack.pop(), at)) if stack else unpaired.append(at))
+    return pairs, sorted(unpaired + stack)
+
+
+def _lettered(text: str, pairs: list[tuple[int, int]]) -> int:
+    """How many of ``pairs`` hold a letter."""
+    return sum(any(c.isalpha() for c in text[a + 1 : b]) for a, b in pairs)
+
+
+def _kinds(source: str) -> list[str]:
+    """The opening brackets of ``source``'s bracketed parts (`_parts`) whose kind ``source`` pairs
+    throughout: a line's own stray bracket (``:(``, "A boy ) runs") is its writer's, not a model's."""
+    return [kind for kind in sorted({m.group(0)[0] for m in _parts(source)}) if not _pairs(source, kind)[1]]
+
+
+def lost_brackets(source: str, translation: str) -> bool:
+    """Whether ``translation`` lost brackets of ``source``'s bracketed parts: it holds fewer pairs of their
+    kind around a letter than ``source`` does, or one of their kind unpaired. A model that seldom saw
+    brackets drops them (the demo model, 5 of 6 such lines: "A woman (in a red dress) dances." → "Eine
+    Frau in einem roten Kleid tanzt."), or leaves them around nothing or the wrong way round ("A man [in
+    blue] sits." → "Ein blau gekleideter Mann] [sitzt.")."""
+    for kind in _kinds(source):
+        pairs, unpaired = _pairs(translation, kind)
+        if unpaired or _lettered(translation, pairs) < _lettered(source, _pairs(source, kind)[0]):
+            return True
+    return False
+
+
+#: A line wholly in one pair of brackets ("(A woman sings.)", "[Music]"), and the run of a removed
+#: bracket (a NUL where it stood) with the spaces beside it (`tidied`).
+_WHOLE = re.compile(r"\s*([(\[])([^()\[\]]*[^\W\d_][^()\[\]]*)([)\]])\s*")
+_REMOVED = re.compile(r"[\s\x00]*\x00[\s\x00]*")
+
+
+def tidied(source: str, translation: str) -> str:
+    """``translation`` with no bracket of ``source``'s parts' kinds left unpaired or around nothing (the
+    model's, where a second try placed none better: "Ein blau gekleideter Mann] [sitzt." → "Ein blau
+    gekleideter Mann sitzt."), and in the brackets of a line wholly in them where the model dropped them:
+    "(A woman sings.)" → "(Eine Frau singt.)"."""
+    whole = _WHOLE.fullmatch(source)
+    if whole and OPENING.index(whole.group(1)) == CLOSING.index(whole.group(3)):
+        if translation.strip() and whole.group(1) not in translation and whole.group(3) not in translation:
+            return f"{whole.group(1)}{translation.strip()}{whole.group(3)}"
+    gone: set[int] = set()
+    for kind in _kinds(source):
+        pairs, unpaired = _pairs(translation, kind)
+        gone.update(unpaired)
+        gone.update(at for a, b in pairs if not translation[a + 1 : b].strip(" .,;:-") for at in (a, b))
+    if not gone:
+        return translation
+    marked = "".join("\x00" if at in gone else c for at, c in enumerate(translation))
+    return _REMOVED.sub(_space_or_not, marked).strip()
+
+
+def _space_or_not(m: re.Match[str]) -> str:
+    """A removed bracket's run (`tidied`): a space where spaces stood beside it between words, nothing
+    at either end of the text or before a mark that ends what went before."""
+    after = m.string[m.end() : m.end() + 1]
+    spaced = any(c.isspace() for c in m.group())
+    return " " if spaced and m.start() and after and after not in ".,;:!?" else ""
 
 
 def as_marked(source: str, markup: bool = False) -> str:

@@ -3,20 +3,27 @@ them, the fragment whose inline elements markup places, and the brackets made ag
 
 from __future__ import annotations
 
-from nmtk.text.brackets import as_marked, dropped_brackets, unmarked
+from nmtk.text.brackets import as_marked, lost_brackets, tidied, unmarked
 
 
 def test_a_translation_that_dropped_the_brackets_of_a_bracketed_part_is_found() -> None:
     line = "A woman (in a red dress) dances."
-    assert dropped_brackets(line, "Eine Frau in einem roten Kleid tanzt.")  # the demo model's
-    assert not dropped_brackets(line, "Eine Frau (in einem roten Kleid) tanzt.")
-    assert dropped_brackets("The man [left] holds a ball.", "Der Mann hält einen Ball.")
-    assert not dropped_brackets("A man (30) runs.", "Ein Mann rennt.")  # no letter inside: a number's, not a part
-    assert not dropped_brackets("A dog runs :(", "Ein Hund rennt.")  # never closed: no part
+    assert lost_brackets(line, "Eine Frau in einem roten Kleid tanzt.")  # the demo model's
+    assert not lost_brackets(line, "Eine Frau (in einem roten Kleid) tanzt.")
+    assert lost_brackets("The man [left] holds a ball.", "Der Mann hält einen Ball.")
+    assert not lost_brackets("A man (30) runs.", "Ein Mann rennt.")  # no letter inside: a number's, not a part
+    assert not lost_brackets("A dog runs :(", "Ein Hund rennt.")  # never closed: no part
+    # the demo model's own brackets, unpaired, around nothing or the wrong way round
+    assert lost_brackets("The engineer (left) smiles.", "Der Ingenieur (der linken Seite lächelt.")
+    assert lost_brackets("The engineer (left) smiles.", "Der Ingenieur () lächelt.")
+    assert lost_brackets("A man [in blue] sits.", "Ein blau gekleideter Mann] [sitzt.")
+    assert lost_brackets("A girl ((in pink)) jumps.", "Ein Mädchen (in rosa () springt.")
+    assert not lost_brackets("A girl ((in pink)) jumps.", "Ein Mädchen ((in rosa)) springt.")
+    assert not lost_brackets("A boy ) runs (in red).", "Ein Junge rennt.")  # the line's own stray bracket
     # a note before the sentence is not a part of it: its words dropped, markup put its brackets around
     # another word ("(laughs) A dog runs." → "Ein (Hund) rennt.")
     for note in ("(laughs) A dog runs.", "- [music] A dog runs.", "<i>(laughs)</i> A dog runs."):
-        assert not dropped_brackets(note, "Ein Hund rennt.") and as_marked(note, markup=True) == note, note
+        assert not lost_brackets(note, "Ein Hund rennt.") and as_marked(note, markup=True) == note, note
 
 
 def test_a_subtitle_cue_is_marked_as_markup() -> None:
@@ -35,3 +42,21 @@ def test_the_bracketed_parts_become_inline_elements_and_come_back_as_brackets() 
     # markup placed a part around no word ("Ein Hund rennt<i>.</i>"), or lost one half: no better than without
     assert unmarked("Ein Hund rennt<nmtk-round>.</nmtk-round>") is None
     assert unmarked("Ein Hund <nmtk-round>rennt.") is None
+
+
+def test_stray_brackets_are_removed_and_a_line_wholly_in_brackets_keeps_them() -> None:
+    """What a second try could not mend is tidied: no bracket of the line's parts' kinds left unpaired or
+    around nothing, with the spaces beside it; the line's own strays stay; a line wholly in brackets
+    (a note, a subtitle's "[Music]") gets them back around its translation."""
+    assert tidied("A man [in blue] sits.", "Ein blau gekleideter Mann] [sitzt.") == "Ein blau gekleideter Mann sitzt."
+    assert tidied("A girl ((in pink)) jumps.", "Ein Mädchen (in rosa () springt.") == "Ein Mädchen in rosa springt."
+    assert tidied("The engineer (left) smiles!", "Der Ingenieur () lächelt!") == "Der Ingenieur lächelt!"
+    assert tidied("A dog (left) runs.", "Ein Hund rennt (.") == "Ein Hund rennt."
+    assert tidied("A dog (left) runs.", "(Ein Hund rennt.") == "Ein Hund rennt."
+    kept = "Ein Mann (links) rennt (3)."
+    assert tidied("A man (left) runs (3).", kept) == kept
+    assert tidied("A boy ) runs (.", "Ein Junge ) rennt (.") == "Ein Junge ) rennt (."
+    assert tidied("(A woman sings.)", "Eine Frau singt.") == "(Eine Frau singt.)"
+    assert tidied(" [Music] ", "Musik") == "[Musik]"
+    assert tidied("(A dog) and (a cat)", "Ein Hund und eine Katze") == "Ein Hund und eine Katze"
+    assert tidied("(A woman sings.)", "(Eine Frau singt.)") == "(Eine Frau singt.)"
