@@ -137,6 +137,15 @@ def forced_start(starts: tuple[int, ...], controls: list[LineControls | None] | 
             for c in (controls or [None] * lines)]
 
 
+def with_bans(controls: list[LineControls | None] | None, barred: list[tuple[tuple[int, ...], ...]] | None
+              ) -> list[LineControls | None] | None:
+    """Each line's ``controls`` (None: none has any) with its ``barred`` phrases barred too."""
+    if not barred or not any(barred):
+        return controls
+    return [replace(c, bans=c.bans + bans) if c else LineControls(bans=bans) if bans else None
+            for c, bans in zip(controls or [None] * len(barred), barred, strict=True)]
+
+
 #: What a translator computes from its target pipeline once (cached properties): a `for_pair` view of
 #: another target computes its own.
 TARGET_DERIVED = ("glue", "speller", "_bans")
@@ -153,30 +162,48 @@ REPEATS_BARRED = 3
 
 
 #: How many times back to back a span of 1, 2 or 3 pieces with a letter repeats in a stuttering
-#: translation (`stutters`). The demo model's test_2016_flickr output holds 18 such lines ("Wachmann mann
-#: mann mann", "Rututututututzt", "grünen grünen grünen grünen"); Multi30k's 29,000 German training
-#: sentences and 1,000 test references none.
-STUTTERS = {1: 4, 2: 4, 3: 3}
+#: translation (`stutters`). The demo model's test_2016_flickr output holds 18 such lines at 4 times a
+#: piece ("Wachmann mann mann mann", "Rututututututzt", "grünen grünen grünen grünen") and 16 more at 3
+#: ("Wachmannmannmann", "grünen grünen grünen", "Zug Zug Zug"); Multi30k's 29,000 German training sentences
+#: hold a piece 3 times twice ("Roooaaaarrrr", "eXXXotica"), its 1,000 test references never.
+STUTTERS = {1: 3, 2: 4, 3: 3}
 
 
-def stutters(tokens: list[int], lettered: frozenset[int]) -> bool:
-    """Whether ``tokens`` repeat a span of pieces holding a letter back to back as often as `STUTTERS`
-    says: a model that lost its way and ended anyway, short of its length limit."""
+def stutter(tokens: list[int], lettered: frozenset[int]) -> tuple[int, ...] | None:
+    """The span of pieces ``tokens`` repeat back to back as often as `STUTTERS` says, one holding a letter
+    (``lettered``): a model that lost its way and ended anyway, short of its length limit; None if none."""
     for n, times in STUTTERS.items():
         need, run = n * (times - 1), 0
         for i in range(len(tokens) - n):
             run = run + 1 if tokens[i] == tokens[i + n] else 0
-            if run >= need and any(t in lettered for t in tokens[i + 1 - need : i + 1 - need + n]):
-                return True
-    return False
+            span = tokens[i + 1 - need : i + 1 - need + n]
+            if run >= need and any(t in lettered for t in span):
+                return tuple(span)
+    return None
 
 
-def unrepeated(searched: Callable[[list[int], SearchConfig], list[list[Hypothesis]]], search: SearchConfig,
-               results: list[list[Hypothesis]], lettered: frozenset[int] = frozenset()) -> list[list[Hypothesis]]:
+def stutters(tokens: list[int], lettered: frozenset[int]) -> bool:
+    """Whether ``tokens`` stutter (`stutter`)."""
+    return stutter(tokens, lettered) is not None
+
+
+def _barred_again(hyps: list[Hypothesis], lettered: frozenset[int]) -> tuple[tuple[int, ...], ...]:
+    """What a sentence searched again by `unrepeated` must not write besides a repeated n-gram: its
+    stuttering piece twice in a row, where one piece stuttered. Barring `REPEATS_BARRED`-grams repeated
+    does not bar one piece thrice ("Zug Zug Zug" is one 3-gram), and barring 2-grams would bar a word's
+    own doubled pieces everywhere."""
+    span = stutter(hyps[0].tokens, lettered) if not hyps[0].cut else None
+    return (span + span,) if span is not None and len(span) == 1 else ()
+
+
+def unrepeated(searched: Callable[[list[int], SearchConfig, list[tuple[tuple[int, ...], ...]]], list[list[Hypothesis]]],
+               search: SearchConfig, results: list[list[Hypothesis]], lettered: frozenset[int] = frozenset()
+               ) -> list[list[Hypothesis]]:
     """``results`` (a sentence's hypotheses each, as ``search`` found them) with each sentence whose best
     translation ran to its length limit (``cut``: a model repeating itself, "Kartoffffatatatat…") or
     stutters (`stutters`, ``lettered``: the target pieces with a letter) searched again
-    (``searched(indices, search)``) with no n-gram of `REPEATS_BARRED` pieces twice, and that translation
+    (``searched(indices, search, barred)``, ``barred`` per index: the phrases it must not write besides,
+    `_barred_again`) with no n-gram of `REPEATS_BARRED` pieces twice, and that translation
     taken (marked ``retried``) where it ends before the limit. Sentence by sentence: a line's other
     sentences keep their translations. A search that samples, or bars repeats as asked already, is left
     as it is: the first is random by design, the second what the user chose; so is one told not to
@@ -186,7 +213,9 @@ def unrepeated(searched: Callable[[list[int], SearchConfig], list[list[Hypothesi
     again = [i for i, hyps in enumerate(results) if hyps and (hyps[0].cut or stutters(hyps[0].tokens, lettered))]
     if not again:
         return results
-    for i, hyps in zip(again, searched(again, replace(search, no_repeat_ngram_size=REPEATS_BARRED)), strict=True):
+    barred = [_barred_again(results[i], lettered) for i in again]
+    for i, hyps in zip(again, searched(again, replace(search, no_repeat_ngram_size=REPEATS_BARRED), barred),
+                       strict=True):
         if hyps and not hyps[0].cut:
             for h in hyps:
                 h.retried = True
@@ -339,9 +368,9 @@ class TranslatorBase:
         hinted = piece_terms(segments, [line[i].hinted for i in todo], self.src_pipe, self.tgt_pipe)
         wide = replace(search, alternatives=search.alternatives or any(hinted))  # for `preferring` to choose
 
-        def decode(chosen: list[int], how: SearchConfig) -> list[list[Hypothesis]]:
-            """The pieces ``chosen`` (indices into ``segments.pieces``) searched as ``how`` says."""
-            own = None if pieces is None else [pieces[j] for j in chosen]
+        def decode(chosen: list[int], how: SearchConfig, barred: list | None = None) -> list[list[Hypothesis]]:
+            """The pieces ``chosen`` (of ``segments.pieces``) searched as ``how`` says, each ``barred``'s too."""
+            own = with_bans(None if pieces is None else [pieces[j] for j in chosen], barred)
             run = partial(marking_cut, partial(self.decode_pieces, search=how, controls=own), how, self.max_positions,
                           markers, own)
             if any(hinted):
