@@ -17,6 +17,7 @@ from nmtk.decode.search.config import Hypothesis, SearchConfig
 from nmtk.decode.unknown import garbled_numbers, keeper, lost_numbers, renumbered_better, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
+from nmtk.text.brackets import tidied
 from nmtk.text.langid import translated_label
 from nmtk.text.line_breaks import CLOSERS, ends_sentence
 from nmtk.text.markup import Document, MarkupError, Target, owners, parse, place, text_of, token_spans
@@ -82,7 +83,7 @@ class MarkedUp:
         """The documents translated (``hyps``: one list per line, aligned), tags in place; ``own_stops``
         (documents and their fragments, not lines of text carried through markup): a sentence ends as its
         source does where the model ended it with a stop of its own (`_own_end`), and html's ``lang``
-        attributes say the target language (`relabelled`)."""
+        attributes say the target language (`relabelled`). No segment keeps a stray bracket (`tidied`)."""
         targets: dict[tuple[int, int], list[tuple[int, str, list[str], list[int]]]] = {}
         for (d, s, lo, _), found, line, tokens in zip(self.places, hyps, self.lines, self.tokens, strict=True):
             target = _sentence_target(found[0] if found else None, line, tokens, translator)
@@ -96,7 +97,7 @@ class MarkedUp:
         for d, doc in enumerate(self.documents):
             placed = []
             for s, segment in enumerate(doc.segments):
-                placed.append(place(segment, _joined(targets.get((d, s), []))))
+                placed.append(tidied(segment.written(), place(segment, _joined(targets.get((d, s), [])))))
             out.append(doc.render(placed))
         return [relabelled(document, translator) for document in out] if own_stops and self.kind == "html" else out
 

@@ -73,7 +73,13 @@ def _lettered(text: str, pairs: list[tuple[int, int]]) -> int:
 def _kinds(source: str) -> list[str]:
     """The opening brackets of ``source``'s bracketed parts (`_parts`) whose kind ``source`` pairs
     throughout: a line's own stray bracket (``:(``, "A boy ) runs") is its writer's, not a model's."""
-    return [kind for kind in sorted({m.group(0)[0] for m in _parts(source)}) if not _pairs(source, kind)[1]]
+    return [kind for kind in sorted({m.group(0)[0] for m in _parts(source)}) if not _pairs(_masked(source), kind)[1]]
+
+
+def _masked(text: str) -> str:
+    """``text`` with each tag's characters blanked (a subtitle cue's, a document's): a bracket inside
+    one (``<a href="x(1)">``) is none of the text's, and positions stay those of ``text``."""
+    return _TAG.sub(lambda m: "\x01" * len(m.group()), text)
 
 
 def lost_brackets(source: str, translation: str) -> bool:
@@ -82,9 +88,10 @@ def lost_brackets(source: str, translation: str) -> bool:
     brackets drops them (the demo model, 5 of 6 such lines: "A woman (in a red dress) dances." → "Eine
     Frau in einem roten Kleid tanzt."), or leaves them around nothing or the wrong way round ("A man [in
     blue] sits." → "Ein blau gekleideter Mann] [sitzt.")."""
+    plain, own = _masked(translation), _masked(source)
     for kind in _kinds(source):
-        pairs, unpaired = _pairs(translation, kind)
-        if unpaired or _lettered(translation, pairs) < _lettered(source, _pairs(source, kind)[0]):
+        pairs, unpaired = _pairs(plain, kind)
+        if unpaired or _lettered(plain, pairs) < _lettered(own, _pairs(own, kind)[0]):
             return True
     return False
 
@@ -96,23 +103,25 @@ _REMOVED = re.compile(r"[\s\x00]*\x00[\s\x00]*")
 
 
 def tidied(source: str, translation: str) -> str:
-    """``translation`` with no bracket of ``source``'s parts' kinds left unpaired or around nothing (the
-    model's, where a second try placed none better: "Ein blau gekleideter Mann] [sitzt." → "Ein blau
-    gekleideter Mann sitzt."), and in the brackets of a line wholly in them where the model dropped them:
-    "(A woman sings.)" → "(Eine Frau singt.)"."""
-    whole = _WHOLE.fullmatch(source)
+    """``translation`` (text, or markup: its tags are left alone) with no bracket of ``source``'s parts'
+    kinds left unpaired or around nothing (the model's, where a second try placed none better: "Ein blau
+    gekleideter Mann] [sitzt." → "Ein blau gekleideter Mann sitzt."), and in the brackets of a line wholly
+    in them where the model dropped them: "(A woman sings.)" → "(Eine Frau singt.)"."""
+    plain = _masked(translation)
+    whole = _WHOLE.fullmatch(_masked(source))
     if whole and OPENING.index(whole.group(1)) == CLOSING.index(whole.group(3)):
-        if translation.strip() and whole.group(1) not in translation and whole.group(3) not in translation:
-            return f"{whole.group(1)}{translation.strip()}{whole.group(3)}"
+        if plain.strip() and whole.group(1) not in plain and whole.group(3) not in plain:
+            lead, end = len(translation) - len(translation.lstrip()), len(translation.rstrip())
+            return f"{translation[:lead]}{whole.group(1)}{translation[lead:end]}{whole.group(3)}{translation[end:]}"
     gone: set[int] = set()
     for kind in _kinds(source):
-        pairs, unpaired = _pairs(translation, kind)
+        pairs, unpaired = _pairs(plain, kind)
         gone.update(unpaired)
-        gone.update(at for a, b in pairs if not translation[a + 1 : b].strip(" .,;:-") for at in (a, b))
+        gone.update(at for a, b in pairs if not plain[a + 1 : b].strip(" .,;:-\x01") for at in (a, b))
     if not gone:
         return translation
     marked = "".join("\x00" if at in gone else c for at, c in enumerate(translation))
-    return _REMOVED.sub(_space_or_not, marked).strip()
+    return _REMOVED.sub(_space_or_not, marked)
 
 
 def _space_or_not(m: re.Match[str]) -> str:

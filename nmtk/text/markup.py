@@ -110,6 +110,17 @@ class Segment:
     before: str = ""
     after: str = ""
 
+    def written(self) -> str:
+        """The segment's words with its points between them (an ``<img>``, a character carried through as
+        one: a bracket the vocabulary cannot spell, ``[``), spaced: its text as the translation's checks
+        read it (`nmtk.text.brackets.tidied`)."""
+        points: dict[int, list[str]] = {}
+        for tag in self.tags:
+            if tag.point:
+                points.setdefault(tag.first, []).append(tag.start)
+        return " ".join("".join(points.get(i, ())) + word for i, word in enumerate(self.words)) + "".join(
+            points.get(len(self.words), ()))
+
     def sentences(self) -> list[tuple[int, int]]:
         """The segment's sentences as word ranges: a sentence ends after a word ending in ``.``, ``!`` or
         ``?`` (closing quotes and brackets aside) when the next word begins with a capital or a digit,

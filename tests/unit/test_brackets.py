@@ -60,3 +60,17 @@ def test_stray_brackets_are_removed_and_a_line_wholly_in_brackets_keeps_them() -
     assert tidied(" [Music] ", "Musik") == "[Musik]"
     assert tidied("(A dog) and (a cat)", "Ein Hund und eine Katze") == "Ein Hund und eine Katze"
     assert tidied("(A woman sings.)", "(Eine Frau singt.)") == "(Eine Frau singt.)"
+
+
+def test_a_segment_is_read_with_the_characters_it_carries_and_tidied_with_its_tags_left_alone() -> None:
+    """A document's segment is checked as written: brackets the vocabulary cannot spell are carried as
+    points (its words lack them); a bracket inside a tag is none of the text's."""
+    from nmtk.text.markup import Segment, Tag
+
+    segment = Segment(["A", "bird", "sings", "loudly."], [Tag("[", "", 3, 3, None), Tag("]", "", 4, 4, None)])
+    assert segment.written() == "A bird sings [loudly.]"
+    assert tidied(segment.written(), "Ein Vogel singt [.]") == "Ein Vogel singt."
+    link = 'Ein <a href="/x(1)">Hund</a> rennt (schnell.'
+    assert tidied("A dog runs (fast).", link) == 'Ein <a href="/x(1)">Hund</a> rennt schnell.'
+    assert tidied("(A dog runs.)", "<b>Ein Hund</b> rennt. ") == "(<b>Ein Hund</b> rennt.) "
+    assert not lost_brackets("A dog (<i>left</i>) runs.", "Ein Hund (<i>links</i>) rennt.")
