@@ -282,11 +282,11 @@ AsTypedOption = Annotated[bool, typer.Option(
                        "corrected.")]
 FormatOption = Annotated[MarkupFormat | None, typer.Option(
     "--format", help="text: a line each; html or xml (inline tags): each line one fragment, its tags kept around "
-                     "the words they covered (--document: the whole input one document); srt or vtt: a subtitle "
-                     "file, each cue's text translated, its numbers, timings and notes kept; xliff: each segment's "
-                     "target filled (one holding a translation kept). Default: by the name of -i's file (else "
-                     "-o's): srt, vtt, xliff for FILE.xlf or FILE.xliff, html --document for FILE.html or "
-                     "FILE.htm; else text.", show_default=False)]
+                     "the words they covered (--document: the whole input one document); srt, vtt or ass: a "
+                     "subtitle file (ass: also SSA), each cue's text translated, its numbers, timings and notes "
+                     "kept; xliff: each segment's target filled (one holding a translation kept). Default: by "
+                     "the name of -i's file (else -o's): srt, vtt, ass (FILE.ass, FILE.ssa), xliff for FILE.xlf "
+                     "or FILE.xliff, html --document for FILE.html or FILE.htm; else text.", show_default=False)]
 DocumentOption = Annotated[bool, typer.Option(
     "--document", help="--format html|xml: the whole input is one document (a page), not a fragment a line.")]
 AttributesOption = Annotated[str | None, typer.Option(

@@ -54,6 +54,7 @@ class MarkupFormat(str, Enum):
     xml = "xml"
     srt = "srt"
     vtt = "vtt"
+    ass = "ass"
     xliff = "xliff"
 
 

@@ -57,7 +57,7 @@ from nmtk.text import langid
 from nmtk.text.brackets import as_marked, lost_brackets, tidied, unmarked
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.markup import MarkupError, holds_tags, parse
-from nmtk.text.subtitles import Subtitles
+from nmtk.text.subtitles import AssScript, Subtitles
 from nmtk.text.xliff import Xliff
 
 
@@ -398,7 +398,7 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
     where, start = str(options.input or "stdin"), time.perf_counter()
     with interruptible():
         if options.format in SUBTITLES:
-            text, what = _translated_subtitles(engine, document, where)
+            text, what = _translated_subtitles(engine, document, where, options.format)
         elif options.format == "xliff":
             text, what = _translated_xliff(engine, document, where)
         else:
@@ -418,7 +418,9 @@ def _translate_document(engine: Engine, options: TranslateOptions, partial: Path
 
 
 #: ``--format`` values that are subtitle files (`nmtk.text.subtitles`): always the whole input at once.
-SUBTITLES = ("srt", "vtt")
+SUBTITLES = ("srt", "vtt", "ass")
+#: File names of a subtitle format under another name: SubStation Alpha's, which ASS extends.
+_ALSO = {"ssa": "ass"}
 #: ``--format`` values read whole, as ``--document`` reads html and xml.
 WHOLE = (*SUBTITLES, "xliff")
 #: The start of an XLIFF file: its declaration and comments, then its root.
@@ -438,6 +440,7 @@ def _with_format(options: TranslateOptions) -> TranslateOptions:
         return options
     named = options.input or options.output
     suffix = named.suffix.lower().lstrip(".") if named is not None else ""
+    suffix = _ALSO.get(suffix, suffix)
     if suffix in SUBTITLES:
         chosen = replace(options, format=suffix)
     elif suffix in ("xlf", "xliff"):
@@ -509,11 +512,11 @@ def _check_xliff_languages(xliff: Xliff, translator: TranslatorBase, where: str)
                         f"{' → '.join(xliff.languages)}); this model translates {model[0]} into {model[1]}")
 
 
-def _translated_subtitles(engine: Engine, document: str, where: str) -> tuple[str, str]:
-    """A subtitle file with its cues' text translated (each cue one segment, or a line per speaker), as
-    markup is: tags kept, links, numbers and emoji carried through (`nmtk.text.subtitles`); and what was
-    translated, for the last line."""
-    subtitles = Subtitles.parse(document)
+def _translated_subtitles(engine: Engine, document: str, where: str, kind: str) -> tuple[str, str]:
+    """A subtitle file (``kind``: srt, vtt, ass) with its cues' text translated (each cue one segment, or a
+    line per speaker), as markup is: tags kept, links, numbers and emoji carried through
+    (`nmtk.text.subtitles`); and what was translated, for the last line."""
+    subtitles = AssScript.parse(document, where) if kind == "ass" else Subtitles.parse(document)
     segments = subtitles.segments()
     for k, segment in enumerate(segments):
         try:

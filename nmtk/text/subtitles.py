@@ -1,5 +1,5 @@
-"""Subtitle files (SubRip ``.srt``, WebVTT ``.vtt``): each cue's text apart from what is not to be
-translated, and the file written back around the translations.
+"""Subtitle files (SubRip ``.srt``, WebVTT ``.vtt``, (Advanced) SubStation Alpha ``.ass``/``.ssa``): each
+cue's text apart from what is not to be translated, and the file written back around the translations.
 
 Why: read as lines of text, a subtitle file's numbers and timings are kept, but WebVTT's ``WEBVTT``
 header and ``NOTE`` comments went to the model (the demo model: "WAAATTTNNNGA."), and a sentence broken
@@ -11,7 +11,8 @@ its dashes kept. Everything else (numbers, timings with their settings, cue iden
 notation inside a cue, and the ASS codes many SubRip files carry (``{\\an8}``: the cue at the top of the
 picture), become html that markup parses and comes back (`marked_up`, `restored`). A cue whose lines
 are each a speaker's (a dash or a WebVTT voice begins every line) or each a whole sentence is translated
-line by line, so that its lines stay as they were split (`Cue.by_line`).
+line by line, so that its lines stay as they were split (`Cue.by_line`). An ASS script's cues are the
+Text fields of its ``Dialogue`` events, its lines split at ``\\N`` (`AssScript`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import html
 import re
 from dataclasses import dataclass
 
+from nmtk.errors import NmtkError
 from nmtk.text.langid import translated_label
 from nmtk.text.line_breaks import CLOSERS
 from nmtk.text.markup import MarkupError, parse
@@ -88,6 +90,7 @@ class Cue:
 
     head: list[str]
     lines: list[str]
+    wraps: bool = True  # its translation may take a line more than it had (an ASS renderer wraps its own)
 
     @property
     def dialogue(self) -> bool:
@@ -136,7 +139,7 @@ class Cue:
         be wider than `LINE_WIDTH` (or than its own widest line: a file's own rule), as subtitles are
         written (at most two lines of about 42 characters); a longer one stays as wide as it must."""
         width = max(LINE_WIDTH, *(_shown(line) for line in self.lines))
-        return max(len(self.lines), min(-(-_shown(translated) // width), 2))
+        return max(len(self.lines), min(-(-_shown(translated) // width), 2)) if self.wraps else len(self.lines)
 
 
 def _cues(lines: list[str], timing: int) -> list[tuple[int, list[str]]]:
@@ -243,3 +246,68 @@ def wrapped(text: str, lines: int) -> list[str]:
 
     starts = (0, *split(0, lines)[1], len(words))
     return [" ".join(words[a:b]) for a, b in zip(starts, starts[1:], strict=False)]
+
+
+_ASS_SECTION = re.compile(r"\s*\[([^\]]*)\]\s*$")
+_ASS_FORMAT = re.compile(r"\s*Format\s*:(.*)$", re.IGNORECASE)
+_ASS_DIALOGUE = re.compile(r"\s*Dialogue\s*:\s*(.*)$", re.IGNORECASE)
+_ASS_HARD_SPACE = "\\h"  # ASS's non-breaking space, read as one (U+00A0) and written back
+
+
+@dataclass
+class AssScript:
+    """An Advanced SubStation Alpha (``.ass``) or SubStation Alpha (``.ssa``) script, as Aegisub and
+    Subtitle Edit write them: the Text field of each ``Dialogue`` line of its ``[Events]`` is a cue, its
+    lines split at ``\\N``; every other line, and each event's fields before its text (layer, timings,
+    style, margins), are written as they were. A script's text is plain text with override codes
+    (``{\\i1}``, ``{\\pos(10,20)}``): no html, so ``<`` and ``&`` are escaped for markup and come back as
+    they were. A renderer wraps an event's lines itself, so a translation keeps the lines its text had."""
+
+    lines: list[str]
+    events: dict[int, tuple[str, Cue]]  # a Dialogue line's index -> (the line up to its text, its text)
+    newline: str = "\n"
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> AssScript:
+        newline = "\r\n" if "\r\n" in text else "\n"
+        lines = text.replace("\r\n", "\n").split("\n")
+        section, fields, events = "", 0, {}
+        for k, line in enumerate(lines):
+            if (m := _ASS_SECTION.match(line)) is not None:
+                section = m.group(1).strip().lower()
+            elif section == "events" and (m := _ASS_FORMAT.match(line)) is not None:
+                names = [name.strip().lower() for name in m.group(1).split(",")]
+                if names[-1] != "text":
+                    raise NmtkError(f"{where}: line {k + 1}: an [Events] Format whose last field is not Text")
+                fields = len(names)
+            elif section == "events" and (m := _ASS_DIALOGUE.match(line)) is not None:
+                if not fields:
+                    raise NmtkError(f"{where}: line {k + 1}: a Dialogue line before its [Events] section's Format line")
+                values = m.group(1).split(",", fields - 1)
+                if len(values) < fields:
+                    raise NmtkError(f"{where}: line {k + 1}: a Dialogue line of {len(values)} fields, its Format "
+                                    f"names {fields}")
+                text = values[-1].replace(_ASS_HARD_SPACE, "\u00a0")
+                events[k] = (line[: len(line) - len(values[-1])], Cue([], text.split("\\N"), wraps=False))
+        return cls(lines, events, newline)
+
+    @property
+    def cues(self) -> list[Cue]:
+        return [cue for _, cue in self.events.values()]
+
+    def relabelled(self, source: str, target: str) -> None:
+        """Nothing: a script does not name its language."""
+
+    def segments(self) -> list[str]:
+        """Every event's segments, in order, as html (what `render` takes translated)."""
+        return [marked_up(html.escape(text, quote=False)) for cue in self.cues for text in cue.texts()]
+
+    def render(self, translated: list[str]) -> str:
+        """The script with its events' segments replaced by ``translated`` (as many, in order)."""
+        lines, at = list(self.lines), 0
+        translated = [_unescaped(text) for text in translated]
+        for k, (head, cue) in self.events.items():
+            count = len(cue.texts())
+            written = "\\N".join(cue.written(translated[at : at + count])).replace("\u00a0", _ASS_HARD_SPACE)
+            lines[k], at = head + written, at + count
+        return self.newline.join(lines)

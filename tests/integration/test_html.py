@@ -284,7 +284,7 @@ def test_a_lines_list_marker_is_written_back_before_its_translation(copy_run, mo
 
 
 def test_a_subtitle_file_keeps_its_numbers_timings_and_notes_and_each_cue_reads_as_one_sentence(copy_run) -> None:
-    """`--format srt|vtt`: a cue's lines are one sentence (translated as the joined line is, wrapped back
+    """`--format srt|vtt|ass`: a cue's lines are one sentence (translated as the joined line is, wrapped back
     over as many lines), a dialogue cue's lines each a speaker's (dashes kept), and the numbers, timings,
     the WebVTT header and notes written as they were, line endings included. Read as text, ``WEBVTT``
     and ``NOTE`` lines went to the model; an ASS code stays where it was (``{\\an8}``, the cue at the top)."""
@@ -308,6 +308,12 @@ def test_a_subtitle_file_keeps_its_numbers_timings_and_notes_and_each_cue_reads_
     result = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(tmp / "film.vtt"), env=env)  # went to the model
     assert result.returncode == 0 and "format: vtt (from the name film.vtt" in result.stderr, result.stderr
     assert result.stdout == f"WEBVTT\n\nNOTE a note\n\nintro\n00:01.000 --> 00:04.000 align:start\n{plain[1]}\n"
+    ass = ("[Script Info]\nScriptType: v4.00+\n\n[Events]\nFormat: Layer, Start, End, Style, Name, MarginL, MarginR, "
+           f"MarginV, Effect, Text\nDialogue: 0,0:00:01.00,0:00:04.00,Default,,0,0,0,,{{\\an8}}{two}\n")
+    (tmp / "film.ssa").write_text(ass)  # SubStation Alpha: its Dialogue texts, by the name
+    result = run_nmtk("translate", "-m", str(tmp / "run"), "-i", str(tmp / "film.ssa"), env=env)
+    assert result.returncode == 0 and "format: ass (from the name film.ssa" in result.stderr, result.stderr
+    assert result.stdout == ass.replace(f"}}{two}", f"}}{plain[1]}"), result.stdout
     broken = f"WEBVTT\n\n00:01.000 --> 00:02.000\n<i>{two}</b>\n\n00:03.000 --> 00:04.000\n<v Bo>{two}\n"
     result = run_nmtk("translate", "-m", str(tmp / "run"), "--format", "vtt", stdin=broken, env=env)
     assert result.returncode == 0 and "translated without its tags" in result.stderr, result.stderr  # not the file

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from nmtk.text.subtitles import Subtitles, wrapped
+import pytest
+
+from nmtk.errors import NmtkError
+from nmtk.text.subtitles import AssScript, Subtitles, wrapped
 
 
 def test_cues_are_their_text_and_everything_else_is_written_as_it_was() -> None:
@@ -130,3 +133,41 @@ def test_a_webvtt_header_says_the_translations_language() -> None:
     french = Subtitles.parse(vtt.replace("en-US", "fr"))
     french.relabelled("en", "de")
     assert french.render(["x"]).startswith("WEBVTT\nKind: captions\nLanguage: fr\n")
+
+
+ASS = ("[Script Info]\r\nTitle: a, b\r\nScriptType: v4.00+\r\n\r\n[V4+ Styles]\r\nFormat: Name, Fontname\r\n"
+       "Style: Default,Arial\r\n\r\n[Events]\r\n"
+       "Format: Layer, Start, End, Style, Name, MarginL, MarginR, MarginV, Effect, Text\r\n"
+       "Comment: 0,0:00:00.00,0:00:01.00,Default,,0,0,0,,not shown\r\n"
+       "Dialogue: 0,0:00:01.00,0:00:02.00,Default,Anna,0,0,0,,{\\pos(10,20)}A dog, a cat\\Nand a bird.\r\n"
+       "Dialogue: 0,0:00:03.00,0:00:04.00,Default,,0,0,0,,- Hi.\\N- 3 < 5 & so\\hon.\r\n")
+
+
+def test_an_ass_script_is_its_dialogue_texts_and_everything_else_is_written_as_it_was() -> None:
+    """(Advanced) SubStation Alpha: each Dialogue's Text (the last field, commas and all) is a cue, its lines
+    split at ``\\N``; its codes become markup's elements, ``<`` and ``&`` are text; the header, styles,
+    comments and each event's other fields are written as they were, CRLF too."""
+    script = AssScript.parse(ASS, "film.ass")
+    assert script.segments() == ['<img data-ass="\\pos(10,20)">A dog, a cat and a bird.', "Hi.",
+                                 "3 &lt; 5 &amp; so\u00a0on."]
+    assert script.render(script.segments()) == ASS
+    # wrapped back over its lines, never more (a renderer wraps a line too wide for the picture itself)
+    translated = ['<img data-ass="\\pos(10,20)">Ein Hund, eine Katze und ein Vogel.', "Hallo.",
+                  "3 &lt; 5 &amp; so\u00a0weiter."]
+    expected = ASS.replace("A dog, a cat\\Nand a bird.", "Ein Hund, eine\\NKatze und ein Vogel.")
+    assert script.render(translated) == expected.replace("- Hi.", "- Hallo.").replace("on.", "weiter.")
+    one = AssScript.parse(ASS.replace("a cat\\Nand", "a cat and"), "film.ass")
+    assert one.render(translated).count("\\N") == 1  # the dialogue's own
+    assert AssScript.parse("", "x.ass").render([]) == ""
+
+
+@pytest.mark.parametrize(("events", "said"), [
+    ("Dialogue: 0,0:00:01.00,0:00:02.00,Default,,0,0,0,,Hi.", "line 2: a Dialogue line before its [Events] "
+                                                               "section's Format line"),
+    ("Format: Layer, Start, End, Text\nDialogue: 0,0:00:01.00,Hi.", "line 3: a Dialogue line of 3 fields, its "
+                                                                  "Format names 4"),
+    ("Format: Layer, Text, Start", "line 2: an [Events] Format whose last field is not Text")])
+def test_a_broken_ass_script_is_one_line_naming_its_line(events: str, said: str) -> None:
+    with pytest.raises(NmtkError) as caught:
+        AssScript.parse(f"[Events]\n{events}\n", "film.ass")
+    assert str(caught.value) == f"film.ass: {said}"
