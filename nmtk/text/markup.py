@@ -901,7 +901,8 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
         elif tag.point:  # before word lo, or after word lo - 1 where that keeps it inside its parent
             parent = ranges[tag.parent] if tag.parent is not None else (0, n)
             after = lo > 0 and (lo == n or lo == parent[1] and lo > parent[0] or tag.glued and lo - 1 >= parent[0])
-            char, phase = (_end(text, spans[lo - 1], trim and tag.trim_end), 1) if after else (spans[lo][0], 3)
+            char, phase = (_end(text, spans[_before_marks(text, spans, lo - 1, parent[0], trim and tag.trim_end)],
+                                trim and tag.trim_end), 1) if after else (spans[lo][0], 3)
             # a space between it and the words around it, unless it was glued to a word (``dog<img>``,
             # ``<img>dog``) or follows an opening quote or bracket: "isst <img>." for ``eats <img>.``,
             # "siehe <img> jetzt" for ``(see <img>) now`` where the model dropped the (), never "555 ."
@@ -972,6 +973,15 @@ def _start(text: str, span: tuple[int, int], trim: bool) -> int:
     word = text[span[0] : span[1]]
     lead = len(word) - len(word.lstrip("\"'“‘«([¿¡"))
     return span[0] + lead if trim and lead < len(word) else span[0]
+
+
+def _before_marks(text: str, spans: list[tuple[int, int]], last: int, first: int, trim: bool) -> int:
+    """The target word a point after word ``last`` follows: with ``trim`` (it stood before its source
+    word's trailing marks, a carried ``]`` in ``[fast].``), the last before the marks that end the text
+    there as words of their own ("schnell ." → "[schnell]." , not "[schnell.]"), not before ``first``."""
+    while trim and last > first and _only_punctuation(text, spans[last]):
+        last -= 1
+    return last
 
 
 def _end(text: str, span: tuple[int, int], trim: bool) -> int:

@@ -236,7 +236,8 @@ def test_an_element_a_kept_span_fills_is_kept_with_the_elements_around_and_insid
     entity = parse(written, keep=lambda text: [m.span() for m in re.finditer("©", text)])
     assert entity.segments[0].words == ["A", "dog", "runs."]
     target = Target("Ein Hund rennt.", [(0, 3), (4, 8), (9, 14), (14, 15)], [0, 1, 2, 2])
-    assert entity.render([place(entity.segments[0], target)]) == "<p>Ein Hund &copy; rennt.<sup>&dagger;</sup></p>"
+    # and the footnote before the stop, as it stood before its word's
+    assert entity.render([place(entity.segments[0], target)]) == "<p>Ein Hund &copy; rennt<sup>&dagger;</sup>.</p>"
 
 
 @pytest.mark.parametrize("markup, words, placed", [
