@@ -8,6 +8,7 @@ import gzip
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import copy_batch
@@ -423,6 +424,11 @@ def test_a_translation_stutters_where_pieces_with_letters_repeat_back_to_back() 
     assert stutter([10, 11, 11, 11, 12], lettered) == (11,)
     assert stutter([9, 12, 13, 12, 13, 12, 13, 12, 13], lettered) == (12, 13)
     assert not stutters([10, 11, 11, 12], lettered) and not stutters([12, 13, 12, 13, 12, 13, 14], lettered)
+    # a word of any length written three times ("Anhänger Anhänger Anhänger"): ids 10 and 12 begin words
+    starts = np.zeros(20, dtype=bool)
+    starts[[10, 12]] = True
+    assert stutter([10, 11, 10, 11, 10, 11, 12], lettered, starts) == (10, 11)
+    assert stutter([10, 11, 10, 11, 12, 10, 11], lettered, starts) is None and not stutters([10, 11, 10, 11], lettered)
     assert not stutters([10, 11, 12, 10, 11, 12, 14], lettered) and not stutters([1, 1, 1, 1, 1, 2, 2, 2, 2], lettered)
     assert not stutters([10, 11, 10, 12, 10, 13, 10], lettered) and not stutters([], lettered)
 
