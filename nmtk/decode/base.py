@@ -170,13 +170,18 @@ STUTTERS = {1: 3, 2: 4, 3: 3}
 
 
 #: A target word (its pieces, however many) written this many times back to back is a stutter too
-#: ("Anhänger Anhänger Anhänger", "es es es"): Multi30k's 29,000 German training sentences never do it.
-WORD_STUTTERS = 3
-def stutter(tokens: list[int], lettered: frozenset[int], starts: np.ndarray | None = None) -> tuple[int, ...] | None:
+#: ("Anhänger Anhänger Anhänger", "es es es"): Multi30k's 29,000 German training sentences never do it;
+#: twice, where it has this many letters ("Nummer Nummer", "gezogen gezogen"): they never do that either
+#: (their doubled words are "die die", "und und", "einem einem", "steht steht").
+WORD_STUTTERS, DOUBLED_LETTERS = 3, 6
+
+
+def stutter(tokens: list[int], lettered: frozenset[int], starts: np.ndarray | None = None,
+            letters: np.ndarray | None = None) -> tuple[int, ...] | None:
     """The span of pieces ``tokens`` repeat back to back as often as `STUTTERS` says, or the word
-    (``starts``: per target id, whether it begins one) they repeat `WORD_STUTTERS` times, one holding a
-    letter (``lettered``): a model that lost its way and ended anyway, short of its length limit; None
-    if none."""
+    (``starts``: per target id, whether it begins one) they repeat `WORD_STUTTERS` times (twice, one of
+    `DOUBLED_LETTERS` ``letters``), one holding a letter (``lettered``): a model that lost its way and
+    ended anyway, short of its length limit; None if none."""
     for n, times in STUTTERS.items():
         need, run = n * (times - 1), 0
         for i in range(len(tokens) - n):
@@ -184,11 +189,13 @@ def stutter(tokens: list[int], lettered: frozenset[int], starts: np.ndarray | No
             span = tokens[i + 1 - need : i + 1 - need + n]
             if run >= need and any(t in lettered for t in span):
                 return tuple(span)
-    return None if starts is None else _repeated_word(tokens, lettered, starts)
+    return None if starts is None else _repeated_word(tokens, lettered, starts, letters)
 
 
-def _repeated_word(tokens: list[int], lettered: frozenset[int], starts: np.ndarray) -> tuple[int, ...] | None:
-    """The word of pieces with a letter ``tokens`` write `WORD_STUTTERS` times back to back, if any."""
+def _repeated_word(tokens: list[int], lettered: frozenset[int], starts: np.ndarray, letters: np.ndarray | None
+                   ) -> tuple[int, ...] | None:
+    """The word of pieces with a letter ``tokens`` write `WORD_STUTTERS` times back to back (twice, a
+    long one: `DOUBLED_LETTERS`), if any."""
     words: list[tuple[int, ...]] = []
     for t in tokens:
         if starts[t] or not words:
@@ -198,45 +205,47 @@ def _repeated_word(tokens: list[int], lettered: frozenset[int], starts: np.ndarr
     run = 1
     for before, word in zip(words, words[1:], strict=False):
         run = run + 1 if word == before else 1
-        if run >= WORD_STUTTERS and any(t in lettered for t in word):
+        long = letters is not None and sum(int(letters[t]) for t in word) >= DOUBLED_LETTERS
+        if (run >= WORD_STUTTERS or run == 2 and long) and any(t in lettered for t in word):
             return word
     return None
 
 
-def stutters(tokens: list[int], lettered: frozenset[int], starts: np.ndarray | None = None) -> bool:
+def stutters(tokens: list[int], lettered: frozenset[int], starts: np.ndarray | None = None,
+             letters: np.ndarray | None = None) -> bool:
     """Whether ``tokens`` stutter (`stutter`)."""
-    return stutter(tokens, lettered, starts) is not None
+    return stutter(tokens, lettered, starts, letters) is not None
 
 
-def _barred_again(hyps: list[Hypothesis], lettered: frozenset[int], starts: np.ndarray | None
-                  ) -> tuple[tuple[int, ...], ...]:
+def _barred_again(hyps: list[Hypothesis], lettered: frozenset[int], starts: np.ndarray | None,
+                  letters: np.ndarray | None) -> tuple[tuple[int, ...], ...]:
     """What a sentence searched again by `unrepeated` must not write besides a repeated n-gram: the span
     it stuttered, twice in a row. Barring `REPEATS_BARRED`-grams repeated does not bar one piece thrice
     ("Zug Zug Zug" is one 3-gram), and barring 2-grams would bar a word's own doubled pieces everywhere."""
-    span = stutter(hyps[0].tokens, lettered, starts) if not hyps[0].cut else None
+    span = stutter(hyps[0].tokens, lettered, starts, letters) if not hyps[0].cut else None
     return (span + span,) if span is not None else ()
 
 
 def unrepeated(searched: Callable[[list[int], SearchConfig, list[tuple[tuple[int, ...], ...]]], list[list[Hypothesis]]],
                search: SearchConfig, results: list[list[Hypothesis]], lettered: frozenset[int] = frozenset(),
-               starts: np.ndarray | None = None) -> list[list[Hypothesis]]:
+               starts: np.ndarray | None = None, letters: np.ndarray | None = None) -> list[list[Hypothesis]]:
     """``results`` (a sentence's hypotheses each, as ``search`` found them) with each sentence whose best
     translation ran to its length limit (``cut``: a model repeating itself, "Kartoffffatatatat…") or
     stutters (`stutter`: ``lettered``, the target pieces with a letter; ``starts``, those that begin a
-    word) searched again (``searched(indices, search, barred)``, ``barred`` per index: the phrases it
-    must not write besides, `_barred_again`) with no n-gram of `REPEATS_BARRED` pieces twice, and that
-    translation taken (marked ``retried``) where it ends before the limit, once (a second search where
-    it stutters again measured no better). Sentence by sentence: a line's other sentences keep theirs.
-    A search that samples, or bars repeats as asked already, is left as it is: the first is random by
-    design, the second what the user chose; so is one told not to (``retry_cut``: validation, which
-    measures the model alone and is timed with training)."""
+    word; ``letters``, each one's letters) searched again (``searched(indices, search, barred)``,
+    ``barred`` per index: the phrases it must not write besides, `_barred_again`) with no n-gram of
+    `REPEATS_BARRED` pieces twice, and that translation taken (marked ``retried``) where it ends before
+    the limit, once (a second search where it stutters again measured no better). Sentence by sentence:
+    a line's other sentences keep theirs. A search that samples, or bars repeats as asked already, is
+    left as it is: the first is random by design, the second what the user chose; so is one told not
+    to (``retry_cut``: validation, which measures the model alone and is timed with training)."""
     if not search.retry_cut or search.sampling is not None or search.no_repeat_ngram_size:
         return results
     again = [i for i, hyps in enumerate(results)
-             if hyps and (hyps[0].cut or stutters(hyps[0].tokens, lettered, starts))]
+             if hyps and (hyps[0].cut or stutters(hyps[0].tokens, lettered, starts, letters))]
     if not again:
         return results
-    barred = [_barred_again(results[i], lettered, starts) for i in again]
+    barred = [_barred_again(results[i], lettered, starts, letters) for i in again]
     for i, hyps in zip(again, searched(again, replace(search, no_repeat_ngram_size=REPEATS_BARRED), barred),
                        strict=True):
         if hyps and not hyps[0].cut:
@@ -399,8 +408,7 @@ class TranslatorBase:
                 run = partial(preferring_pieces, run, self.tgt_pipe, [hinted[j] for j in chosen], search.returned)
             return run([segments.pieces[j] for j in chosen])
 
-        found = unrepeated(decode, wide, decode(list(range(len(segments.pieces))), wide), self.tgt_pipe.lettered,
-                           self.word_starts[1])
+        found = unrepeated(decode, wide, decode(list(range(len(segments.pieces))), wide), *self.tgt_pipe.word_marks)
         for i, hyps, n, lengthy in zip(todo, segments.join(found), segments.count, segments.lengthy, strict=True):
             results[i] = hyps
             if lengthy:

@@ -12,9 +12,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
+
 from nmtk.text.brackets import CLOSING, OPENING
 from nmtk.text.moses import Moses
-from nmtk.text.subword import SubwordModel, load_subword_model
+from nmtk.text.subword import SubwordModel, load_subword_model, word_starts
 from nmtk.vocab import HINT_SYMBOLS, UNK_ID
 
 if TYPE_CHECKING:
@@ -69,6 +71,13 @@ class TextPipeline:
         ``!``s is not (a line may say "!!!!")."""
         return frozenset(i for i, piece in enumerate(self.subwords.pieces())
                          if any(c.isalpha() or c in OPENING + CLOSING for c in piece))
+
+    @cached_property
+    def word_marks(self) -> tuple[frozenset[int], np.ndarray, np.ndarray]:
+        """What a translation's stutters are read by (`nmtk.decode.base.stutter`): the pieces with a letter
+        (`lettered`), per id whether it begins a word, and each piece's letters."""
+        pieces = self.subwords.pieces()
+        return self.lettered, word_starts(pieces), np.array([sum(c.isalpha() for c in p) for p in pieces])
 
     def spells(self, char: str) -> bool:
         """Whether the subword model spells ``char`` (through Moses) without ``<unk>``: false for an emoji

@@ -429,6 +429,10 @@ def test_a_translation_stutters_where_pieces_with_letters_repeat_back_to_back() 
     starts[[10, 12]] = True
     assert stutter([10, 11, 10, 11, 10, 11, 12], lettered, starts) == (10, 11)
     assert stutter([10, 11, 10, 11, 12, 10, 11], lettered, starts) is None and not stutters([10, 11, 10, 11], lettered)
+    # twice, a word of 6 letters or more ("Nummer Nummer"); "die die" is German ("Frauen, die die Straße …")
+    letters = np.full(20, 3)
+    assert stutter([12, 10, 11, 10, 11, 12], lettered, starts, letters) == (10, 11)
+    assert stutter([10, 12, 12, 10], lettered, starts, letters) is None
     assert not stutters([10, 11, 12, 10, 11, 12, 14], lettered) and not stutters([1, 1, 1, 1, 1, 2, 2, 2, 2], lettered)
     assert not stutters([10, 11, 10, 12, 10, 13, 10], lettered) and not stutters([], lettered)
 
@@ -442,6 +446,8 @@ def test_brackets_count_as_letters_for_stutters_and_digits_and_marks_do_not() ->
     pipe = TextPipeline.__new__(TextPipeline)
     pipe.subwords = type("Subwords", (), {"pieces": lambda self: pieces})()
     assert sorted(TextPipeline.lettered.func(pipe)) == [0, 1, 2, 3, 4, 5, 6, 10, 11]  # specials: never written
+    _, starts, letters = pipe.word_marks  # what stutters are read by: words' first pieces, letters
+    assert starts.tolist()[4:8] == [True, False, True, True] and letters.tolist()[9:] == [0, 1, 0, 0]
 
 
 def test_only_the_sentences_that_repeated_themselves_are_searched_again() -> None:
