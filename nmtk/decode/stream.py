@@ -526,19 +526,22 @@ def _translated_subtitles(engine: Engine, document: str, where: str, kind: str) 
             console.print(f"warning: {where}: the cue text {segment[:40]!r}: {exc}; translated without its tags")
     done = translate_markup(engine.translator, segments, engine.search, "html", (), engine.glossary, engine.bans,
                             engine.hints, own_stops=True)
-    _rebracketed_cues(engine, segments, done)
+    _rebracketed_fragments(engine, segments, done)
     subtitles.relabelled(engine.translator.src_pipe.moses.lang, engine.translator.tgt_pipe.moses.lang)
     return subtitles.render([" ".join(text.splitlines()) for text in done]), f"{len(subtitles.cues):,} cues"
 
 
-def _rebracketed_cues(engine: Engine, segments: list[str], done: list[str]) -> None:
-    """``done`` (the cues' translations) with those that lost brackets of their cue made again, the
-    bracketed parts placed by alignment (`Engine.rebracketed`'s rule), and none left stray (`tidied`):
-    "(laughs)", "[music]" and "(in a red dress)" are a subtitle's own, which the demo model dropped."""
+def _rebracketed_fragments(engine: Engine, segments: list[str], done: list[str], kind: str = "html",
+                           attributes: tuple[str, ...] = ()) -> None:
+    """``done`` (the translations of ``segments``: subtitle cues, or lines of ``--format html|xml``) with
+    those that lost brackets of their segment made again, the bracketed parts placed by alignment
+    (`Engine.rebracketed`'s rule), and none left stray (`tidied`): "(laughs)", "[music]" and "(in a red
+    dress)" are a subtitle's own, which the demo model dropped, and `<p>A woman (in a red dress)
+    dances.</p>` a page's."""
     found = {k: as_marked(segment, markup=True) for k, segment in enumerate(segments)
              if lost_brackets(segment, done[k])}
     found = {k: fragment for k, fragment in found.items() if fragment != segments[k]}
-    again = translate_markup(engine.translator, list(found.values()), engine.search, "html", (), engine.glossary,
+    again = translate_markup(engine.translator, list(found.values()), engine.search, kind, attributes, engine.glossary,
                              engine.bans, engine.hints, own_stops=True) if found else []
     for k, text in zip(found, again, strict=True):
         if (bracketed := unmarked(text)) is not None and not lost_brackets(segments[k], bracketed):
@@ -701,6 +704,8 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
             where = f"{options.input or 'stdin'}:{first + (exc.document or 0)}"
             raise NmtkError(f"{where}: {str(exc).replace('line 1, ', '')}") from None
         engine.cut.extend(first + d for d in ran)
+        if engine.translator.reading.carry:  # as lines of text are (`Engine.rebracketed`)
+            _rebracketed_fragments(engine, chunk, done, options.format, options.attributes)
         return [" ".join(line.splitlines()) for line in done]
     engine.detected.clear()
     engine.tagged.extend(first + k for k, line in enumerate(chunk) if holds_tags(line))

@@ -46,8 +46,8 @@ _BEFORE_ALL = " \t-–—\"'“”„«»"
 def _parts(source: str) -> list[re.Match[str]]:
     """``source``'s bracketed parts inside its sentence: not one that begins it (``(laughs) A dog runs.``,
     ``(Photo: Reuters) A man…``: a note beside the sentence, whose words a model may drop, and markup then
-    put the brackets around another word: "Ein (Hund) rennt.")."""
-    return [m for m in _BRACKETED.finditer(source) if _TAG.sub("", source[: m.start()]).strip(_BEFORE_ALL)]
+    put the brackets around another word: "Ein (Hund) rennt."); none inside a tag (``<a title="a (b)">``)."""
+    return [m for m in _BRACKETED.finditer(_masked(source)) if _TAG.sub("", source[: m.start()]).strip(_BEFORE_ALL)]
 
 
 def _pairs(text: str, opening: str) -> tuple[list[tuple[int, int]], list[int]]:
@@ -140,7 +140,8 @@ def as_marked(source: str, markup: bool = False) -> str:
     escape = (lambda text: text) if markup else (lambda text: html.escape(text, quote=False))
     out, at = [], 0
     for m in _parts(source):
-        name, inner = _ELEMENT[m.group(0)[0]], m.group(1) if m.group(1) is not None else m.group(2)
+        group = 1 if m.group(1) is not None else 2  # (the match is of the text with its tags blanked)
+        name, inner = _ELEMENT[m.group(0)[0]], source[m.start(group) : m.end(group)]
         if markup and ("<" in inner or ">" in inner):
             continue
         out += [escape(source[at : m.start()]), f"<{name}>", escape(inner), f"</{name}>"]

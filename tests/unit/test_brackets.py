@@ -74,3 +74,12 @@ def test_a_segment_is_read_with_the_characters_it_carries_and_tidied_with_its_ta
     assert tidied("A dog runs (fast).", link) == 'Ein <a href="/x(1)">Hund</a> rennt schnell.'
     assert tidied("(A dog runs.)", "<b>Ein Hund</b> rennt. ") == "(<b>Ein Hund</b> rennt.) "
     assert not lost_brackets("A dog (<i>left</i>) runs.", "Ein Hund (<i>links</i>) rennt.")
+
+
+def test_a_bracket_inside_a_tag_is_no_part_of_the_text() -> None:
+    """A line of `--format html` is marked as a cue is: an attribute's brackets (``title="a (b)"``,
+    ``href="/x(1)"``) are the tag's, never a part made an element (that broke the tag)."""
+    line = '<a title="a (b)" href="/x(1)">A dog (left) runs.</a>'
+    assert as_marked(line, markup=True) == '<a title="a (b)" href="/x(1)">A dog <nmtk-round>left</nmtk-round> runs.</a>'
+    assert lost_brackets(line, '<a title="a (b)" href="/x(1)">Ein Hund rennt.</a>')
+    assert not lost_brackets('<a title="a (b)">A dog runs.</a>', '<a title="a (b)">Ein Hund rennt.</a>')
