@@ -54,7 +54,7 @@ from nmtk.interrupts import deferred, exit_code, interruptible
 from nmtk.model_source import NOT_ALIGNED, resolve_model
 from nmtk.pair import sources_of
 from nmtk.text import langid
-from nmtk.text.brackets import as_marked, lost_brackets, tidied, unmarked
+from nmtk.text.brackets import rebracketed, tidied, to_rebracket
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.markup import MarkupError, holds_tags, parse
 from nmtk.text.subtitles import AssScript, Subtitles
@@ -535,18 +535,13 @@ def _rebracketed_fragments(engine: Engine, segments: list[str], done: list[str],
                            attributes: tuple[str, ...] = ()) -> None:
     """``done`` (the translations of ``segments``: subtitle cues, or lines of ``--format html|xml``) with
     those that lost brackets of their segment made again, the bracketed parts placed by alignment
-    (`Engine.rebracketed`'s rule), and none left stray (`tidied`): "(laughs)", "[music]" and "(in a red
-    dress)" are a subtitle's own, which the demo model dropped, and `<p>A woman (in a red dress)
-    dances.</p>` a page's."""
-    found = {k: as_marked(segment, markup=True) for k, segment in enumerate(segments)
-             if lost_brackets(segment, done[k])}
-    found = {k: fragment for k, fragment in found.items() if fragment != segments[k]}
+    (`Engine.rebracketed`'s rule), and none left stray (`nmtk.text.brackets.rebracketed`): "(laughs)",
+    "[music]" and "(in a red dress)" are a subtitle's own, which the demo model dropped, and `<p>A woman
+    (in a red dress) dances.</p>` a page's."""
+    found = to_rebracket(segments, done)
     again = translate_markup(engine.translator, list(found.values()), engine.search, kind, attributes, engine.glossary,
                              engine.bans, engine.hints, own_stops=True) if found else []
-    for k, text in zip(found, again, strict=True):
-        if (bracketed := unmarked(text)) is not None and not lost_brackets(segments[k], bracketed):
-            done[k] = bracketed
-    done[:] = [tidied(segment, text) for segment, text in zip(segments, done, strict=True)]
+    done[:] = rebracketed(segments, done, found, again)
 
 
 def _to_partial(engine: Engine, options: TranslateOptions, source: BinaryIO, partial: Path, resume: bool,

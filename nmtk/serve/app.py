@@ -66,7 +66,7 @@ from nmtk.model_source import NOT_ALIGNED
 from nmtk.pair import Pair, PairError, choose_pair, pairs_text, sources_of
 from nmtk.serve.worker import QueueFull, Worker
 from nmtk.text import langid
-from nmtk.text.brackets import tidied
+from nmtk.text.brackets import rebracketed, tidied, to_rebracket
 from nmtk.text.line_breaks import cut_at_breaks, join_at_breaks
 from nmtk.text.markup import MarkupError, text_of
 
@@ -760,11 +760,16 @@ async def _html_answers(service: _Service, req: LibreRequest, indices: list[int]
     except NmtkError as exc:
         raise ApiError(400, str(exc)) from None
     items = req.texts
+    documents = [items[i] for i in indices]
     try:
-        texts = await _marked_texts(service, req, [items[i] for i in indices], pair, own_stops=True)
+        texts = await _marked_texts(service, req, documents, pair, own_stops=True)
     except MarkupError as exc:
         item = f"q[{indices[exc.document]}]: " if len(items) > 1 and exc.document is not None else ""
         raise ApiError(400, f"malformed html: {item}{exc}") from None
+    if service.worker.translator.for_pair(pair).reading.carry:  # brackets given back, as `translate` does
+        found = to_rebracket(documents, texts)
+        again = await _marked_texts(service, req, list(found.values()), pair, own_stops=True) if found else []
+        texts = rebracketed(documents, texts, found, again)
     return [_html_answer(req, text) for text in texts]
 
 

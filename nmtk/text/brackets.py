@@ -161,3 +161,23 @@ def unmarked(text: str) -> str | None:
         return None
     out = _MARKED.sub(bracket, text)
     return None if "<nmtk-" in out or "</nmtk-" in out else out
+
+
+def to_rebracket(segments: list[str], done: list[str]) -> dict[int, str]:
+    """The ``segments`` (markup: subtitle cues, html lines) whose translations (``done``) lost brackets of
+    theirs (`lost_brackets`), by index, each as `as_marked`'s fragment (``markup=True``) to translate
+    again; none whose parts `as_marked` leaves as they are (a part holding a tag)."""
+    found = {k: as_marked(segment, markup=True) for k, segment in enumerate(segments)
+             if lost_brackets(segment, done[k])}
+    return {k: fragment for k, fragment in found.items() if fragment != segments[k]}
+
+
+def rebracketed(segments: list[str], done: list[str], found: dict[int, str], again: list[str]) -> list[str]:
+    """``done`` with each of `to_rebracket`'s ``found`` whose translation (``again``, in its order, entities
+    decoded) placed every part and keeps the segment's brackets whole in its place, brackets again
+    (`unmarked`); and every one tidied (`tidied`)."""
+    out = list(done)
+    for k, text in zip(found, again, strict=True):
+        if (bracketed := unmarked(text)) is not None and not lost_brackets(segments[k], bracketed):
+            out[k] = bracketed
+    return [tidied(segment, text) for segment, text in zip(segments, out, strict=True)]

@@ -3,7 +3,7 @@ them, the fragment whose inline elements markup places, and the brackets made ag
 
 from __future__ import annotations
 
-from nmtk.text.brackets import as_marked, lost_brackets, tidied, unmarked
+from nmtk.text.brackets import as_marked, lost_brackets, rebracketed, tidied, to_rebracket, unmarked
 
 
 def test_a_translation_that_dropped_the_brackets_of_a_bracketed_part_is_found() -> None:
@@ -83,3 +83,15 @@ def test_a_bracket_inside_a_tag_is_no_part_of_the_text() -> None:
     assert as_marked(line, markup=True) == '<a title="a (b)" href="/x(1)">A dog <nmtk-round>left</nmtk-round> runs.</a>'
     assert lost_brackets(line, '<a title="a (b)" href="/x(1)">Ein Hund rennt.</a>')
     assert not lost_brackets('<a title="a (b)">A dog runs.</a>', '<a title="a (b)">Ein Hund rennt.</a>')
+
+
+def test_fragments_that_lost_brackets_are_marked_and_take_their_second_translation_where_it_is_whole() -> None:
+    """Cues and lines of html (`translate`, `serve`): which to translate again, and what is taken back."""
+    segments = ["<p>A man (in red) walks.</p>", "<b>A dog</b> runs.", "A cat [left] sits.", "Two men (<i>x</i>) talk."]
+    done = ["<p>Ein Mann in Rot geht.</p>", "<b>Ein Hund</b> rennt.", "Eine Katze sitzt ] .", "Zwei Männer reden."]
+    found = to_rebracket(segments, done)
+    assert found == {0: "<p>A man <nmtk-round>in red</nmtk-round> walks.</p>",
+                     2: "A cat <nmtk-square>left</nmtk-square> sits."}  # the last: a part holding a tag
+    again = ["<p>Ein Mann <nmtk-round>in Rot</nmtk-round> geht.</p>", "Eine Katze sitzt<nmtk-square>.</nmtk-square>"]
+    assert rebracketed(segments, done, found, again) == [
+        "<p>Ein Mann (in Rot) geht.</p>", "<b>Ein Hund</b> rennt.", "Eine Katze sitzt.", "Zwei Männer reden."]
