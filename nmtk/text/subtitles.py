@@ -252,6 +252,8 @@ _ASS_SECTION = re.compile(r"\s*\[([^\]]*)\]\s*$")
 _ASS_FORMAT = re.compile(r"\s*Format\s*:(.*)$", re.IGNORECASE)
 _ASS_DIALOGUE = re.compile(r"\s*Dialogue\s*:\s*(.*)$", re.IGNORECASE)
 _ASS_HARD_SPACE = "\\h"  # ASS's non-breaking space, read as one (U+00A0) and written back
+_ASS_SOFT_BREAK = "\\n"  # a break only some wrap styles make: read as a space
+_ASS_BLOCK = re.compile(r"(\{[^{}]*\})")  # an override block, codes (``{\i1}``) or a note (``{TL: a pun}``)
 
 
 @dataclass
@@ -287,7 +289,7 @@ class AssScript:
                 if len(values) < fields:
                     raise NmtkError(f"{where}: line {k + 1}: a Dialogue line of {len(values)} fields, its Format "
                                     f"names {fields}")
-                text = values[-1].replace(_ASS_HARD_SPACE, "\u00a0")
+                text = values[-1].replace(_ASS_HARD_SPACE, "\u00a0").replace(_ASS_SOFT_BREAK, " ")
                 events[k] = (line[: len(line) - len(values[-1])], Cue([], text.split("\\N"), wraps=False))
         return cls(lines, events, newline)
 
@@ -299,8 +301,10 @@ class AssScript:
         """Nothing: a script does not name its language."""
 
     def segments(self) -> list[str]:
-        """Every event's segments, in order, as html (what `render` takes translated)."""
-        return [marked_up(html.escape(text, quote=False)) for cue in self.cues for text in cue.texts()]
+        """Every event's segments, in order, as html (what `render` takes translated): its text escaped,
+        each override block an empty element markup places (a note in one, ``{TL: a pun}``, is no text
+        to translate either: renderers show none of a block)."""
+        return [_ass_marked_up(text) for cue in self.cues for text in cue.texts()]
 
     def render(self, translated: list[str]) -> str:
         """The script with its events' segments replaced by ``translated`` (as many, in order)."""
@@ -311,3 +315,9 @@ class AssScript:
             written = "\\N".join(cue.written(translated[at : at + count])).replace("\u00a0", _ASS_HARD_SPACE)
             lines[k], at = head + written, at + count
         return self.newline.join(lines)
+
+
+def _ass_marked_up(text: str) -> str:
+    """An ASS event's text as html: its characters escaped, its blocks as `marked_up` makes ``{\\i1}``."""
+    return "".join(f'<img data-ass="{html.escape(part[1:-1])}">' if k % 2 else html.escape(part, quote=False)
+                   for k, part in enumerate(_ASS_BLOCK.split(text)))

@@ -159,6 +159,11 @@ def test_an_ass_script_is_its_dialogue_texts_and_everything_else_is_written_as_i
     one = AssScript.parse(ASS.replace("a cat\\Nand", "a cat and"), "film.ass")
     assert one.render(translated).count("\\N") == 1  # the dialogue's own
     assert AssScript.parse("", "x.ass").render([]) == ""
+    # a note in a block is no text; a soft break is a space
+    noted = AssScript.parse(ASS.replace("{\\pos(10,20)}", "{TL: <a> & b}").replace("cat\\Nand", "cat\\nand"),
+                            "x.ass")
+    assert noted.segments()[0] == '<img data-ass="TL: &lt;a&gt; &amp; b">A dog, a cat and a bird.'
+    assert "{TL: <a> & b}Ein Hund." in noted.render(['<img data-ass="TL: &lt;a&gt; &amp; b">Ein Hund.', "Hallo.", "x"])
 
 
 @pytest.mark.parametrize(("events", "said"), [
