@@ -920,9 +920,7 @@ def _inserts(segment: Segment, target: Target, ranges: list[tuple[int, int]], tr
             if trim and tag.trim_start:  # leading target words of punctuation alone stay outside too
                 while lo < hi - 1 and _only_punctuation(text, spans[lo]):
                     lo += 1
-            if trim and tag.trim_end:
-                while hi - 1 > lo and _only_punctuation(text, spans[hi - 1]):
-                    hi -= 1
+            hi = _before_marks(text, spans, hi - 1, lo, trim and tag.trim_end) + 1  # and trailing ones
             start = _start(text, spans[lo], trim and tag.trim_start)
             end = _end(text, spans[hi - 1], trim and tag.trim_end)
             if end <= start:  # its words were left out of the text: empty, but there once
@@ -976,9 +974,10 @@ def _start(text: str, span: tuple[int, int], trim: bool) -> int:
 
 
 def _before_marks(text: str, spans: list[tuple[int, int]], last: int, first: int, trim: bool) -> int:
-    """The target word a point after word ``last`` follows: with ``trim`` (it stood before its source
-    word's trailing marks, a carried ``]`` in ``[fast].``), the last before the marks that end the text
-    there as words of their own ("schnell ." → "[schnell]." , not "[schnell.]"), not before ``first``."""
+    """The target word a tag ends on or a point after word ``last`` follows: with ``trim`` (it stood
+    before its source word's trailing marks, a carried ``]`` in ``[fast].``), the last before the marks
+    that end the text there as words of their own ("schnell ." → "[schnell]." , not "[schnell.]"), not
+    before ``first``."""
     while trim and last > first and _only_punctuation(text, spans[last]):
         last -= 1
     return last
