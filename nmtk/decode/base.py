@@ -162,7 +162,7 @@ REPEATS_BARRED = 3
 
 
 #: How many times back to back a span of 1, 2 or 3 pieces with a letter repeats in a stuttering
-#: translation (`stutters`). The demo model's test_2016_flickr output holds 18 such lines at 4 times a
+#: translation (`stutter`). The demo model's test_2016_flickr output holds 18 such lines at 4 times a
 #: piece ("Wachmann mann mann mann", "Rututututututzt", "grünen grünen grünen grünen") and 16 more at 3
 #: ("Wachmannmannmann", "grünen grünen grünen", "Zug Zug Zug"); Multi30k's 29,000 German training sentences
 #: hold a piece 3 times twice ("Roooaaaarrrr", "eXXXotica"), its 1,000 test references never.
@@ -217,15 +217,6 @@ def stutters(tokens: list[int], lettered: frozenset[int], starts: np.ndarray | N
     return stutter(tokens, lettered, starts, letters) is not None
 
 
-def _barred_again(hyps: list[Hypothesis], lettered: frozenset[int], starts: np.ndarray | None,
-                  letters: np.ndarray | None) -> tuple[tuple[int, ...], ...]:
-    """What a sentence searched again by `unrepeated` must not write besides a repeated n-gram: the span
-    it stuttered, twice in a row. Barring `REPEATS_BARRED`-grams repeated does not bar one piece thrice
-    ("Zug Zug Zug" is one 3-gram), and barring 2-grams would bar a word's own doubled pieces everywhere."""
-    span = stutter(hyps[0].tokens, lettered, starts, letters) if not hyps[0].cut else None
-    return (span + span,) if span is not None else ()
-
-
 def unrepeated(searched: Callable[[list[int], SearchConfig, list[tuple[tuple[int, ...], ...]]], list[list[Hypothesis]]],
                search: SearchConfig, results: list[list[Hypothesis]], lettered: frozenset[int] = frozenset(),
                starts: np.ndarray | None = None, letters: np.ndarray | None = None) -> list[list[Hypothesis]]:
@@ -233,19 +224,22 @@ def unrepeated(searched: Callable[[list[int], SearchConfig, list[tuple[tuple[int
     translation ran to its length limit (``cut``: a model repeating itself, "Kartoffffatatatat…") or
     stutters (`stutter`: ``lettered``, the target pieces with a letter; ``starts``, those that begin a
     word; ``letters``, each one's letters) searched again (``searched(indices, search, barred)``,
-    ``barred`` per index: the phrases it must not write besides, `_barred_again`) with no n-gram of
-    `REPEATS_BARRED` pieces twice, and that translation taken (marked ``retried``) where it ends before
-    the limit, once (a second search where it stutters again measured no better). Sentence by sentence:
+    ``barred`` per index: the phrases it must not write besides, the span it stuttered twice) with no
+    n-gram of `REPEATS_BARRED` pieces twice, and that translation taken (marked ``retried``) where it
+    ends before the limit, once (a second search where it stutters again measured no better). Sentence by sentence:
     a line's other sentences keep theirs. A search that samples, or bars repeats as asked already, is
     left as it is: the first is random by design, the second what the user chose; so is one told not
     to (``retry_cut``: validation, which measures the model alone and is timed with training)."""
     if not search.retry_cut or search.sampling is not None or search.no_repeat_ngram_size:
         return results
-    again = [i for i, hyps in enumerate(results)
-             if hyps and (hyps[0].cut or stutters(hyps[0].tokens, lettered, starts, letters))]
+    # a stuttered span is barred twice in a row too: barring `REPEATS_BARRED`-grams repeated does not bar
+    # one piece thrice ("Zug Zug Zug" is one 3-gram), and barring 2-grams would bar a word's own pieces
+    spans = {i: stutter(hyps[0].tokens, lettered, starts, letters) for i, hyps in enumerate(results)
+             if hyps and not hyps[0].cut}
+    again = [i for i, hyps in enumerate(results) if hyps and (hyps[0].cut or spans[i] is not None)]
     if not again:
         return results
-    barred = [_barred_again(results[i], lettered, starts, letters) for i in again]
+    barred = [(span + span,) if (span := spans.get(i)) is not None else () for i in again]
     for i, hyps in zip(again, searched(again, replace(search, no_repeat_ngram_size=REPEATS_BARRED), barred),
                        strict=True):
         if hyps and not hyps[0].cut:

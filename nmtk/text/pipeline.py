@@ -67,7 +67,7 @@ class TextPipeline:
     @cached_property
     def lettered(self) -> frozenset[int]:
         """The ids of the pieces that hold a letter or a bracket: a translation's run of them repeated back
-        to back is a model stuttering (`nmtk.decode.base.stutters`: "eine Frau)))))"), a run of ``1``s or
+        to back is a model stuttering (`nmtk.decode.base.stutter`: "eine Frau)))))"), a run of ``1``s or
         ``!``s is not (a line may say "!!!!")."""
         return frozenset(i for i, piece in enumerate(self.subwords.pieces())
                          if any(c.isalpha() or c in OPENING + CLOSING for c in piece))
