@@ -135,11 +135,19 @@ class Cue:
         return self.head + text
 
     def room(self, translated: str) -> int:
-        """The lines a translation of its text is wrapped over: as many as it had, or two where one would
-        be wider than `LINE_WIDTH` (or than its own widest line: a file's own rule), as subtitles are
-        written (at most two lines of about 42 characters); a longer one stays as wide as it must."""
+        """The lines a translation of its text is wrapped over, as subtitles are written (at most two lines
+        of about 42 characters, one where the text fits it): one where it fits `LINE_WIDTH` (or the cue's
+        own widest line: a file's own rule), however many lines the source took ("A dog" / "runs." is
+        "Ein Hund rennt."); else two, or as many as the cue had where it had more; a longer one stays as
+        wide as it must. Lines that each ended a sentence keep their count (one text where their tags
+        span them). An ASS event keeps its lines (a renderer wraps its own)."""
+        if not self.wraps:
+            return len(self.lines)
         width = max(LINE_WIDTH, *(_shown(line) for line in self.lines))
-        return max(len(self.lines), min(-(-_shown(translated) // width), 2)) if self.wraps else len(self.lines)
+        needed = -(-_shown(translated) // width)
+        if len(self.lines) > 1 and all(map(_ends_sentence, self.lines)):  # a sentence a line: kept so
+            return max(len(self.lines), min(needed, 2))
+        return max(1, min(needed, max(2, len(self.lines))))
 
 
 def _cues(lines: list[str], timing: int) -> list[tuple[int, list[str]]]:

@@ -14,7 +14,7 @@ def test_cues_are_their_text_and_everything_else_is_written_as_it_was() -> None:
            "3\r\n00:00:09,000 --> 00:00:10,000\r\n")
     parsed = Subtitles.parse(srt.removeprefix("\ufeff"))
     assert parsed.segments() == ["A dog runs in the park with a ball.", "Hi.", "<i>Hello.</i>"]
-    assert parsed.render(parsed.segments()) == ("1\r\n00:00:01,000 --> 00:00:04,000\r\nA dog runs in the\r\npark "
+    assert parsed.render(parsed.segments()) == ("1\r\n00:00:01,000 --> 00:00:04,000\r\nA dog runs in the park "
                                                 "with a ball.\r\n\r\n2\r\n00:00:05,000 --> 00:00:08,000 X1:40\r\n- "
                                                 "Hi.\r\n– <i>Hello.</i>\r\n\r\n\r\n3\r\n00:00:09,000 --> "
                                                 "00:00:10,000\r\n")
@@ -48,7 +48,7 @@ def test_webvtt_notation_becomes_html_markup_parses_and_comes_back() -> None:
 def test_lines_that_are_each_a_speaker_or_a_sentence_are_translated_apart() -> None:
     """As one text, ``<v Anna>…`` / ``<v Bo>…`` left Anna's voice open (the cue lost its tags) and
     "A woman sings." / "A man plays." came back broken mid-sentence; lines whose tags span them, and an
-    ellipsis that goes on, stay one text."""
+    ellipsis that goes on, stay one text (the latter on one line where it fits one)."""
     vtt = ("WEBVTT\n\n00:01.000 --> 00:02.000\n<v Anna>Where is\n<v Bo>Here.\n\n00:03.000 --> 00:04.000\n"
            "A woman sings.\nA man \"plays\"!\n\n00:05.000 --> 00:06.000\n<i>A woman sings.\nA man plays.</i>\n\n"
            "00:07.000 --> 00:08.000\nI was thinking...\nmaybe not.\n")
@@ -60,7 +60,7 @@ def test_lines_that_are_each_a_speaker_or_a_sentence_are_translated_apart() -> N
     assert rendered.split("\n\n")[1:] == ["00:01.000 --> 00:02.000\n<v Anna>Wo ist\n<v Bo>Hier.",
                                           "00:03.000 --> 00:04.000\nEine Frau singt.\nEin Mann spielt!",
                                           "00:05.000 --> 00:06.000\n<i>Eine Frau singt.\nEin Mann spielt.</i>",
-                                          "00:07.000 --> 00:08.000\nIch dachte...\nvielleicht nicht.\n"]
+                                          "00:07.000 --> 00:08.000\nIch dachte... vielleicht nicht.\n"]
 
 
 def test_ass_codes_come_back_where_markup_placed_them_and_take_no_width() -> None:
@@ -91,7 +91,7 @@ def test_cues_with_no_blank_line_between_them_are_cues_apart() -> None:
                                                  ["00:00:05,000 --> 00:00:06,000"],
                                                  ["4", "00:00:07,000 --> 00:00:08,000"]]
     assert parsed.segments() == ["A man runs.", "A dog sleeps.", "3", "A cat."]
-    assert parsed.render(parsed.segments()) == srt
+    assert parsed.render(parsed.segments()) == srt.replace("A dog\nsleeps.", "A dog sleeps.")  # one line's text
 
 
 def test_subrip_writes_characters_where_webvtt_escapes_them() -> None:
@@ -107,7 +107,8 @@ def test_subrip_writes_characters_where_webvtt_escapes_them() -> None:
 
 def test_a_translation_wider_than_a_subtitle_line_takes_two() -> None:
     """A one-line cue whose translation is longer than a subtitle line holds (about 42 characters, or the
-    file's own widest line) is wrapped over two lines, never more; tags count nothing."""
+    file's own widest line) is wrapped over two lines, never more; tags count nothing; one that fits a
+    line takes one, however many the source took (a cue of three may keep three)."""
     from nmtk.text.subtitles import Cue
 
     cue = Cue(["1", "00:00:01,000 --> 00:00:02,000"], ["A man climbs a rock."])
@@ -118,6 +119,10 @@ def test_a_translation_wider_than_a_subtitle_line_takes_two() -> None:
     assert cue.room(long * 3) == 2
     wide = Cue(["1", "00:00:01,000 --> 00:00:02,000"], ["A man in a red shirt climbs a rock with a long blue rope."])
     assert wide.room(long) == 1  # the file's own lines are that wide
+    two = Cue(["1", "00:00:01,000 --> 00:00:02,000"], ["A dog", "runs."])  # a short text takes one line
+    assert two.written(["Ein Hund rennt."])[2:] == ["Ein Hund rennt."] and two.room(long) == 2
+    three = Cue(["1", "00:00:01,000 --> 00:00:02,000"], ["A", "b", "c"])
+    assert three.room(long * 3) == 3 and three.room("Ja.") == 1
 
 
 def test_a_webvtt_header_says_the_translations_language() -> None:
