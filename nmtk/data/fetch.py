@@ -54,7 +54,7 @@ def ensure_file(spec: CorpusFile, root: Path) -> Path:
     if target.is_file():
         return target
     if not spec.url:
-        raise NmtkError(f"{target}: file not found, and the recipe gives no url to download it from")
+        raise NmtkError(f"{target}: file not found, and the recipe gives no url to download it from{_elsewhere(spec)}")
     if spec.archive:
         archive = root / spec.archive
         if not archive.is_file():
@@ -65,6 +65,15 @@ def ensure_file(spec: CorpusFile, root: Path) -> Path:
         return target
     download(spec.url, target, spec.sha256)
     return target
+
+
+def _elsewhere(spec: CorpusFile) -> str:
+    """A hint where the file is in the current directory instead: a recipe's paths are relative to the data
+    root (a new user's ``corpus.tsv`` beside the recipe was "not found" with no word of why)."""
+    here = Path(spec.path)
+    if here.is_absolute() or not here.is_file():
+        return ""
+    return f" ({spec.path} is in the current directory: a recipe's paths are relative to the data root; --data-root .)"
 
 
 def _progress() -> Progress:

@@ -107,6 +107,18 @@ def test_offline_names_file_and_url(tmp_path: Path) -> None:
         ensure_file(spec, tmp_path)
 
 
+def test_a_file_in_the_current_directory_instead_of_the_data_root_is_named(tmp_path: Path, monkeypatch) -> None:
+    """A recipe's ``corpus.tsv`` beside it, not under the data root: the error says where it is and how to
+    read it from there (it said only "not found")."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.tsv").write_text("a\tb\n")
+    with pytest.raises(NmtkError, match=r"root/corpus\.tsv: file not found, .* \(corpus\.tsv is in the current "
+                                        r"directory: a recipe's paths are relative to the data root; --data-root \.\)"):
+        ensure_file(CorpusFile(path="corpus.tsv"), tmp_path / "root")
+    with pytest.raises(NmtkError, match=r"download it from$"):
+        ensure_file(CorpusFile(path="other.tsv"), tmp_path / "root")
+
+
 def test_archives_are_unpacked(server: str, tmp_path: Path) -> None:
     tgz = io.BytesIO()
     with tarfile.open(fileobj=tgz, mode="w:gz") as tar:
