@@ -223,6 +223,11 @@ def modified_pairs(recipe: Recipe, data_dir: Path, epoch: int = 1, stage: str | 
     data = PreparedData(data_dir)
     if not data.manifest_path.is_file():
         raise NmtkError(f"{data_dir}: no prepared data (nmtk prepare the recipe first, or give --data)")
+    from nmtk.data.prepare import settings_difference
+
+    if difference := settings_difference(data.manifest(), recipe):  # as `train` refuses it: shown read wrong
+        raise NmtkError(f"{data_dir}: prepared with {difference}; nmtk prepare this recipe (its own --out), "
+                        "then give that folder as --data")
     split, _ = training_split(data)
     curriculum = Curriculum(recipe, data, split, split_lengths(split), show=False)
     modified = curriculum.split

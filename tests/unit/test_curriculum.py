@@ -124,7 +124,8 @@ def test_each_modifier_changes_the_chosen_pairs_as_opustrainer_does(staged, name
 
 def test_recipe_samples_shows_the_pairs_an_epoch_changes_as_training_feeds_them(staged, nmtk) -> None:
     """`nmtk recipe samples`: the epoch's changed pairs, original and modified, as `set_epoch` makes them;
-    a stage's modifiers by name; one line for a recipe without modifiers, an unknown stage, no data."""
+    a stage's modifiers by name; one line for a recipe without modifiers, an unknown stage, no data, data
+    prepared with other settings (as `train` refuses it)."""
     from nmtk.train.curriculum import modified_pairs
 
     recipe, result, tmp = staged
@@ -135,11 +136,15 @@ def test_recipe_samples_shows_the_pairs_an_epoch_changes_as_training_feeds_them(
     changed = [i for i in sorted(modified.changed_src) if _texts(modified, models, i) != _texts(base, models, i)]
     assert [(*_texts(base, models, i), *_texts(modified, models, i)) for i in changed[:3]] == found.pairs
     assert all("__source__" in new and "__source__" not in old for old, _, new, _ in found.pairs)
-    stages = 'train.stages=[{name="a", updates=5, modifiers=[{name="uppercase", p=1.0}]}, {name="b"}]'
+    stages = 'train.stages=[{name="a", updates=5, modifiers=[{name="typos", p=1.0}]}, {name="b"}]'
     staged_recipe = load_recipe(tmp / "staged.toml", [stages])
-    upper = modified_pairs(staged_recipe, result.out_dir, stage="a", count=2)
-    assert [m.name for m in upper.modifiers] == ["uppercase"] and len(upper.pairs) == 2  # (no capitals in the
-    assert upper.counts["uppercase"] == len(base)                                  # toy vocabulary to compare)
+    typos = modified_pairs(staged_recipe, result.out_dir, stage="a", count=2)
+    assert [m.name for m in typos.modifiers] == ["typos"] and len(typos.pairs) == 2
+    assert typos.counts["typos"] == len(base)
+    upper = load_recipe(tmp / "staged.toml", [stages.replace("typos", "uppercase")])  # capitals are data settings:
+    with pytest.raises(NmtkError, match=r"data: prepared with casing\.0 = None, the recipe has 'uppercase'; "
+                                        r"nmtk prepare this recipe"):  # shown on this data, read with unknowns
+        modified_pairs(upper, result.out_dir, stage="a")
     for args, error in (({"stage": "c"}, "--stage c: staged has no stage of that name (its stages: a, b)"),
                         ({"epoch": 0}, "--epoch 0: epochs count from 1")):
         with pytest.raises(NmtkError, match=error.replace("(", r"\(").replace(")", r"\)")):
