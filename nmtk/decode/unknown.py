@@ -48,8 +48,9 @@ def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, num
     found = _unspelt(line, spells) + (link_spans(line) + code_spans(line) + _item_marker(line) if links else [])
     if links and pieces is not None:
         found += acronym_spans(line, pieces)
-    if numbers:  # a measure's number with its unit (`lost_unit`)
+    if numbers:  # a measure's number with its unit (`lost_unit`), and quoted names (`quoted_names`)
         found += [list(m.span()) for m in NUMBER.finditer(line)] + [list(m.span()) for m in MEASURE.finditer(line)]
+        found += quoted_names(line)
     if terms is not None:
         found += [list(m.span()) for m in terms.finditer(line)]
     if glossed and found:
@@ -115,6 +116,35 @@ def lost_numbers(source: str, translation: str, lang: str = "") -> bool:
             continue
         return True
     return lost_unit(source, translation)
+
+
+#: A quoted part inside a sentence (after a space), in straight or typographic double quotes.
+_QUOTED = re.compile(r'(?<=\s)(["“„«])([^"“”„«»\n]*[^\W_][^"“”„«»\n]*)(["“”»])')
+
+
+def quoted_names(line: str) -> list[list[int]]:
+    """The [start, end) of each name or sign's text that ``line`` quotes inside a sentence: every word
+    of it begun by a capital or a digit (a boat named "El Corazon", a shirt that says "Asian Pacific
+    2007", a "VAIO" notebook, the number "93"), not quoted speech or a word used loosely (sentence case
+    or lower case: "Come on now", "street clothes"), and not a quote that begins the line (speech).
+    Multi30k's references keep such names as written; the demo model garbled or dropped them ("„Ei“",
+    "auf einem Fahrzeug" for a "Pullman" vehicle)."""
+    spans = []
+    for m in _QUOTED.finditer(line):
+        opening, inside, closing = m.groups()
+        if ENCLOSING.get(opening) != closing and not (opening == "„" and closing == "”"):
+            continue
+        words = [w for w in inside.split() if any(c.isalnum() for c in w)]
+        if words and all(w.lstrip("\"'‘(").lstrip()[:1].isupper() or w[:1].isdigit() for w in words):
+            spans.append([m.start(2), m.end(2)])
+    return spans
+
+
+def lost_names(source: str, translation: str) -> bool:
+    """Whether ``translation`` lacks one of ``source``'s quoted names (`quoted_names`) as written: such
+    a line is made again with them carried through (`renumbered_lines`), quotes and all."""
+    return any(not re.search(rf"(?<!\w){re.escape(source[a:b].strip())}(?!\w)", translation)
+               for a, b in quoted_names(source))  # whole: "V" is not kept by „Vation“
 
 
 def lost_unit(source: str, translation: str) -> bool:
@@ -347,7 +377,7 @@ def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[s
     lang, source_lang = translator.tgt_pipe.moses.lang, translator.src_pipe.moses.lang
     terms = translator.reading.terms
     return {k: html.escape(line, quote=False) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
-            if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang)
+            if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang) or lost_names(line, text)
             or (terms is not None and lost_terms(line, text, terms))}
 
 
@@ -363,8 +393,19 @@ def renumbered_better(translator: TranslatorBase, source: str, before: str, afte
 
 def renumbered_taken(translator: TranslatorBase, source: str, before: str, after: str) -> str | None:
     """`renumbered_better`'s verdict as a second try's callers take it (`rebracketed_better`'s form):
-    ``after`` where it replaces ``before``, else None."""
-    return after if renumbered_better(translator, source, before, after) else None
+    ``after`` where it replaces ``before``, else None; a quoted name that ends the source with its
+    sentence's stop inside the quotes (``called "32 De Neude."``) carried after the translation's own
+    stop ends it alone ("vorbei "32 De Neude."", not "vorbei. "32 De Neude."")."""
+    if not renumbered_better(translator, source, before, after):
+        return None
+    end = _STOPPED_QUOTE.search(source.rstrip())
+    if end and after.rstrip().endswith(end.group(1)):
+        return re.sub(rf"(?<=\w)\s*[.!?]+(\s+{re.escape(end.group(1))})\s*$", r"\1", after.rstrip())
+    return after
+
+
+#: A line's last quoted part, with its sentence's stop inside the quotes.
+_STOPPED_QUOTE = re.compile(r'\s(["“„«][^"“”„«»]*[.!?]["“”»])$')
 
 
 def rebracketed_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:

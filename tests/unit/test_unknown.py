@@ -293,3 +293,32 @@ def test_a_joined_glossary_reuses_its_parts_compiled_terms_where_they_agree() ->
     folded = server + Glossary((("@BOB", "Bob"),), ignore_case=True)
     assert [line[lo:hi] for lo, hi in kept_spans(line, ascii_only, glossed=folded.translated_patterns())] == [
         "B-52", "🐶"]
+
+
+def test_quoted_names_are_carried_in_the_second_try_where_the_translation_lost_them() -> None:
+    """A name or a sign's text quoted inside a sentence (each word begun by a capital or a digit) is
+    carried, quotes and all, when the translation lost it: the demo model wrote „Ei“ for "El Corazon" and
+    dropped "Pullman". Quoted speech, words used loosely and a quote that begins the line are the model's."""
+    from types import SimpleNamespace
+
+    from nmtk.decode.unknown import lost_names, quoted_names, renumbered_taken
+
+    def names(line: str) -> list[str]:
+        return [line[a:b] for a, b in quoted_names(line)]
+
+    assert names('A boat named "El Corazon" and a "VAIO" notebook, the number “93”.') == ["El Corazon", "VAIO", "93"]
+    assert names('A shirt that says „Asian Pacific 2007“ and a «Kids\' Food Basket».') == [
+        "Asian Pacific 2007", "Kids' Food Basket"]
+    assert names('"A dog runs," she said. A "bath" in "street clothes", a sign: "Come on now."') == []
+    assert names('A "V" formation, a "broken quote and "X”.') == ["V"]  # quotes of one pair only
+    line = 'A man rides a "Pullman" vehicle.'
+    assert lost_names(line, "Ein Mann fährt ein Fahrzeug.") and not lost_names(line, 'Ein Mann fährt ein "Pullman".')
+    assert lost_names('A "V" formation.', "Eine „Vation“.")  # as a whole word
+    assert [line[a:b] for a, b in kept_spans(line, ascii_only, numbers=True)] == ['"Pullman"']  # with its quotes
+    assert kept_spans(line, ascii_only) == []  # only in the second try
+    view = SimpleNamespace(src_pipe=SimpleNamespace(moses=SimpleNamespace(lang="en")),
+                           tgt_pipe=SimpleNamespace(moses=SimpleNamespace(lang="de")))
+    called = 'A man walks past a shop called "32 De Neude."'
+    assert renumbered_taken(view, called, "Ein Mann geht vorbei 32.", 'Ein Mann geht vorbei. "32 De Neude."') == (
+        'Ein Mann geht vorbei "32 De Neude."')  # the quoted stop ends it, not the translation's before it
+    assert renumbered_taken(view, line, "Ein Mann.", 'Ein "Pullman" Mann.') == 'Ein "Pullman" Mann.'
