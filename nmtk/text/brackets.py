@@ -1,4 +1,5 @@
-"""Brackets around sentence ends: where a line's sentences may not be cut.
+"""Brackets around sentence ends: where a line's sentences may not be cut; brackets and quotation marks a
+translation lost or left unpaired.
 
 Moses splits the period off an abbreviation it does not know (``Fig .``, ``p .``, ``Vol .``, ``ca .``),
 and a sentence splitter that ends a sentence before a capital or a digit then cuts "A dog runs (see
@@ -118,10 +119,10 @@ def tidied(source: str, translation: str) -> str:
         pairs, unpaired = _pairs(plain, kind)
         gone.update(unpaired)
         gone.update(at for a, b in pairs if not plain[a + 1 : b].strip(" .,;:-\x01") for at in (a, b))
-    if not gone:
-        return translation
-    marked = "".join("\x00" if at in gone else c for at, c in enumerate(translation))
-    return _REMOVED.sub(_space_or_not, marked)
+    if gone:
+        marked = "".join("\x00" if at in gone else c for at, c in enumerate(translation))
+        translation = _REMOVED.sub(_space_or_not, marked)
+    return quotes_tidied(source, translation) if any(c in QUOTES for c in source) else translation
 
 
 def _space_or_not(m: re.Match[str]) -> str:
@@ -181,3 +182,76 @@ def rebracketed(segments: list[str], done: list[str], found: dict[int, str], aga
         if (bracketed := unmarked(text)) is not None and not lost_brackets(segments[k], bracketed):
             out[k] = bracketed
     return [tidied(segment, text) for segment, text in zip(segments, out, strict=True)]
+
+
+#: Double quotation marks, as languages open and close them ("…", „…“, “…”, «…», »…«); what each
+#: opening one is closed by in the translation's own style (`quotes_tidied`).
+QUOTES = '"„“”«»'
+_CLOSED_BY = {'"': '"', "„": "“", "“": "”", "”": "”", "«": "»", "»": "«"}
+#: A closing quotation mark that ends a line, with the stop after it if any ('."', '".', '"').
+_QUOTE_ENDS = re.compile(r'["“”»«]([.!?…]*)\s*$')
+#: A line wholly in one pair of quotes ('"A dog runs in the park."').
+_WHOLE_QUOTED = re.compile(r'\s*(["„“«»])([^"„“”«»]*[^\W\d_][^"„“”«»]*)(["“”»«])\s*')
+
+
+def _quote_roles(text: str) -> tuple[list[tuple[int, int]], list[int]] | None:
+    """``text``'s quotation marks paired by where they stand: one before a word (not after one) opens,
+    one after a word or its mark closes, one spaced on both sides closes an open quote or opens one
+    (``„Pop 2007 “``, ``« Stopp »``); "„" always opens. Returns the pairs (opening's, closing's
+    position) and the positions left unpaired; None where a mark stands inside a word (``5"3``: an
+    inch, not a quote)."""
+    pairs: list[tuple[int, int]] = []
+    stack: list[int] = []
+    unpaired: list[int] = []
+    for at, c in enumerate(text):
+        if c not in QUOTES:
+            continue
+        before = text[at - 1] if at else " "
+        after = text[at + 1] if at + 1 < len(text) else " "
+        if before.isalnum() and after.isalnum():
+            return None
+        words_after, words_before = after.isalnum() or after in "([{¿¡'", before.isalnum() or before in ".,;:!?…)]}'"
+        opens = c == "„" or not words_before and words_after or not words_before and not words_after and not stack
+        if opens:
+            stack.append(at)
+        elif stack:
+            pairs.append((stack.pop(), at))
+        else:
+            unpaired.append(at)
+    return pairs, sorted(unpaired + stack)
+
+
+def quotes_tidied(source: str, translation: str) -> str:
+    """``translation`` with the quotation marks of ``source``'s quotes whole again, where the source's
+    are paired and a model's are not: a line wholly in quotes keeps them ('"A dog runs in the park."' →
+    '"Ein Hund rennt im Park."', the demo model dropped them); a quote left open is closed at the end
+    where the source's closes at its end ('says: "Two dogs play in the snow."' → 'Aufschrift „Hunde
+    spielen im Schnee.“', was left open), else removed with any stray closing mark ("„Cow“ -S “.")."""
+    own, plain = _masked(source), _masked(translation)
+    found = _quote_roles(own)
+    if found is None or found[1] or not found[0]:
+        return translation  # the source's own marks do not pair: its writer's, not a model's to mend
+    whole = _WHOLE_QUOTED.fullmatch(own)
+    if whole and not any(c in QUOTES for c in plain) and plain.strip():
+        lead, end = len(translation) - len(translation.lstrip()), len(translation.rstrip())
+        return f"{translation[:lead]}{whole.group(1)}{translation[lead:end]}{whole.group(3)}{translation[end:]}"
+    roles = _quote_roles(plain)
+    if roles is None or not roles[1]:
+        return translation
+    unpaired, last = roles[1], roles[1][-1]
+    ending = _QUOTE_ENDS.search(own)  # the source's last quote ends its line, before or after its stop
+    if ending and _opens_before_letters(plain, last):
+        unpaired = unpaired[:-1]
+        end = len(translation.rstrip())
+        if ending.group(1):  # '"Stop".': the quote closes before the translation's stop too
+            end = len(translation[:end].rstrip(".!?…"))
+        translation = translation[:end] + _CLOSED_BY[translation[last]] + translation[end:]
+    if not unpaired:
+        return translation
+    marked = "".join("\x00" if at in unpaired else c for at, c in enumerate(translation))
+    return _REMOVED.sub(_space_or_not, marked)
+
+
+def _opens_before_letters(text: str, at: int) -> bool:
+    """Whether the mark at ``at`` is an opening one with a letter after it."""
+    return any(c.isalpha() for c in text[at + 1 :]) and not text[at + 1 : at + 2].isspace()

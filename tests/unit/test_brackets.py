@@ -95,3 +95,24 @@ def test_fragments_that_lost_brackets_are_marked_and_take_their_second_translati
     again = ["<p>Ein Mann <nmtk-round>in Rot</nmtk-round> geht.</p>", "Eine Katze sitzt<nmtk-square>.</nmtk-square>"]
     assert rebracketed(segments, done, found, again) == [
         "<p>Ein Mann (in Rot) geht.</p>", "<b>Ein Hund</b> rennt.", "Eine Katze sitzt.", "Zwei Männer reden."]
+
+
+def test_quotes_a_translation_left_open_are_closed_or_removed_and_a_quoted_line_keeps_them() -> None:
+    """Where the source's quotation marks pair and the translation's do not: a quote left open is closed
+    at the end where the source's closes at its end (before the stop or after it, as there), else
+    removed, as a stray closing mark is; a line wholly in quotes gets them back (the demo model dropped
+    them). Paired quotes in any language's style, and a source whose own marks do not pair, stay."""
+    says = 'A man says: "Two dogs play in the snow."'
+    assert tidied(says, "Ein Mann sagt: „Hunde spielen im Schnee.") == "Ein Mann sagt: „Hunde spielen im Schnee.“"
+    assert tidied('A sign reads "Stop".', "Ein Schild mit „Stopp.") == "Ein Schild mit „Stopp“."
+    assert tidied('A sign reads "Stop"', "Ein Schild mit «Stopp") == "Ein Schild mit «Stopp»"
+    assert tidied('A sign reads "Free hugs".', "Ein Schild mit „Fuu“ -S “.") == "Ein Schild mit „Fuu“ -S."
+    shirt = 'A man in a "Star Wars" shirt.'
+    assert tidied(shirt, 'Ein Mann in "Star Wars einem Hemd.') == "Ein Mann in Star Wars einem Hemd."
+    assert tidied('"A dog runs in the park."', "Ein Hund rennt im Park.") == '"Ein Hund rennt im Park."'
+    assert tidied("“A woman sings.”", "Eine Frau singt.") == "“Eine Frau singt.”"
+    for fine in ("Ein Schild mit „Stopp“.", "Ein Schild mit “Stopp”.", "Ein Schild mit « Stopp ».", "Ein Schild."):
+        assert tidied('A sign reads "Stop".', fine) == fine
+    assert tidied('A TV 55" wide.', "Ein Fernseher „ breit.") == "Ein Fernseher „ breit."  # an inch: no quote
+    assert tidied("A dog runs.", "Ein Hund „ rennt.") == "Ein Hund „ rennt."  # a source without quotes
+    assert tidied('<a href="x">A</a> "B" c.', '<a href="x">X</a> „B c.') == '<a href="x">X</a> B c.'  # tags aside
