@@ -50,7 +50,7 @@ def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, num
         found += acronym_spans(line, pieces)
     if numbers:  # a measure's number with its unit (`lost_unit`), and quoted names (`quoted_names`)
         found += [list(m.span()) for m in NUMBER.finditer(line)] + [list(m.span()) for m in MEASURE.finditer(line)]
-        found += quoted_names(line)
+        found += quoted_names(line) + mixed_case_names(line)
     if terms is not None:
         found += [list(m.span()) for m in terms.finditer(line)]
     if glossed and found:
@@ -140,11 +140,23 @@ def quoted_names(line: str) -> list[list[int]]:
     return spans
 
 
+#: A word with a capital after a small letter: a brand or a name (``iPhone``, ``eBay``, ``McDonald's``,
+#: ``YouTube``), with its ``'s``.
+_MIXED_CASE = re.compile(r"(?<![\w'’-])[^\W\d_]*[a-z][A-Z][^\W\d_]*(?:['’]s)?(?![\w-])")
+
+
+def mixed_case_names(line: str) -> list[list[int]]:
+    """The [start, end) of each word of ``line`` with a capital after a small letter (`_MIXED_CASE`): the
+    demo model wrote "uses his iPhone" as "verwendet sein Trikot", "on eBay" as "Lich auf"."""
+    return [list(m.span()) for m in _MIXED_CASE.finditer(line)]
+
+
 def lost_names(source: str, translation: str) -> bool:
-    """Whether ``translation`` lacks one of ``source``'s quoted names (`quoted_names`) as written: such
-    a line is made again with them carried through (`renumbered_lines`), quotes and all."""
+    """Whether ``translation`` lacks one of ``source``'s quoted names (`quoted_names`) or words in mixed
+    case (`mixed_case_names`) as written: such a line is made again with them carried through
+    (`renumbered_lines`), quotes and all."""
     return any(not re.search(rf"(?<!\w){re.escape(source[a:b].strip())}(?!\w)", translation)
-               for a, b in quoted_names(source))  # whole: "V" is not kept by „Vation“
+               for a, b in quoted_names(source) + mixed_case_names(source))  # whole: "V" is not in „Vation“
 
 
 def lost_unit(source: str, translation: str) -> bool:

@@ -322,3 +322,17 @@ def test_quoted_names_are_carried_in_the_second_try_where_the_translation_lost_t
     assert renumbered_taken(view, called, "Ein Mann geht vorbei 32.", 'Ein Mann geht vorbei. "32 De Neude."') == (
         'Ein Mann geht vorbei "32 De Neude."')  # the quoted stop ends it, not the translation's before it
     assert renumbered_taken(view, line, "Ein Mann.", 'Ein "Pullman" Mann.') == 'Ein "Pullman" Mann.'
+
+
+def test_words_in_mixed_case_are_names_carried_where_the_translation_lost_them() -> None:
+    """A brand's capital after a small letter (``iPhone``, ``eBay``, ``McDonald's``): the demo model wrote
+    "uses his iPhone" as "verwendet sein Trikot"; a word in capitals, a hyphenated one or a sentence's
+    first word is not such a name."""
+    from nmtk.decode.unknown import lost_names, mixed_case_names
+
+    line = "A man with an iPhone sells on eBay at McDonald's, YouTube and PowerPoint."
+    assert [line[a:b] for a, b in mixed_case_names(line)] == ["iPhone", "eBay", "McDonald's", "YouTube", "PowerPoint"]
+    assert mixed_case_names("A NASA T-shirt, an X-Ray and Mary sit.") == []
+    assert lost_names("He uses his iPhone.", "Er benutzt sein Trikot.")
+    assert not lost_names("He uses his iPhone.", "Er benutzt sein iPhone.")
+    assert [line[a:b] for a, b in kept_spans(line, ascii_only, numbers=True)][:2] == ["iPhone", "eBay"]
