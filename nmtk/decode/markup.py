@@ -255,7 +255,7 @@ def renumbered_documents(translator: TranslatorBase, documents: list[str], trans
     for d, (source, translation) in enumerate(zip(documents, translations, strict=True)):
         words, translated = text_of(source, kind), text_of(translation, kind)
         if lost_numbers(words, translated, lang) or garbled_numbers(words, translated, source_lang) or lost_names(
-                words, translated):
+                words, translated, source_lang):
             found.append(d)
     return found
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from nmtk.decode.guide import Glossary, occurrences
 from nmtk.text.brackets import as_marked, lost_brackets, unmarked
 from nmtk.text.casing import acronym_spans
+from nmtk.text.langid import base_language
 from nmtk.text.line_breaks import list_marker
 from nmtk.text.reading import INVISIBLE, compatible
 
@@ -36,21 +37,22 @@ if TYPE_CHECKING:
 
 def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, numbers: bool = False,
                terms: re.Pattern[str] | None = None, glossed: Sequence[re.Pattern[str]] = (),
-               pieces: Callable[[str], int] | None = None) -> list[tuple[int, int]]:
+               pieces: Callable[[str], int] | None = None, lang: str = "") -> list[tuple[int, int]]:
     """The [start, end) of each span of ``line`` to carry through: its runs of characters ``spells``
     refuses and, with ``links``, its URLs, e-mail addresses, handles, codes (`code_spans`) and the list
     item marker it begins with (markup's ``<p>1. A dog…``; a line's own is written back apart), and with
     ``pieces`` (the model's spelling) its acronyms (`acronym_spans`: ``NASA``); with
-    ``numbers``, its numbers too; with ``terms``, a glossary's terms that translate to themselves:
-    `Glossary.untranslated`), each with the brackets or quotes that enclose it, in order; none that
-    overlaps a term of ``glossed`` (a glossary's terms that translate to another: `Glossary.translated_patterns`),
-    which the glossary translates ("MP3" → "Musikdatei" came back "MP3")."""
+    ``numbers``, its numbers too, and its names (`quoted_names` in ``lang``, `mixed_case_names`); with
+    ``terms``, a glossary's terms that translate to themselves: `Glossary.untranslated`), each with the
+    brackets or quotes that enclose it, in order; none that overlaps a term of ``glossed`` (a glossary's
+    terms that translate to another: `Glossary.translated_patterns`), which the glossary translates
+    ("MP3" → "Musikdatei" came back "MP3")."""
     found = _unspelt(line, spells) + (link_spans(line) + code_spans(line) + _item_marker(line) if links else [])
     if links and pieces is not None:
         found += acronym_spans(line, pieces)
     if numbers:  # a measure's number with its unit (`lost_unit`), and quoted names (`quoted_names`)
         found += [list(m.span()) for m in NUMBER.finditer(line)] + [list(m.span()) for m in MEASURE.finditer(line)]
-        found += quoted_names(line) + mixed_case_names(line)
+        found += quoted_names(line, lang) + mixed_case_names(line)
     if terms is not None:
         found += [list(m.span()) for m in terms.finditer(line)]
     if glossed and found:
@@ -69,7 +71,7 @@ def keeper(translator: TranslatorBase, numbers: bool = False, glossary: Glossary
     spells, links, terms = read_as_spelt(translator), reading.carry, reading.terms
     glossed = () if glossary is None else glossary.translated_patterns()
     return lambda text: kept_spans(text, spells, links, numbers and links, terms if numbers and links else None,
-                                   glossed, reading.pieces)
+                                   glossed, reading.pieces, reading.lang)
 
 
 #: A number as written (``3``, ``3,500``, ``12/05/2023``, ``$12.99``, ``10%``), not one inside a word
@@ -122,20 +124,28 @@ def lost_numbers(source: str, translation: str, lang: str = "") -> bool:
 _QUOTED = re.compile(r'(?<=\s)(["“„«])([^"“”„«»\n]*[^\W_][^"“”„«»\n]*)(["“”»])')
 
 
-def quoted_names(line: str) -> list[list[int]]:
+#: Languages whose nouns begin with a capital: a quoted „Kaffee“ is a word, not a name.
+NOUN_CAPITALS = frozenset({"de", "lb"})
+
+
+def quoted_names(line: str, lang: str = "") -> list[list[int]]:
     """The [start, end) of each name or sign's text that ``line`` quotes inside a sentence: every word
     of it begun by a capital or a digit (a boat named "El Corazon", a shirt that says "Asian Pacific
     2007", a "VAIO" notebook, the number "93"), not quoted speech or a word used loosely (sentence case
-    or lower case: "Come on now", "street clothes"), and not a quote that begins the line (speech).
-    Multi30k's references keep such names as written; the demo model garbled or dropped them ("„Ei“",
-    "auf einem Fahrzeug" for a "Pullman" vehicle)."""
+    or lower case: "Come on now", "street clothes"), and not a quote that begins the line (speech). In a
+    language that capitalises its nouns (``lang``, `NOUN_CAPITALS`) only text in capitals or with a
+    digit is a name. Multi30k's references keep such names as written; the demo model garbled or
+    dropped them ("„Ei“", "auf einem Fahrzeug" for a "Pullman" vehicle)."""
+    nouns = base_language(lang) in NOUN_CAPITALS
     spans = []
     for m in _QUOTED.finditer(line):
         opening, inside, closing = m.groups()
         if ENCLOSING.get(opening) != closing and not (opening == "„" and closing == "”"):
             continue
-        words = [w for w in inside.split() if any(c.isalnum() for c in w)]
-        if words and all(w.lstrip("\"'‘(").lstrip()[:1].isupper() or w[:1].isdigit() for w in words):
+        words = [w.lstrip("\"'‘(").lstrip() for w in inside.split() if any(c.isalnum() for c in w)]
+        if nouns and not (inside.isupper() or any(c.isdigit() for c in inside)):
+            continue
+        if words and all(w[:1].isupper() or w[:1].isdigit() for w in words):
             spans.append([m.start(2), m.end(2)])
     return spans
 
@@ -151,12 +161,12 @@ def mixed_case_names(line: str) -> list[list[int]]:
     return [list(m.span()) for m in _MIXED_CASE.finditer(line)]
 
 
-def lost_names(source: str, translation: str) -> bool:
-    """Whether ``translation`` lacks one of ``source``'s quoted names (`quoted_names`) or words in mixed
-    case (`mixed_case_names`) as written: such a line is made again with them carried through
-    (`renumbered_lines`), quotes and all."""
+def lost_names(source: str, translation: str, source_lang: str = "") -> bool:
+    """Whether ``translation`` lacks one of ``source``'s quoted names (`quoted_names`, in ``source_lang``)
+    or words in mixed case (`mixed_case_names`) as written: such a line is made again with them carried
+    through (`renumbered_lines`), quotes and all."""
     return any(not re.search(rf"(?<!\w){re.escape(source[a:b].strip())}(?!\w)", translation)
-               for a, b in quoted_names(source) + mixed_case_names(source))  # whole: "V" is not in „Vation“
+               for a, b in quoted_names(source, source_lang) + mixed_case_names(source))  # "V" is not „Vation“
 
 
 def lost_unit(source: str, translation: str) -> bool:
@@ -389,7 +399,8 @@ def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[s
     lang, source_lang = translator.tgt_pipe.moses.lang, translator.src_pipe.moses.lang
     terms = translator.reading.terms
     return {k: html.escape(line, quote=False) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
-            if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang) or lost_names(line, text)
+            if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang)
+            or lost_names(line, text, source_lang)
             or (terms is not None and lost_terms(line, text, terms))}
 
 

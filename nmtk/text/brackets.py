@@ -188,6 +188,8 @@ def rebracketed(segments: list[str], done: list[str], found: dict[int, str], aga
 #: opening one is closed by in the translation's own style (`quotes_tidied`).
 QUOTES = '"„“”«»'
 _CLOSED_BY = {'"': '"', "„": "“", "“": "”", "”": "”", "«": "»", "»": "«"}
+#: A quotation mark written as a character reference in markup (``&quot;``, ``&#34;``, ``&ldquo;``…).
+_QUOTE_ENTITY = re.compile(r"&(?:quot|[lrb]dquo|[lr]aquo|#34|#x22|#822[0-2]|#x201[cde]);", re.IGNORECASE)
 #: A closing quotation mark that ends a line, with the stop after it if any ('."', '".', '"').
 _QUOTE_ENDS = re.compile(r'["“”»«]([.!?…]*)\s*$')
 #: A line wholly in one pair of quotes ('"A dog runs in the park."').
@@ -228,6 +230,8 @@ def quotes_tidied(source: str, translation: str) -> str:
     where the source's closes at its end ('says: "Two dogs play in the snow."' → 'Aufschrift „Hunde
     spielen im Schnee.“', was left open), else removed with any stray closing mark ("„Cow“ -S “.")."""
     own, plain = _masked(source), _masked(translation)
+    if _QUOTE_ENTITY.search(plain):
+        return translation  # markup that writes its quotes as entities: not ours to count
     found = _quote_roles(own)
     if found is None or found[1] or not found[0]:
         return translation  # the source's own marks do not pair: its writer's, not a model's to mend

@@ -116,3 +116,5 @@ def test_quotes_a_translation_left_open_are_closed_or_removed_and_a_quoted_line_
     assert tidied('A TV 55" wide.', "Ein Fernseher „ breit.") == "Ein Fernseher „ breit."  # an inch: no quote
     assert tidied("A dog runs.", "Ein Hund „ rennt.") == "Ein Hund „ rennt."  # a source without quotes
     assert tidied('<a href="x">A</a> "B" c.', '<a href="x">X</a> „B c.') == '<a href="x">X</a> B c.'  # tags aside
+    entities = "&quot;Ein Hund rennt.&quot;"  # markup's own quotes as character references: left alone
+    assert tidied('"A dog runs."', entities) == entities and tidied('A "B" c.', "X &quot;B c.") == "X &quot;B c."

@@ -311,6 +311,9 @@ def test_quoted_names_are_carried_in_the_second_try_where_the_translation_lost_t
         "Asian Pacific 2007", "Kids' Food Basket"]
     assert names('"A dog runs," she said. A "bath" in "street clothes", a sign: "Come on now."') == []
     assert names('A "V" formation, a "broken quote and "X”.') == ["V"]  # quotes of one pair only
+    german = 'Ein Schild „Kaffee“, ein „VAIO“-Laptop und „Haus 3“.'  # German's nouns have capitals
+    assert [german[a:b] for a, b in quoted_names(german, "de")] == ["VAIO", "Haus 3"]
+    assert not lost_names("Ein Schild „Kaffee“.", 'A sign "Coffee".', "de")
     line = 'A man rides a "Pullman" vehicle.'
     assert lost_names(line, "Ein Mann fährt ein Fahrzeug.") and not lost_names(line, 'Ein Mann fährt ein "Pullman".')
     assert lost_names('A "V" formation.', "Eine „Vation“.")  # as a whole word
