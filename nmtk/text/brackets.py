@@ -228,7 +228,8 @@ def quotes_tidied(source: str, translation: str) -> str:
     are paired and a model's are not: a line wholly in quotes keeps them ('"A dog runs in the park."' →
     '"Ein Hund rennt im Park."', the demo model dropped them); a quote left open is closed at the end
     where the source's closes at its end ('says: "Two dogs play in the snow."' → 'Aufschrift „Hunde
-    spielen im Schnee.“', was left open), else removed with any stray closing mark ("„Cow“ -S “.")."""
+    spielen im Schnee.“', was left open; not where it opens the translation and the source's quote
+    opens later: it would hold the whole line), else removed with any stray closing mark ("„Cow“ -S “.")."""
     own, plain = _masked(source), _masked(translation)
     if _QUOTE_ENTITY.search(plain):
         return translation  # markup that writes its quotes as entities: not ours to count
@@ -244,7 +245,8 @@ def quotes_tidied(source: str, translation: str) -> str:
         return translation
     unpaired, last = roles[1], roles[1][-1]
     ending = _QUOTE_ENDS.search(own)  # the source's last quote ends its line, before or after its stop
-    if ending and _opens_before_letters(plain, last):
+    first = max(found[0], key=lambda pair: pair[1])[0]  # where it opens: a quote of the whole line or not
+    if ending and _opens_before_letters(plain, last) and (plain[:last].strip() or not own[:first].strip()):
         unpaired = unpaired[:-1]
         end = len(translation.rstrip())
         if ending.group(1):  # '"Stop".': the quote closes before the translation's stop too

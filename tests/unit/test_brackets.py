@@ -106,6 +106,8 @@ def test_quotes_a_translation_left_open_are_closed_or_removed_and_a_quoted_line_
     assert tidied(says, "Ein Mann sagt: „Hunde spielen im Schnee.") == "Ein Mann sagt: „Hunde spielen im Schnee.“"
     assert tidied('A sign reads "Stop".', "Ein Schild mit „Stopp.") == "Ein Schild mit „Stopp“."
     assert tidied('A sign reads "Stop"', "Ein Schild mit «Stopp") == "Ein Schild mit «Stopp»"
+    assert tidied('A dog runs "fast".', "„Ein Hund rennt schnell.") == "Ein Hund rennt schnell."  # not the whole line
+    assert tidied('"A dog runs fast."', "„Ein Hund rennt schnell.") == "„Ein Hund rennt schnell.“"
     assert tidied('A sign reads "Free hugs".', "Ein Schild mit „Fuu“ -S “.") == "Ein Schild mit „Fuu“ -S."
     shirt = 'A man in a "Star Wars" shirt.'
     assert tidied(shirt, 'Ein Mann in "Star Wars einem Hemd.') == "Ein Mann in Star Wars einem Hemd."
