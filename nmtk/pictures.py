@@ -140,7 +140,8 @@ def training_curves(runs: list[Path], out: Path, x: str = "updates", size: tuple
             points = [(r[key], r[source]) for r in records if key in r and r.get(source) is not None]
             if points:
                 xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o" if field in ("valid_loss", "bleu") else None, markersize=3, label=name)
+                dots = field in ("valid_loss", "bleu") or len(xs) == 1  # one point: a line of it draws nothing
+                ax.plot(xs, ys, marker="o" if dots else None, markersize=3, label=name)
         if x == "updates":
             _stage_starts(axes[: len(TRAIN_PANELS)], train)
     for ax, (_, title) in zip(axes, TRAIN_PANELS, strict=False):
