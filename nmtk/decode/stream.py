@@ -168,6 +168,16 @@ class Engine:
             out.update({lines[i]: text for i, text in self._through_markup(view, found, cut, lines).items()})
         return out
 
+    def leaving(self, options: TranslateOptions) -> str:
+        """The options that leave lines' spans to the model, as the last line names them (`distill` asks
+        for scores, which a user of it never typed)."""
+        search, given = self.search, self.format
+        named = [name for name, on in (("--prefix", given.prefix), ("--constraints", given.constraints),
+                                       ("scores", options.print_scores), ("n-best lists", search.nbest > 1),
+                                       ("sampling", search.sampling is not None), ("alignments", search.align))
+                 if on]
+        return " and ".join(named) if named else "these options"
+
     def _uncarried(self, sources: list[str], first: int) -> None:
         """Note the lines holding what a plain translation would carry through (emoji, links, codes) where
         these options leave them to the model (`--prefix`, `--constraints`, `--nbest`, scores,
@@ -315,7 +325,7 @@ def translate(options: TranslateOptions) -> None:
                 _to_partial(engine, options, source, partial, resume, done)
                 os.replace(partial, options.output)
         console.print(summary(done[0], time.perf_counter() - start, engine.cut, engine.retried, engine.kept,
-                              engine.tagged, engine.uncarried))
+                              engine.tagged, engine.uncarried, engine.leaving(options)))
     except KeyboardInterrupt as exc:
         code = exit_code(exc)
         if partial is not None and not partial.exists():
@@ -331,7 +341,7 @@ def translate(options: TranslateOptions) -> None:
 
 
 def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (), as_is: list[int] = (),
-            tagged: list[int] = (), uncarried: list[int] = ()) -> str:
+            tagged: list[int] = (), uncarried: list[int] = (), uncarried_by: str = "these options") -> str:
     """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
     translations ran to their length limit (``cut``: the model did not end them, most often because it
     repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading; ``retried``:
@@ -339,7 +349,8 @@ def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (),
     ``as_is``: those written as they were
     (``--source-lang auto``: already in the target language); ``tagged``: text lines holding markup tags,
     read as words (``--format html`` translates around them); ``uncarried``: lines holding what a plain
-    translation carries through, left to the model by the options (`Engine._uncarried`)."""
+    translation carries through, left to the model by the options ``uncarried_by`` names
+    (`Engine._uncarried`, `Engine.leaving`)."""
     said = (f"translated {lines:,} line{'' if lines == 1 else 's'} in {seconds:.1f} s "
             f"({lines / max(seconds, 1e-9):.1f} lines/s)")
     if as_is:
@@ -351,7 +362,7 @@ def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (),
         said += (f"; {len(tagged):,} held markup tags, read as words (--format html translates the text between "
                  f"them and puts them back): {_lines(tagged)}")
     if uncarried:
-        said += (f"; {len(uncarried):,} held emoji, links or codes, which these options leave to the model (a "
+        said += (f"; {len(uncarried):,} held emoji, links or codes, left to the model with {uncarried_by} (a "
                  f"plain translation carries them through): {_lines(uncarried)}")
     if cut:
         said += f"; {len(cut):,} ran to the length limit without ending (the model repeating itself?): {_lines(cut)}"

@@ -32,7 +32,7 @@ def test_prefix_constraints_glossary_and_bans_on_the_command_line(copy_run, tmp_
     prefixed = ok(nmtk("-m", run, "--prefix", cwd=tmp, env=env, stdin="".join(f"{x}\tthe blue\n" for x in LINES)))
     assert all(out.startswith("the blue ") for out in prefixed)
     emoji = nmtk("-m", run, "--prefix", cwd=tmp, env=env, stdin=f"{LINES[0]} 🐶\tthe blue\n{LINES[1]}\tthe\n")
-    assert emoji.returncode == 0 and "1 held emoji, links or codes, which these options leave to the model (a " \
+    assert emoji.returncode == 0 and "1 held emoji, links or codes, left to the model with --prefix (a " \
         "plain translation carries them through): line 1" in emoji.stderr, emoji.stderr  # said, not silently lost
     terms = ["bike", "green house", "child"]  # one word, two words, one word
     both = "".join(f"{x}\ta\t{t}\n" for x, t in zip(LINES, terms, strict=True))
