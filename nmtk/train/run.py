@@ -194,8 +194,8 @@ def _train(recipe: Recipe, info: DistInfo, device: torch.device, data_dir: Path 
         if finished:  # the same on every rank: the state comes from one checkpoint
             if info.is_main:
                 further = "" if finished.kind == "stage" else " (raise the limit with --set to train further)"
-                console.print(f"[green]finished[/]: {run.path} {finished} at update {trainer.state.update}; nothing to "
-                              f"do{further}")
+                console.print(f"[green]finished[/]: {finished} at update {trainer.state.update} ({run.path}); nothing "
+                              f"to do{further}")
             trainer.close()
             return {"update": trainer.state.update, "reason": finished, "best_bleu": trainer.state.best_bleu,
                     "run_dir": str(run.path), "tgt_tokens_per_s": 0}
