@@ -14,7 +14,15 @@ from dataclasses import dataclass, field, replace
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import garbled_numbers, keeper, lost_names, lost_numbers, renumbered_better, unread
+from nmtk.decode.unknown import (
+    garbled_numbers,
+    keeper,
+    lost_label,
+    lost_names,
+    lost_numbers,
+    renumbered_better,
+    unread,
+)
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
 from nmtk.text.brackets import tidied
@@ -255,7 +263,7 @@ def renumbered_documents(translator: TranslatorBase, documents: list[str], trans
     for d, (source, translation) in enumerate(zip(documents, translations, strict=True)):
         words, translated = text_of(source, kind), text_of(translation, kind)
         if lost_numbers(words, translated, lang) or garbled_numbers(words, translated, source_lang) or lost_names(
-                words, translated, source_lang):
+                words, translated, source_lang) or lost_label(words, translated):
             found.append(d)
     return found
 

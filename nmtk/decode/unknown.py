@@ -52,7 +52,7 @@ def kept_spans(line: str, spells: Callable[[str], bool], links: bool = True, num
         found += acronym_spans(line, pieces)
     if numbers:  # a measure's number with its unit (`lost_unit`), and quoted names (`quoted_names`)
         found += [list(m.span()) for m in NUMBER.finditer(line)] + [list(m.span()) for m in MEASURE.finditer(line)]
-        found += quoted_names(line, lang) + mixed_case_names(line)
+        found += quoted_names(line, lang) + mixed_case_names(line) + speaker_label(line)
     if terms is not None:
         found += [list(m.span()) for m in terms.finditer(line)]
     if glossed and found:
@@ -159,6 +159,26 @@ def mixed_case_names(line: str) -> list[list[int]]:
     """The [start, end) of each word of ``line`` with a capital after a small letter (`_MIXED_CASE`): the
     demo model wrote "uses his iPhone" as "verwendet sein Trikot", "on eBay" as "Lich auf"."""
     return [list(m.span()) for m in _MIXED_CASE.finditer(line)]
+
+
+#: A speaker's label in capitals that begins a line, after a dialogue dash if any (``JOHN:``, ``DR. SMITH:``,
+#: ``MAN #2:``): subtitles for the deaf name their speakers so.
+_LABEL = re.compile(r"\s*(?:[-–—]\s*)?([A-Z][A-Z0-9.'’#&-]+(?:\s[A-Z0-9#][A-Z0-9.'’#&-]*){0,3}:)(?=\s)")
+#: What a translation that kept a label begins with: a few words and a colon.
+_LABELLED = re.compile(r"\s*(?:[-–—]\s*)?[^\s:][^:]{0,40}:(?:\s|$)")
+
+
+def speaker_label(line: str) -> list[list[int]]:
+    """The [start, end) of the speaker's label ``line`` begins with (`_LABEL`), if any: the demo model
+    dropped it ("JOHN: A man sits on a bench." → "Ein Mann sitzt auf einer Bank.")."""
+    m = _LABEL.match(line)
+    return [list(m.span(1))] if m else []
+
+
+def lost_label(source: str, translation: str) -> bool:
+    """Whether ``source`` begins with a speaker's label and ``translation`` with none (a label it translated,
+    "ERZÄHLER:", is one): such a line is made again with the label carried (`renumbered_lines`)."""
+    return bool(speaker_label(source)) and not _LABELLED.match(translation)
 
 
 def lost_names(source: str, translation: str, source_lang: str = "") -> bool:
@@ -400,7 +420,7 @@ def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[s
     terms = translator.reading.terms
     return {k: html.escape(line, quote=False) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
             if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang)
-            or lost_names(line, text, source_lang)
+            or lost_names(line, text, source_lang) or lost_label(line, text)
             or (terms is not None and lost_terms(line, text, terms))}
 
 

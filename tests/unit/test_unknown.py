@@ -339,3 +339,21 @@ def test_words_in_mixed_case_are_names_carried_where_the_translation_lost_them()
     assert lost_names("He uses his iPhone.", "Er benutzt sein Trikot.")
     assert not lost_names("He uses his iPhone.", "Er benutzt sein iPhone.")
     assert [line[a:b] for a, b in kept_spans(line, ascii_only, numbers=True)][:2] == ["iPhone", "eBay"]
+
+
+def test_a_speaker_label_the_translation_lost_is_carried_at_its_start() -> None:
+    """Subtitles for the deaf and scripts name their speakers in capitals ("JOHN: A man sits."): the demo
+    model dropped the label. A translation that begins with a label of its own keeps it."""
+    from nmtk.decode.unknown import lost_label, speaker_label
+
+    def label(line: str) -> list[str]:
+        return [line[a:b] for a, b in speaker_label(line)]
+
+    assert label("JOHN: A man sits.") == ["JOHN:"] and label("- DR. SMITH: Hi.") == ["DR. SMITH:"]
+    assert label("MAN #2: Hi.") == ["MAN #2:"] and label("A man: he sits.") == [] and label("I: hi") == []
+    assert label("12:30 A dog.") == [] and label("John: Hi.") == []
+    assert lost_label("JOHN: A man sits.", "Ein Mann sitzt.") and not lost_label("JOHN: A man sits.", "JOHN: Ein Mann.")
+    assert not lost_label("NARRATOR: A man sits.", "ERZÄHLER: Ein Mann sitzt.") and not lost_label("A dog.", "Hund.")
+    line = "JOHN: A man sits."
+    assert [line[a:b] for a, b in kept_spans(line, ascii_only, numbers=True)] == ["JOHN:"]
+    assert kept_spans(line, ascii_only) == []  # only in the second try
