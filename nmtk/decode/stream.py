@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
@@ -104,6 +105,7 @@ class Engine:
     kept: list[int] = field(default_factory=list)  # ... those lines
     tagged: list[int] = field(default_factory=list)  # text lines holding markup tags (`holds_tags`)
     uncarried: list[int] = field(default_factory=list)  # lines with spans to carry that these options leave
+    foreign: list[tuple[int, str]] = field(default_factory=list)  # lines in a language the model reads none of
 
     def alone(self, options: TranslateOptions) -> bool:
         """Whether each line gives its translation alone: plain input, no scores, n-best or alignments."""
@@ -121,6 +123,20 @@ class Engine:
         among = list(dict.fromkeys(lang for pair in pairs for lang in pair)) if pairs else [*sources_, target]
         return {k: line for k, line in enumerate(sources)
                 if line.strip() and langid.already_in(langid.detect(line, among)[0], target, sources_)}
+
+    def elsewhere(self, sources: list[str], skip: Iterable[int] = ()) -> dict[int, str]:
+        """With ``--source-lang auto``, the lines (by index, but those in ``skip``) the identifier is sure
+        are in a language the model reads none of, and that language's code (`langid.foreign_language`):
+        translated as one of its sources all the same ("Un chien court dans le parc." by an en→de model:
+        "Ein mült sich bereit."), and named on the last line."""
+        if not self.auto:
+            return {}
+        pairs = self.translator.pairs
+        among = [lang for pair in pairs for lang in pair] if pairs else [
+            self.translator.src_pipe.moses.lang, self.translator.tgt_pipe.moses.lang]
+        skipped = set(skip)
+        found = {k: langid.foreign_language(line, among) for k, line in enumerate(sources) if k not in skipped}
+        return {k: code for k, code in found.items() if code}
 
     def opened(self, lines: list[str], options: TranslateOptions) -> tuple[list[str], list[str]]:
         """Each line's list item marker (`list_marker`: ``1. ``, ``- ``, ``a) ``), written back before its
@@ -325,7 +341,7 @@ def translate(options: TranslateOptions) -> None:
                 _to_partial(engine, options, source, partial, resume, done)
                 os.replace(partial, options.output)
         console.print(summary(done[0], time.perf_counter() - start, engine.cut, engine.retried, engine.kept,
-                              engine.tagged, engine.uncarried, engine.leaving(options)))
+                              engine.tagged, engine.uncarried, engine.leaving(options), engine.foreign))
     except KeyboardInterrupt as exc:
         code = exit_code(exc)
         if partial is not None and not partial.exists():
@@ -341,7 +357,8 @@ def translate(options: TranslateOptions) -> None:
 
 
 def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (), as_is: list[int] = (),
-            tagged: list[int] = (), uncarried: list[int] = (), uncarried_by: str = "these options") -> str:
+            tagged: list[int] = (), uncarried: list[int] = (), uncarried_by: str = "these options",
+            foreign: list[tuple[int, str]] = ()) -> str:
     """The line `translate` ends with, as fairseq's and Marian's do: how many lines, how fast, and which
     translations ran to their length limit (``cut``: the model did not end them, most often because it
     repeats itself, ``Kartoffffatatatat…``), so that a user need not find them by reading; ``retried``:
@@ -364,6 +381,11 @@ def summary(lines: int, seconds: float, cut: list[int], retried: list[int] = (),
     if uncarried:
         said += (f"; {len(uncarried):,} held emoji, links or codes, left to the model with {uncarried_by} (a "
                  f"plain translation carries them through): {_lines(uncarried)}")
+    if foreign:
+        codes = Counter(code for _, code in foreign)
+        named = ", ".join(langid.language_name(code) for code, _ in codes.most_common(3))
+        said += (f"; {len(foreign):,} seemed to be in a language the model does not read ({named}), translated "
+                 f"as one it reads: {_lines([k for k, _ in foreign])}")
     if cut:
         said += f"; {len(cut):,} ran to the length limit without ending (the model repeating itself?): {_lines(cut)}"
     return said
@@ -720,6 +742,7 @@ def _translated(engine: Engine, options: TranslateOptions, chunk: list[str], fir
     cut: set[int] = set()  # the lines whose translation ran to its length limit, however it was made
     as_is = engine.as_they_are(sources, options)
     engine.kept.extend(first + k for k in as_is)
+    engine.foreign.extend((first + k, code) for k, code in engine.elsewhere(sources, as_is).items())
     sources, guides = left_out(sources, guides, as_is)
     carried = engine.carried(sources, first, options, cut) | as_is
     sources, guides = left_out(sources, guides, carried)

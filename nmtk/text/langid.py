@@ -144,6 +144,20 @@ def is_other_language(text: str, code: str) -> bool:
     return best != code and probability >= SURE and expected * LEAD < probability
 
 
+def foreign_language(text: str, among: Sequence[str]) -> str | None:
+    """The identifier's code for ``text``'s language where it is sure that is none of ``among`` (a
+    model's languages, as its recipe spells them): its first guess, at least `SURE`, `LEAD` times likelier
+    than any of them, on a text of `SURE_LETTERS` letters or more; else None."""
+    if sum(c.isalpha() for c in text[:LIMIT]) < SURE_LETTERS:
+        return None
+    found = guesses(text, TOP)
+    ours = {code_for(lang) for lang in among}
+    if not found or found[0][0] in ours or found[0][1] < SURE:
+        return None
+    best = found[0][1]
+    return found[0][0] if all(p * LEAD < best for lang, p in found if lang in ours) else None
+
+
 #: The characters a request's or a line's language is detected on: a few sentences settle it.
 DETECT_LIMIT = 300
 

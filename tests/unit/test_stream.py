@@ -50,6 +50,23 @@ def test_text_lines_holding_markup_tags_are_named_on_the_last_line() -> None:
                          "puts them back): lines 2, 5")
 
 
+def test_lines_in_a_language_the_model_reads_none_of_are_named_on_the_last_line() -> None:
+    """``--source-lang auto`` with an en→de model: a French line was translated as English ("Ein mült sich
+    bereit.") without a word; the identifier, sure of it, names it. A model's own languages, short lines
+    and lines it is unsure of are not named."""
+    from nmtk.text.langid import foreign_language
+
+    among = ["en", "de"]
+    assert foreign_language("Un chien court dans le parc avec son ami.", among) == "fr"
+    assert foreign_language("Un perro corre en el parque con su amigo.", among) == "es"
+    for ours in ("A dog runs in the park with his friend.", "Ein Hund rennt mit seinem Freund im Park.", "Chien.",
+                 "12345 67890"):
+        assert foreign_language(ours, among) is None, ours
+    said = summary(4, 1.0, [], foreign=[(3, "fr"), (4, "es"), (5, "fr")])
+    assert said.endswith("; 3 seemed to be in a language the model does not read (French, Spanish), translated as one "
+                         "it reads: lines 3, 4, 5")
+
+
 def test_a_page_in_another_language_than_the_models_is_a_warning(capsys) -> None:
     """``<html lang="fr">`` for an English model: translated all the same (pages' ``lang`` is often
     wrong), with one warning; the model's own language, a region of it, or no ``lang``: nothing said."""
