@@ -105,7 +105,8 @@ class MarkedUp:
         for d, doc in enumerate(self.documents):
             placed = []
             for s, segment in enumerate(doc.segments):
-                placed.append(tidied(segment.written(), place(segment, _joined(targets.get((d, s), [])))))
+                joined = _joined(targets.get((d, s), []), segment.glued)
+                placed.append(tidied(segment.written(), place(segment, joined)))
             out.append(doc.render(placed))
         return [relabelled(document, translator) for document in out] if own_stops and self.kind == "html" else out
 
@@ -167,25 +168,27 @@ def own_marks(line: str, text: str) -> str:
     return text[:-1] + marks.group(1)
 
 
-def _joined(sentences: list[tuple[int, str, list[str], list[int]]]) -> Target:
-    """A segment's sentences' translations as one: texts joined by a space, the words' places in it found
-    sentence by sentence (`token_spans` compares characters, by `difflib` where the detokeniser changed
-    some: over a whole block of 300 sentences that took 11 s, over each sentence milliseconds),
-    alignments to the segment's words (each sentence's from its first word)."""
+def _joined(sentences: list[tuple[int, str, list[str], list[int]]], glued: frozenset[int] = frozenset()) -> Target:
+    """A segment's sentences' translations as one: texts joined by a space (none where the source wrote
+    none between them, ``glued``: ``<b>A dog runs.</b><i>A cat…`` keeps its tags together), the words'
+    places in it found sentence by sentence (`token_spans` compares characters, by `difflib` where the
+    detokeniser changed some: over a whole block of 300 sentences that took 11 s, over each sentence
+    milliseconds), alignments to the segment's words (each sentence's from its first word)."""
     texts: list[str] = []
     spans: list[tuple[int, int]] = []
     aligned: list[int] = []
     at = 0  # where the next sentence's text begins in the joined text
     for first, text, sentence_words, sentence_aligned in sentences:
         if text:
-            at += 1 if texts else 0
+            space = " " if texts and first - 1 not in glued else ""
+            at += len(space)
             spans += [(lo + at, hi + at) for lo, hi in token_spans(sentence_words, text)]
-            texts.append(text)
+            texts.append(space + text)
             at += len(text)
         else:
             spans += [(at, at)] * len(sentence_words)
         aligned += [first + s for s in sentence_aligned]
-    return Target(" ".join(texts), spans, aligned)
+    return Target("".join(texts), spans, aligned)
 
 
 def translate_markup(translator: TranslatorBase, documents: list[str], search: SearchConfig, kind: str,

@@ -109,6 +109,7 @@ class Segment:
     entities: dict[str, str] = field(default_factory=dict)  # a character -> the entity it was written as
     before: str = ""
     after: str = ""
+    glued: frozenset[int] = frozenset()  # words written with no space before the next (``runs.</b><i>A``)
 
     def written(self) -> str:
         """The segment's words with its points between them (an ``<img>``, a character carried through as
@@ -242,7 +243,7 @@ class _Parser(HTMLParser):
             self._new_block()
             return
         segment = Segment([text[a:b] for a, b in spans], entities=self.entities,
-                          before=text[: spans[0][0]], after=text[spans[-1][1]:])
+                          before=text[: spans[0][0]], after=text[spans[-1][1]:], glued=_glued(spans))
         self.tags = _collapsed(self.tags)
         tags = self._outside_the_words(segment, spans, text)
         _inner_edges(segment, tags, spans[0][0], spans[-1][1])
@@ -881,6 +882,11 @@ def place(segment: Segment, target: Target) -> str:
             at = char + 1  # between two words with no space (``man<br>sits``): none after it either
     out.append(_escaped(target.text[at:], segment.entities))
     return segment.before + "".join(out) + segment.after
+
+
+def _glued(spans: list[tuple[int, int]]) -> frozenset[int]:
+    """The words (by index) written with no space before the next: a tag between them (``runs.</b><i>A``)."""
+    return frozenset(i for i in range(len(spans) - 1) if spans[i][1] == spans[i + 1][0])
 
 
 #: An insertion into the target text: (character, phase, order, markup, +tag opened / -tag closed / 0).

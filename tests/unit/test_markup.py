@@ -490,3 +490,20 @@ def test_a_line_of_text_ends_with_its_own_question_or_exclamation_marks() -> Non
     assert own_marks("A dog runs.", "Ein Hund rennt.") == "Ein Hund rennt."
     assert own_marks("a dog runs", "Ein Hund rennt.") == "Ein Hund rennt."  # the references keep it (Multi30k)
     assert own_marks("Wait...", "Warte...") == "Warte..." and own_marks("Why?", "Warum?") == "Warum?"
+
+
+def test_sentences_the_source_wrote_with_no_space_between_are_joined_with_none() -> None:
+    """``<b>A dog runs.</b><i>A cat sleeps.</i>``, and minified xml's ``</para><para>``: the translation's
+    sentences were joined by a space, which the source never had between those tags."""
+    from nmtk.decode.markup import _joined
+
+    segment = parse("<p><b>A dog runs.</b><i>A cat sleeps.</i> A bird.</p>", "html").segments[0]
+    assert segment.words[2:4] == ["runs.", "A"] and segment.glued == frozenset({2})
+    sentences = [(0, "Ein Hund rennt.", ["Ein", "Hund", "rennt."], [0, 1, 2]),
+                 (3, "Eine Katze schläft.", ["Eine", "Katze", "schläft."], [0, 1, 2]),
+                 (6, "Ein Vogel.", ["Ein", "Vogel."], [0, 1])]
+    joined = _joined(sentences, segment.glued)
+    assert joined.text == "Ein Hund rennt.Eine Katze schläft. Ein Vogel."
+    assert joined.text[slice(*joined.spans[3])] == "Eine" and joined.text[slice(*joined.spans[6])] == "Ein"
+    assert place(segment, joined) == "<b>Ein Hund rennt.</b><i>Eine Katze schläft.</i> Ein Vogel."
+    assert _joined(sentences).text == "Ein Hund rennt. Eine Katze schläft. Ein Vogel."
