@@ -14,15 +14,7 @@ from dataclasses import dataclass, field, replace
 from nmtk.decode.base import TranslatorBase
 from nmtk.decode.guide import Glossary, Guidance, guided
 from nmtk.decode.search.config import Hypothesis, SearchConfig
-from nmtk.decode.unknown import (
-    garbled_numbers,
-    keeper,
-    lost_label,
-    lost_names,
-    lost_numbers,
-    renumbered_better,
-    unread,
-)
+from nmtk.decode.unknown import keeper, lost_carried, renumbered_better, unread
 from nmtk.errors import NmtkError
 from nmtk.model_source import NOT_ALIGNED
 from nmtk.text.brackets import tidied
@@ -257,7 +249,8 @@ _LANG_ATTRIBUTE = re.compile(r"""(<[A-Za-z][^<>]*?\s(?:xml:)?lang\s*=\s*["']?)([
 def renumbered_documents(translator: TranslatorBase, documents: list[str], translations: list[str], kind: str
                          ) -> list[int]:
     """The indices of the ``documents`` whose words' ``translations`` lost or garbled a number of theirs,
-    to be made again with their numbers carried (`renumbered_lines`' test, on markup's words); none
+    a name or a speaker's label, to be made again with them carried (`lost_carried`, the test of
+    `renumbered_lines`, on markup's words); none
     where lines are read as typed. `translate_markup` and `serve`'s html both ask it."""
     if not translator.reading.carry:
         return []
@@ -265,8 +258,7 @@ def renumbered_documents(translator: TranslatorBase, documents: list[str], trans
     found = []
     for d, (source, translation) in enumerate(zip(documents, translations, strict=True)):
         words, translated = text_of(source, kind), text_of(translation, kind)
-        if lost_numbers(words, translated, lang) or garbled_numbers(words, translated, source_lang) or lost_names(
-                words, translated, source_lang) or lost_label(words, translated):
+        if lost_carried(words, translated, lang, source_lang):
             found.append(d)
     return found
 

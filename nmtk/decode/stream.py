@@ -120,9 +120,15 @@ class Engine:
         pairs, pair = self.translator.pairs, self.translator.language_pair
         target = pair.target if pair is not None else self.translator.tgt_pipe.moses.lang
         sources_ = sources_of(pairs, target) if pairs else [self.translator.src_pipe.moses.lang]
-        among = list(dict.fromkeys(lang for pair in pairs for lang in pair)) if pairs else [*sources_, target]
+        among = self.languages()
         return {k: line for k, line in enumerate(sources)
                 if line.strip() and langid.already_in(langid.detect(line, among)[0], target, sources_)}
+
+    def languages(self) -> list[str]:
+        """The model's languages, sources and targets, as its recipe spells them (once each)."""
+        pairs, translator = self.translator.pairs, self.translator
+        return list(dict.fromkeys(lang for pair in pairs for lang in pair)) if pairs else [
+            translator.src_pipe.moses.lang, translator.tgt_pipe.moses.lang]
 
     def elsewhere(self, sources: list[str], skip: Iterable[int] = ()) -> dict[int, str]:
         """With ``--source-lang auto``, the lines (by index, but those in ``skip``) the identifier is sure
@@ -131,10 +137,7 @@ class Engine:
         "Ein mült sich bereit."), and named on the last line."""
         if not self.auto:
             return {}
-        pairs = self.translator.pairs
-        among = [lang for pair in pairs for lang in pair] if pairs else [
-            self.translator.src_pipe.moses.lang, self.translator.tgt_pipe.moses.lang]
-        skipped = set(skip)
+        among, skipped = self.languages(), set(skip)
         found = {k: langid.foreign_language(line, among) for k, line in enumerate(sources) if k not in skipped}
         return {k: code for k, code in found.items() if code}
 

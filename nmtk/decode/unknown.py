@@ -142,9 +142,9 @@ def quoted_names(line: str, lang: str = "") -> list[list[int]]:
         opening, inside, closing = m.groups()
         if ENCLOSING.get(opening) != closing and not (opening == "„" and closing == "”"):
             continue
-        words = [w.lstrip("\"'‘(").lstrip() for w in inside.split() if any(c.isalnum() for c in w)]
         if nouns and not (inside.isupper() or any(c.isdigit() for c in inside)):
             continue
+        words = [w.lstrip("\"'‘(").lstrip() for w in inside.split() if any(c.isalnum() for c in w)]
         if words and all(w[:1].isupper() or w[:1].isdigit() for w in words):
             spans.append([m.start(2), m.end(2)])
     return spans
@@ -410,18 +410,25 @@ def unread(line: str) -> bool:
 
 def renumbered_lines(translator: TranslatorBase, lines: list[str], texts: list[str]) -> dict[int, str]:
     """The lines of ``lines`` whose translation (``texts``) lost a number of the line (`lost_numbers`, in
-    the translator's target language), garbled them (`garbled_numbers`, in its source's) or lost a
-    glossary's untranslated term (`lost_terms`), by index, each as an html fragment as `carried_lines`
-    makes them, to be translated again with its numbers and those terms kept (``numbers=True``); none
-    where lines are read as typed."""
+    the translator's target language), garbled them (`garbled_numbers`, in its source's), lost a name or
+    a speaker's label (all four: `lost_carried`) or a glossary's untranslated term (`lost_terms`), by
+    index, each as an html fragment as `carried_lines` makes them, to be translated again with its numbers
+    and those terms kept (``numbers=True``); none where lines are read as typed."""
     if not translator.reading.carry:
         return {}
     lang, source_lang = translator.tgt_pipe.moses.lang, translator.src_pipe.moses.lang
     terms = translator.reading.terms
     return {k: html.escape(line, quote=False) for k, (line, text) in enumerate(zip(lines, texts, strict=True))
-            if lost_numbers(line, text, lang) or garbled_numbers(line, text, source_lang)
-            or lost_names(line, text, source_lang) or lost_label(line, text)
-            or (terms is not None and lost_terms(line, text, terms))}
+            if lost_carried(line, text, lang, source_lang) or (terms is not None and lost_terms(line, text, terms))}
+
+
+def lost_carried(source: str, translation: str, lang: str, source_lang: str) -> bool:
+    """Whether ``translation`` (in ``lang``) lost what a second translation carries through from
+    ``source`` (in ``source_lang``): a number (`lost_numbers`, `garbled_numbers`), a quoted name or a word
+    in mixed case (`lost_names`), a speaker's label (`lost_label`). Lines of text (`renumbered_lines`)
+    and markup's documents (`nmtk.decode.markup.renumbered_documents`) ask it alike."""
+    return (lost_numbers(source, translation, lang) or garbled_numbers(source, translation, source_lang)
+            or lost_names(source, translation, source_lang) or lost_label(source, translation))
 
 
 def renumbered_better(translator: TranslatorBase, source: str, before: str, after: str) -> bool:
