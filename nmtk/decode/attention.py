@@ -117,7 +117,8 @@ def draw(options: AttentionOptions) -> list[Path]:
     for kind in options.kinds:  # check --layer and --head before any work
         count = model.cfg.encoder_layers if kind == "encoder" else model.cfg.decoder_layers
         if options.layer is not None and not 1 <= options.layer <= count:
-            raise NmtkError(f"--layer {options.layer}: the {kind} has layers 1 to {count}")
+            stack = "encoder" if kind == "encoder" else "decoder"  # cross-attention is the decoder layers'
+            raise NmtkError(f"--layer {options.layer}: the model's {stack} has layers 1 to {count}")
     if options.head is not None and not 1 <= options.head <= model.cfg.heads:
         raise NmtkError(f"--head {options.head}: the model has heads 1 to {model.cfg.heads}")
     targets = _targets(options, file, {"encoder": model.cfg.encoder_layers, "cross": model.cfg.decoder_layers,

@@ -128,15 +128,16 @@ def _sentence_target(hyp: Hypothesis | None, line: str, tokenized: str, translat
     return translator.detokenize(hyp), words, aligned
 
 
-#: A source's question or exclamation marks at its end (before quotes or brackets).
-_MARKS_AT_END = re.compile(rf"([?!]+)[{re.escape(CLOSERS)}]*\s*$")
+#: A source's question or exclamation marks, ellipsis or colon at its end (before quotes or brackets).
+_MARKS_AT_END = re.compile(rf"([?!]+|\.{{3,}}|…|:)[{re.escape(CLOSERS)}]*\s*$")
 
 
 def _own_end(line: str, text: str, words: list[str], aligned: list[int]) -> tuple[str, list[str], list[int]]:
     """A sentence's translation (`_sentence_target`'s) ending as its source does where the model ended it
     with a full stop of its own: none where the source has no end (a heading, a list item, a table cell,
     an ``alt`` text, a subtitle's fragment: "Dogs in the park" came back "Hunde im Park."), the source's
-    question or exclamation marks where it has those ("Where is the dog?" came back "Wo ist der Hund.").
+    question or exclamation marks, ellipsis or colon where it has those ("Where is the dog?" came back
+    "Wo ist der Hund.", "A dog runs in the park..." "Ein Hund rennt im Park.", "Ingredients:" "Zutaten.").
     Models trained on sentences of one kind end every output with a stop."""
     marks = _MARKS_AT_END.search(line)
     if (ends_sentence(line) and not marks) or not words or not text.endswith(".") or text.endswith(".."):
@@ -150,10 +151,10 @@ def _own_end(line: str, text: str, words: list[str], aligned: list[int]) -> tupl
 
 
 def own_marks(line: str, text: str) -> str:
-    """A line of text's translation ending with the line's own question or exclamation marks where the
-    model ended it with a full stop ("Is the dog running?", "A dog runs!" came back with "."), as
-    `_own_end` ends a sentence of markup; a stop where the line has none stays (the references of
-    Multi30k's lines without one mostly have it)."""
+    """A line of text's translation ending with the line's own question or exclamation marks, ellipsis
+    or colon where the model ended it with a full stop ("Is the dog running?", "A dog runs!", "And
+    then...", "Look at this:" came back with "."), as `_own_end` ends a sentence of markup; a stop where
+    the line has none stays (the references of Multi30k's lines without one mostly have it)."""
     marks = _MARKS_AT_END.search(line)
     if marks is None or not text.endswith(".") or text.endswith(".."):
         return text

@@ -370,8 +370,8 @@ def test_an_element_holding_only_kept_spans_and_images_is_kept_whole(markup: str
 def test_a_sentence_of_a_document_ends_as_its_source_does() -> None:
     """A heading, list item, ``alt`` text or subtitle fragment: models trained on sentences end every
     output with a stop ("Dogs in the park" → "Hunde im Park.", "Where is the dog?" → "Wo ist der Hund.");
-    documents' translations end with no stop, or the source's marks, where the model wrote a stop of its
-    own; what else it wrote at the end stays (an ellipsis, a question mark)."""
+    documents' translations end with no stop, or the source's marks (a colon too: "Ingredients:"), where
+    the model wrote a stop of its own; what else it wrote at the end stays (an ellipsis, a question mark)."""
     from nmtk.decode.markup import _own_end
 
     words, aligned = ["Hunde", "im", "Park", "."], [0, 2, 3, 3]
@@ -383,7 +383,9 @@ def test_a_sentence_of_a_document_ends_as_its_source_does() -> None:
         "Hunde im Park?!", ["Hunde", "im", "Park", "?!"], aligned)
     said = _own_end('He said "Go!"', "Er sagte: Geh.", ["Er", "sagte", ":", "Geh."], [0, 1, 1, 2])
     assert said == ("Er sagte: Geh!", ["Er", "sagte", ":", "Geh!"], [0, 1, 1, 2])
-    for source in ("Dogs in the park.", "Dogs: ", 'He said "Go."', "Dogs (in the park.)"):
+    colon = _own_end("Dogs: ", "Hunde im Park.", words, aligned)
+    assert colon == ("Hunde im Park:", ["Hunde", "im", "Park", ":"], aligned)
+    for source in ("Dogs in the park.", 'He said "Go."', "Dogs (in the park.)"):
         assert _own_end(source, "Hunde im Park.", words, aligned) == ("Hunde im Park.", words, aligned)
     assert _own_end("Wait", "Warte...", ["Warte", "..."], [0, 0]) == ("Warte...", ["Warte", "..."], [0, 0])
     assert _own_end("Wait!", "Warte?", ["Warte", "?"], [0, 0]) == ("Warte?", ["Warte", "?"], [0, 0])
@@ -490,6 +492,9 @@ def test_a_line_of_text_ends_with_its_own_question_or_exclamation_marks() -> Non
     assert own_marks("A dog runs.", "Ein Hund rennt.") == "Ein Hund rennt."
     assert own_marks("a dog runs", "Ein Hund rennt.") == "Ein Hund rennt."  # the references keep it (Multi30k)
     assert own_marks("Wait...", "Warte...") == "Warte..." and own_marks("Why?", "Warum?") == "Warum?"
+    assert own_marks("A dog runs in the park...", "Ein Hund rennt im Park.") == "Ein Hund rennt im Park..."
+    assert own_marks("And then…", "Und dann.") == "Und dann…"
+    assert own_marks("Two dogs:", "Zwei Hunde.") == "Zwei Hunde:" and own_marks("At 12:30.", "Um 12:30.") == "Um 12:30."
 
 
 def test_sentences_the_source_wrote_with_no_space_between_are_joined_with_none() -> None:
