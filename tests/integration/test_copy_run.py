@@ -582,7 +582,7 @@ def test_export_of_separate_vocabularies(copy_run, tmp_path: Path) -> None:
     tmp, recipe, env = copy_run
     env = {**env, "NMTK_DATA": str(toy_data(tmp_path / "root"))}
     separate = nmtk("train", str(recipe), "--data", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
-                    "--threads", "2", "--set", "tokenizer.joint=false", "--set", "model.share_embeddings=decoder",
+                    "--threads", "1", "--set", "tokenizer.joint=false", "--set", "model.share_embeddings=decoder",
                     "--set", "train.max_updates=300", "--set", "train.validate_every_updates=1000", cwd=tmp, env=env)
     assert separate.returncode == 0, separate.stderr
     out = nmtk("export", str(tmp_path / "run"), "-o", str(tmp_path / "ct2"), cwd=tmp, env=env)
