@@ -137,8 +137,7 @@ class Preparer:
         what = f"{steps} the {self.label + ' ' if self.label else ''}training pairs"
         with self.stages.stage(what, detail=lambda: _dropped_text(stats.corpora)) as advance:
             items = chunked(self._training_items(stats.corpora), PAIRS_PER_CHUNK)
-            src_words, tgt_words = text.write(pool.map_beside(clean_and_tokenize_chunk, items), drops, advance)
-        stats.words = {self.src_lang: src_words, self.tgt_lang: tgt_words}
+            text.write(pool.map_beside(clean_and_tokenize_chunk, items), drops, advance)
         stats.total()
         return text
 
@@ -238,13 +237,14 @@ class Preparer:
         max_len, max_ratio = self.recipe.data.max_len, self.recipe.data.max_ratio
         earlier = [Counter(c.dropped) for c in stats.corpora]  # the stage line counts its own drops only
         detail = lambda: _dropped_text(stats.corpora, earlier)  # noqa: E731
+        words = [0, 0]  # the kept pairs' (Moses) words: the table's subwords per word
         with self.stages.stage(f"encode and binarise {split}", detail=detail) as advance:
             for chunk in text.chunks(self.recipe.data.clean.duplicates):
                 advance(len(chunk))
                 src_ids = source.encode_tokenized([a for a, *_ in chunk])
                 tgt_ids = target.encode_tokenized([b for _, b, *_ in chunk])
                 keep_src, keep_tgt = [], []
-                for s, t, (_, _, corpus, line, first) in zip(src_ids, tgt_ids, chunk, strict=True):
+                for s, t, (a, b, corpus, line, first) in zip(src_ids, tgt_ids, chunk, strict=True):
                     if (tag := tags[corpus]) is not None:
                         s = s[:at] + [tag] + s[at:]
                     rule = _length_rule(len(s), len(t), max_len, max_ratio) if first else "duplicate"
@@ -256,8 +256,11 @@ class Preparer:
                     counts.kept += 1
                     keep_src.append(s)
                     keep_tgt.append(t)
+                    words[0] += a.count(" ") + 1
+                    words[1] += b.count(" ") + 1
                 writers[self.src_lang].add(keep_src)
                 writers[self.tgt_lang].add(keep_tgt)
+        stats.words = {self.src_lang: words[0], self.tgt_lang: words[1]}
         self._close(writers, stats)
         stats.total()
 

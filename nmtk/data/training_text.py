@@ -144,10 +144,9 @@ class TrainingText:
                 start = end
 
     def write(self, results: Iterable[tuple[list[tuple[int, int, str, str]], list[Judged]]], drops: DropLog,
-              advance) -> tuple[int, int]:
+              advance) -> None:
         """Write a pass's results (each chunk of pairs beside `clean_and_tokenize_chunk`'s judgement of it,
-        in order); returns the words per side."""
-        words = [0, 0]
+        in order)."""
         with (text_file(self.src_path, "w") as fs, text_file(self.tgt_path, "w") as ft,
               open(self.meta_path, "wb") as fm):
             for pairs, judged in results:
@@ -162,11 +161,8 @@ class TrainingText:
                     a, b = raw_a if a is None else a, raw_b if b is None else b
                     fs.write(a + "\n")
                     ft.write(b + "\n")
-                    words[0] += a.count(" ") + 1
-                    words[1] += b.count(" ") + 1
                     kept.append((corpus, line, digest))
                 if kept:
                     rows = np.array([(c, n) for c, n, _ in kept], dtype=META)
                     write_array(fm, rows)
                     self.hashes.append(np.fromiter((d for _, _, d in kept), dtype=np.int64, count=len(kept)))
-        return words[0], words[1]

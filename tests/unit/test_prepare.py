@@ -124,6 +124,12 @@ def test_cleaning_counts_every_drop_and_lists_it_in_dropped_tsv(tmp_path: Path) 
     assert sorted(listed[1:], key=lambda x: int(x.split("\t")[1])) == [
         f"train\t{301 + i}\t{rule}" for i, (_, rule) in enumerate(injected)]
     assert result.manifest.splits["valid"]["kept"] == 11  # evaluation sets keep every line
+    # the table's subwords per word are the kept pairs': their words, as if the dropped were never there
+    # (3,095 duplicates of 5 pairs showed "0.00/0.00")
+    alone = tmp_path / "alone"
+    for split, pairs in (("train", base), ("valid", synthetic_pairs(10, 1)), ("test", synthetic_pairs(10, 2))):
+        write_corpus(alone, split, pairs)
+    assert prepare(recipe, alone, tmp_path / "a").manifest.splits["train"]["words"] == train["words"]
 
     every_rule_off = load_recipe(toy_recipe(tmp_path, vocab_size=80), ["data.max_ratio=3"])
     kept = prepare(every_rule_off, root, tmp_path / "p").manifest.splits["train"]["kept"]
