@@ -140,10 +140,11 @@ def _invalid(name: str, line: int, exc: UnicodeDecodeError, start: bytes, hint: 
 
 
 def read_lines(path: Path, what: str, errors: Errors = "error", hint: str = "") -> list[str]:
-    """All lines of a small text file (hypotheses, references); one clear error when it cannot be read."""
+    """All lines of a small text file (hypotheses, references, a glossary), decompressed where it is
+    gzip, xz or bzip2 (sacreBLEU reads a ``ref.de.gz``); one clear error when it cannot be read."""
     try:
-        with open(path, "rb") as handle:
-            return list(decode_lines(handle, str(path), errors, hint))
+        with open_binary(path) as handle:
+            return list(decode_lines(checked_reads(handle, path), str(path), errors, hint))
     except FileNotFoundError:
         raise NmtkError(f"{path}: {what} file not found") from None
     except IsADirectoryError:

@@ -298,14 +298,14 @@ def _a_docx() -> bytes:
 
 
 @pytest.mark.parametrize(("data", "said"), [
-    (gzip.compress(b"A dog.\n" * 50), r"in.txt: gzip-compressed, not text: decompress it first \(zcat .*in.txt \|"),
+    (b"\x28\xb5\x2f\xfd\x04\x58" + b"\x91" * 40, r"in.txt: zstd-compressed, not text: decompress it first \(zstdcat "),
     (_a_docx(), r"in.txt: a zip archive \(a .docx, .*not text: save its text as plain text, html or XLIFF$"),
     (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n", r"in.txt: a PDF document, not text: save its text"),
     (b"A dog.\nA c\xe9t.\n", r"in.txt:2: invalid UTF-8 \(invalid continuation byte at byte 3\)$"),  # text: as before
 ])
 def test_a_compressed_file_or_a_document_is_said_to_be_one_not_invalid_text(tmp_path: Path, data: bytes,
                                                                              said: str) -> None:
-    """A .gz corpus, a .docx or a PDF given as text was "invalid UTF-8 at byte 1" (and ``--errors
+    """A .zst file, a .docx or a PDF given as text was "invalid UTF-8 at byte 1" (and ``--errors
     replace`` made it a page of U+FFFD): the error says what the file is and what to give instead."""
     from nmtk.files import read_lines
 
@@ -313,6 +313,8 @@ def test_a_compressed_file_or_a_document_is_said_to_be_one_not_invalid_text(tmp_
     path.write_bytes(data)
     with pytest.raises(NmtkError, match=said):
         read_lines(path, "input")
+    path.write_bytes(gzip.compress(b"A dog.\n" * 2))  # gzip, xz and bzip2 are read as their text
+    assert read_lines(path, "input") == ["A dog.", "A dog."]
 
 
 def test_corpora_are_decompressed_by_their_first_bytes(tmp_path: Path) -> None:

@@ -52,6 +52,23 @@ def test_options_pass_through_and_multiple_references(nmtk, files) -> None:
     assert "nrefs:2" in got["signature"] and "case:lc" in got["signature"] and "tok:intl" in got["signature"]
 
 
+def test_compressed_references_and_hypotheses_are_read_as_their_text(nmtk, files, tmp_path: Path) -> None:
+    """sacreBLEU reads a ``ref.de.gz``; so does `score` (gzip, xz or bzip2, known by their first bytes)."""
+    import bz2
+    import gzip
+
+    ref, hyp = tmp_path / "ref.gz", tmp_path / "hyp.txt.bz2"
+    ref.write_bytes(gzip.compress(files["ref"].read_bytes()))
+    hyp.write_bytes(bz2.compress(files["hyp"].read_bytes()))
+    plain = nmtk("score", "-r", str(files["ref"]), "--json", str(files["hyp"]))
+    packed = nmtk("score", "-r", str(ref), "--json", str(hyp))
+    assert packed.returncode == 0, packed.stderr
+    assert json.loads(packed.stdout) == json.loads(plain.stdout)
+    ref.write_bytes(gzip.compress(files["ref"].read_bytes())[:30])  # cut short
+    cut = nmtk("score", "-r", str(ref), str(files["hyp"]))
+    assert cut.returncode == 1 and f"{ref}: corrupt gzip file" in cut.stderr, cut.stderr
+
+
 def test_human_output_has_sacrebleu_line(nmtk, files) -> None:
     result = nmtk("score", "-r", str(files["ref"]), str(files["hyp"]))
     assert result.returncode == 0
