@@ -74,9 +74,13 @@ def keeper(translator: TranslatorBase, numbers: bool = False, glossary: Glossary
                                    glossed, reading.pieces, reading.lang)
 
 
-#: A number as written (``3``, ``3,500``, ``12/05/2023``, ``$12.99``, ``10%``), not one inside a word
-#: (``mp3``, ``10th``: those are the model's to translate).
-NUMBER = re.compile(r"(?<!\w)[#$€£¥]?\d(?:[\d.,:/-]*\d)?%?(?![\w])")
+#: A number as written (``3``, ``3,500``, ``12/05/2023``, ``$12.99``, ``10%``, ``-5``), not one inside a
+#: word (``mp3``, ``10th``: those are the model's to translate). A minus sign (``-``, ``−``, ``–``) right
+#: before the digits, after a space, a bracket, a quote or the line's start, is the number's: "-5 °C"
+#: came back "5 °C", its digits all there.
+NUMBER = re.compile(r"(?:(?<![^\s(\[\"'])[-−–](?=[$€£¥]?\d)|(?<!\w))[#$€£¥]?\d(?:[\d.,:/-]*\d)?%?(?![\w])")
+#: A negative number written with the word (a translation's "minus 5 Grad" keeps "-5").
+_MINUS_WORD = re.compile(r"(?<!\w)(?:minus|moins|mínus)\s+(\d[\d.,]*)", re.IGNORECASE)
 #: Unit symbols written alike in the languages nmtk's models speak (not ``in``, ``s`` or ``h``, which are
 #: words or abbreviations too).
 _UNITS = "km/h|m/s|kWh|km|cm|mm|m|kg|mg|g|ml|°C|°F|mph|MB|GB|TB|KB|kB|kHz|MHz|GHz|Hz|kW|lbs|lb|oz|ft"
@@ -210,13 +214,15 @@ def _digits(number: str) -> str:
     ``12.30``, ``12/05/2023`` and ``12.05.2023`` alike), so that a decimal is not its digits run
     together: "3.5" came back "Nummer 35", taken for kept."""
     groups = ["".join(str(unicodedata.digit(ch)) for ch in group) for group in re.findall(r"\d+", number)]
-    return "".join(groups) if all(len(group) == 3 for group in groups[1:]) else "·".join(groups)
+    sign = "-" if number[:1] in "-−–" else ""  # "-5" is not "5"
+    return sign + ("".join(groups) if all(len(group) == 3 for group in groups[1:]) else "·".join(groups))
 
 
 def _numbers_in(text: str) -> set[str]:
     """The digits of each number ``text`` writes (`NUMBER`, and thousands set apart by spaces), and of
     each run of digits inside a word or a script without spaces (``三只狗``'s neighbours: ``3只``)."""
     found = {_digits(m.group()) for m in NUMBER.finditer(text)} | {_digits(m.group()) for m in _SPACED.finditer(text)}
+    found |= {"-" + _digits(m.group(1)) for m in _MINUS_WORD.finditer(text)}
     return found | {_digits(m.group()) for m in re.finditer(r"\d+", text)}
 
 

@@ -146,6 +146,12 @@ def test_a_translation_lost_a_number_where_neither_its_digits_nor_its_words_are_
     assert not lost_numbers("3,500 people", "3 500 personnes", "fr")
     assert not lost_numbers("3,500 people", "3\u202f500 personnes", "fr")
     assert not lost_numbers("a 3-year-old and 10 kids", "ein 3-Jähriger und 10er-Gruppe", "xx")
+    # a minus sign is the number's ("-5 °C" came back "5 °C"), written as a sign or a word
+    assert lost_numbers("It is -5 °C.", "Es sind 5 °C.", "de") and lost_numbers("(-3.5%)", "(3,5%)", "xx")
+    assert not any(lost_numbers("It is -5 °C.", text, "de") for text in ("Es sind −5 °C.", "Es sind minus 5 °C."))
+    assert not lost_numbers("the A-5 road, 5-10 dogs, 2024-12-25", "die A-5, 5-10 Hunde, 2024-12-25", "xx")
+    assert [line[a:b] for line in ["Now -5 °C, then -12."] for a, b in kept_spans(line, ascii_only, numbers=True)] == [
+        "-5 °C", "-12"]
 
 
 def test_numbers_are_kept_only_when_asked() -> None:
