@@ -9,7 +9,9 @@ cut there, each piece translated alone, the break written back between the trans
 line before it ends a sentence (``. ! ? …``, with closing quotes or brackets after it) or announces
 what follows (``:``), where a blank line follows (a paragraph), or where the next line is a list item
 (``- ``, ``* ``, ``• ``, ``1. ``, ``2) ``, ``(3) ``, ``a) ``: written back as they are, the rest of the item
-translated; `translate` keeps a line's own marker so: `list_marker`);
+translated; `translate` keeps a line's own marker so: `list_marker`) or follows one and begins, not
+indented, with a capital (items seldom end with a stop: "- A cat sleeps\nThe sun shines." was one
+sentence; an item's indented lines wrap it);
 any other break is a space, as it was. A text's line breaks before its first word and after its last
 are not written back, as its other outer spaces are not.
 """
@@ -50,12 +52,15 @@ def cut_at_breaks(text: str) -> tuple[list[str], list[str]]:
     parts, breaks = _BREAK.split(text), _BREAK.findall(text)
     marker = _ITEM.match(parts[0])
     pieces, around = [parts[0][marker.end():] if marker else parts[0]], [marker.group() if marker else ""]
+    item = marker is not None  # the last piece is a list item's
     for found, line in zip(breaks, parts[1:], strict=True):
         marker = _ITEM.match(line)
-        newlines = re.findall(_NEWLINE, found)
-        if len(newlines) > 1 or "\u2029" in newlines or ends_sentence(pieces[-1]) or marker:
+        newlines, indent = re.findall(_NEWLINE, found), re.split(_NEWLINE, found)[-1]
+        if (len(newlines) > 1 or "\u2029" in newlines or ends_sentence(pieces[-1]) or marker
+                or (item and not indent and line[:1].isupper())):  # after an item, an unindented capital
+            item = marker is not None                                 # begins another sentence
             pieces.append(line[marker.end():] if marker else line)
-            around.append("".join(newlines) + re.split(_NEWLINE, found)[-1] + (marker.group() if marker else ""))
+            around.append("".join(newlines) + indent + (marker.group() if marker else ""))
         else:  # a wrapped sentence: the break is a space
             pieces[-1] = f"{pieces[-1]} {line}"
     return pieces, around

@@ -19,6 +19,10 @@ from nmtk.text.line_breaks import cut_at_breaks, join_at_breaks
         ("Animals:\n- a dog\n* a cat", ["Animals:", "a dog", "a cat"], ["", "\n- ", "\n* "]),  # list items
         ("1. eggs\n2) milk", ["eggs", "milk"], ["1. ", "\n2) "]),
         ("(1)  eggs\na) milk\n1.5 kg", ["eggs", "milk 1.5 kg"], ["(1)  ", "\na) "]),  # a decimal is no item
+        ("- A cat sleeps\nThe sun shines.", ["A cat sleeps", "The sun shines."], ["- ", "\n"]),  # after an item
+        ("- a dog that\n  runs\nfast", ["a dog that runs fast"], ["- "]),  # an item wrapped: spaces
+        ("- a trip to\n  Paris", ["a trip to Paris"], ["- "]),  # indented under its item: its words
+        ("Dogs\n\n  A dog\nRuns", ["Dogs", "A dog Runs"], ["", "\n\n  "]),  # indented, no item: wrapped
         ("\n\n A dog runs. \n", ["A dog runs."], [""]),  # outer breaks: not written back
         ("", [""], [""]),
     ],
