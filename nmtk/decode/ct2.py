@@ -271,8 +271,8 @@ class Ct2Translator(TranslatorBase):
         if sampling is None:
             options.update(beam_size=search.beam, num_hypotheses=search.returned)
         else:
-            options.update(beam_size=1, sampling_topk=sampling.topk, sampling_topp=sampling.topp,
-                           sampling_temperature=sampling.temperature)
+            options.update(beam_size=1, num_hypotheses=search.nbest, sampling_topk=sampling.topk,
+                           sampling_topp=sampling.topp, sampling_temperature=sampling.temperature)
         words = self.target_pieces
         if any(c and c.prefix for c in controls):
             options["target_prefix"] = [[words[t] for t in c.prefix] if c and c.prefix else None for c in controls]

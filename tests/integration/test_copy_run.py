@@ -339,7 +339,15 @@ def test_export_translates_as_nmtk_does(copy_run, exported) -> None:
                     assert float(u) == pytest.approx(float(v), abs=1e-3), (x, y)
     nbest = nmtk("translate", "-m", str(tmp / "ct2"), "--nbest", "3", cwd=tmp, env=env, stdin=text)
     rows = [line.split("\t") for line in nbest.stdout.splitlines()]  # the same n-best format
-    assert [r[0] for r in rows] == [str(i) for i in range(1, 26) for _ in range(3)] + ["26", "27", "27", "27"]
+    numbered = [str(i) for i in range(1, 26) for _ in range(3)] + ["26", "27", "27", "27"]
+    assert [r[0] for r in rows] == numbered
+    for model in (tmp / "run", tmp / "ct2"):  # n-best samples, as fairseq's and CTranslate2's: best first
+        drawn = nmtk("translate", "-m", str(model), "--sampling", "--nbest", "3", "--temperature", "2", cwd=tmp,
+                     env=env, stdin=text)
+        rows = [line.split("\t") for line in drawn.stdout.splitlines()]
+        assert [r[0] for r in rows] == numbered, drawn.stderr
+        scores = [[float(r[1]) for r in rows if r[0] == str(i)] for i in range(1, 28) if i != 26]
+        assert all(s == sorted(s, reverse=True) for s in scores) and any(len(set(s)) > 1 for s in scores)
     again = nmtk("export", str(tmp / "run"), "-o", str(tmp / "ct2"), cwd=tmp, env=env)
     assert again.returncode == 1 and "--force" in again.stderr
 

@@ -155,6 +155,20 @@ def test_sampling_is_seeded(model, sources) -> None:
     assert [h[0].tokens for h in a] != [h[0].tokens for h in c]
 
 
+def test_n_best_samples_are_drawn_each_alone_best_first(model, sources) -> None:
+    """``--sampling --nbest 3``: three samples of each line (several back-translations of one line, as
+    fairseq and CTranslate2 draw them), each a draw of its own, sorted by score; a batch holds 3 rows a line."""
+    sampling = SamplingConfig(temperature=3.0, seed=5)
+    cfg = SearchConfig(beam=1, nbest=3, sampling=sampling)
+    drawn = sample_search(model, sources, cfg, sampling=sampling)
+    assert len(drawn) == sources.size(0) and all(len(h) == 3 for h in drawn)
+    assert all([x.score for x in h] == sorted((x.score for x in h), reverse=True) for h in drawn)
+    assert any(len({tuple(x.tokens) for x in h}) > 1 for h in drawn)  # not one draw thrice
+    again = sample_search(model, sources, cfg, sampling=sampling)
+    assert [[x.tokens for x in h] for h in drawn] == [[x.tokens for x in h] for h in again]
+    assert cfg.rows == 3 and SearchConfig(beam=4, nbest=2).rows == 4
+
+
 @pytest.mark.parametrize("bad", [{"topp": 0.0}, {"topp": 1.5}, {"topk": -1}, {"temperature": -0.5}])
 def test_a_sampling_setting_that_keeps_no_token_is_refused(bad: dict) -> None:
     # top-p 0 kept no token: torch.multinomial failed on an all -inf row in the middle of the input

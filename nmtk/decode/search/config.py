@@ -127,11 +127,9 @@ class SearchConfig:
     def __post_init__(self) -> None:
         if self.beam < 1 or self.nbest < 1:
             raise NmtkError(f"beam {self.beam}, n-best {self.nbest}: both must be at least 1")
-        if self.nbest > self.beam:
+        if self.nbest > self.beam and self.sampling is None:  # sampling draws n-best samples, beam or not
             raise NmtkError(f"n-best {self.nbest} exceeds beam {self.beam}: a beam of {self.beam} keeps {self.beam} "
                             "hypotheses; raise the beam or leave it out (it then follows the n-best)")
-        if self.sampling is not None and self.nbest > 1:
-            raise NmtkError(f"n-best {self.nbest} with sampling: a sample is one hypothesis per line")
         if self.length_penalty_form not in ("gnmt", "power"):
             raise NmtkError(f"length penalty form {self.length_penalty_form!r}: gnmt or power")
         if self.no_repeat_ngram_size < 0:
@@ -164,8 +162,8 @@ class SearchConfig:
 
     @property
     def rows(self) -> int:
-        """Rows a source takes in a batch: its beam, or one for a sample."""
-        return 1 if self.sampling is not None else self.beam
+        """Rows a source takes in a batch: its beam, or one for each of its n-best samples."""
+        return self.nbest if self.sampling is not None else self.beam
 
     @classmethod
     def from_recipe(cls, decode: DecodeSection, **choices: Any) -> SearchConfig:

@@ -40,14 +40,18 @@ def _filter(logits: Tensor, topk: int, topp: float) -> Tensor:
 @torch.inference_mode()
 def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, controls: Sequence[LineControls | None] | None = None,
                   *, sampling: SamplingConfig, generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
-    """One sampled translation per source row, scored like beam search's hypotheses; ``controls``:
-    each row's prefix and banned phrases (constraints need beam search).
+    """``cfg.nbest`` sampled translations per source row (each drawn alone, as fairseq's and
+    CTranslate2's n-best samples: several back-translations of a line), best score first, scored like beam
+    search's hypotheses; ``controls``: each row's prefix and banned phrases (constraints need beam search).
 
     ``generator`` carries the random stream across batches; without one, a new one seeded with
     ``sampling.seed`` is used.
     """
     if generator is None:
         generator = torch.Generator(device=src.device).manual_seed(sampling.seed)
+    if cfg.nbest > 1:  # each source's rows side by side, one draw each
+        src = src.repeat_interleave(cfg.nbest, dim=0)
+        controls = None if controls is None else [c for c in controls for _ in range(cfg.nbest)]
     cache = model.start_cache(model.encode(src))
     n = src.size(0)
     steering = Steering.of(controls, cfg, n, src.device)
@@ -80,5 +84,6 @@ def sample_search(model: Decoder, src: Tensor, cfg: SearchConfig, controls: Sequ
             break
     rows = torch.stack(steps, dim=1).tolist()
     scores = (raw / length_penalty(length, cfg.length_penalty, cfg.length_penalty_form)).tolist()
-    return [[Hypothesis(row[: row.index(EOS_ID)] if EOS_ID in row else row, score)]
-            for row, score in zip(rows, scores, strict=True)]
+    drawn = [Hypothesis(row[: row.index(EOS_ID)] if EOS_ID in row else row, score)
+             for row, score in zip(rows, scores, strict=True)]
+    return [sorted(drawn[i : i + cfg.nbest], key=lambda h: -h.score) for i in range(0, len(drawn), cfg.nbest)]
