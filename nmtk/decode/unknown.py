@@ -74,11 +74,13 @@ def keeper(translator: TranslatorBase, numbers: bool = False, glossary: Glossary
                                    glossed, reading.pieces, reading.lang)
 
 
+#: The minus signs a number may begin with: hyphen-minus, Unicode's minus, an en dash.
+_MINUS = "-−–"
 #: A number as written (``3``, ``3,500``, ``12/05/2023``, ``$12.99``, ``10%``, ``-5``), not one inside a
-#: word (``mp3``, ``10th``: those are the model's to translate). A minus sign (``-``, ``−``, ``–``) right
-#: before the digits, after a space, a bracket, a quote or the line's start, is the number's: "-5 °C"
-#: came back "5 °C", its digits all there.
-NUMBER = re.compile(r"(?:(?<![^\s(\[\"'])[-−–](?=[$€£¥]?\d)|(?<!\w))[#$€£¥]?\d(?:[\d.,:/-]*\d)?%?(?![\w])")
+#: word (``mp3``, ``10th``: those are the model's to translate). A minus sign (`_MINUS`) right before the
+#: digits, after a space, a bracket, a quote or the line's start, is the number's: "-5 °C" came back
+#: "5 °C", its digits all there.
+NUMBER = re.compile(rf"(?:(?<![^\s(\[\"'])[{_MINUS}](?=[$€£¥]?\d)|(?<!\w))[#$€£¥]?\d(?:[\d.,:/-]*\d)?%?(?![\w])")
 #: A negative number written with the word (a translation's "minus 5 Grad" keeps "-5").
 _MINUS_WORD = re.compile(r"(?<!\w)(?:minus|moins|mínus)\s+(\d[\d.,]*)", re.IGNORECASE)
 #: Unit symbols written alike in the languages nmtk's models speak (not ``in``, ``s`` or ``h``, which are
@@ -214,7 +216,7 @@ def _digits(number: str) -> str:
     ``12.30``, ``12/05/2023`` and ``12.05.2023`` alike), so that a decimal is not its digits run
     together: "3.5" came back "Nummer 35", taken for kept."""
     groups = ["".join(str(unicodedata.digit(ch)) for ch in group) for group in re.findall(r"\d+", number)]
-    sign = "-" if number[:1] in "-−–" else ""  # "-5" is not "5"
+    sign = "-" if number[:1] in _MINUS else ""  # "-5" is not "5"
     return sign + ("".join(groups) if all(len(group) == 3 for group in groups[1:]) else "·".join(groups))
 
 
