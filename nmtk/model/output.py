@@ -6,7 +6,7 @@ decoding step on a CPU is different in three ways, each owned here:
 
 - **layout**: the states are multiplied by a (d, V) copy of the matrix: the CPU GEMM reads that layout
   faster than the (V, d) weight taken transposed, most at the few rows of a decoding step (one thread,
-  d 256, V 8,000: 0.60 against 0.84 ms at 4 rows, 6.6 against 7.3 ms at 128); on an AVX-512 CPU not Intel's, a
+  d 256, V 8,000: 0.60 against 0.84 ms at 4 rows, 6.6 against 7.3 ms at 128); on an AVX2 or AVX-512 CPU not Intel's, a
   copy packed for oneDNN instead (`nmtk.model.onednn`: MKL is slow there). The copy follows the
   weight (its storage and version are the key) and is let go as soon as the plain path is taken;
 - **columns**: a lexical shortlist's candidates alone (`OutputProjection.restrict`), gathered once per

@@ -170,12 +170,14 @@ def test_decoding_projection_follows_the_weights(share: str, bias: bool, gemm: s
 
 
 def test_the_cpu_gemm_is_chosen_by_vendor_unless_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
-    """oneDNN's packed projection on AVX-512 CPUs not Intel's, MKL on Intel's and AVX2 alone;
+    """oneDNN's packed projection on AVX-512 and AVX2 CPUs not Intel's, MKL on Intel's and on older ones;
     ``NMTK_CPU_GEMM`` overrides, and a value it does not know is a one-line error naming it."""
     if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
         pytest.skip("this torch has no oneDNN packed product")
     avx512, avx2 = {"avx2", "avx512f"}, {"avx2"}
-    for vendor, flags, env, expected in [("AuthenticAMD", avx512, "", True), ("AuthenticAMD", avx2, "", False),
+    for vendor, flags, env, expected in [("AuthenticAMD", avx512, "", True), ("AuthenticAMD", avx2, "", True),
+                                         ("AuthenticAMD", {"sse4_2", "avx"}, "", False),
+                                         ("GenuineIntel", avx2, "", False),
                                          ("GenuineIntel", avx512, "", False), ("", set(), "", False),
                                          ("GenuineIntel", avx512, "onednn", True),
                                          ("AuthenticAMD", avx512, "MKL", False)]:
