@@ -90,7 +90,7 @@ def quantize_for_decoding(model: nn.Module) -> nn.Module:
     """``model`` (a `Transformer` on the CPU, in eval mode) with every linear layer of its encoder and
     decoder an `Int8Linear` and its output projection int8 too (`OutputProjection.quantize`), in place.
     With 7-bit inputs (`reduce_range`, a CPU without VNNI) the output projection was once kept fp32 (on
-    one model 0.29 BLEU lost with it, measured on a CPU with VNNI told to use 7 bits); on an AVX2 CPU
+    one model 0.29 BLEU lost with it, 2026-11-28; the CPU was not recorded beside it); on an AVX2 CPU
     itself (AMD EPYC Zen 3, 2026-12-01, its own demo model) it cost 0.01 BLEU on test_2016_flickr and
     gained 0.09-0.10 on test_2017_flickr and the validation set, and made the test set 1.18x faster:
     so it is int8 everywhere. For decoding only: nothing of it trains or saves (a checkpoint is written
