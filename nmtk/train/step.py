@@ -63,12 +63,12 @@ def compile_for_training(model: Transformer, setting: bool | str, device: torch.
     return True
 
 
-def fused_adam(device: torch.device) -> dict[str, bool]:
-    """Adam's update as one fused kernel over all parameters where torch has one (CUDA and, since torch
-    2.4, the CPU). On a CPU torch's default is otherwise a Python loop over the parameters, a few passes
-    each: on the demo model (65 tensors, 4.7 M parameters, 2-core AMD EPYC Zen 3, 2 threads) 16.3 ms an
-    update against 3.6 fused; the same arithmetic, rounded in another order (1 ulp apart)."""
-    return {"fused": True} if device.type in ("cuda", "cpu") else {}
+def fused_adam(device: torch.device) -> bool | None:
+    """Adam's ``fused`` argument: one fused kernel over all parameters where torch has one (CUDA and,
+    since torch 2.4, the CPU), else torch's default (None). On a CPU that default is a loop over the
+    parameters, a few passes each: on the demo model (65 tensors, 4.7 M parameters, 2-core AMD EPYC
+    Zen 3, 2 threads) 16.3 ms an update against 3.6 fused; the same arithmetic, rounded in another order."""
+    return True if device.type in ("cuda", "cpu") else None
 
 
 class UpdateStep:
@@ -86,7 +86,7 @@ class UpdateStep:
         self.peak_lr = optim.peak_lr(model.cfg.d_model)
         optimizer_cls = torch.optim.AdamW if optim.weight_decay > 0 else torch.optim.Adam
         self.optimizer = optimizer_cls(model.parameters(), lr=0.0, betas=optim.betas, eps=optim.eps,
-                                       weight_decay=optim.weight_decay, **fused_adam(device))
+                                       weight_decay=optim.weight_decay, fused=fused_adam(device))
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         self._skipped = torch.zeros((), dtype=torch.int64, device=device)  # fp16 updates skipped, unread
         self.ddp: DistributedDataParallel | None = None
@@ -254,8 +254,9 @@ class UpdateStep:
         """A resume: parameters, optimizer moments and loss scale as they were."""
         self.model.load_state_dict(checkpoint.model)
         self.optimizer.load_state_dict(checkpoint.optimizer or {})
-        for group in self.optimizer.param_groups:  # the saved groups' kernel choice is the saving device's
-            group["foreach"], group["fused"] = None, fused_adam(self.device).get("fused")
+        fused = fused_adam(self.device)  # the saved groups' kernel choice is the saving device's
+        for group in self.optimizer.param_groups:
+            group["foreach"], group["fused"] = None, fused
         if self.scaler is not None and checkpoint.scaler:
             self.scaler.load_state_dict(checkpoint.scaler)
 
